@@ -1,0 +1,5 @@
+"""hostler."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"

@@ -1,0 +1,112 @@
+"""The one error hierarchy of hostler.
+
+Every error hostler raises on purpose derives from :class:`HostlerError` and carries a stable
+``code`` (for programs and logs) and a message a person can act on (for people). Codes never
+change meaning once released; new failure modes get new codes.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "ConcurrencyError",
+    "HostlerError",
+    "IllegalTransitionError",
+    "StoreCorruptError",
+    "StoreError",
+    "StoreLockedError",
+    "StorePathError",
+    "StoreSchemaError",
+    "UsageError",
+]
+
+
+class HostlerError(Exception):
+    """Root of every error hostler raises deliberately.
+
+    Attributes:
+        code: A stable, dotted identifier of the failure (``store.locked``).
+        message: One line that names the thing and the cause.
+    """
+
+    code: ClassVar[str] = "hostler.error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(HostlerError):
+    """A caller passed something hostler cannot use (bad option, bad filter)."""
+
+    code = "usage.invalid"
+
+
+class StoreError(HostlerError):
+    """The event log could not be opened, read or written."""
+
+    code = "store.error"
+
+
+class StorePathError(StoreError):
+    """The event log's path is unusable: a directory, or in a directory we cannot write."""
+
+    code = "store.path"
+
+
+class StoreLockedError(StoreError):
+    """Another daemon already owns this data directory (its lock file is held)."""
+
+    code = "store.locked"
+
+
+class StoreCorruptError(StoreError):
+    """The file exists but is not a readable hostler event log."""
+
+    code = "store.corrupt"
+
+
+class StoreSchemaError(StoreError):
+    """The log was written by a newer hostler whose schema this version does not know."""
+
+    code = "store.schema-too-new"
+
+
+class ConcurrencyError(StoreError):
+    """An append expected a stream version that is no longer the stream's last one.
+
+    Nothing of the refused batch was written. Reload the stream and decide again.
+    """
+
+    code = "store.concurrency"
+
+    def __init__(self, stream_id: str, expected: int, actual: int) -> None:
+        super().__init__(
+            f"stream {stream_id!r} is at version {actual}, not the expected {expected}: "
+            "another writer got there first; reload the stream and retry"
+        )
+        self.stream_id = stream_id
+        self.expected = expected
+        self.actual = actual
+
+
+class IllegalTransitionError(HostlerError):
+    """A trigger was fired in a state that does not allow it; nothing was recorded."""
+
+    code = "machine.illegal-transition"
+
+    def __init__(self, machine: str, key: str, state: str, trigger: str, allowed: list[str]) -> None:
+        allowed_text = ", ".join(sorted(allowed)) or "none"
+        super().__init__(
+            f"{machine} {key!r} is {state}: trigger {trigger!r} is not allowed there "
+            f"(allowed: {allowed_text})"
+        )
+        self.machine = machine
+        self.key = key
+        self.state = state
+        self.trigger = trigger
+        self.allowed = allowed

@@ -1,0 +1,283 @@
+"""The engine lifecycle: one running (or not) inference engine process per engine key.
+
+::
+
+    stopped ──start──▶ starting ──ready──▶ running
+       ▲                │  ▲ spawned          │
+       │   exited       │  └─(internal)       │ stop(reason)
+       └──── stopping ◀─┴─────────────────────┘
+    starting/running ──crashed──▶ backoff ──start──▶ starting
+    starting/running/backoff ──failed──▶ fatal ──reset──▶ stopped
+    starting/running/stopping ──begin_adoption──▶ adopting ──adopted──▶ running
+                                                          └──lost──▶ stopped
+
+``adopting`` is where replay leaves an engine the log believes alive after a daemon restart,
+until reconcile decides ``adopted`` (same process, still healthy) or ``lost``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from hostler.events.base import event_type
+from hostler.machines.base import LifecycleModel, LifecycleSpec, Step, TransitionEvent
+
+__all__ = [
+    "Engine",
+    "EngineAdoptionStarted",
+    "EngineAdopted",
+    "EngineCrashed",
+    "EngineFailed",
+    "EngineLost",
+    "EngineReady",
+    "EngineReset",
+    "EngineSpawned",
+    "EngineStartRequested",
+    "EngineState",
+    "EngineStopRequested",
+    "EngineStopped",
+    "StopReason",
+]
+
+
+class EngineState(StrEnum):
+    """Where an engine is in its life."""
+
+    STOPPED = "stopped"
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    BACKOFF = "backoff"
+    FATAL = "fatal"
+    ADOPTING = "adopting"
+
+
+class StopReason(StrEnum):
+    """Why an engine was (or is being) stopped."""
+
+    IDLE = "idle"
+    MEMORY_PRESSURE = "memory-pressure"
+    EVICTED = "evicted"
+    HEALTH_RESTART = "health-restart"
+    USER = "user"
+    SHUTDOWN = "shutdown"
+    CRASHED = "crashed"
+    LOST = "lost"
+
+
+@event_type("engine.start_requested")
+@dataclass(frozen=True, slots=True)
+class EngineStartRequested(TransitionEvent):
+    """Something asked for the engine: ``cause`` says what (request, config, restart...)."""
+
+    cause: str
+
+
+@event_type("engine.spawned")
+@dataclass(frozen=True, slots=True)
+class EngineSpawned(TransitionEvent):
+    """The process exists; its identity, recorded so a later daemon can adopt or reap it."""
+
+    pid: int
+    create_time: float
+    boot_id: str
+    launch_token: str
+    argv_fingerprint: str
+    port: int
+
+
+@event_type("engine.ready")
+@dataclass(frozen=True, slots=True)
+class EngineReady(TransitionEvent):
+    """The readiness probe passed."""
+
+
+@event_type("engine.stop_requested")
+@dataclass(frozen=True, slots=True)
+class EngineStopRequested(TransitionEvent):
+    """A stop was decided, and why (a :class:`StopReason` value)."""
+
+    reason: str
+
+
+@event_type("engine.stopped")
+@dataclass(frozen=True, slots=True)
+class EngineStopped(TransitionEvent):
+    """The process group is gone after a requested stop."""
+
+    exit_code: int | None
+    signal: int | None
+
+
+@event_type("engine.crashed")
+@dataclass(frozen=True, slots=True)
+class EngineCrashed(TransitionEvent):
+    """The process died unasked; the engine waits in backoff until ``retry_at``."""
+
+    exit_code: int | None
+    signal: int | None
+    reached_ready: bool
+    retry_at: float
+
+
+@event_type("engine.failed")
+@dataclass(frozen=True, slots=True)
+class EngineFailed(TransitionEvent):
+    """The engine cannot be run (restart budget spent, bad binary, bad model)."""
+
+    error: str
+    retry_at: float | None
+
+
+@event_type("engine.reset")
+@dataclass(frozen=True, slots=True)
+class EngineReset(TransitionEvent):
+    """A fatal engine was cleared (lock-out expired, or a person asked)."""
+
+    cause: str
+
+
+@event_type("engine.adoption_started")
+@dataclass(frozen=True, slots=True)
+class EngineAdoptionStarted(TransitionEvent):
+    """A new daemon found the engine alive in the log and will check the process."""
+
+    daemon_pid: int
+
+
+@event_type("engine.adopted")
+@dataclass(frozen=True, slots=True)
+class EngineAdopted(TransitionEvent):
+    """The recorded process still matches and answers: it is ours again, cache warm."""
+
+    pid: int
+
+
+@event_type("engine.lost")
+@dataclass(frozen=True, slots=True)
+class EngineLost(TransitionEvent):
+    """The recorded process is gone or is not ours any more."""
+
+    cause: str
+
+
+S = EngineState
+SPEC = LifecycleSpec(
+    "engine",
+    EngineState,
+    EngineState.STOPPED,
+    [
+        Step("start", (S.STOPPED, S.BACKOFF), S.STARTING, EngineStartRequested),
+        Step("spawned", (S.STARTING,), None, EngineSpawned),
+        Step("ready", (S.STARTING,), S.RUNNING, EngineReady),
+        Step("stop", (S.STARTING, S.RUNNING), S.STOPPING, EngineStopRequested),
+        Step("stop", (S.BACKOFF,), S.STOPPED, EngineStopRequested),
+        Step("exited", (S.STOPPING,), S.STOPPED, EngineStopped),
+        Step("crashed", (S.STARTING, S.RUNNING), S.BACKOFF, EngineCrashed),
+        Step("failed", (S.STARTING, S.RUNNING, S.BACKOFF), S.FATAL, EngineFailed),
+        Step("reset", (S.FATAL,), S.STOPPED, EngineReset),
+        Step(
+            "begin_adoption",
+            (S.STARTING, S.RUNNING, S.STOPPING),
+            S.ADOPTING,
+            EngineAdoptionStarted,
+        ),
+        Step("adopted", (S.ADOPTING,), S.RUNNING, EngineAdopted),
+        Step("lost", (S.ADOPTING,), S.STOPPED, EngineLost),
+    ],
+)
+
+
+class Engine(LifecycleModel):
+    """One engine key's lifecycle, with the facts its events established.
+
+    Attributes:
+        pid: The live (or last) process id; None before the first spawn.
+        identity: The spawn record (create time, boot id, token, argv fingerprint, port).
+        stop_reason: Why the last stop happened (a :class:`StopReason` value).
+        starts: How many times the engine was asked to start.
+        crashes: How many unasked exits it has had.
+        retry_at: When a backoff or fatal engine may start again.
+        last_error: The last fatal error text.
+        ready_at: When it last became ready.
+    """
+
+    SPEC = SPEC
+    STREAM_PREFIX = "engine/"
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.pid: int | None = None
+        self.identity: dict[str, Any] | None = None
+        self.stop_reason: str | None = None
+        self.starts = 0
+        self.crashes = 0
+        self.retry_at: float | None = None
+        self.last_error: str | None = None
+        self.ready_at: float | None = None
+        self.exit_code: int | None = None
+        self.signal: int | None = None
+
+    def _on_start(self, e: EngineStartRequested) -> None:
+        self.starts += 1
+        self.retry_at = None
+        self.stop_reason = None
+
+    def _on_spawned(self, e: EngineSpawned) -> None:
+        self.pid = e.pid
+        self.identity = {
+            "create_time": e.create_time,
+            "boot_id": e.boot_id,
+            "launch_token": e.launch_token,
+            "argv_fingerprint": e.argv_fingerprint,
+            "port": e.port,
+        }
+
+    def _on_ready(self, e: EngineReady) -> None:
+        self.ready_at = e.at
+
+    def _on_stop(self, e: EngineStopRequested) -> None:
+        self.stop_reason = e.reason
+        if e.to_state == S.STOPPED:
+            self.retry_at = None
+
+    def _on_stopped(self, e: EngineStopped) -> None:
+        self.exit_code, self.signal = e.exit_code, e.signal
+        self.pid = None
+
+    def _on_crashed(self, e: EngineCrashed) -> None:
+        self.crashes += 1
+        self.exit_code, self.signal = e.exit_code, e.signal
+        self.stop_reason = StopReason.CRASHED.value
+        self.retry_at = e.retry_at
+        self.pid = None
+
+    def _on_failed(self, e: EngineFailed) -> None:
+        self.last_error = e.error
+        self.retry_at = e.retry_at
+        self.pid = None
+
+    def _on_reset(self, e: EngineReset) -> None:
+        self.retry_at = None
+
+    def _on_adopted(self, e: EngineAdopted) -> None:
+        self.pid = e.pid
+
+    def _on_lost(self, e: EngineLost) -> None:
+        self.stop_reason = StopReason.LOST.value
+        self.pid = None
+
+    _FOLDS = {
+        EngineStartRequested: _on_start,
+        EngineSpawned: _on_spawned,
+        EngineReady: _on_ready,
+        EngineStopRequested: _on_stop,
+        EngineStopped: _on_stopped,
+        EngineCrashed: _on_crashed,
+        EngineFailed: _on_failed,
+        EngineReset: _on_reset,
+        EngineAdopted: _on_adopted,
+        EngineLost: _on_lost,
+    }

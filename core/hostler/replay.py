@@ -1,0 +1,123 @@
+"""Persist lifecycle models' pending events, and rebuild every model by folding the log."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypeVar
+
+from hostler.events.base import UnknownEvent, decode
+from hostler.machines import LIFECYCLES, Engine, Lease, LifecycleModel, Reservation
+from hostler.store.log import AppendResult, EventStore
+
+__all__ = ["World", "commit", "load", "replay"]
+
+M = TypeVar("M", bound=LifecycleModel)
+
+_BY_PREFIX: dict[str, type[LifecycleModel]] = {cls.STREAM_PREFIX: cls for cls in LIFECYCLES}
+
+
+@dataclass
+class World:
+    """Every lifecycle instance the log describes, as of ``last_seq``.
+
+    Attributes:
+        models: Each model class's instances, by key.
+        last_seq: The seq of the last event folded (0 for an empty log).
+        events: How many events were read.
+        unknown: Seqs of events whose type this hostler does not know (kept, not folded).
+        other: How many events belonged to streams of no lifecycle (samples, plugins).
+    """
+
+    models: dict[type[LifecycleModel], dict[str, LifecycleModel]] = field(
+        default_factory=lambda: {cls: {} for cls in LIFECYCLES}
+    )
+    last_seq: int = 0
+    events: int = 0
+    unknown: list[int] = field(default_factory=list)
+    other: int = 0
+
+    def of(self, cls: type[M]) -> Mapping[str, M]:
+        """The instances of one lifecycle class, by key."""
+        return self.models[cls]  # type: ignore[return-value]
+
+    @property
+    def engines(self) -> Mapping[str, Engine]:
+        """Engines by key."""
+        return self.of(Engine)
+
+    @property
+    def leases(self) -> Mapping[str, Lease]:
+        """GPU leases by id."""
+        return self.of(Lease)
+
+    @property
+    def reservations(self) -> Mapping[str, Reservation]:
+        """Memory reservations by engine key."""
+        return self.of(Reservation)
+
+    def snapshot(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """Every model's folded fields, keyed by stream id (for comparisons and dumps)."""
+        return {
+            cls.__name__: {key: m.snapshot() for key, m in sorted(models.items())}
+            for cls, models in self.models.items()
+        }
+
+
+def replay(
+    store: EventStore, *, until_seq: int | None = None, until: datetime | None = None
+) -> World:
+    """Fold the log (up to ``until_seq`` / recorded time ``until``) into a :class:`World`."""
+    world = World()
+    models = world.models
+    by_prefix = _BY_PREFIX
+    for page in store.read_rows(until_seq=until_seq, until=until):
+        for seq, stream_id, version, type_name, schema_version, payload, *_ in page:
+            slash = stream_id.find("/") + 1
+            cls = by_prefix.get(stream_id[:slash]) if slash else None
+            if cls is None:
+                world.other += 1
+                continue
+            event = decode(type_name, schema_version, payload)
+            if isinstance(event, UnknownEvent):
+                world.unknown.append(seq)
+                continue
+            key = stream_id[slash:]
+            instances = models[cls]
+            model = instances.get(key)
+            if model is None:
+                model = instances[key] = cls(key)
+            model.apply(event)
+            model.version = version
+        world.last_seq = page[-1][0]
+        world.events += len(page)
+    return world
+
+
+def load(store: EventStore, cls: type[M], key: str, *, until_version: int | None = None) -> M:
+    """One model rebuilt from its own stream (a new model if the stream is empty)."""
+    model = cls(key)
+    for record in store.read_stream(model.stream_id, until_version=until_version):
+        if not isinstance(record.event, UnknownEvent):
+            model.apply(record.event)
+        model.version = record.version
+    return model
+
+
+def commit(
+    store: EventStore, model: LifecycleModel, *, metadata: Mapping[str, Any] | None = None
+) -> AppendResult | None:
+    """Append a model's pending events at its known version; clear them on success.
+
+    Returns None when nothing was pending. On :class:`~hostler.errors.ConcurrencyError` the
+    pending events stay, and the caller should :func:`load` the model again and re-decide.
+    """
+    if not model.pending:
+        return None
+    result = store.append(
+        model.stream_id, model.pending, expected_version=model.version, metadata=metadata
+    )
+    model.version = result.version
+    model.pending.clear()
+    return result

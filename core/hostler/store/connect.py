@@ -1,0 +1,126 @@
+"""Engines for the event log: SQLite pragmas and path checks, or any SQLAlchemy URL.
+
+Everything SQLite-specific lives here, in the dialect hooks; the rest of the store speaks
+dialect-neutral SQLAlchemy Core.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+
+from hostler.errors import StorePathError
+
+__all__ = ["Engines", "make_engines", "sqlite_path_of"]
+
+#: How long a writer waits for another process's write transaction before giving up.
+BUSY_TIMEOUT_MS = 30_000
+
+
+@dataclass(frozen=True)
+class Engines:
+    """The writer and reader engines of one log, and its file when it is SQLite."""
+
+    writer: sa.Engine
+    reader: sa.Engine
+    sqlite_file: Path | None
+
+    def dispose(self) -> None:
+        """Close every pooled connection."""
+        self.writer.dispose()
+        self.reader.dispose()
+
+
+def sqlite_path_of(target: str | os.PathLike[str]) -> Path | None:
+    """The database file a target names, or None when it is a non-SQLite URL."""
+    text = os.fspath(target)
+    if "://" not in text:
+        return Path(text).expanduser()
+    url = sa.make_url(text)
+    if url.get_backend_name() != "sqlite":
+        return None
+    if not url.database or url.database == ":memory:":
+        raise StorePathError(f"{text}: hostler needs a file for its event log, not memory")
+    return Path(url.database).expanduser()
+
+
+def make_engines(target: str | os.PathLike[str], *, synchronous: str = "FULL") -> Engines:
+    """Build the writer and reader engines for a path or SQLAlchemy URL.
+
+    For SQLite the file is checked and created first (mode 0600), so that a bad path fails
+    with a message naming it instead of SQLite's bare ``unable to open database file``.
+    """
+    path = sqlite_path_of(target)
+    if path is None:
+        url = sa.make_url(os.fspath(target))
+        writer = sa.create_engine(url, pool_pre_ping=True)
+        reader = sa.create_engine(url, pool_pre_ping=True)
+        return Engines(writer, reader, None)
+    path = path.resolve()
+    _prepare_sqlite_file(path)
+    url = sa.URL.create("sqlite", database=str(path))
+    connect_args: dict[str, Any] = {
+        "timeout": BUSY_TIMEOUT_MS / 1000,
+        "check_same_thread": False,
+    }
+    writer = sa.create_engine(url, connect_args=connect_args, pool_size=2, max_overflow=4)
+    reader = sa.create_engine(url, connect_args=connect_args, pool_size=4, max_overflow=8)
+    _install_sqlite_hooks(writer, begin="BEGIN IMMEDIATE", synchronous=synchronous)
+    _install_sqlite_hooks(reader, begin="BEGIN", synchronous=synchronous)
+    return Engines(writer, reader, path)
+
+
+def _prepare_sqlite_file(path: Path) -> None:
+    if path.is_dir():
+        raise StorePathError(f"{path}: is a directory, not an event log file")
+    parent = path.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise StorePathError(f"{parent}: cannot create directory ({exc.strerror})") from exc
+    if not parent.is_dir():
+        raise StorePathError(f"{parent}: is not a directory")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise StorePathError(f"{path}: cannot open for writing ({exc.strerror})") from exc
+    os.close(fd)
+    # SQLite also creates the -wal and -shm files beside it; it needs the directory writable.
+    probe = parent / f".{path.name}.probe-{os.getpid()}"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+        probe.unlink()
+    except FileExistsError:
+        probe.unlink(missing_ok=True)
+    except OSError as exc:
+        raise StorePathError(
+            f"{parent}: cannot write in the directory of the event log ({exc.strerror})"
+        ) from exc
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        # A log carries prompts' metadata and pids: keep it to its owner.
+        path.chmod(0o600)
+
+
+def _install_sqlite_hooks(engine: sa.Engine, *, begin: str, synchronous: str) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: object) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+        cursor = dbapi_conn.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute(f"PRAGMA synchronous={synchronous}")
+            cursor.execute("PRAGMA foreign_keys=ON")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: sa.Connection) -> None:
+        conn.exec_driver_sql(begin)

@@ -1,0 +1,497 @@
+"""The append-only event log: optimistic-concurrency appends with group commit, and reads."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Self
+
+import sqlalchemy as sa
+
+from hostler import __version__
+from hostler.errors import (
+    ConcurrencyError,
+    StoreCorruptError,
+    StoreError,
+    UsageError,
+)
+from hostler.events.base import Event, UnknownEvent, decode, encode
+from hostler.store.connect import Engines, make_engines
+from hostler.store.lock import OwnerLock
+from hostler.store.migrate import upgrade_to_head
+from hostler.store.schema import TIME_FORMAT, events
+
+__all__ = ["AppendResult", "EventStore", "RecordedEvent", "format_time", "parse_time"]
+
+Clock = Callable[[], datetime]
+
+_PAGE = 5000
+_COLUMNS = (
+    events.c.seq,
+    events.c.stream_id,
+    events.c.version,
+    events.c.type,
+    events.c.schema_version,
+    events.c.payload,
+    events.c["metadata"],
+    events.c.recorded_at,
+)
+
+
+def format_time(moment: datetime) -> str:
+    """The stored text of a moment (UTC, fixed width). Naive datetimes are taken as UTC."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime(TIME_FORMAT)
+
+
+def parse_time(text: str) -> datetime:
+    """The aware UTC datetime of a stored ``recorded_at``."""
+    return datetime.fromisoformat(text)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedEvent:
+    """One row of the log, with its event decoded (and upcast) for this hostler.
+
+    Attributes:
+        seq: Global position in the log; increasing, never reused, may have gaps.
+        stream_id: The stream (one machine instance, e.g. ``engine/llamacpp:qwen:0``).
+        version: Position within the stream, from 1, without gaps.
+        type: The stable event type string.
+        schema_version: The payload's schema version as stored.
+        payload: The payload as stored (before upcasting).
+        metadata: Correlation/causation ids, actor, hostler and policy versions.
+        recorded_at: When the log accepted the event (UTC).
+        event: The decoded event, or an :class:`UnknownEvent` keeping the raw record.
+    """
+
+    seq: int
+    stream_id: str
+    version: int
+    type: str
+    schema_version: int
+    payload: dict[str, Any]
+    metadata: dict[str, Any]
+    recorded_at: datetime
+    event: Event | UnknownEvent
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Where an append landed: the stream's new version and the rows' global seqs."""
+
+    stream_id: str
+    version: int
+    seqs: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class _Request:
+    stream_id: str
+    expected: int | None
+    encoded: list[tuple[str, int, dict[str, Any]]]
+    metadata: dict[str, Any]
+    done: bool = False
+    result: AppendResult | None = None
+    error: BaseException | None = None
+    waiters: int = field(default=0)
+
+
+class EventStore:
+    """An append-only event log on SQLAlchemy Core (SQLite file by default).
+
+    Open it with :meth:`open`. Appends from many threads share commits: while one thread
+    commits, the others queue, and the next commit carries all of them (group commit), each
+    append keeping its own optimistic-concurrency check.
+    """
+
+    def __init__(
+        self, engines: Engines, *, name: str, lock: OwnerLock | None, clock: Clock
+    ) -> None:
+        self._engines = engines
+        self.name = name
+        self._lock = lock
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._queue: list[_Request] = []
+        self._writing = False
+        self._writer: sa.Connection | None = None
+        self._closed = False
+        self._base_metadata = {"hostler_version": __version__}
+        self._version_stmt = sa.select(sa.func.coalesce(sa.func.max(events.c.version), 0)).where(
+            events.c.stream_id == sa.bindparam("stream_id")
+        )
+        self._insert_stmt = events.insert().returning(events.c.seq, sort_by_parameter_order=True)
+
+    # -- opening and closing -------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        target: str | os.PathLike[str],
+        *,
+        owner: bool = False,
+        clock: Clock | None = None,
+        synchronous: str = "FULL",
+    ) -> Self:
+        """Open (creating and migrating as needed) the log at a path or SQLAlchemy URL.
+
+        Args:
+            target: A file path (SQLite, the embedded default) or a SQLAlchemy URL.
+            owner: Take the exclusive owner lock (``<file>.lock``): a daemon that acts on the
+                log's decisions must; readers (CLI, post-mortem) must not.
+            clock: Source of ``recorded_at`` (injected in tests).
+            synchronous: SQLite ``synchronous`` pragma; ``FULL`` makes each commit durable.
+
+        Raises:
+            StorePathError: The path is a directory or cannot be written.
+            StoreLockedError: ``owner`` and another daemon holds the lock.
+            StoreCorruptError: The file is not a hostler event log.
+            StoreSchemaError: The log was written by a newer hostler.
+        """
+        if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
+            raise UsageError(f"synchronous={synchronous!r}: use OFF, NORMAL, FULL or EXTRA")
+        engines = make_engines(target, synchronous=synchronous.upper())
+        name = str(engines.sqlite_file) if engines.sqlite_file else _safe_url(target)
+        lock: OwnerLock | None = None
+        try:
+            if owner and engines.sqlite_file is not None:
+                lock = OwnerLock(Path(f"{engines.sqlite_file}.lock"))
+            try:
+                upgrade_to_head(engines.writer, where=name)
+            except sa.exc.DBAPIError as exc:
+                raise _translate(exc, name) from exc
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            engines.dispose()
+            raise
+        return cls(engines, name=name, lock=lock, clock=clock or _utcnow)
+
+    def close(self) -> None:
+        """Release the writer connection, the pools and the owner lock (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._cond:
+            while self._writing:
+                self._cond.wait()
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+        self._engines.dispose()
+        if self._lock is not None:
+            self._lock.release()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # -- writing -------------------------------------------------------------------------
+
+    def append(
+        self,
+        stream_id: str,
+        new_events: Sequence[Event],
+        *,
+        expected_version: int | None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> AppendResult:
+        """Append events to one stream atomically; thread-safe.
+
+        Args:
+            stream_id: The stream to extend.
+            new_events: Registered events, in order. All are written, or none.
+            expected_version: The stream's last version as the caller knows it (0 for a new
+                stream); ``None`` appends at the end whatever it is.
+            metadata: Correlation/causation ids, actor, policy version; stored on each row.
+
+        Raises:
+            ConcurrencyError: The stream is not at ``expected_version``; nothing was written.
+            StoreError: The database refused the write.
+        """
+        if self._closed:
+            raise StoreError(f"{self.name}: the event log is closed")
+        if not new_events:
+            raise UsageError("append needs at least one event")
+        if not stream_id or len(stream_id) > 200:
+            raise UsageError(f"stream id {stream_id!r} must be 1..200 characters")
+        meta = dict(self._base_metadata)
+        if metadata:
+            meta.update(metadata)
+        request = _Request(stream_id, expected_version, [encode(e) for e in new_events], meta)
+        self._submit(request)
+        if request.error is not None:
+            raise request.error
+        assert request.result is not None  # noqa: S101 - set together with done
+        return request.result
+
+    def _submit(self, request: _Request) -> None:
+        with self._cond:
+            self._queue.append(request)
+            while self._writing and not request.done:
+                self._cond.wait()
+            if request.done:
+                return
+            self._writing = True
+            batch, self._queue = self._queue, []
+        try:
+            self._write_batch(batch)
+        finally:
+            with self._cond:
+                self._writing = False
+                self._cond.notify_all()
+
+    def _write_batch(self, batch: list[_Request]) -> None:
+        recorded_at = format_time(self._clock())
+        try:
+            conn = self._writer_connection()
+            with conn.begin():
+                if len(batch) == 1:
+                    batch[0].result = self._write_one(conn, batch[0], recorded_at)
+                else:
+                    for request in batch:
+                        savepoint = conn.begin_nested()
+                        try:
+                            request.result = self._write_one(conn, request, recorded_at)
+                        except ConcurrencyError as exc:
+                            savepoint.rollback()
+                            request.error = exc
+                        else:
+                            savepoint.commit()
+        except ConcurrencyError as exc:
+            batch[0].error = exc
+        except sa.exc.DBAPIError as exc:
+            error = _translate(exc, self.name)
+            for request in batch:
+                request.result, request.error = None, error
+            self._drop_writer()
+        except BaseException as exc:
+            for request in batch:
+                request.result, request.error = None, exc
+            self._drop_writer()
+        for request in batch:
+            request.done = True
+
+    def _write_one(self, conn: sa.Connection, request: _Request, recorded_at: str) -> AppendResult:
+        current = int(conn.execute(self._version_stmt, {"stream_id": request.stream_id}).scalar_one())
+        if request.expected is not None and current != request.expected:
+            raise ConcurrencyError(request.stream_id, request.expected, current)
+        rows = [
+            {
+                "stream_id": request.stream_id,
+                "version": current + offset,
+                "type": type_name,
+                "schema_version": schema_version,
+                "payload": payload,
+                "metadata": request.metadata,
+                "recorded_at": recorded_at,
+            }
+            for offset, (type_name, schema_version, payload) in enumerate(request.encoded, 1)
+        ]
+        try:
+            seqs = tuple(conn.execute(self._insert_stmt, rows).scalars().all())
+        except sa.exc.IntegrityError as exc:
+            # Another host's writer won the race between our version check and insert.
+            actual = int(conn.execute(self._version_stmt, {"stream_id": request.stream_id}).scalar_one())
+            raise ConcurrencyError(request.stream_id, current, actual) from exc
+        return AppendResult(request.stream_id, current + len(rows), seqs)
+
+    def _writer_connection(self) -> sa.Connection:
+        if self._writer is None:
+            self._writer = self._engines.writer.connect()
+        return self._writer
+
+    def _drop_writer(self) -> None:
+        if self._writer is not None:
+            try:
+                self._writer.invalidate()
+                self._writer.close()
+            except sa.exc.SQLAlchemyError:
+                pass
+            self._writer = None
+
+    # -- reading -------------------------------------------------------------------------
+
+    def stream_version(self, stream_id: str) -> int:
+        """The last version of a stream (0 when it has no events)."""
+        with self._read() as conn:
+            return int(conn.execute(self._version_stmt, {"stream_id": stream_id}).scalar_one())
+
+    def last_seq(self) -> int:
+        """The highest seq in the log (0 when empty)."""
+        with self._read() as conn:
+            value = conn.execute(sa.select(sa.func.max(events.c.seq))).scalar_one()
+        return int(value or 0)
+
+    def count(self) -> int:
+        """How many events the log holds."""
+        with self._read() as conn:
+            return int(conn.execute(sa.select(sa.func.count()).select_from(events)).scalar_one())
+
+    def read_stream(
+        self,
+        stream_id: str,
+        *,
+        until_version: int | None = None,
+        until_time: datetime | None = None,
+    ) -> list[RecordedEvent]:
+        """A stream's events in version order, optionally as of a version or a time."""
+        stmt = sa.select(*_COLUMNS).where(events.c.stream_id == stream_id)
+        if until_version is not None:
+            stmt = stmt.where(events.c.version <= until_version)
+        if until_time is not None:
+            stmt = stmt.where(events.c.recorded_at <= format_time(until_time))
+        with self._read() as conn:
+            return [_record(row) for row in conn.execute(stmt.order_by(events.c.version))]
+
+    def read_all(
+        self,
+        *,
+        after_seq: int = 0,
+        until_seq: int | None = None,
+        types: Iterable[str] | None = None,
+        stream_id: str | None = None,
+        stream_prefix: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int | None = None,
+    ) -> Iterator[RecordedEvent]:
+        """Events in seq order after ``after_seq``, filtered; read in pages, lazily.
+
+        Each page is its own short read, so tailing a large log never pins a snapshot (and
+        never blocks the WAL checkpoint) for long.
+        """
+        for page in self._pages(
+            after_seq=after_seq,
+            until_seq=until_seq,
+            types=types,
+            stream_id=stream_id,
+            stream_prefix=stream_prefix,
+            since=since,
+            until=until,
+            limit=limit,
+        ):
+            yield from (_record(row) for row in page)
+
+    def read_rows(
+        self, *, after_seq: int = 0, until_seq: int | None = None, until: datetime | None = None
+    ) -> Iterator[Sequence[sa.Row[Any]]]:
+        """Raw row pages ``(seq, stream_id, version, type, schema_version, payload, …)``.
+
+        The fast path for replay: no :class:`RecordedEvent` is built per row.
+        """
+        return self._pages(after_seq=after_seq, until_seq=until_seq, until=until)
+
+    def _pages(
+        self,
+        *,
+        after_seq: int = 0,
+        until_seq: int | None = None,
+        types: Iterable[str] | None = None,
+        stream_id: str | None = None,
+        stream_prefix: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int | None = None,
+    ) -> Iterator[Sequence[sa.Row[Any]]]:
+        base = sa.select(*_COLUMNS)
+        if until_seq is not None:
+            base = base.where(events.c.seq <= until_seq)
+        if types is not None:
+            wanted = sorted(set(types))
+            if not wanted:
+                return
+            base = base.where(events.c.type.in_(wanted))
+        if stream_id is not None:
+            base = base.where(events.c.stream_id == stream_id)
+        if stream_prefix is not None:
+            base = base.where(events.c.stream_id.startswith(stream_prefix, autoescape=True))
+        if since is not None:
+            base = base.where(events.c.recorded_at >= format_time(since))
+        if until is not None:
+            base = base.where(events.c.recorded_at <= format_time(until))
+        remaining = limit
+        last = after_seq
+        while remaining is None or remaining > 0:
+            size = _PAGE if remaining is None else min(_PAGE, remaining)
+            stmt = base.where(events.c.seq > last).order_by(events.c.seq).limit(size)
+            with self._read() as conn:
+                rows = conn.execute(stmt).all()
+            if not rows:
+                return
+            yield rows
+            last = rows[-1][0]
+            if remaining is not None:
+                remaining -= len(rows)
+            if len(rows) < size:
+                return
+
+    def _read(self) -> _ReadContext:
+        if self._closed:
+            raise StoreError(f"{self.name}: the event log is closed")
+        return _ReadContext(self._engines.reader, self.name)
+
+
+class _ReadContext:
+    """A short read transaction whose database errors name the log."""
+
+    def __init__(self, engine: sa.Engine, name: str) -> None:
+        self._engine = engine
+        self._name = name
+        self._conn: sa.Connection | None = None
+
+    def __enter__(self) -> sa.Connection:
+        try:
+            self._conn = self._engine.connect()
+        except sa.exc.DBAPIError as exc:
+            raise _translate(exc, self._name) from exc
+        return self._conn
+
+    def __exit__(self, exc_type: object, exc: object, _tb: object) -> None:
+        assert self._conn is not None  # noqa: S101 - set by __enter__
+        self._conn.close()
+        if isinstance(exc, sa.exc.DBAPIError):
+            raise _translate(exc, self._name) from exc
+
+
+def _record(row: sa.Row[Any]) -> RecordedEvent:
+    seq, stream_id, version, type_name, schema_version, payload, metadata, recorded_at = row
+    return RecordedEvent(
+        seq,
+        stream_id,
+        version,
+        type_name,
+        schema_version,
+        payload,
+        metadata,
+        parse_time(recorded_at),
+        decode(type_name, schema_version, payload),
+    )
+
+
+def _translate(exc: sa.exc.DBAPIError, name: str) -> StoreError:
+    detail = str(exc.orig).strip() or type(exc.orig).__name__
+    lowered = detail.lower()
+    if "not a database" in lowered or "malformed" in lowered or "encrypted" in lowered:
+        return StoreCorruptError(f"{name}: not a readable hostler event log ({detail})")
+    if "locked" in lowered or "busy" in lowered:
+        return StoreError(f"{name}: the database stayed locked by another writer ({detail})")
+    if "readonly" in lowered or "read-only" in lowered:
+        return StoreError(f"{name}: the database cannot be written ({detail})")
+    return StoreError(f"{name}: database error ({detail})")
+
+
+def _safe_url(target: str | os.PathLike[str]) -> str:
+    return sa.make_url(os.fspath(target)).render_as_string(hide_password=True)

@@ -1,0 +1,3 @@
+"""hostler adapter for ds4 (placeholder)."""
+
+from __future__ import annotations

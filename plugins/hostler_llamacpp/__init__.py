@@ -1,0 +1,3 @@
+"""hostler adapter for llamacpp (placeholder)."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""hostler adapter for mlx (placeholder)."""
+
+from __future__ import annotations

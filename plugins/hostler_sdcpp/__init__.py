@@ -1,0 +1,3 @@
+"""hostler adapter for sdcpp (placeholder)."""
+
+from __future__ import annotations
