@@ -99,7 +99,9 @@ class IllegalTransitionError(HostlerError):
 
     code = "machine.illegal-transition"
 
-    def __init__(self, machine: str, key: str, state: str, trigger: str, allowed: list[str]) -> None:
+    def __init__(
+        self, machine: str, key: str, state: str, trigger: str, allowed: list[str]
+    ) -> None:
         allowed_text = ", ".join(sorted(allowed)) or "none"
         super().__init__(
             f"{machine} {key!r} is {state}: trigger {trigger!r} is not allowed there "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, cast
 
 __all__ = [
     "Event",
@@ -70,14 +70,14 @@ def event_type(name: str, *, schema_version: int = 1) -> Callable[[E], E]:
         raise ValueError(f"bad event type name {name!r}")
 
     def register(cls: E) -> E:
-        if not dataclasses.is_dataclass(cls):
+        if "__dataclass_fields__" not in vars(cls):
             raise ValueError(f"event {name!r}: {cls.__qualname__} must be a frozen dataclass")
         known = _REGISTRY.get(name)
         if known is not None and known is not cls:
             raise ValueError(f"event type {name!r} is already registered")
         cls.TYPE = name
         cls.SCHEMA_VERSION = schema_version
-        cls._FIELDS = tuple(f.name for f in dataclasses.fields(cls))
+        cls._FIELDS = tuple(f.name for f in dataclasses.fields(cast("Any", cls)))
         _REGISTRY[name] = cls
         return cls
 

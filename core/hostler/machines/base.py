@@ -94,9 +94,7 @@ class LifecycleSpec:
             after_state_change="_record",
         )
         self.triggers_from: dict[str, tuple[str, ...]] = {
-            state.value: tuple(
-                sorted({s.trigger for s in self.steps if state in s.sources})
-            )
+            state.value: tuple(sorted({s.trigger for s in self.steps if state in s.sources}))
             for state in states
         }
 
@@ -178,8 +176,9 @@ class LifecycleModel:
 
     def _stage(self, data: EventData) -> None:
         event_cls = self.SPEC.event_for[data.event.name]
-        dest = data.transition.dest
-        source = data.transition.source
+        transition = data.transition
+        assert transition is not None  # noqa: S101 - transitions always passes it here
+        dest, source = transition.dest, transition.source
         try:
             self._staged = event_cls(
                 from_state=source,

@@ -17,17 +17,18 @@ until reconcile decides ``adopted`` (same process, still healthy) or ``lost``.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
-from hostler.events.base import event_type
+from hostler.events.base import Event, event_type
 from hostler.machines.base import LifecycleModel, LifecycleSpec, Step, TransitionEvent
 
 __all__ = [
     "Engine",
-    "EngineAdoptionStarted",
     "EngineAdopted",
+    "EngineAdoptionStarted",
     "EngineCrashed",
     "EngineFailed",
     "EngineLost",
@@ -269,7 +270,7 @@ class Engine(LifecycleModel):
         self.stop_reason = StopReason.LOST.value
         self.pid = None
 
-    _FOLDS = {
+    _FOLDS: ClassVar[Mapping[type[Event], Callable[[Any, Any], None]]] = {
         EngineStartRequested: _on_start,
         EngineSpawned: _on_spawned,
         EngineReady: _on_ready,

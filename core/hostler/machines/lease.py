@@ -8,10 +8,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any, ClassVar
 
-from hostler.events.base import event_type
+from hostler.events.base import Event, event_type
 from hostler.machines.base import LifecycleModel, LifecycleSpec, Step, TransitionEvent
 
 __all__ = [
@@ -125,7 +127,7 @@ class Lease(LifecycleModel):
     def _on_broken(self, e: LeaseBroken) -> None:
         self.end_cause = e.reason
 
-    _FOLDS = {
+    _FOLDS: ClassVar[Mapping[type[Event], Callable[[Any, Any], None]]] = {
         LeaseRequested: _on_requested,
         LeaseGranted: _on_granted,
         LeaseReleased: _on_released,

@@ -11,10 +11,12 @@ re-check it without the machine that made it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any, ClassVar
 
-from hostler.events.base import event_type
+from hostler.events.base import Event, event_type
 from hostler.machines.base import LifecycleModel, LifecycleSpec, Step, TransitionEvent
 
 __all__ = [
@@ -126,7 +128,7 @@ class Reservation(LifecycleModel):
         self.granted_bytes = 0
         self.end_cause = e.cause
 
-    _FOLDS = {
+    _FOLDS: ClassVar[Mapping[type[Event], Callable[[Any, Any], None]]] = {
         ReservationRequested: _on_requested,
         ReservationGranted: _on_granted,
         ReservationDenied: _on_denied,

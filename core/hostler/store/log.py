@@ -12,7 +12,7 @@ from typing import Any, Self
 
 import sqlalchemy as sa
 
-from hostler import __version__
+from hostler._version import __version__
 from hostler.errors import (
     ConcurrencyError,
     StoreCorruptError,
@@ -277,7 +277,7 @@ class EventStore:
             for request in batch:
                 request.result, request.error = None, error
             self._drop_writer()
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - every waiter must learn of it, or hang
             for request in batch:
                 request.result, request.error = None, exc
             self._drop_writer()
@@ -285,7 +285,9 @@ class EventStore:
             request.done = True
 
     def _write_one(self, conn: sa.Connection, request: _Request, recorded_at: str) -> AppendResult:
-        current = int(conn.execute(self._version_stmt, {"stream_id": request.stream_id}).scalar_one())
+        current = int(
+            conn.execute(self._version_stmt, {"stream_id": request.stream_id}).scalar_one()
+        )
         if request.expected is not None and current != request.expected:
             raise ConcurrencyError(request.stream_id, request.expected, current)
         rows = [
@@ -304,7 +306,9 @@ class EventStore:
             seqs = tuple(conn.execute(self._insert_stmt, rows).scalars().all())
         except sa.exc.IntegrityError as exc:
             # Another host's writer won the race between our version check and insert.
-            actual = int(conn.execute(self._version_stmt, {"stream_id": request.stream_id}).scalar_one())
+            actual = int(
+                conn.execute(self._version_stmt, {"stream_id": request.stream_id}).scalar_one()
+            )
             raise ConcurrencyError(request.stream_id, current, actual) from exc
         return AppendResult(request.stream_id, current + len(rows), seqs)
 
@@ -362,66 +366,85 @@ class EventStore:
         after_seq: int = 0,
         until_seq: int | None = None,
         types: Iterable[str] | None = None,
-        stream_id: str | None = None,
+        streams: Iterable[str] | None = None,
         stream_prefix: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
         limit: int | None = None,
+        last: int | None = None,
     ) -> Iterator[RecordedEvent]:
         """Events in seq order after ``after_seq``, filtered; read in pages, lazily.
 
-        Each page is its own short read, so tailing a large log never pins a snapshot (and
-        never blocks the WAL checkpoint) for long.
+        Filters combine with AND; ``types`` and ``streams`` match any of their values.
+        ``last=N`` keeps only the last N matching events. Each page is its own short read, so
+        tailing a large log never pins a snapshot (nor blocks the WAL checkpoint) for long.
         """
-        for page in self._pages(
-            after_seq=after_seq,
+        base = self._filtered(
             until_seq=until_seq,
             types=types,
-            stream_id=stream_id,
+            streams=streams,
             stream_prefix=stream_prefix,
             since=since,
             until=until,
-            limit=limit,
-        ):
+        )
+        if base is None:
+            return
+        if last is not None:
+            newest = base.where(events.c.seq > after_seq).order_by(events.c.seq.desc()).limit(last)
+            with self._read() as conn:
+                rows = conn.execute(newest).all()
+            if not rows:
+                return
+            after_seq = rows[-1][0] - 1
+        for page in self._paged(base, after_seq=after_seq, limit=limit):
             yield from (_record(row) for row in page)
 
     def read_rows(
         self, *, after_seq: int = 0, until_seq: int | None = None, until: datetime | None = None
-    ) -> Iterator[Sequence[sa.Row[Any]]]:
+    ) -> Iterator[Sequence[Sequence[Any]]]:
         """Raw row pages ``(seq, stream_id, version, type, schema_version, payload, …)``.
 
         The fast path for replay: no :class:`RecordedEvent` is built per row.
         """
-        return self._pages(after_seq=after_seq, until_seq=until_seq, until=until)
+        base = self._filtered(until_seq=until_seq, until=until)
+        assert base is not None  # noqa: S101 - no empty filter was given
+        return self._paged(base, after_seq=after_seq, limit=None)
 
-    def _pages(
-        self,
+    @staticmethod
+    def _filtered(
         *,
-        after_seq: int = 0,
         until_seq: int | None = None,
         types: Iterable[str] | None = None,
-        stream_id: str | None = None,
+        streams: Iterable[str] | None = None,
         stream_prefix: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
-        limit: int | None = None,
-    ) -> Iterator[Sequence[sa.Row[Any]]]:
+    ) -> sa.Select[Any] | None:
+        """The filtered select, or None when a filter can match nothing (empty list)."""
         base = sa.select(*_COLUMNS)
         if until_seq is not None:
             base = base.where(events.c.seq <= until_seq)
         if types is not None:
             wanted = sorted(set(types))
             if not wanted:
-                return
+                return None
             base = base.where(events.c.type.in_(wanted))
-        if stream_id is not None:
-            base = base.where(events.c.stream_id == stream_id)
+        if streams is not None:
+            ids = sorted(set(streams))
+            if not ids:
+                return None
+            base = base.where(events.c.stream_id.in_(ids))
         if stream_prefix is not None:
             base = base.where(events.c.stream_id.startswith(stream_prefix, autoescape=True))
         if since is not None:
             base = base.where(events.c.recorded_at >= format_time(since))
         if until is not None:
             base = base.where(events.c.recorded_at <= format_time(until))
+        return base
+
+    def _paged(
+        self, base: sa.Select[Any], *, after_seq: int, limit: int | None
+    ) -> Iterator[Sequence[Sequence[Any]]]:
         remaining = limit
         last = after_seq
         while remaining is None or remaining > 0:
@@ -466,7 +489,7 @@ class _ReadContext:
             raise _translate(exc, self._name) from exc
 
 
-def _record(row: sa.Row[Any]) -> RecordedEvent:
+def _record(row: Sequence[Any]) -> RecordedEvent:
     seq, stream_id, version, type_name, schema_version, payload, metadata, recorded_at = row
     return RecordedEvent(
         seq,

@@ -45,7 +45,7 @@ def upgrade_to_head(engine: sa.Engine, *, where: str) -> str:
     with engine.begin() as conn:
         current = current_revision(conn)
         if current == head:
-            return head
+            return str(head)
         if current is not None and current not in {s.revision for s in scripts.walk_revisions()}:
             raise StoreSchemaError(
                 f"{where}: schema revision {current!r} is newer than this hostler knows "

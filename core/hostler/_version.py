@@ -1,0 +1,5 @@
+"""The installed hostler version."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"

@@ -1,0 +1,43 @@
+"""The ``hostler`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from hostler._version import __version__
+from hostler.cli import demo, events, state
+from hostler.errors import HostlerError
+
+__all__ = ["main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="hostler",
+        description="Keeps local inference engines resident within memory, and says why.",
+    )
+    parser.add_argument("--version", action="version", version=f"hostler {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in (events, state, demo):
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; return the process exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args))
+    except HostlerError as exc:
+        print(f"hostler: error [{exc.code}]: {exc.message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `hostler events | head`: the reader left; that is not an error.
+        sys.stderr.close()
+        return 0
