@@ -108,8 +108,8 @@ def registered_types() -> Mapping[str, type[Event]]:
 def encode(event: Event) -> tuple[str, int, JSONDict]:
     """Return ``(type, schema_version, payload)`` for storing ``event``."""
     cls = type(event)
-    if not cls.TYPE:
-        raise TypeError(f"{cls.__qualname__} is not a registered event type")
+    if not getattr(cls, "TYPE", ""):
+        raise TypeError(f"{cls.__qualname__} is not a registered event type (see event_type)")
     return cls.TYPE, cls.SCHEMA_VERSION, {name: getattr(event, name) for name in cls._FIELDS}
 
 

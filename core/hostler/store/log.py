@@ -126,6 +126,8 @@ class EventStore:
         self._writing = False
         self._writer: sa.Connection | None = None
         self._closed = False
+        self._commits = 0
+        self._appends = 0
         self._base_metadata = {"hostler_version": __version__}
         self._version_stmt = sa.select(sa.func.coalesce(sa.func.max(events.c.version), 0)).where(
             events.c.stream_id == sa.bindparam("stream_id")
@@ -265,24 +267,34 @@ class EventStore:
                         savepoint = conn.begin_nested()
                         try:
                             request.result = self._write_one(conn, request, recorded_at)
-                        except ConcurrencyError as exc:
+                        except sa.exc.DBAPIError:
+                            raise
+                        except (ConcurrencyError, sa.exc.StatementError) as exc:
+                            # one append's conflict or unstorable payload fails it alone
                             savepoint.rollback()
-                            request.error = exc
+                            request.error = _request_error(exc, request)
                         else:
                             savepoint.commit()
-        except ConcurrencyError as exc:
-            batch[0].error = exc
+            self._commits += 1
+            self._appends += len(batch)
         except sa.exc.DBAPIError as exc:
             error = _translate(exc, self.name)
             for request in batch:
                 request.result, request.error = None, error
             self._drop_writer()
+        except (ConcurrencyError, sa.exc.StatementError) as exc:
+            batch[0].error = _request_error(exc, batch[0])  # a batch of one: rolled back whole
         except BaseException as exc:  # noqa: BLE001 - every waiter must learn of it, or hang
             for request in batch:
                 request.result, request.error = None, exc
             self._drop_writer()
         for request in batch:
             request.done = True
+
+    @property
+    def commit_stats(self) -> tuple[int, int]:
+        """``(commits, appends)`` since open: fewer commits than appends means group commit."""
+        return self._commits, self._appends
 
     def _write_one(self, conn: sa.Connection, request: _Request, recorded_at: str) -> AppendResult:
         current = int(
@@ -502,6 +514,15 @@ def _record(row: Sequence[Any]) -> RecordedEvent:
         parse_time(recorded_at),
         decode(type_name, schema_version, payload),
     )
+
+
+def _request_error(exc: Exception, request: _Request) -> Exception:
+    if isinstance(exc, sa.exc.StatementError):
+        return UsageError(
+            f"stream {request.stream_id!r}: an event payload cannot be stored as JSON "
+            f"({exc.orig}); nothing of this append was written"
+        )
+    return exc
 
 
 def _translate(exc: sa.exc.DBAPIError, name: str) -> StoreError:

@@ -1,0 +1,89 @@
+"""Test-only event types and helpers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from hostler import Event, event_type, upcaster
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@event_type("test.note")
+@dataclass(frozen=True, slots=True)
+class Note(Event):
+    """A free-form test event."""
+
+    text: str
+    n: int = 0
+
+
+@event_type("test.resized", schema_version=3)
+@dataclass(frozen=True, slots=True)
+class Resized(Event):
+    """v3 payload: ``bytes`` and ``unit``; v1 had ``mib``; v2 had ``bytes`` only."""
+
+    bytes: int
+    unit: str
+
+
+@upcaster("test.resized", from_version=1)
+def _resized_v1_v2(payload: dict[str, object]) -> dict[str, object]:
+    mib = payload.pop("mib")
+    assert isinstance(mib, int)
+    payload["bytes"] = mib * 1024 * 1024
+    return payload
+
+
+@upcaster("test.resized", from_version=2)
+def _resized_v2_v3(payload: dict[str, object]) -> dict[str, object]:
+    payload["unit"] = "B"
+    return payload
+
+
+# Root ignores file modes; without these capabilities it obeys them like any user.
+_DROP_ROOT_POWERS = [
+    "setpriv",
+    "--bounding-set=-dac_override,-dac_read_search,-fowner",
+    "--inh-caps=-dac_override,-dac_read_search,-fowner",
+]
+
+
+def run_python(
+    code: str,
+    *args: str,
+    timeout: float = 60,
+    cwd: Path | None = None,
+    obey_file_modes: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter of this environment (a new process).
+
+    ``obey_file_modes`` makes a root caller's child obey permission bits, as a normal user's
+    would, so tests of unwritable paths mean the same as root and as a user.
+    """
+    prefix = _DROP_ROOT_POWERS if obey_file_modes and os.geteuid() == 0 else []
+    return subprocess.run(
+        [*prefix, sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        cwd=cwd or REPO / "tests",
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+
+
+def run_cli(
+    *args: str, timeout: float = 60, obey_file_modes: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """Run the ``hostler`` CLI as a user would (a real process)."""
+    return run_python(
+        "import sys; from hostler.cli import main; sys.exit(main())",
+        *args,
+        timeout=timeout,
+        obey_file_modes=obey_file_modes,
+    )
