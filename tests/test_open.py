@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from _support import Note, run_cli, run_python
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
@@ -23,6 +22,8 @@ from hostler import (
 )
 from hostler.store.migrate import head_revision
 from hostler.store.schema import metadata
+
+from _support import Note, run_cli, run_python
 
 
 def _tables(path: Path) -> set[str]:
@@ -149,9 +150,8 @@ def test_truncated_database(tmp_path: Path) -> None:
     good.write_bytes(data[:100] + b"\x00" * 4000)
     for side in ("-wal", "-shm"):
         Path(f"{good}{side}").unlink(missing_ok=True)
-    with pytest.raises(StoreCorruptError):
-        with EventStore.open(good) as store:
-            list(store.read_all())
+    with pytest.raises(StoreCorruptError), EventStore.open(good) as store:
+        list(store.read_all())
 
 
 _HOLDER = """

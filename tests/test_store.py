@@ -5,13 +5,22 @@ from __future__ import annotations
 import sqlite3
 import stat
 import threading
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from _support import Note, run_python
 
-from hostler import ConcurrencyError, EventStore, StoreError, UnknownEvent, UsageError
+from hostler import (
+    ConcurrencyError,
+    EventStore,
+    RecordedEvent,
+    StoreError,
+    UnknownEvent,
+    UsageError,
+)
+
+from _support import Note, run_python
 
 
 def test_append_assigns_versions_and_global_seqs(store: EventStore) -> None:
@@ -233,7 +242,9 @@ def test_read_all_filters(store: EventStore) -> None:
     timed.append("engine/b", [Note("b1")], expected_version=0)  # 12:01
     timed.append("lease/x", [Note("x1")], expected_version=0)  # 12:02
     timed.append("engine/a", [Note("a2", 2)], expected_version=1)  # 12:03
-    notes = lambda records: [r.event.text for r in records]  # type: ignore[union-attr]  # noqa: E731
+
+    def notes(records: Iterable[RecordedEvent]) -> list[str]:
+        return [r.event.text for r in records]  # type: ignore[union-attr]
 
     assert notes(store.read_all()) == ["a1", "b1", "x1", "a2"]
     assert notes(store.read_all(after_seq=2)) == ["x1", "a2"]

@@ -18,6 +18,7 @@ replay run the same fold, a replayed model equals the live one field for field.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -29,6 +30,20 @@ from hostler.errors import IllegalTransitionError, UsageError
 from hostler.events.base import Event
 
 __all__ = ["LifecycleModel", "LifecycleSpec", "Step", "TransitionEvent"]
+
+
+class _QuietOverridePolicy(logging.Filter):
+    """Drop transitions' per-model "Skip binding" notes.
+
+    With ``model_override=True`` we bind only the declared stubs on purpose; one note per
+    trigger per engine would be noise in a host application's logs.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Skip binding of")
+
+
+logging.getLogger("transitions.core").addFilter(_QuietOverridePolicy())
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,230 @@
+"""Replay: random legal histories, run live on a real SQLite file, rebuilt in a new process."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import tempfile
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hostler import (
+    Engine,
+    EventStore,
+    Lease,
+    LifecycleModel,
+    Reservation,
+    UnknownEvent,
+    commit,
+    load,
+    replay,
+)
+from hostler.machines.base import TransitionEvent
+
+from _support import Note, run_python
+
+KINDS: tuple[type[LifecycleModel], ...] = (Engine, Lease, Reservation)
+_text = st.text(max_size=12)
+_int = st.integers(min_value=-(2**31), max_value=2**53)
+_float = st.floats(allow_nan=False, allow_infinity=False)
+_BY_HINT: dict[Any, st.SearchStrategy[Any]] = {
+    int: _int,
+    float: _float,
+    str: _text,
+    bool: st.booleans(),
+}
+
+
+def _strategy_for(hint: Any) -> st.SearchStrategy[Any]:
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return st.one_of(*(_strategy_for(arg) for arg in typing.get_args(hint)))
+    if hint is type(None):
+        return st.none()
+    return _BY_HINT[hint]
+
+
+def observation(event_cls: type[TransitionEvent]) -> st.SearchStrategy[dict[str, Any]]:
+    """Random observation fields for one event type (all but from/to state and time)."""
+    hints = typing.get_type_hints(event_cls)
+    fields = {
+        name: _strategy_for(hints[name])
+        for name in event_cls._FIELDS
+        if name not in {"from_state", "to_state", "at"}
+    }
+    return st.fixed_dictionaries(fields)
+
+
+def live_snapshot(models: list[LifecycleModel]) -> dict[str, dict[str, dict[str, Any]]]:
+    """What replay must rebuild: every model that has persisted events."""
+    out: dict[str, dict[str, dict[str, Any]]] = {cls.__name__: {} for cls in KINDS}
+    for model in sorted(models, key=lambda m: m.key):
+        if model.version:
+            out[type(model).__name__][model.key] = model.snapshot()
+    return normalized(out)
+
+
+def normalized(snapshot: Any) -> dict[str, Any]:
+    return typing.cast(dict[str, Any], json.loads(json.dumps(snapshot)))
+
+
+REPLAY_IN_NEW_PROCESS = """
+import json, sys
+from hostler import EventStore, replay
+out = {}
+for path in sys.argv[1:]:
+    with EventStore.open(path) as store:
+        world = replay(store)
+        out[path] = {"snapshot": world.snapshot(), "events": world.events, "count": store.count()}
+print(json.dumps(out))
+"""
+
+
+def test_random_histories_replay_identically_in_a_new_process() -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="hostler-replay-"))
+    finished: list[tuple[str, dict[str, Any], int]] = []
+    counter = itertools.count()
+
+    @settings(
+        max_examples=60,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(st.data())
+    def history(data: st.DataObject) -> None:
+        path = workdir / f"log{next(counter)}.db"
+        kinds = data.draw(st.lists(st.sampled_from(KINDS), min_size=1, max_size=12))
+        models = [cls(f"{cls.__name__.lower()}-{i}") for i, cls in enumerate(kinds)]
+        fired = 0
+        at = 1_700_000_000.0
+        checkpoints: list[tuple[int, dict[str, Any]]] = []
+        with EventStore.open(path, owner=True) as store:
+            for _ in range(data.draw(st.integers(1, 150))):
+                model = data.draw(st.sampled_from(models))
+                legal = model.SPEC.legal_triggers(model.state)
+                if not legal:
+                    continue
+                trigger = data.draw(st.sampled_from(legal))
+                at += data.draw(st.floats(0, 600))
+                fields = data.draw(observation(model.SPEC.event_for[trigger]))
+                model.fire(trigger, at=at, **fields)
+                fired += 1
+                choice = data.draw(st.integers(0, 9))
+                if choice < 4:
+                    commit(store, model)
+                elif choice == 9:
+                    for each in models:
+                        commit(store, each)
+                    checkpoints.append((store.last_seq(), live_snapshot(models)))
+            for each in models:
+                commit(store, each)
+            final = live_snapshot(models)
+            # in-process replay: the whole log, and the log as of each checkpoint
+            world = replay(store)
+            assert normalized(world.snapshot()) == final
+            assert world.events == fired == store.count()
+            for seq, expected in checkpoints:
+                assert normalized(replay(store, until_seq=seq).snapshot()) == expected
+            for model in models:
+                if model.version:
+                    again = load(store, type(model), model.key)
+                    assert normalized(again.snapshot()) == normalized(model.snapshot())
+                model.unbind()
+        finished.append((str(path), final, fired))
+
+    try:
+        history()
+        assert len(finished) >= 30
+        result = run_python(REPLAY_IN_NEW_PROCESS, *(path for path, _, _ in finished), timeout=300)
+        assert result.returncode == 0, result.stderr
+        replayed = json.loads(result.stdout)
+        for path, expected, fired in finished:
+            assert replayed[path]["snapshot"] == expected, path
+            assert replayed[path]["events"] == replayed[path]["count"] == fired, path
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_replay_until_time_gives_state_as_of_that_moment(store: EventStore) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    ticks = iter(datetime(2026, 3, 1, 14, 0, tzinfo=UTC) + timedelta(minutes=m) for m in range(50))
+    timed = EventStore(store._engines, name=store.name, lock=None, clock=lambda: next(ticks))
+    engine = Engine("llamacpp:70b:0")
+    engine.fire("start", at=1.0, cause="request")
+    commit(timed, engine)  # 14:00
+    engine.fire(
+        "spawned",
+        at=1.1,
+        pid=7,
+        create_time=1.0,
+        boot_id="b",
+        launch_token="t",
+        argv_fingerprint="f",
+        port=1,
+    )
+    engine.fire("ready", at=2.0)
+    commit(timed, engine)  # 14:01
+    engine.fire("stop", at=3.0, reason="memory-pressure")
+    commit(timed, engine)  # 14:02
+    as_of = replay(store, until=datetime(2026, 3, 1, 14, 1, 30, tzinfo=UTC))
+    assert as_of.engines["llamacpp:70b:0"].state == "running"
+    now = replay(store)
+    assert now.engines["llamacpp:70b:0"].state == "stopping"
+    assert now.engines["llamacpp:70b:0"].stop_reason == "memory-pressure"
+
+
+def test_replay_keeps_unknown_and_foreign_events_without_failing(
+    store: EventStore, log_path: Path
+) -> None:
+    import sqlite3
+
+    engine = Engine("e:1:0")
+    engine.fire("start", at=1.0, cause="request")
+    commit(store, engine)
+    store.append("device/host", [Note("sample")], expected_version=0)
+    raw = sqlite3.connect(log_path)
+    raw.execute(
+        "INSERT INTO events (stream_id, version, type, schema_version, payload, metadata, recorded_at) "
+        "VALUES ('engine/e:1:0', 2, 'engine.future_thing', 1, '{}', '{}', '2026-01-01T00:00:00.000000Z')"
+    )
+    raw.commit()
+    raw.close()
+    world = replay(store)
+    assert world.engines["e:1:0"].state == "starting"
+    assert world.engines["e:1:0"].version == 1
+    assert world.other == 1 and len(world.unknown) == 1
+    assert world.events == 3
+
+
+def test_commit_conflict_keeps_pending_and_reload_recovers(store: EventStore) -> None:
+    from hostler import ConcurrencyError
+
+    first = Engine("e:1:0")
+    first.fire("start", at=1.0, cause="request")
+    commit(store, first)
+    stale = load(store, Engine, "e:1:0")
+    first.fire("stop", at=2.0, reason="user")
+    commit(store, first)
+    stale.fire(
+        "spawned",
+        at=2.0,
+        pid=1,
+        create_time=1.0,
+        boot_id="b",
+        launch_token="t",
+        argv_fingerprint="f",
+        port=1,
+    )
+    with pytest.raises(ConcurrencyError):
+        commit(store, stale)
+    assert len(stale.pending) == 1
+    fresh = load(store, Engine, "e:1:0")
+    assert fresh.state == "stopping" and fresh.version == 2
+    assert not any(isinstance(r.event, UnknownEvent) for r in store.read_all())
