@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from hostler.events.base import UnknownEvent, decode
-from hostler.machines import LIFECYCLES, Engine, Lease, LifecycleModel, Reservation
+from hostler.events.base import Event, UnknownEvent, decode, event_class
+from hostler.machines import (
+    LIFECYCLES,
+    Engine,
+    Lease,
+    LifecycleModel,
+    Reservation,
+    TransitionEvent,
+)
 from hostler.store.log import AppendResult, EventStore
 
 __all__ = ["World", "commit", "load", "replay"]
@@ -68,38 +76,67 @@ class World:
 def replay(
     store: EventStore, *, until_seq: int | None = None, until: datetime | None = None
 ) -> World:
-    """Fold the log (up to ``until_seq`` / recorded time ``until``) into a :class:`World`."""
+    """Fold the log (up to ``until_seq`` / recorded time ``until``) into a :class:`World`.
+
+    Events of unknown types, of types that do not belong to the stream's lifecycle, or whose
+    payload no longer fits their class are kept in the log and listed in ``World.unknown``;
+    they never stop a replay.
+    """
     world = World()
-    models = world.models
-    by_prefix = _BY_PREFIX
+    loads = json.loads
+    lookup = event_class
+    # Per stream: its model and the event classes its lifecycle folds (None: no lifecycle).
+    streams: dict[str, tuple[LifecycleModel, frozenset[type[Event]]] | None] = {}
     for page in store.read_rows(until_seq=until_seq, until=until):
-        for seq, stream_id, version, type_name, schema_version, payload, *_ in page:
-            slash = stream_id.find("/") + 1
-            cls = by_prefix.get(stream_id[:slash]) if slash else None
-            if cls is None:
+        for seq, stream_id, version, type_name, schema_version, raw in page:
+            target = streams.get(stream_id, _UNSEEN)
+            if target is _UNSEEN:
+                target = streams[stream_id] = _model_for(world, stream_id)
+            if target is None:
                 world.other += 1
                 continue
-            event = decode(type_name, schema_version, payload)
-            if isinstance(event, UnknownEvent):
+            model, accepted = target
+            payload = loads(raw) if raw.__class__ is str else raw
+            event_cls = lookup(type_name)
+            event: Event | UnknownEvent | None
+            if event_cls is not None and schema_version == event_cls.SCHEMA_VERSION:
+                try:
+                    event = event_cls(**payload)
+                except TypeError:
+                    event = None
+            else:
+                event = decode(type_name, schema_version, payload)
+            if event is None or event.__class__ not in accepted:
                 world.unknown.append(seq)
                 continue
-            key = stream_id[slash:]
-            instances = models[cls]
-            model = instances.get(key)
-            if model is None:
-                model = instances[key] = cls(key)
-            model.apply(event)
+            model.apply(cast("TransitionEvent", event))
             model.version = version
         world.last_seq = page[-1][0]
         world.events += len(page)
     return world
 
 
+_UNSEEN: Any = object()
+
+
+def _model_for(
+    world: World, stream_id: str
+) -> tuple[LifecycleModel, frozenset[type[Event]]] | None:
+    slash = stream_id.find("/") + 1
+    cls = _BY_PREFIX.get(stream_id[:slash]) if slash else None
+    if cls is None:
+        return None
+    key = stream_id[slash:]
+    model = world.models[cls].setdefault(key, cls(key))
+    return model, cls.SPEC.event_types
+
+
 def load(store: EventStore, cls: type[M], key: str, *, until_version: int | None = None) -> M:
     """One model rebuilt from its own stream (a new model if the stream is empty)."""
     model = cls(key)
+    accepted = cls.SPEC.event_types
     for record in store.read_stream(model.stream_id, until_version=until_version):
-        if not isinstance(record.event, UnknownEvent):
+        if record.event.__class__ in accepted:
             model.apply(record.event)
         model.version = record.version
     return model

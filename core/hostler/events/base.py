@@ -12,6 +12,7 @@ __all__ = [
     "UnknownEvent",
     "decode",
     "encode",
+    "event_class",
     "event_type",
     "registered_types",
     "upcaster",
@@ -103,6 +104,11 @@ def upcaster(name: str, *, from_version: int) -> Callable[[Upcaster], Upcaster]:
 def registered_types() -> Mapping[str, type[Event]]:
     """Every event type this process knows, by type string (read-only view)."""
     return dict(_REGISTRY)
+
+
+def event_class(type_name: str) -> type[Event] | None:
+    """The class registered under ``type_name``, or None."""
+    return _REGISTRY.get(type_name)
 
 
 def encode(event: Event) -> tuple[str, int, JSONDict]:

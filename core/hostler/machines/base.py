@@ -219,13 +219,11 @@ class LifecycleModel:
 
     # -- fold (live and replay) ---------------------------------------------------------------
 
-    def apply(self, event: Event) -> None:
-        """Fold one event into this model (used live and by replay)."""
-        if not isinstance(event, TransitionEvent):
-            raise UsageError(f"{self.SPEC.name} {self.key!r}: cannot apply {type(event)!r}")
+    def apply(self, event: TransitionEvent) -> None:
+        """Fold one event of this lifecycle into the model (used live and by replay)."""
         self.state = event.to_state
         self.changed_at = event.at
-        fold = self._FOLDS.get(type(event))
+        fold = self._FOLDS.get(event.__class__)
         if fold is not None:
             fold(self, event)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -25,11 +26,19 @@ from hostler.store.lock import OwnerLock
 from hostler.store.migrate import upgrade_to_head
 from hostler.store.schema import TIME_FORMAT, events
 
-__all__ = ["AppendResult", "EventStore", "RecordedEvent", "format_time", "parse_time"]
+__all__ = [
+    "AppendResult",
+    "EventStore",
+    "RecordedEvent",
+    "format_time",
+    "parse_time",
+    "payload_of",
+]
 
 Clock = Callable[[], datetime]
 
 _PAGE = 5000
+_REPLAY_PAGE = 20_000
 _COLUMNS = (
     events.c.seq,
     events.c.stream_id,
@@ -39,6 +48,16 @@ _COLUMNS = (
     events.c.payload,
     events.c["metadata"],
     events.c.recorded_at,
+)
+# Replay needs neither metadata nor time, and decodes the payload itself: the driver's text
+# goes straight to json.loads, without a result processor per row.
+_REPLAY_COLUMNS = (
+    events.c.seq,
+    events.c.stream_id,
+    events.c.version,
+    events.c.type,
+    events.c.schema_version,
+    sa.type_coerce(events.c.payload, sa.Text()).label("payload"),
 )
 
 
@@ -414,13 +433,15 @@ class EventStore:
     def read_rows(
         self, *, after_seq: int = 0, until_seq: int | None = None, until: datetime | None = None
     ) -> Iterator[Sequence[Sequence[Any]]]:
-        """Raw row pages ``(seq, stream_id, version, type, schema_version, payload, …)``.
+        """Raw row pages ``(seq, stream_id, version, type, schema_version, payload)``.
 
-        The fast path for replay: no :class:`RecordedEvent` is built per row.
+        The fast path for replay: no :class:`RecordedEvent` is built per row, and
+        ``payload`` is what the driver returns (JSON text on SQLite; some PostgreSQL drivers
+        decode it already): pass it through :func:`payload_of`.
         """
-        base = self._filtered(until_seq=until_seq, until=until)
+        base = self._filtered(until_seq=until_seq, until=until, columns=_REPLAY_COLUMNS)
         assert base is not None  # noqa: S101 - no empty filter was given
-        return self._paged(base, after_seq=after_seq, limit=None)
+        return self._paged(base, after_seq=after_seq, limit=None, page=_REPLAY_PAGE)
 
     @staticmethod
     def _filtered(
@@ -431,9 +452,10 @@ class EventStore:
         stream_prefix: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
+        columns: tuple[Any, ...] = _COLUMNS,
     ) -> sa.Select[Any] | None:
         """The filtered select, or None when a filter can match nothing (empty list)."""
-        base = sa.select(*_COLUMNS)
+        base = sa.select(*columns)
         if until_seq is not None:
             base = base.where(events.c.seq <= until_seq)
         if types is not None:
@@ -455,12 +477,12 @@ class EventStore:
         return base
 
     def _paged(
-        self, base: sa.Select[Any], *, after_seq: int, limit: int | None
+        self, base: sa.Select[Any], *, after_seq: int, limit: int | None, page: int = _PAGE
     ) -> Iterator[Sequence[Sequence[Any]]]:
         remaining = limit
         last = after_seq
         while remaining is None or remaining > 0:
-            size = _PAGE if remaining is None else min(_PAGE, remaining)
+            size = page if remaining is None else min(page, remaining)
             stmt = base.where(events.c.seq > last).order_by(events.c.seq).limit(size)
             with self._read() as conn:
                 rows = conn.execute(stmt).all()
@@ -499,6 +521,14 @@ class _ReadContext:
         self._conn.close()
         if isinstance(exc, sa.exc.DBAPIError):
             raise _translate(exc, self._name) from exc
+
+
+def payload_of(value: str | dict[str, Any]) -> dict[str, Any]:
+    """A payload from :meth:`EventStore.read_rows`, decoded whatever the driver gave."""
+    if isinstance(value, str):
+        decoded: dict[str, Any] = json.loads(value)
+        return decoded
+    return value
 
 
 def _record(row: Sequence[Any]) -> RecordedEvent:

@@ -1,0 +1,68 @@
+"""The curated public API: what ``import hostler`` offers is deliberate, and pinned here."""
+
+from __future__ import annotations
+
+import inspect
+
+import hostler
+from hostler import errors
+
+from _support import REPO
+
+PUBLIC = {
+    "AppendResult",
+    "ConcurrencyError",
+    "Engine",
+    "EngineState",
+    "Event",
+    "EventStore",
+    "HostlerError",
+    "IllegalTransitionError",
+    "Lease",
+    "LeaseSlot",
+    "LeaseState",
+    "LifecycleModel",
+    "RecordedEvent",
+    "Reservation",
+    "ReservationState",
+    "StopReason",
+    "StoreCorruptError",
+    "StoreError",
+    "StoreLockedError",
+    "StorePathError",
+    "StoreSchemaError",
+    "TransitionEvent",
+    "UnknownEvent",
+    "UsageError",
+    "World",
+    "__version__",
+    "commit",
+    "event_type",
+    "load",
+    "registered_types",
+    "replay",
+    "upcaster",
+}
+
+
+def test_public_names_are_pinned() -> None:
+    assert set(hostler.__all__) == PUBLIC
+    for name in hostler.__all__:
+        assert hasattr(hostler, name), name
+
+
+def test_every_public_name_has_a_docstring() -> None:
+    for name in hostler.__all__:
+        obj = getattr(hostler, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            assert inspect.getdoc(obj), name
+
+
+def test_errors_form_one_hierarchy_with_unique_documented_codes() -> None:
+    classes = [getattr(errors, n) for n in errors.__all__]
+    assert all(issubclass(c, hostler.HostlerError) for c in classes)
+    codes = [c.code for c in classes]
+    assert len(codes) == len(set(codes))
+    text = (REPO / "docs" / "errors.md").read_text(encoding="utf-8")
+    for cls in classes:
+        assert f"`{cls.code}`" in text, f"{cls.code} is not in docs/errors.md"
