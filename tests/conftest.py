@@ -16,8 +16,13 @@ def log_path(tmp_path: Path) -> Path:
     return tmp_path / "data" / "events.db"
 
 
-@pytest.fixture
-def store(log_path: Path) -> Iterator[EventStore]:
-    """An owner store on a fresh real SQLite file."""
+@pytest.fixture(params=["sqlite-writer", "core-writer"])
+def store(log_path: Path, request: pytest.FixtureRequest) -> Iterator[EventStore]:
+    """An owner store on a fresh real SQLite file, once per write path.
+
+    SQLite normally writes through the driver-level writer; the generic SQLAlchemy Core
+    writer (the one other databases use) is run on the same file to keep both honest.
+    """
     with EventStore.open(log_path, owner=True) as opened:
+        opened._use_core_writer = request.param == "core-writer"
         yield opened

@@ -6,7 +6,7 @@ import json
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
@@ -14,17 +14,20 @@ from typing import Any, Self
 import sqlalchemy as sa
 
 from hostler._version import __version__
-from hostler.errors import (
-    ConcurrencyError,
-    StoreCorruptError,
-    StoreError,
-    UsageError,
-)
+from hostler.errors import ConcurrencyError, StoreError, UsageError
 from hostler.events.base import Event, UnknownEvent, decode, encode
 from hostler.store.connect import Engines, make_engines
 from hostler.store.lock import OwnerLock
 from hostler.store.migrate import upgrade_to_head
 from hostler.store.schema import TIME_FORMAT, events
+from hostler.store.writers import (
+    CoreWriter,
+    Row,
+    SqliteWriter,
+    UniqueViolation,
+    Writer,
+    translate,
+)
 
 __all__ = [
     "AppendResult",
@@ -117,12 +120,12 @@ class AppendResult:
 class _Request:
     stream_id: str
     expected: int | None
-    encoded: list[tuple[str, int, dict[str, Any]]]
+    encoded: list[tuple[str, int, dict[str, Any], str]]
     metadata: dict[str, Any]
+    metadata_json: str
     done: bool = False
     result: AppendResult | None = None
     error: BaseException | None = None
-    waiters: int = field(default=0)
 
 
 class EventStore:
@@ -143,7 +146,9 @@ class EventStore:
         self._cond = threading.Condition()
         self._queue: list[_Request] = []
         self._writing = False
-        self._writer: sa.Connection | None = None
+        self._writer: Writer | None = None
+        # SQLite takes the driver-level write path; tests may force the generic Core one.
+        self._use_core_writer = False
         self._closed = False
         self._commits = 0
         self._appends = 0
@@ -151,7 +156,6 @@ class EventStore:
         self._version_stmt = sa.select(sa.func.coalesce(sa.func.max(events.c.version), 0)).where(
             events.c.stream_id == sa.bindparam("stream_id")
         )
-        self._insert_stmt = events.insert().returning(events.c.seq, sort_by_parameter_order=True)
 
     # -- opening and closing -------------------------------------------------------------
 
@@ -206,9 +210,7 @@ class EventStore:
         with self._cond:
             while self._writing:
                 self._cond.wait()
-            if self._writer is not None:
-                self._writer.close()
-                self._writer = None
+            self._drop_writer()
         self._engines.dispose()
         if self._lock is not None:
             self._lock.release()
@@ -251,7 +253,19 @@ class EventStore:
         meta = dict(self._base_metadata)
         if metadata:
             meta.update(metadata)
-        request = _Request(stream_id, expected_version, [encode(e) for e in new_events], meta)
+        # Encoding happens here, in the caller's thread: a payload that is not JSON fails its
+        # own append at once and never reaches a shared commit.
+        pieces = [encode(e) for e in new_events]
+        try:
+            encoded = [
+                (kind, version, payload, _dumps(payload)) for kind, version, payload in pieces
+            ]
+            request = _Request(stream_id, expected_version, encoded, meta, _dumps(meta))
+        except (TypeError, ValueError) as exc:
+            raise UsageError(
+                f"stream {stream_id!r}: an event payload or the metadata cannot be stored as "
+                f"JSON ({exc}); nothing of this append was written"
+            ) from exc
         self._submit(request)
         if request.error is not None:
             raise request.error
@@ -277,32 +291,30 @@ class EventStore:
     def _write_batch(self, batch: list[_Request]) -> None:
         recorded_at = format_time(self._clock())
         try:
-            conn = self._writer_connection()
-            with conn.begin():
+            writer = self._writer_connection()
+            writer.begin()
+            try:
                 if len(batch) == 1:
-                    batch[0].result = self._write_one(conn, batch[0], recorded_at)
+                    batch[0].result = self._write_one(writer, batch[0], recorded_at)
                 else:
                     for request in batch:
-                        savepoint = conn.begin_nested()
+                        writer.savepoint()
                         try:
-                            request.result = self._write_one(conn, request, recorded_at)
-                        except sa.exc.DBAPIError:
-                            raise
-                        except (ConcurrencyError, sa.exc.StatementError) as exc:
-                            # one append's conflict or unstorable payload fails it alone
-                            savepoint.rollback()
-                            request.error = _request_error(exc, request)
+                            request.result = self._write_one(writer, request, recorded_at)
+                        except ConcurrencyError as exc:
+                            # one append's conflict fails it alone, not the shared commit
+                            writer.rollback_to_savepoint()
+                            request.error = exc
                         else:
-                            savepoint.commit()
+                            writer.release()
+                writer.commit()
+            except BaseException:
+                writer.rollback()
+                raise
             self._commits += 1
             self._appends += len(batch)
-        except sa.exc.DBAPIError as exc:
-            error = _translate(exc, self.name)
-            for request in batch:
-                request.result, request.error = None, error
-            self._drop_writer()
-        except (ConcurrencyError, sa.exc.StatementError) as exc:
-            batch[0].error = _request_error(exc, batch[0])  # a batch of one: rolled back whole
+        except ConcurrencyError as exc:
+            batch[0].error = exc  # a batch of one: rolled back whole
         except BaseException as exc:  # noqa: BLE001 - every waiter must learn of it, or hang
             for request in batch:
                 request.result, request.error = None, exc
@@ -315,46 +327,44 @@ class EventStore:
         """``(commits, appends)`` since open: fewer commits than appends means group commit."""
         return self._commits, self._appends
 
-    def _write_one(self, conn: sa.Connection, request: _Request, recorded_at: str) -> AppendResult:
-        current = int(
-            conn.execute(self._version_stmt, {"stream_id": request.stream_id}).scalar_one()
-        )
+    def _write_one(self, writer: Writer, request: _Request, recorded_at: str) -> AppendResult:
+        stream_id = request.stream_id
+        current = writer.stream_version(stream_id)
         if request.expected is not None and current != request.expected:
-            raise ConcurrencyError(request.stream_id, request.expected, current)
-        rows = [
-            {
-                "stream_id": request.stream_id,
-                "version": current + offset,
-                "type": type_name,
-                "schema_version": schema_version,
-                "payload": payload,
-                "metadata": request.metadata,
-                "recorded_at": recorded_at,
-            }
-            for offset, (type_name, schema_version, payload) in enumerate(request.encoded, 1)
+            raise ConcurrencyError(stream_id, request.expected, current)
+        meta, meta_json = request.metadata, request.metadata_json
+        rows: list[Row] = [
+            (
+                stream_id,
+                current + n,
+                type_name,
+                version,
+                payload,
+                text,
+                meta,
+                meta_json,
+                recorded_at,
+            )
+            for n, (type_name, version, payload, text) in enumerate(request.encoded, 1)
         ]
         try:
-            seqs = tuple(conn.execute(self._insert_stmt, rows).scalars().all())
-        except sa.exc.IntegrityError as exc:
+            seqs = writer.insert(rows)
+        except UniqueViolation as exc:
             # Another host's writer won the race between our version check and insert.
-            actual = int(
-                conn.execute(self._version_stmt, {"stream_id": request.stream_id}).scalar_one()
-            )
-            raise ConcurrencyError(request.stream_id, current, actual) from exc
-        return AppendResult(request.stream_id, current + len(rows), seqs)
+            raise ConcurrencyError(stream_id, current, writer.stream_version(stream_id)) from exc
+        return AppendResult(stream_id, current + len(rows), seqs)
 
-    def _writer_connection(self) -> sa.Connection:
+    def _writer_connection(self) -> Writer:
         if self._writer is None:
-            self._writer = self._engines.writer.connect()
+            if self._engines.sqlite_file is not None and not self._use_core_writer:
+                self._writer = SqliteWriter(self._engines.writer, self.name)
+            else:
+                self._writer = CoreWriter(self._engines.writer, self.name)
         return self._writer
 
     def _drop_writer(self) -> None:
         if self._writer is not None:
-            try:
-                self._writer.invalidate()
-                self._writer.close()
-            except sa.exc.SQLAlchemyError:
-                pass
+            self._writer.close()
             self._writer = None
 
     # -- reading -------------------------------------------------------------------------
@@ -546,25 +556,12 @@ def _record(row: Sequence[Any]) -> RecordedEvent:
     )
 
 
-def _request_error(exc: Exception, request: _Request) -> Exception:
-    if isinstance(exc, sa.exc.StatementError):
-        return UsageError(
-            f"stream {request.stream_id!r}: an event payload cannot be stored as JSON "
-            f"({exc.orig}); nothing of this append was written"
-        )
-    return exc
-
-
 def _translate(exc: sa.exc.DBAPIError, name: str) -> StoreError:
-    detail = str(exc.orig).strip() or type(exc.orig).__name__
-    lowered = detail.lower()
-    if "not a database" in lowered or "malformed" in lowered or "encrypted" in lowered:
-        return StoreCorruptError(f"{name}: not a readable hostler event log ({detail})")
-    if "locked" in lowered or "busy" in lowered:
-        return StoreError(f"{name}: the database stayed locked by another writer ({detail})")
-    if "readonly" in lowered or "read-only" in lowered:
-        return StoreError(f"{name}: the database cannot be written ({detail})")
-    return StoreError(f"{name}: database error ({detail})")
+    return translate(str(exc.orig).strip() or type(exc.orig).__name__, name)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, allow_nan=False, separators=(",", ":"))
 
 
 def _safe_url(target: str | os.PathLike[str]) -> str:
