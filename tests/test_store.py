@@ -344,3 +344,23 @@ def test_an_unstorable_payload_fails_only_its_own_append(store: EventStore) -> N
     assert store.count() == 0
     store.append("s/a", [Note("fine")], expected_version=0)
     assert store.count() == 1
+
+
+def test_a_writer_in_another_process_is_detected_despite_the_version_cache(
+    store: EventStore, log_path: Path
+) -> None:
+    """The store remembers versions it wrote; another process moving a stream on must still
+    turn our append into a conflict, never a gap or a duplicate."""
+    store.append("s/shared", [Note("mine")], expected_version=0)
+    other = run_python(
+        "import sys; from hostler import EventStore; from _support import Note\n"
+        "with EventStore.open(sys.argv[1]) as s:\n"
+        "    s.append('s/shared', [Note('theirs'), Note('theirs2')], expected_version=1)",
+        str(log_path),
+    )
+    assert other.returncode == 0, other.stderr
+    with pytest.raises(ConcurrencyError) as caught:
+        store.append("s/shared", [Note("mine again")], expected_version=1)
+    assert caught.value.actual == 3
+    store.append("s/shared", [Note("after reload")], expected_version=3)
+    assert [r.version for r in store.read_stream("s/shared")] == [1, 2, 3, 4]

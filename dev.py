@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Set up and run hostler from a fresh clone with nothing but Python 3.11+ and the registries.
+
+    python3 dev.py demo        # the main job: write a demo event log and show it
+    python3 dev.py test        # install what the tests need, run the whole suite
+    python3 dev.py run CMD...  # anything else inside the project environment
+
+It installs uv (into ./.tools, so it never touches the system Python), then lets uv build
+./.venv from uv.lock with this same interpreter. Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+TOOLS = ROOT / ".tools"
+
+
+def uv_command() -> list[str]:
+    """The uv binary, installed into ./.tools first if needed."""
+    binary = TOOLS / "bin" / ("uv.exe" if os.name == "nt" else "uv")
+    if not binary.exists():
+        print("dev.py: installing uv into .tools/ (once)", file=sys.stderr, flush=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--upgrade",
+                "--target",
+                str(TOOLS),
+                "uv>=0.9",
+            ],
+            check=True,
+        )
+    return [str(binary)]
+
+
+def main(argv: list[str]) -> int:
+    """Dispatch ``demo``, ``test`` or ``run``."""
+    if sys.version_info < (3, 11):
+        print("dev.py: hostler needs Python 3.11 or newer", file=sys.stderr)
+        return 2
+    if not argv or argv[0] not in {"demo", "test", "run"}:
+        print(__doc__, file=sys.stderr)
+        return 2
+    command, rest = argv[0], argv[1:]
+    uv = [*uv_command(), "run", "--locked", "--python", sys.executable]
+    if command == "demo":
+        line = [*uv, "hostler", "demo", *rest]
+    elif command == "test":
+        line = [*uv, "pytest", *rest]
+    else:
+        line = [*uv, *rest]
+    env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}
+    return subprocess.run(line, cwd=ROOT, env=env, check=False).returncode
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
