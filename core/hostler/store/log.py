@@ -412,11 +412,18 @@ class EventStore:
         self,
         stream_id: str,
         *,
+        after_version: int = 0,
         until_version: int | None = None,
         until_time: datetime | None = None,
     ) -> list[RecordedEvent]:
-        """A stream's events in version order, optionally as of a version or a time."""
+        """A stream's events in version order.
+
+        ``after_version`` skips what a caller has already folded (catching up);
+        ``until_version`` / ``until_time`` give the stream as of a version or a time.
+        """
         stmt = sa.select(*_COLUMNS).where(events.c.stream_id == stream_id)
+        if after_version:
+            stmt = stmt.where(events.c.version > after_version)
         if until_version is not None:
             stmt = stmt.where(events.c.version <= until_version)
         if until_time is not None:

@@ -1,0 +1,308 @@
+"""The capacity ledger's policy: reservations per engine key against the budget (pure).
+
+Rules CB1–CB12 of the reference behaviour. :class:`LedgerState` is folded from ledger events;
+:func:`decide_reserve` turns a state, the host's automatic budget and a request into a
+:class:`ReserveDecision` that carries every input it used, so the decision can be recorded,
+replayed and explained. Nothing here reads a clock or the machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hostler.capacity.budget import BudgetKind, CapacityBudget
+from hostler.capacity.events import (
+    LedgerBudgetSet,
+    LedgerDenied,
+    LedgerReleased,
+    LedgerReserved,
+    LedgerSpilloverSet,
+)
+from hostler.capacity.units import GIB
+from hostler.events.base import Event
+
+__all__ = [
+    "ENFORCE_MINIMUM",
+    "Held",
+    "LedgerLimits",
+    "LedgerState",
+    "ReserveDecision",
+    "decide_reserve",
+    "denial_reason",
+    "fallback_resident_bytes",
+    "format_denial",
+    "limits_of",
+    "shortfall",
+]
+
+#: An explicit budget below this is recorded but not enforced (CB1).
+ENFORCE_MINIMUM = GIB
+CO_RESIDENCY_SUFFIX = " (co-residency ceiling — RAM spillover off)"
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """One reservation: ``bytes`` held for an engine key by an owner (a daemon's identity)."""
+
+    key: str
+    bytes: int
+    owner: str
+
+
+@dataclass
+class LedgerState:
+    """What the ledger holds, folded from its events.
+
+    Attributes:
+        reservations: Held bytes by engine key.
+        explicit_budget: An operator's budget in bytes, or None for the automatic one.
+        spillover: An operator's RAM-spillover choice, or None for the automatic one.
+        version: The ledger stream's version this state reflects.
+    """
+
+    reservations: dict[str, Held] = field(default_factory=dict)
+    explicit_budget: int | None = None
+    spillover: bool | None = None
+    version: int = 0
+
+    @property
+    def committed(self) -> int:
+        """Bytes held by every reservation."""
+        return sum(h.bytes for h in self.reservations.values())
+
+    def apply(self, event: Event) -> None:
+        """Fold one ledger event (others are ignored)."""
+        if isinstance(event, LedgerReserved):
+            self.reservations[event.key] = Held(event.key, event.bytes, event.owner)
+        elif isinstance(event, LedgerReleased):
+            self.reservations.pop(event.key, None)
+        elif isinstance(event, LedgerBudgetSet):
+            self.explicit_budget = event.budget
+        elif isinstance(event, LedgerSpilloverSet):
+            self.spillover = event.allowed
+
+    def owners(self) -> set[str]:
+        """Every owner holding something."""
+        return {h.owner for h in self.reservations.values()}
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerLimits:
+    """The limits in force: derived from the automatic budget and the operator's settings.
+
+    Attributes:
+        enforced: False when an explicit budget under 1 GiB was set (everything is granted).
+        budget: The admission budget in bytes.
+        fast_budget: The accelerator budget (lowered, never raised, by an explicit budget).
+        spillover_allowed: Whether co-resident models may spill from the card into RAM.
+        ceiling: The co-residency ceiling: the budget, or the fast budget without spillover.
+    """
+
+    enforced: bool
+    budget: int
+    fast_budget: int
+    spillover_allowed: bool
+    ceiling: int
+
+
+def limits_of(state: LedgerState, auto: CapacityBudget) -> LedgerLimits:
+    """CB1 and CB4: the limits a state and the automatic budget put in force."""
+    explicit = state.explicit_budget
+    enforced = explicit is None or explicit >= ENFORCE_MINIMUM
+    budget = auto.budget if explicit is None else explicit
+    fast = auto.fast if explicit is None or not enforced else min(auto.fast, explicit)
+    spillover = auto.ram_spillover_auto if state.spillover is None else state.spillover
+    ceiling = budget if spillover else min(budget, fast)
+    return LedgerLimits(enforced, budget, fast, spillover, ceiling)
+
+
+def shortfall(limits: LedgerLimits, committed: int, wanted: int, prior: int = 0) -> int:
+    """CB5: bytes that must be released before ``wanted`` fits (0 when it fits).
+
+    ``prior`` is the reservation the same key already holds (it is being resized). The
+    co-residency ceiling binds only while something else is resident: one model alone may use
+    the whole budget.
+    """
+    if not limits.enforced:
+        return 0
+    others = max(0, committed - prior)
+    budget_short = others + wanted - limits.budget
+    if others > 0:
+        co_short = min(others, others + wanted - limits.ceiling)
+        return max(0, budget_short, co_short)
+    return max(0, budget_short)
+
+
+def denial_reason(limits: LedgerLimits, would_commit: int) -> str:
+    """CB8: the stable, machine-shaped denial line."""
+    if limits.enforced and limits.ceiling < limits.budget and would_commit > limits.ceiling:
+        return f"budget exhausted: would commit {would_commit} against {limits.ceiling}" + (
+            CO_RESIDENCY_SUFFIX
+        )
+    return f"budget exhausted: would commit {would_commit} against {limits.budget}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReserveDecision:
+    """The answer to one reserve request, with every input that produced it."""
+
+    key: str
+    bytes: int
+    owner: str
+    granted: bool
+    prior: int
+    committed_other: int
+    shortfall: int
+    reason: str
+    budget: int
+    ceiling: int
+    enforced: bool
+
+    def event(self) -> LedgerReserved | LedgerDenied:
+        """The event that records this decision."""
+        if self.granted:
+            return LedgerReserved(
+                key=self.key,
+                bytes=self.bytes,
+                owner=self.owner,
+                prior=self.prior,
+                committed_other=self.committed_other,
+                budget=self.budget,
+                ceiling=self.ceiling,
+                enforced=self.enforced,
+            )
+        return LedgerDenied(
+            key=self.key,
+            bytes=self.bytes,
+            owner=self.owner,
+            shortfall=self.shortfall,
+            reason=self.reason,
+            committed_other=self.committed_other,
+            budget=self.budget,
+            ceiling=self.ceiling,
+        )
+
+
+def decide_reserve(
+    state: LedgerState, auto: CapacityBudget, key: str, wanted: int, owner: str
+) -> ReserveDecision:
+    """CB7: grant (replacing the key's prior reservation) or deny, keeping the prior intact."""
+    if wanted < 0:
+        raise ValueError(f"cannot reserve a negative amount ({wanted}) for {key!r}")
+    limits = limits_of(state, auto)
+    held = state.reservations.get(key)
+    prior = held.bytes if held else 0
+    committed = state.committed
+    short = shortfall(limits, committed, wanted, prior)
+    others = max(0, committed - prior)
+    granted = short <= 0
+    return ReserveDecision(
+        key=key,
+        bytes=wanted,
+        owner=owner,
+        granted=granted,
+        prior=prior,
+        committed_other=others,
+        shortfall=max(0, short),
+        reason="" if granted else denial_reason(limits, others + wanted),
+        budget=limits.budget,
+        ceiling=limits.ceiling,
+        enforced=limits.enforced,
+    )
+
+
+def fallback_resident_bytes(engine: str, size: int, mmproj: int = 0) -> int:
+    """CB11: a resident estimate from on-disk size alone (KV excluded), per engine kind."""
+    mib = 1024**2
+    if engine in {"llamacpp", "llama-cpp"}:
+        return round((size + mmproj) * 1.10) + 256 * mib + (384 * mib if mmproj > 0 else 0)
+    if engine == "mlx":
+        return round(size * 1.02) + 1024 * mib
+    if engine == "ds4":
+        return min(size, 48 * GIB)
+    return round(size * 1.10) + 256 * mib
+
+
+def _gib(value: int) -> str:
+    return f"{value / GIB:.1f} GiB"
+
+
+def format_denial(
+    model: str,
+    wanted: int,
+    limits: LedgerLimits,
+    auto: CapacityBudget,
+    committed_other: int,
+    *,
+    below_minimum: bool = False,
+) -> str:
+    """CB12: the denial a person reads (GiB with one decimal, never raw byte counts)."""
+    if limits.enforced and limits.ceiling < limits.budget and committed_other > 0:
+        return (
+            f"{model} needs {_gib(wanted)}, and hostler keeps co-resident models on the graphics "
+            f"card ({_gib(limits.ceiling)}), where other models hold {_gib(committed_other)} "
+            "and are busy. Wait for them to finish, or allow RAM spillover."
+        )
+    available = max(0, limits.budget - committed_other)
+    text = f"{model} needs {_gib(wanted)} but {_gib(available)} is available"
+    if auto.kind is BudgetKind.DISCRETE:
+        text += (
+            f" (budget {_gib(limits.budget)}: {_gib(auto.vram)} of usable VRAM plus a "
+            f"{_gib(max(0, limits.budget - auto.vram))} share of system RAM)"
+        )
+    elif auto.system_ram > 0:
+        percent = round(100 * limits.budget / auto.system_ram)
+        text += f" (budget {_gib(limits.budget)}, {percent}% of {_gib(auto.system_ram)} of RAM)"
+    if committed_other > 0:
+        text += f"; other models hold {_gib(committed_other)}"
+    if below_minimum:
+        text += "; even one slot at the minimum context window does not fit"
+    return text + ". Raise the memory budget (HOSTLER_CAPACITY_BUDGET_GB) or unload a model."
+
+
+def committed_snapshot(
+    state: LedgerState, auto: CapacityBudget, owners_alive: Iterable[str] | None = None
+) -> dict[str, Any]:
+    """CB10: the ledger as a dict (reservations sorted by bytes, largest first)."""
+    limits = limits_of(state, auto)
+    alive = None if owners_alive is None else set(owners_alive)
+    return {
+        "budget": limits.budget,
+        "committed": state.committed,
+        "enforced": limits.enforced,
+        "system_ram": auto.system_ram,
+        "auto_budget": auto.budget,
+        "overridden": state.explicit_budget is not None or auto.overridden,
+        "pools": {
+            "kind": str(auto.kind),
+            "vram": auto.vram,
+            "ram_share": auto.ram_share,
+            "fast": limits.fast_budget,
+            "concurrency_sizing": auto.concurrency_sizing,
+        },
+        "ram_spillover": {
+            "allowed": limits.spillover_allowed,
+            "auto": auto.ram_spillover_auto,
+            "overridden": state.spillover is not None,
+            "co_residency_bytes": limits.ceiling,
+        },
+        "by_key": [
+            {
+                "key": h.key,
+                "bytes": h.bytes,
+                "owner": h.owner,
+                **({} if alive is None else {"owner_alive": h.owner in alive}),
+            }
+            for h in sorted(state.reservations.values(), key=lambda h: (-h.bytes, h.key))
+        ],
+    }
+
+
+def state_from(events: Iterable[Event], version: int = 0) -> LedgerState:
+    """Fold events into a fresh state (tests and tools)."""
+    state = LedgerState(version=version)
+    for event in events:
+        state.apply(event)
+    return state
