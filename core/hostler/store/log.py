@@ -67,7 +67,9 @@ _REPLAY_COLUMNS = (
 
 def format_time(moment: datetime) -> str:
     """The stored text of a moment (UTC, fixed width). Naive datetimes are taken as UTC."""
-    if moment.tzinfo is not None:
+    if moment.tzinfo is UTC:
+        moment = moment.replace(tzinfo=None)
+    elif moment.tzinfo is not None:
         moment = moment.astimezone(UTC).replace(tzinfo=None)
     # isoformat is several times faster than strftime(TIME_FORMAT) and gives the same text
     return moment.isoformat(timespec="microseconds") + "Z"
@@ -159,6 +161,7 @@ class EventStore:
         # our insert hit UNIQUE(stream_id, version), which is reported as a conflict.
         self._versions: dict[str, int] = {}
         self._base_metadata = {"hostler_version": __version__}
+        self._base_metadata_json = _dumps(self._base_metadata)
         self._version_stmt = sa.select(sa.func.coalesce(sa.func.max(events.c.version), 0)).where(
             events.c.stream_id == sa.bindparam("stream_id")
         )
@@ -256,9 +259,11 @@ class EventStore:
             raise UsageError("append needs at least one event")
         if not stream_id or len(stream_id) > 200:
             raise UsageError(f"stream id {stream_id!r} must be 1..200 characters")
-        meta = dict(self._base_metadata)
         if metadata:
-            meta.update(metadata)
+            meta = {**self._base_metadata, **metadata}
+            meta_json = None
+        else:
+            meta, meta_json = self._base_metadata, self._base_metadata_json
         # Encoding happens here, in the caller's thread: a payload that is not JSON fails its
         # own append at once and never reaches a shared commit.
         pieces = [encode(e) for e in new_events]
@@ -266,7 +271,9 @@ class EventStore:
             encoded = [
                 (kind, version, payload, _dumps(payload)) for kind, version, payload in pieces
             ]
-            request = _Request(stream_id, expected_version, encoded, meta, _dumps(meta))
+            request = _Request(
+                stream_id, expected_version, encoded, meta, meta_json or _dumps(meta)
+            )
         except (TypeError, ValueError) as exc:
             raise UsageError(
                 f"stream {stream_id!r}: an event payload or the metadata cannot be stored as "
