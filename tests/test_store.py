@@ -364,3 +364,38 @@ def test_a_writer_in_another_process_is_detected_despite_the_version_cache(
     assert caught.value.actual == 3
     store.append("s/shared", [Note("after reload")], expected_version=3)
     assert [r.version for r in store.read_stream("s/shared")] == [1, 2, 3, 4]
+
+
+def test_transact_reads_decides_and_appends_under_the_write_lock(store: EventStore) -> None:
+    store.append("s/t", [Note("a", 1), Note("b", 2)], expected_version=0)
+    seen: list[list[str]] = []
+
+    def decide(fresh: list[RecordedEvent]) -> tuple[list[Note], int]:
+        seen.append([r.event.text for r in fresh])  # type: ignore[union-attr]
+        total = sum(r.event.n for r in fresh)  # type: ignore[union-attr]
+        return [Note("sum", total)], total
+
+    answer, fresh, result = store.transact("s/t", decide, after_version=0)
+    assert answer == 3
+    assert [r.version for r in fresh] == [1, 2]
+    assert result is not None
+    assert result.version == 3
+    answer, fresh, result = store.transact("s/t", decide, after_version=3)
+    assert (answer, fresh) == (0, [])
+    assert seen == [["a", "b"], []]
+    assert [r.event for r in store.read_stream("s/t")][-2:] == [Note("sum", 3), Note("sum", 0)]
+    # deciding nothing writes nothing
+    _, _, none = store.transact("s/t", lambda fresh: ([], None), after_version=4)
+    assert none is None
+    assert store.stream_version("s/t") == 4
+
+
+def test_transact_rolls_back_when_decide_raises(store: EventStore) -> None:
+    def boom(fresh: list[RecordedEvent]) -> tuple[list[Note], None]:
+        raise RuntimeError("policy bug")
+
+    with pytest.raises(RuntimeError, match="policy bug"):
+        store.transact("s/t", boom, after_version=0)
+    assert store.count() == 0
+    store.append("s/t", [Note("still works")], expected_version=0)
+    assert store.count() == 1

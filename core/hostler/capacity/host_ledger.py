@@ -16,8 +16,6 @@ boot) are released with ``cause="owner-gone"``.
 from __future__ import annotations
 
 import os
-import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +40,7 @@ from hostler.capacity.ledger import (
 )
 from hostler.errors import ConcurrencyError, StoreError
 from hostler.events.base import Event, UnknownEvent
-from hostler.store.log import EventStore
+from hostler.store.log import EventStore, RecordedEvent
 
 __all__ = ["DEFAULT_LEDGER_PATH", "HostLedger", "OwnerIdentity", "default_ledger_path"]
 
@@ -144,11 +142,16 @@ class HostLedger:
 
     def refresh(self) -> LedgerState:
         """Fold the ledger events written since the last look."""
-        for record in self.store.read_stream(LEDGER_STREAM, after_version=self.state.version):
+        self._fold(self.store.read_stream(LEDGER_STREAM, after_version=self.state.version))
+        return self.state
+
+    def _fold(self, records: list[RecordedEvent]) -> None:
+        for record in records:
+            if record.version <= self.state.version:
+                continue
             if not isinstance(record.event, UnknownEvent):
                 self.state.apply(record.event)
             self.state.version = record.version
-        return self.state
 
     def limits(self) -> LedgerLimits:
         """The limits in force now."""
@@ -225,26 +228,31 @@ class HostLedger:
         return [*reaped, decision.event()], decision
 
     def _decide(self, make: Callable[[LedgerState], tuple[list[Event], Any]]) -> Any:
-        for attempt in range(_MAX_ATTEMPTS):
-            state = self.refresh()
-            new_events, answer = make(state)
-            if not new_events:
-                return answer
+        decided: list[Event] = []
+
+        def decide(fresh: list[RecordedEvent]) -> tuple[list[Event], Any]:
+            # Runs holding the ledger's write lock: nobody can decide in between.
+            self._fold(fresh)
+            new_events, answer = make(self.state)
+            decided[:] = new_events
+            return new_events, answer
+
+        for _attempt in range(_MAX_ATTEMPTS):
             try:
-                self.store.append(
+                answer, _, result = self.store.transact(
                     LEDGER_STREAM,
-                    new_events,
-                    expected_version=state.version,
+                    decide,
+                    after_version=self.state.version,
                     metadata={"actor": self.owner},
                 )
             except ConcurrencyError:
+                # Only on databases without a whole-database write lock (PostgreSQL).
                 self.retries += 1
-                # Another daemon decided first: back off a little (jittered) and re-decide.
-                time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))  # noqa: S311
                 continue
-            for event in new_events:
-                state.apply(event)
-            state.version += len(new_events)
+            if result is not None:
+                for event in decided:
+                    self.state.apply(event)
+                self.state.version = result.version
             return answer
         raise StoreError(
             f"{self.store.name}: the ledger changed under {_MAX_ATTEMPTS} attempts in a row; "

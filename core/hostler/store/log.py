@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import sqlalchemy as sa
 
@@ -39,6 +39,7 @@ __all__ = [
 ]
 
 Clock = Callable[[], datetime]
+T = TypeVar("T")
 
 _PAGE = 5000
 _REPLAY_PAGE = 20_000
@@ -300,6 +301,81 @@ class EventStore:
             with self._cond:
                 self._writing = False
                 self._cond.notify_all()
+
+    def transact(
+        self,
+        stream_id: str,
+        decide: Callable[[list[RecordedEvent]], tuple[Sequence[Event], T]],
+        *,
+        after_version: int,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> tuple[T, list[RecordedEvent], AppendResult | None]:
+        """Read, decide and append on one stream while holding the database's write lock.
+
+        Inside one write transaction (``BEGIN IMMEDIATE`` on SQLite, so other processes wait):
+        the stream's events after ``after_version`` are read, ``decide(new_records)`` returns
+        the events to append and an answer, and those events are appended at the stream's end.
+        A check-and-reserve shared by several processes is therefore serializable without
+        retries. Returns ``(answer, new_records, append_result_or_None)``.
+
+        Raises:
+            ConcurrencyError: Only on databases without a whole-database write lock, when
+                another writer appended in between; decide again.
+        """
+        if self._closed:
+            raise StoreError(f"{self.name}: the event log is closed")
+        with self._cond:
+            while self._writing:
+                self._cond.wait()
+            self._writing = True
+        try:
+            return self._transact(stream_id, decide, after_version, metadata)
+        finally:
+            with self._cond:
+                self._writing = False
+                self._cond.notify_all()
+
+    def _transact(
+        self,
+        stream_id: str,
+        decide: Callable[[list[RecordedEvent]], tuple[Sequence[Event], T]],
+        after_version: int,
+        metadata: Mapping[str, Any] | None,
+    ) -> tuple[T, list[RecordedEvent], AppendResult | None]:
+        writer = self._writer_connection()
+        try:
+            writer.begin()
+            try:
+                fresh = [_record(row) for row in writer.stream_rows(stream_id, after_version)]
+                current = fresh[-1].version if fresh else after_version
+                new_events, answer = decide(fresh)
+                result = None
+                if new_events:
+                    meta = {**self._base_metadata, **(metadata or {})}
+                    request = _Request(
+                        stream_id,
+                        current,
+                        [(k, v, p, _dumps(p)) for k, v, p in map(encode, new_events)],
+                        meta,
+                        _dumps(meta),
+                    )
+                    result = self._write_one(writer, request, format_time(self._clock()), {})
+                writer.commit()
+            except BaseException:
+                writer.rollback()
+                raise
+        except (ConcurrencyError, StoreError, UsageError):
+            self._versions.pop(stream_id, None)
+            raise
+        except BaseException:
+            self._versions.clear()
+            self._drop_writer()
+            raise
+        if result is not None:
+            self._versions[stream_id] = result.version
+            self._commits += 1
+            self._appends += 1
+        return answer, fresh, result
 
     def _write_batch(self, batch: list[_Request]) -> None:
         recorded_at = format_time(self._clock())

@@ -14,6 +14,7 @@ Both raise :class:`UniqueViolation` when ``(stream_id, version)`` is taken and
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -23,11 +24,24 @@ import sqlalchemy as sa
 from hostler.errors import StoreCorruptError, StoreError
 from hostler.store.schema import events
 
-__all__ = ["CoreWriter", "Row", "SqliteWriter", "UniqueViolation", "Writer", "translate"]
+__all__ = [
+    "CoreWriter",
+    "Row",
+    "SqliteWriter",
+    "StoredRow",
+    "UniqueViolation",
+    "Writer",
+    "translate",
+]
 
 #: One row to insert: stream_id, version, type, schema_version, payload, payload JSON text,
 #: metadata, metadata JSON text, recorded_at. Each writer takes the form it needs.
 Row = tuple[str, int, str, int, dict[str, Any], str, dict[str, Any], str, str]
+
+
+#: A stored row read back: seq, stream_id, version, type, schema_version, payload, metadata,
+#: recorded_at.
+StoredRow = tuple[int, str, int, str, int, dict[str, Any], dict[str, Any], str]
 
 
 class UniqueViolation(Exception):
@@ -61,6 +75,9 @@ class Writer(Protocol):
     def insert(self, rows: Sequence[Row]) -> tuple[int, ...]:
         """Insert rows in order; return their seqs."""
 
+    def stream_rows(self, stream_id: str, after_version: int) -> list[StoredRow]:
+        """A stream's rows after a version, inside this transaction (payloads decoded)."""
+
     def close(self) -> None:
         """Give the connection back; never raises."""
 
@@ -78,6 +95,10 @@ def translate(detail: str, name: str) -> StoreError:
 
 
 _SQLITE_VERSION = "SELECT coalesce(max(version), 0) FROM events WHERE stream_id = ?"
+_SQLITE_ROWS = (
+    "SELECT seq, stream_id, version, type, schema_version, payload, metadata, recorded_at "
+    "FROM events WHERE stream_id = ? AND version > ? ORDER BY version"
+)
 _SQLITE_INSERT = (
     "INSERT INTO events (stream_id, version, type, schema_version, payload, metadata, "
     "recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -148,6 +169,14 @@ class SqliteWriter:
             )
             seqs.append(int(cursor.lastrowid or 0))
         return tuple(seqs)
+
+    def stream_rows(self, stream_id: str, after_version: int) -> list[StoredRow]:
+        """See :class:`Writer`."""
+        cursor = self._run(_SQLITE_ROWS, (stream_id, after_version))
+        return [
+            (seq, sid, version, kind, schema, json.loads(payload), json.loads(meta), at)
+            for seq, sid, version, kind, schema, payload, meta, at in cursor.fetchall()
+        ]
 
     def close(self) -> None:
         """See :class:`Writer`."""
@@ -238,6 +267,27 @@ class CoreWriter:
         ]
         try:
             return tuple(self._conn.execute(self._insert, values).scalars().all())
+        except sa.exc.DBAPIError as exc:
+            raise self._guard(exc) from exc
+
+    def stream_rows(self, stream_id: str, after_version: int) -> list[StoredRow]:
+        """See :class:`Writer`."""
+        stmt = (
+            sa.select(
+                events.c.seq,
+                events.c.stream_id,
+                events.c.version,
+                events.c.type,
+                events.c.schema_version,
+                events.c.payload,
+                events.c["metadata"],
+                events.c.recorded_at,
+            )
+            .where(events.c.stream_id == stream_id, events.c.version > after_version)
+            .order_by(events.c.version)
+        )
+        try:
+            return [tuple(row) for row in self._conn.execute(stmt)]
         except sa.exc.DBAPIError as exc:
             raise self._guard(exc) from exc
 
