@@ -1,0 +1,61 @@
+"""Model geometry: the facts of a model's shape that price its KV cache (pure data)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ModelGeometry"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelGeometry:
+    """What a model's header says about its shape (None where it says nothing).
+
+    Attributes:
+        architecture: ``general.architecture`` (``llama``, ``gemma3``, ``qwen3moe``...).
+        block_count: Transformer layers.
+        head_count: Attention (query) heads.
+        head_count_kv: KV heads, one number or one per layer.
+        key_length: Per-head key width of global layers (default embedding / heads).
+        value_length: Per-head value width of global layers.
+        key_length_swa: Per-head key width of sliding-window layers.
+        value_length_swa: Per-head value width of sliding-window layers.
+        embedding_length: Model width.
+        sliding_window: Window of SWA layers, in tokens.
+        swa_pattern: Per layer, True where the layer is sliding-window.
+        shared_kv_layers: Trailing layers that reuse earlier layers' KV (own none).
+        full_attention_interval: In a linear-attention hybrid, every Nth layer is full.
+        ssm_inner_size: Linear-attention state width (hybrids).
+        ssm_conv_kernel: Linear-attention convolution kernel (hybrids).
+        ssm_state_size: Linear-attention state size (hybrids).
+        native_context: The context the model was trained for.
+        expert_count: Experts (MoE); None or 0 for a dense model.
+        file_size: Bytes of the model file.
+        mmproj_size: Bytes of its vision projector, if any.
+    """
+
+    architecture: str = ""
+    block_count: int | None = None
+    head_count: int | None = None
+    head_count_kv: int | tuple[int, ...] | None = None
+    key_length: int | None = None
+    value_length: int | None = None
+    key_length_swa: int | None = None
+    value_length_swa: int | None = None
+    embedding_length: int | None = None
+    sliding_window: int | None = None
+    swa_pattern: tuple[bool, ...] | None = None
+    shared_kv_layers: int = 0
+    full_attention_interval: int | None = None
+    ssm_inner_size: int | None = None
+    ssm_conv_kernel: int | None = None
+    ssm_state_size: int | None = None
+    native_context: int | None = None
+    expert_count: int | None = None
+    file_size: int = 0
+    mmproj_size: int = 0
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether the model routes through experts."""
+        return bool(self.expert_count and self.expert_count > 1)
