@@ -13,6 +13,7 @@ __all__ = [
     "ConcurrencyError",
     "HostlerError",
     "IllegalTransitionError",
+    "ModelFileError",
     "StoreCorruptError",
     "StoreError",
     "StoreLockedError",
@@ -112,3 +113,9 @@ class IllegalTransitionError(HostlerError):
         self.state = state
         self.trigger = trigger
         self.allowed = allowed
+
+
+class ModelFileError(HostlerError):
+    """A model file cannot be read: missing, not GGUF, truncated, or claiming absurd sizes."""
+
+    code = "model.unreadable"
