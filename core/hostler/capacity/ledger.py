@@ -20,6 +20,7 @@ from hostler.capacity.events import (
     LedgerReserved,
     LedgerSpilloverSet,
 )
+from hostler.capacity.keys import parse_key
 from hostler.capacity.units import GIB
 from hostler.events.base import Event
 
@@ -29,6 +30,7 @@ __all__ = [
     "LedgerLimits",
     "LedgerState",
     "ReserveDecision",
+    "committed_other_for",
     "decide_reserve",
     "denial_reason",
     "fallback_resident_bytes",
@@ -298,6 +300,21 @@ def committed_snapshot(
             for h in sorted(state.reservations.values(), key=lambda h: (-h.bytes, h.key))
         ],
     }
+
+
+def committed_other_for(state: LedgerState, engine: str, model: str) -> int:
+    """NR6: what everyone but this model's own replicas holds.
+
+    A preview must not count the model against itself; keys that do not parse stay counted
+    (conservative).
+    """
+    total = 0
+    for held in state.reservations.values():
+        parsed = parse_key(held.key)
+        if parsed is not None and parsed.engine == engine and parsed.model == model:
+            continue
+        total += held.bytes
+    return total
 
 
 def state_from(events: Iterable[Event], version: int = 0) -> LedgerState:

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from hostler._version import __version__
-from hostler.cli import demo, events, state
+from hostler.cli import capacity, demo, events, state
 from hostler.errors import HostlerError
 
 __all__ = ["main"]
@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in (events, state, demo):
         module.add_parser(sub)
+    capacity.add_parsers(sub)
     return parser
 
 

@@ -1,0 +1,243 @@
+"""The llama.cpp launch plan and its preview (pure): one resolver for both (IN10).
+
+From a model's geometry, the host's budget, what other engines hold and the operator's
+overrides, decide the context window, the slot count, the KV cache type, and the bytes the
+engine will need: *planned* (weights + one slot of KV, what one chat costs) and *reserved*
+(weights + every slot, what the ledger holds). Every step says why in ``reasons``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hostler.capacity.budget import BudgetKind, CapacityBudget
+from hostler.capacity.context import (
+    host_floor,
+    llama_requirement,
+    plan_adaptive_growth,
+    plan_ctx_for_memory,
+)
+from hostler.capacity.geometry import ModelGeometry
+from hostler.capacity.kv import KvLinear, exact_linearization, heuristic_per_slot_kv
+from hostler.capacity.ledger import LedgerLimits, fallback_resident_bytes, format_denial, shortfall
+from hostler.capacity.slots import default_slots, planned_slots, slot_ceiling
+
+__all__ = ["LaunchPlan", "PlanRequest", "default_kv_type", "plan_llama"]
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRequest:
+    """What the operator asked for (None: decide automatically).
+
+    Attributes:
+        model: The model's name in messages.
+        ctx: An explicit per-slot window (env or per-model override).
+        ctx_is_model_override: ``ctx`` is a per-model override (may go below the floor, C4).
+        slots: An explicit slot count (verbatim, S2).
+        kv_type: An explicit KV cache type.
+        policy: ``adaptive`` or ``model-max``.
+        min_context: ``HOSTLER_MIN_CONTEXT_TOKENS`` if set.
+        manifest_context: A catalog's context size for the model.
+    """
+
+    model: str
+    ctx: int | None = None
+    ctx_is_model_override: bool = False
+    slots: int | None = None
+    kv_type: str | None = None
+    policy: str = "adaptive"
+    min_context: int | None = None
+    manifest_context: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchPlan:
+    """The decision, with every figure a preview shows.
+
+    Attributes:
+        admitted: False when even one slot at the minimum window does not fit (deny, never
+            launch short), or when the reservation does not fit beside other engines.
+        context_window: Per-slot window (``--ctx-size`` is this × slots).
+        slots: ``--parallel``.
+        kv_type: ``--cache-type-k/-v``.
+        native_window: The model's trained window.
+        applied_override: The explicit window in force, if any.
+        auto_window: What the automatic plan would have chosen (only when an override is set).
+        weights_bytes: Resident weights estimate (CB11).
+        kv: One slot's KV line at ``kv_type`` (``fixed + per_token × ctx``).
+        planned_bytes: Weights + one slot.
+        reserved_bytes: Weights + every slot.
+        committed_other: What other engines hold (never this model's own replicas).
+        exact_geometry: The KV came from the header, not the heuristic.
+        denial: The human denial text when not admitted.
+        reasons: Why each figure is what it is, in order.
+    """
+
+    admitted: bool
+    context_window: int
+    slots: int
+    kv_type: str
+    native_window: int
+    applied_override: int | None
+    auto_window: int | None
+    weights_bytes: int
+    kv: KvLinear
+    planned_bytes: int
+    reserved_bytes: int
+    committed_other: int
+    exact_geometry: bool
+    denial: str = ""
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def total_ctx(self) -> int:
+        """``--ctx-size``: the server divides it evenly across slots."""
+        return self.context_window * self.slots
+
+
+def default_kv_type(geometry: ModelGeometry, model: str) -> str:
+    """L5: Gemma keeps f16 KV; every other model quantizes it to q8_0."""
+    gemma = geometry.architecture.startswith("gemma") or "gemma" in model.lower()
+    return "f16" if gemma else "q8_0"
+
+
+def plan_llama(
+    request: PlanRequest,
+    geometry: ModelGeometry,
+    auto: CapacityBudget,
+    limits: LedgerLimits,
+    *,
+    committed_other: int,
+    free_ram: int | None = None,
+    _skip_auto: bool = False,
+) -> LaunchPlan:
+    """Plan a llama.cpp launch (L4–L8 over C1–C7 and S1–S7)."""
+    reasons: list[str] = []
+    discrete = auto.kind is BudgetKind.DISCRETE
+    floor = host_floor(
+        discrete=discrete,
+        usable_vram=auto.vram,
+        system_ram=auto.system_ram,
+        env_minimum=request.min_context,
+    )
+    requirement = llama_requirement(
+        native=geometry.native_context,
+        floor=floor,
+        explicit=request.ctx,
+        policy=request.policy,
+        manifest_context=request.manifest_context,
+        override_below_floor=request.ctx_is_model_override,
+    )
+    reasons.append(
+        f"window: {requirement.requested} requested, {requirement.minimum} minimum "
+        f"(host floor {floor}, native {geometry.native_context or 'unknown'})"
+    )
+    kv_type = request.kv_type or default_kv_type(geometry, request.model)
+    weights = fallback_resident_bytes("llamacpp", geometry.file_size, geometry.mmproj_size)
+    line = exact_linearization(geometry, kv_type)
+    exact = line is not None
+    if line is None:
+        per_slot = heuristic_per_slot_kv(weights, requirement.requested, kv_type)
+        line = KvLinear(0.0, per_slot / max(1, requirement.requested))
+        reasons.append("KV: header geometry unreadable, heuristic pricing (may be off)")
+    f16_line = exact_linearization(geometry, "f16")
+    exact_f16 = f16_line.at(requirement.requested) if f16_line else None
+    ceiling = slot_ceiling(
+        engine="llamacpp",
+        ctx=requirement.requested,
+        weights_bytes=geometry.file_size,
+        budget=limits.fast_budget,
+        committed_other=committed_other,
+        cache_type=kv_type,
+        exact_f16_per_slot=exact_f16,
+        sizing_budget=auto.concurrency_sizing,
+    )
+    tier = default_slots(limits.fast_budget)
+    slots = planned_slots(request.slots, ceiling, tier)
+    reasons.append(
+        f"slots: {slots} ({'configured' if request.slots else f'tier {tier}, ceiling {ceiling}'})"
+    )
+    ladder = plan_ctx_for_memory(
+        requested=requirement.requested,
+        minimum=requirement.minimum,
+        slots=slots,
+        kv_per_token=line.per_token,
+        weights_resident=weights + round(line.fixed * slots),
+        budget=limits.budget,
+        committed_other=committed_other,
+        free_ram=free_ram,
+        vram=auto.vram if discrete else 0,
+    )
+    if ladder.minimum_satisfied and ladder.slots < slots:
+        reasons.append(
+            f"shed slots {slots} → {ladder.slots} so each keeps at least "
+            f"{requirement.minimum} tokens (concurrency goes before context)"
+        )
+    ctx, slots = ladder.ctx, ladder.slots
+    if ladder.reason:
+        reasons.append(ladder.reason)
+    if exact and requirement.growth_target:
+        growth = plan_adaptive_growth(
+            base_ctx=ctx,
+            target=requirement.growth_target,
+            slots=slots,
+            kv_per_token=line.per_token,
+            fixed_per_slot=line.fixed,
+            weights_resident=weights,
+            fast_budget=limits.fast_budget,
+            committed_other=committed_other,
+            discrete=discrete,
+            vram=auto.vram,
+            moe=geometry.is_moe,
+            free_ram=free_ram,
+            allow_slot_trade=request.slots is None,
+        )
+        if growth.grown:
+            reasons.append(
+                f"grown: {ctx} → {growth.ctx} tokens per slot"
+                + (f", {slots} → {growth.slots} slots" if growth.slots != slots else "")
+            )
+            ctx, slots = growth.ctx, growth.slots
+    planned = weights + line.at(ctx)
+    reserved = weights + slots * line.at(ctx)
+    short = shortfall(limits, committed_other, reserved)
+    admitted = ladder.minimum_satisfied and short <= 0
+    denial = ""
+    if not admitted:
+        denial = format_denial(
+            request.model,
+            reserved,
+            limits,
+            auto,
+            committed_other,
+            below_minimum=not ladder.minimum_satisfied,
+        )
+    auto_window = None
+    if request.ctx is not None and not _skip_auto:
+        automatic = plan_llama(
+            PlanRequest(request.model, slots=request.slots, kv_type=request.kv_type),
+            geometry,
+            auto,
+            limits,
+            committed_other=committed_other,
+            free_ram=free_ram,
+            _skip_auto=True,
+        )
+        auto_window = automatic.context_window
+    return LaunchPlan(
+        admitted=admitted,
+        context_window=ctx,
+        slots=slots,
+        kv_type=kv_type,
+        native_window=requirement.native,
+        applied_override=request.ctx,
+        auto_window=auto_window,
+        weights_bytes=weights,
+        kv=line,
+        planned_bytes=planned,
+        reserved_bytes=reserved,
+        committed_other=committed_other,
+        exact_geometry=exact,
+        denial=denial,
+        reasons=reasons,
+    )

@@ -1,0 +1,238 @@
+"""``hostler budget`` and ``hostler preview``: the host's budget, and a model's plan and why."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from hostler.capacity.budget import BudgetKind, CapacityBudget
+from hostler.capacity.events import LEDGER_STREAM
+from hostler.capacity.gguf_header import read_geometry
+from hostler.capacity.host_ledger import boot_id, default_ledger_path, owner_alive
+from hostler.capacity.ledger import (
+    LedgerState,
+    committed_other_for,
+    committed_snapshot,
+    limits_of,
+)
+from hostler.capacity.plan import LaunchPlan, PlanRequest, plan_llama
+from hostler.capacity.units import GIB, KIB
+from hostler.errors import UsageError
+from hostler.events.base import UnknownEvent
+from hostler.probes.device import DeviceSampled, budget_from, sample_device
+from hostler.probes.nvml import open_nvml
+from hostler.store.log import EventStore
+
+__all__ = ["add_parsers"]
+
+
+def add_parsers(sub: Any) -> None:
+    """Register ``budget`` and ``preview``."""
+    budget: argparse.ArgumentParser = sub.add_parser(
+        "budget", help="the host's memory budget, and what the ledger holds and for whom"
+    )
+    budget.add_argument(
+        "--ledger", help="ledger file (default $HOSTLER_LEDGER or /var/tmp/hostler/ledger.db)"
+    )
+    budget.add_argument("--json", action="store_true", help="print JSON")
+    budget.set_defaults(run=run_budget)
+
+    preview: argparse.ArgumentParser = sub.add_parser(
+        "preview",
+        help="plan a model's launch (window, slots, bytes) without loading or evicting anything",
+    )
+    preview.add_argument("model", help="path of a GGUF model file")
+    preview.add_argument("--ctx", type=int, help="per-slot context window to ask for")
+    preview.add_argument("--slots", type=int, help="concurrent slots (--parallel)")
+    preview.add_argument("--kv", help="KV cache type (f16, q8_0, q4_0, ...)")
+    preview.add_argument("--mmproj", help="vision projector file, priced with the model")
+    preview.add_argument(
+        "--policy", choices=["adaptive", "model-max"], default="adaptive", help="context sizing"
+    )
+    preview.add_argument(
+        "--standalone", action="store_true", help="price the model as the only resident"
+    )
+    preview.add_argument(
+        "--live", action="store_true", help="also clamp against live free RAM (system pressure)"
+    )
+    preview.add_argument("--ledger", help="ledger file (default as for `hostler budget`)")
+    preview.add_argument("--json", action="store_true", help="print JSON")
+    preview.set_defaults(run=run_preview)
+
+
+def _sample() -> DeviceSampled:
+    probe = open_nvml()
+    try:
+        return sample_device(probe, at=time.time())
+    finally:
+        probe.close()
+
+
+def _ledger_state(path: Path) -> LedgerState:
+    state = LedgerState()
+    if not path.exists():
+        return state
+    with EventStore.open(path) as store:
+        for record in store.read_stream(LEDGER_STREAM):
+            if not isinstance(record.event, UnknownEvent):
+                state.apply(record.event)
+            state.version = record.version
+    return state
+
+
+def _gib(value: float) -> str:
+    return f"{value / GIB:.1f} GiB"
+
+
+def _describe_host(sample: DeviceSampled, budget: CapacityBudget) -> list[str]:
+    if sample.gpus:
+        cards = ", ".join(f"{g['name']} {_gib(g['total'])}" for g in sample.gpus)
+    else:
+        cards = f"no GPU ({sample.gpu_note})" if sample.gpu_note else "no GPU"
+    lines = [
+        f"host     {budget.kind}: RAM {_gib(sample.system_ram)} "
+        f"({_gib(sample.free_ram)} reclaimable now); {cards}"
+    ]
+    how = "set by HOSTLER_CAPACITY_BUDGET_GB" if budget.overridden else "automatic"
+    if budget.kind is BudgetKind.DISCRETE:
+        split = f"{_gib(budget.vram)} usable VRAM + {_gib(budget.ram_share)} RAM share"
+    elif budget.system_ram:
+        split = f"{round(100 * budget.budget / budget.system_ram)}% of RAM"
+    else:
+        split = ""
+    lines.append(f"budget   {_gib(budget.budget)} ({split}; {how})")
+    lines.append(
+        f"         fast {_gib(budget.fast)}; slots sized on {_gib(budget.concurrency_sizing)}; "
+        f"RAM spillover {'on' if budget.ram_spillover_auto else 'off'} by default"
+    )
+    return lines
+
+
+def run_budget(args: argparse.Namespace) -> int:
+    """Print the budget and the ledger."""
+    sample = _sample()
+    budget = budget_from(sample)
+    path = Path(args.ledger).expanduser() if args.ledger else default_ledger_path()
+    state = _ledger_state(path)
+    this_boot = boot_id()
+    owners = {h.owner for h in state.reservations.values()}
+    alive = [o for o in owners if owner_alive(o, this_boot=this_boot)]
+    snapshot = committed_snapshot(state, budget, alive)
+    if args.json:
+        print(
+            json.dumps({"device": _sample_dict(sample), "ledger": str(path), **snapshot}, indent=2)
+        )
+        return 0
+    limits = limits_of(state, budget)
+    print("\n".join(_describe_host(sample, budget)))
+    enforced = "" if limits.enforced else " (NOT enforced: explicit budget under 1 GiB)"
+    print(
+        f"ledger   {path}{'' if path.exists() else ' (not created yet)'}: "
+        f"{len(state.reservations)} reservation(s), {_gib(state.committed)} committed of "
+        f"{_gib(limits.budget)}{enforced}, co-residency ceiling {_gib(limits.ceiling)}"
+    )
+    for row in snapshot["by_key"]:
+        flag = "" if row.get("owner_alive", True) else "  (owner gone: released on next reserve)"
+        print(f"  {row['key']:<40} {_gib(row['bytes']):>10}  {row['owner']}{flag}")
+    return 0
+
+
+def _sample_dict(sample: DeviceSampled) -> dict[str, Any]:
+    return {
+        "system_ram": sample.system_ram,
+        "free_ram": sample.free_ram,
+        "gpus": sample.gpus,
+        "gpu_note": sample.gpu_note,
+        "budget_override_gib": sample.budget_override_gib,
+    }
+
+
+def run_preview(args: argparse.Namespace) -> int:
+    """Plan and print."""
+    for option in ("ctx", "slots"):
+        value = getattr(args, option)
+        if value is not None and value < 1:
+            raise UsageError(f"--{option} must be at least 1")
+    model_path = Path(args.model).expanduser()
+    geometry = read_geometry(model_path, mmproj=args.mmproj)
+    sample = _sample()
+    budget = budget_from(sample)
+    path = Path(args.ledger).expanduser() if args.ledger else default_ledger_path()
+    state = _ledger_state(path)
+    name = model_path.stem
+    others = 0 if args.standalone else committed_other_for(state, "llamacpp", name)
+    plan = plan_llama(
+        PlanRequest(
+            name,
+            ctx=args.ctx,
+            ctx_is_model_override=True,  # a window a person typed is deliberate intent (C4)
+            slots=args.slots,
+            kv_type=args.kv,
+            policy=args.policy,
+        ),
+        geometry,
+        budget,
+        limits_of(state, budget),
+        committed_other=others,
+        free_ram=sample.free_ram if args.live else None,
+    )
+    if args.json:
+        print(json.dumps(_plan_dict(plan, geometry.architecture), indent=2))
+    else:
+        print("\n".join(_describe_plan(name, geometry.architecture, geometry.block_count, plan)))
+    return 0 if plan.admitted else 3
+
+
+def _plan_dict(plan: LaunchPlan, architecture: str) -> dict[str, Any]:
+    return {
+        "admitted": plan.admitted,
+        "architecture": architecture,
+        "context_window": plan.context_window,
+        "slots": plan.slots,
+        "total_ctx": plan.total_ctx,
+        "kv_type": plan.kv_type,
+        "native_window": plan.native_window,
+        "applied_override": plan.applied_override,
+        "auto_window": plan.auto_window,
+        "weights_bytes": plan.weights_bytes,
+        "kv_fixed_per_slot": plan.kv.fixed,
+        "kv_per_token_per_slot": plan.kv.per_token,
+        "planned_bytes": plan.planned_bytes,
+        "reserved_bytes": plan.reserved_bytes,
+        "committed_other_bytes": plan.committed_other,
+        "exact_geometry": plan.exact_geometry,
+        "denial": plan.denial,
+        "reasons": plan.reasons,
+    }
+
+
+def _describe_plan(name: str, arch: str, layers: int | None, plan: LaunchPlan) -> list[str]:
+    verdict = "fits" if plan.admitted else "DOES NOT FIT"
+    source = "header geometry" if plan.exact_geometry else "heuristic (header incomplete)"
+    lines = [
+        f"model    {name} ({arch}, {layers or '?'} layers, native window {plan.native_window})",
+        f"plan     {verdict}: {plan.context_window} tokens per slot × {plan.slots} slot(s) "
+        f"(--ctx-size {plan.total_ctx} --parallel {plan.slots}), KV {plan.kv_type}",
+    ]
+    if plan.applied_override is not None:
+        lines.append(
+            f"override {plan.applied_override} tokens asked; automatic would be {plan.auto_window}"
+        )
+    lines += [
+        f"planned  {_gib(plan.planned_bytes)} (weights + one slot: what one chat costs)",
+        f"reserved {_gib(plan.reserved_bytes)} "
+        f"(weights + {plan.slots} slot(s): what the ledger holds)",
+        f"priced   weights {_gib(plan.weights_bytes)} + KV "
+        f"{plan.kv.fixed / KIB:.0f} KiB fixed/slot + "
+        f"{plan.kv.per_token / KIB:.2f} KiB/token/slot × window ({source})",
+        f"others   {_gib(plan.committed_other)} held by other models "
+        "(this model's replicas excluded)",
+        "why",
+        *(f"  - {reason}" for reason in plan.reasons),
+    ]
+    if plan.denial:
+        lines.append(f"denied   {plan.denial}")
+    return lines

@@ -1,0 +1,207 @@
+"""The launch plan / preview (behaviour L4–L8, NR6–NR8, IN9–IN12) and the CLI that shows it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import gguf
+import numpy as np
+import pytest
+
+from hostler import EventStore
+from hostler.capacity.budget import CapacityBudget, HostMemory, compute_budget
+from hostler.capacity.events import LedgerReserved
+from hostler.capacity.geometry import ModelGeometry
+from hostler.capacity.host_ledger import HostLedger, OwnerIdentity
+from hostler.capacity.ledger import LedgerState, committed_other_for, limits_of, state_from
+from hostler.capacity.plan import LaunchPlan, PlanRequest, default_kv_type, plan_llama
+from hostler.capacity.units import GIB
+
+from _support import run_cli
+
+LLAMA_8B = ModelGeometry(
+    architecture="llama",
+    block_count=32,
+    head_count=32,
+    head_count_kv=8,
+    embedding_length=4096,
+    native_context=131072,
+    file_size=int(4.9 * GIB),
+)
+RAM_32 = compute_budget(HostMemory(system_ram=32 * GIB))  # 19.2 GiB
+
+
+def plan(
+    geometry: ModelGeometry = LLAMA_8B,
+    budget: CapacityBudget = RAM_32,
+    state: LedgerState | None = None,
+    **request: Any,
+) -> LaunchPlan:
+    state = state or LedgerState()
+    others = committed_other_for(state, "llamacpp", request.get("model", "m"))
+    return plan_llama(
+        PlanRequest(request.pop("model", "m"), **request),
+        geometry,
+        budget,
+        limits_of(state, budget),
+        committed_other=others,
+    )
+
+
+def test_default_plan_reserves_weights_plus_every_slot() -> None:
+    p = plan()
+    assert p.admitted
+    assert p.kv_type == "q8_0"
+    assert p.context_window >= 65536
+    assert p.planned_bytes == p.weights_bytes + p.kv.at(p.context_window)
+    assert p.reserved_bytes == p.weights_bytes + p.slots * p.kv.at(p.context_window)
+    assert p.reserved_bytes <= RAM_32.budget
+    assert p.total_ctx == p.context_window * p.slots
+
+
+def test_gemma_keeps_f16_kv() -> None:
+    assert default_kv_type(ModelGeometry(architecture="gemma3"), "x") == "f16"
+    assert default_kv_type(ModelGeometry(architecture="llama"), "my-gemma-finetune") == "f16"
+    assert default_kv_type(ModelGeometry(architecture="qwen3"), "qwen") == "q8_0"
+
+
+def test_paging_incident_is_denied_not_launched_short() -> None:
+    """IN12: a 12B at f16 KV (~380 KB/token) at a 64K minimum on a 32 GB machine."""
+    gemma12 = ModelGeometry(
+        architecture="gemma3",
+        block_count=48,
+        head_count=16,
+        head_count_kv=8,
+        key_length=256,
+        value_length=256,
+        embedding_length=3840,
+        native_context=131072,
+        file_size=8 * GIB,
+    )
+    p = plan(gemma12, policy="model-max")
+    assert not p.admitted
+    assert "needs" in p.denial and "GiB" in p.denial
+    assert any("one slot could hold" in r for r in p.reasons)
+
+
+def test_own_replicas_are_not_counted_against_the_preview() -> None:
+    """IN9 / NR6."""
+    state = state_from(
+        [
+            LedgerReserved("llamacpp:m:0", 12 * GIB, "d", 0, 0, 0, 0, True),
+            LedgerReserved("llamacpp:m:1", 12 * GIB, "d", 0, 0, 0, 0, True),
+            LedgerReserved("llamacpp:other:0", 2 * GIB, "d", 0, 0, 0, 0, True),
+            LedgerReserved("garbage-key", 1 * GIB, "d", 0, 0, 0, 0, True),
+        ]
+    )
+    assert committed_other_for(state, "llamacpp", "m") == 3 * GIB
+    p = plan(state=state, model="m")
+    assert p.committed_other == 3 * GIB
+    assert p.admitted
+
+
+def test_override_reports_the_automatic_window_too() -> None:
+    p = plan(ctx=16384, ctx_is_model_override=True, slots=2)
+    assert (p.context_window, p.slots, p.applied_override) == (16384, 2, 16384)
+    assert p.auto_window is not None and p.auto_window >= 65536
+
+
+def test_heuristic_when_the_header_lacks_geometry() -> None:
+    p = plan(ModelGeometry(architecture="mystery", native_context=32768, file_size=2 * GIB))
+    assert not p.exact_geometry
+    assert any("heuristic" in r for r in p.reasons)
+
+
+def _write_model(path: Path) -> Path:
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(32)
+    writer.add_context_length(131072)
+    writer.add_embedding_length(4096)
+    writer.add_head_count(32)
+    writer.add_head_count_kv(8)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_preview_cli(tmp_path: Path) -> None:
+    model = _write_model(tmp_path / "llama8b.gguf")
+    ledger = tmp_path / "ledger.db"
+    result = run_cli(
+        "preview",
+        str(model),
+        "--ledger",
+        str(ledger),
+        "--json",
+        "--ctx",
+        "8192",
+        "--slots",
+        "2",
+        "--kv",
+        "f16",
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["context_window"] == 8192
+    assert data["slots"] == 2
+    assert data["kv_type"] == "f16"
+    assert data["kv_per_token_per_slot"] == 131072
+    assert data["reserved_bytes"] == data["weights_bytes"] + 2 * 8192 * 131072
+    assert not ledger.exists()  # a preview never creates or binds anything
+    text = run_cli("preview", str(model), "--ledger", str(ledger))
+    assert text.returncode == 0
+    assert "plan     fits" in text.stdout and "why" in text.stdout
+
+
+def test_preview_cli_counts_other_holders_and_denies(tmp_path: Path) -> None:
+    model = _write_model(tmp_path / "llama8b.gguf")
+    ledger_path = tmp_path / "ledger.db"
+    with EventStore.open(ledger_path) as store:
+        # Granted against a huge host, so that on this (real, smaller) host it fills everything.
+        huge = compute_budget(HostMemory(system_ram=4096 * GIB, apple_silicon=True))
+        ledger = HostLedger(store, OwnerIdentity.current("t"), lambda: huge)
+        assert ledger.reserve("llamacpp:big:0", 1024 * GIB).granted
+    result = run_cli("preview", str(model), "--ledger", str(ledger_path))
+    assert result.returncode == 3
+    assert "DOES NOT FIT" in result.stdout
+    assert "others   1024.0 GiB held by other models" in result.stdout
+    assert "denied" in result.stdout
+    alone = run_cli("preview", str(model), "--ledger", str(ledger_path), "--standalone")
+    assert alone.returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("preview", "/nonexistent/x.gguf"), "no such model file"),
+        (("preview", "/dev/null"), "too short for a GGUF model"),
+        (("preview", "/dev/null", "--ctx", "0"), "--ctx must be at least 1"),
+    ],
+)
+def test_preview_cli_errors_are_one_line(args: tuple[str, ...], message: str) -> None:
+    result = run_cli(*args)
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1
+    assert message in result.stderr
+
+
+def test_budget_cli(tmp_path: Path) -> None:
+    ledger_path = tmp_path / "ledger.db"
+    with EventStore.open(ledger_path) as store:
+        budget = compute_budget(HostMemory(system_ram=64 * GIB))
+        HostLedger(store, OwnerIdentity.current("me"), lambda: budget).reserve(
+            "llamacpp:a:0", 2 * GIB
+        )
+    result = run_cli("budget", "--ledger", str(ledger_path))
+    assert result.returncode == 0, result.stderr
+    assert "budget" in result.stdout
+    assert "llamacpp:a:0" in result.stdout
+    assert "owner gone" not in result.stdout  # the owner is this (live) test process
+    data = json.loads(run_cli("budget", "--ledger", str(ledger_path), "--json").stdout)
+    assert data["by_key"][0]["key"] == "llamacpp:a:0"
+    assert data["by_key"][0]["bytes"] == 2 * GIB
