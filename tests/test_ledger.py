@@ -149,3 +149,24 @@ def test_human_denial_text_for_the_co_residency_case() -> None:
     assert "graphics card (22.8 GiB)" in text
     assert "allow RAM spillover" in text
     assert "smaller" not in text
+
+
+def test_victims_are_the_least_wanted_idle_engines_covering_the_shortfall() -> None:
+    from hostler.capacity.victims import Resident, choose_victims
+
+    residents = [
+        Resident("hot", 4 * GIB, busy=False, draining=False, recent_hits=9, last_used_at=100),
+        Resident("cold-old", 2 * GIB, busy=False, draining=False, recent_hits=0, last_used_at=10),
+        Resident("cold-new", 3 * GIB, busy=False, draining=False, recent_hits=0, last_used_at=50),
+        Resident("busy", 8 * GIB, busy=True, draining=False, recent_hits=0, last_used_at=1),
+        Resident("leaving", 8 * GIB, busy=False, draining=True, recent_hits=0, last_used_at=1),
+    ]
+    plan = choose_victims(residents, 4 * GIB)
+    assert plan.victims == ("cold-old", "cold-new")
+    assert plan.freed == 5 * GIB
+    assert plan.covers
+    everything = choose_victims(residents, 20 * GIB)
+    assert everything.victims == ("cold-old", "cold-new", "hot")
+    assert not everything.covers
+    assert everything.busy_fallback == "busy"  # never chosen as an idle victim
+    assert choose_victims(residents, 0).victims == ()
