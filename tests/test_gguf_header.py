@@ -12,7 +12,7 @@ import gguf
 import numpy as np
 import pytest
 
-from hostler.capacity.gguf_header import read_geometry, read_metadata
+from hostler.capacity.gguf_header import SkippedArray, read_geometry, read_metadata
 from hostler.capacity.kv import full_attention_kv, windowed_linearization
 from hostler.errors import ModelFileError
 
@@ -49,6 +49,7 @@ def test_llama_geometry(tmp_path: Path) -> None:
     assert geometry.native_context == 131072
     assert geometry.file_size == path.stat().st_size
     assert not geometry.is_moe
+    assert geometry.vocab_size == 50_000
     assert full_attention_kv(geometry, 1, "f16") == 131072
 
 
@@ -93,7 +94,7 @@ def test_moe_per_layer_heads_and_projector(tmp_path: Path) -> None:
 
 def test_metadata_skips_long_arrays_without_decoding_them(tmp_path: Path) -> None:
     meta = read_metadata(write_gguf(tmp_path / "v.gguf", "llama", llama, vocab=20_000))
-    assert meta["tokenizer.ggml.tokens"] is None
+    assert meta["tokenizer.ggml.tokens"] == SkippedArray(20_000)
     assert meta["llama.block_count"] == 32
 
 

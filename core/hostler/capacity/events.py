@@ -10,6 +10,7 @@ __all__ = [
     "LEDGER_STREAM",
     "LedgerBudgetSet",
     "LedgerDenied",
+    "LedgerMeasured",
     "LedgerReleased",
     "LedgerReserved",
     "LedgerSpilloverSet",
@@ -74,3 +75,14 @@ class LedgerSpilloverSet(Event):
     """An operator allowed or forbade RAM spillover, or went back to automatic (None)."""
 
     allowed: bool | None
+
+
+@event_type("ledger.measured")
+@dataclass(frozen=True, slots=True)
+class LedgerMeasured(Event):
+    """A ready engine's measured footprint replaces the estimate it was admitted with."""
+
+    key: str
+    bytes: int
+    owner: str
+    estimated: int

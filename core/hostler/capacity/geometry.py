@@ -32,6 +32,7 @@ class ModelGeometry:
         expert_count: Experts (MoE); None or 0 for a dense model.
         file_size: Bytes of the model file.
         mmproj_size: Bytes of its vision projector, if any.
+        vocab_size: Tokens in the vocabulary (the tokenizer's runtime tables grow with it).
     """
 
     architecture: str = ""
@@ -54,6 +55,7 @@ class ModelGeometry:
     expert_count: int | None = None
     file_size: int = 0
     mmproj_size: int = 0
+    vocab_size: int | None = None
 
     @property
     def is_moe(self) -> bool:

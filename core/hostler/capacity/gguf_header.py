@@ -11,6 +11,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from gguf import GGUFValueType
 from hostler.capacity.geometry import ModelGeometry
 from hostler.errors import ModelFileError
 
-__all__ = ["read_geometry", "read_metadata"]
+__all__ = ["SkippedArray", "read_geometry", "read_metadata"]
 
 GGUF_MAGIC = b"GGUF"
 _SCALARS: dict[int, tuple[str, int]] = {
@@ -39,6 +40,13 @@ _SCALARS: dict[int, tuple[str, int]] = {
 #: needs them, and a per-layer array is at most a few hundred entries.
 _KEEP_ARRAY = 4096
 _MAX_KEY = 65_536
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedArray:
+    """A long array (a vocabulary) that was stepped over, not decoded: only its length."""
+
+    count: int
 
 
 class _Header:
@@ -87,14 +95,14 @@ class _Header:
             return self.array(item, count, field)
         raise self.fail(field, f"unknown value type {kind}")
 
-    def array(self, item: int, count: int, field: str) -> list[Any] | None:
+    def array(self, item: int, count: int, field: str) -> list[Any] | SkippedArray | None:
         if item in _SCALARS:
             width = _SCALARS[item][1]
             if count > (self.size - self.pos) // width:
                 raise self.fail(field, f"claims {count} elements; the file cannot hold them")
             if count > _KEEP_ARRAY:
                 self.take(count * width, field)
-                return None
+                return SkippedArray(count)
             fmt = _SCALARS[item][0]
             start = self.take(count * width, field)
             return list(struct.iter_unpack(fmt, self.view[start : start + count * width]))
@@ -108,7 +116,7 @@ class _Header:
                 start = self.take(length, field)
                 if keep:
                     out.append(bytes(self.view[start : start + length]).decode("utf-8", "replace"))
-            return out if keep else None
+            return out if keep else SkippedArray(count)
         if item == GGUFValueType.ARRAY:
             if count > (self.size - self.pos) // 12:
                 raise self.fail(field, f"claims {count} nested arrays; the file cannot hold them")
@@ -237,4 +245,15 @@ def read_geometry(
         expert_count=_int(get("expert_count")),
         file_size=file.stat().st_size,
         mmproj_size=mmproj_size,
+        vocab_size=_vocab_size(meta, arch),
     )
+
+
+def _vocab_size(meta: dict[str, Any], arch: str) -> int | None:
+    explicit = _int(meta.get(f"{arch}.vocab_size"))
+    if explicit:
+        return explicit
+    tokens = meta.get("tokenizer.ggml.tokens")
+    if isinstance(tokens, SkippedArray):
+        return tokens.count
+    return len(tokens) if isinstance(tokens, list) else None

@@ -27,6 +27,7 @@ from hostler.capacity.budget import CapacityBudget
 from hostler.capacity.events import (
     LEDGER_STREAM,
     LedgerBudgetSet,
+    LedgerMeasured,
     LedgerReleased,
     LedgerSpilloverSet,
 )
@@ -186,6 +187,21 @@ class HostLedger:
 
         released: bool = self._decide(events)
         return released
+
+    def record_measured(self, key: str, measured: int) -> bool:
+        """Hold ``measured`` bytes for ``key`` instead of its estimate (the truth beats it).
+
+        Not an admission: the engine already runs. Returns False when ``key`` holds nothing.
+        """
+
+        def events(state: LedgerState) -> tuple[list[Event], bool]:
+            held = state.reservations.get(key)
+            if held is None:
+                return [], False
+            return [LedgerMeasured(key, measured, held.owner, held.bytes)], True
+
+        recorded: bool = self._decide(events)
+        return recorded
 
     def set_budget(self, budget: int | None) -> None:
         """Point the ledger at an explicit budget in bytes, or back to automatic (None).

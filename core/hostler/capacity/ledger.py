@@ -16,6 +16,7 @@ from hostler.capacity.budget import BudgetKind, CapacityBudget
 from hostler.capacity.events import (
     LedgerBudgetSet,
     LedgerDenied,
+    LedgerMeasured,
     LedgerReleased,
     LedgerReserved,
     LedgerSpilloverSet,
@@ -76,7 +77,7 @@ class LedgerState:
 
     def apply(self, event: Event) -> None:
         """Fold one ledger event (others are ignored)."""
-        if isinstance(event, LedgerReserved):
+        if isinstance(event, (LedgerReserved, LedgerMeasured)):
             self.reservations[event.key] = Held(event.key, event.bytes, event.owner)
         elif isinstance(event, LedgerReleased):
             self.reservations.pop(event.key, None)

