@@ -1,14 +1,16 @@
 """What a llama.cpp engine will really occupy, before it ever ran (pure).
 
-The estimate adds the parts ``llama-server`` allocates, each from the model's header:
+The estimate adds the parts ``llama-server`` holds once it is ready, each from the header:
 
-* **weights**: the model buffer, the tensor data of the file (mapped; on a discrete card, VRAM);
+* **weights**: the model buffer, i.e. the file's tensor data (mapped; on a discrete card, VRAM);
 * **KV cache**: exact from geometry, over the cells the server really allocates: with
   ``--parallel N`` each sequence gets ``ctx / N`` cells, padded to 256 and never under 256
   (so the KV grows with the *total* ``--ctx-size``, not ``ctx × parallel``);
-* **compute buffer**: the graph's scratch, mostly a fixed block plus the f16 attention mask of
-  one micro-batch against a sequence's cells;
-* **runtime**: the process itself, plus tokenizer tables that grow with the vocabulary.
+* **runtime**: the process, the touched part of the compute buffer, and tokenizer tables
+  that grow with the vocabulary.
+
+``peak`` adds the rest of the compute buffer (the f16 attention mask of one micro-batch
+against a sequence's cells), which a full-context request touches.
 
 Constants are those of the llama.cpp CPU backend (build b1-7e4c0a9, measured in
 ``bench/estimate.py``); the learning loop (:mod:`hostler.capacity.learning`) corrects what is
@@ -29,9 +31,8 @@ __all__ = ["LlamaFootprint", "estimate_llama", "kv_cells"]
 CELL_PAD = 256
 MIN_CELLS_PER_SEQUENCE = 256
 MICRO_BATCH = 512
-COMPUTE_FIXED = 13 * MIB
-RUNTIME_FIXED = 17 * MIB
-RUNTIME_PER_TOKEN = 350  # bytes of tokenizer tables per vocabulary entry
+RUNTIME_FIXED = 31 * MIB
+RUNTIME_PER_TOKEN = 365  # bytes of tokenizer tables per vocabulary entry
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,13 +41,18 @@ class LlamaFootprint:
 
     weights: int
     kv: int
-    compute: int
     runtime: int
+    compute_peak: int
 
     @property
     def total(self) -> int:
-        """Everything the process will hold."""
-        return self.weights + self.kv + self.compute + self.runtime
+        """What the ready engine holds (its RSS at rest, plus VRAM on a card)."""
+        return self.weights + self.kv + self.runtime
+
+    @property
+    def peak(self) -> int:
+        """What it may hold while a full-context request runs."""
+        return self.total + self.compute_peak
 
 
 def kv_cells(ctx_total: int, slots: int, *, unified: bool = False) -> tuple[int, int]:
@@ -75,7 +81,8 @@ def estimate_llama(
         kv = round(line.per_token * cells + line.fixed * sequences)
     else:
         kv = heuristic_per_slot_kv(geometry.file_size, cells, kv_type)
-    compute = COMPUTE_FIXED + per_sequence * MICRO_BATCH * 2
     runtime = RUNTIME_FIXED + (geometry.vocab_size or 0) * RUNTIME_PER_TOKEN
-    weights = geometry.file_size + geometry.mmproj_size
-    return LlamaFootprint(weights=weights, kv=kv, compute=compute, runtime=runtime)
+    data = geometry.tensor_bytes if geometry.tensor_bytes is not None else geometry.file_size
+    weights = data + geometry.mmproj_size
+    mask = per_sequence * MICRO_BATCH * 2
+    return LlamaFootprint(weights=weights, kv=kv, runtime=runtime, compute_peak=mask)

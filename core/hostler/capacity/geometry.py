@@ -33,6 +33,7 @@ class ModelGeometry:
         file_size: Bytes of the model file.
         mmproj_size: Bytes of its vision projector, if any.
         vocab_size: Tokens in the vocabulary (the tokenizer's runtime tables grow with it).
+        tensor_bytes: Bytes of tensor data (the file without its header), when known.
     """
 
     architecture: str = ""
@@ -56,6 +57,7 @@ class ModelGeometry:
     file_size: int = 0
     mmproj_size: int = 0
     vocab_size: int | None = None
+    tensor_bytes: int | None = None
 
     @property
     def is_moe(self) -> bool:

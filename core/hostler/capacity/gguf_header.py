@@ -168,7 +168,23 @@ def _parse(path: Path, view: mmap.mmap) -> dict[str, Any]:
         kind = int(header.scalar(GGUFValueType.UINT32, f"{key} (type)"))
         metadata[key] = header.value(kind, key)
     metadata["__tensor_count__"] = tensors
+    metadata["__tensor_data_bytes__"] = _tensor_data_bytes(header, tensors, metadata)
     return metadata
+
+
+def _tensor_data_bytes(header: _Header, tensors: int, metadata: dict[str, Any]) -> int | None:
+    """Bytes of tensor data: the file minus everything before the (aligned) data section."""
+    for index in range(tensors):
+        field = f"tensor #{index}"
+        header.string(field, limit=_MAX_KEY)
+        dims = int(header.scalar(GGUFValueType.UINT32, f"{field} (dims)"))
+        if dims > 8:
+            raise header.fail(field, f"claims {dims} dimensions")
+        header.take(8 * dims + 4 + 8, field)
+    alignment = metadata.get("general.alignment", 32)
+    alignment = alignment if isinstance(alignment, int) and alignment > 0 else 32
+    start = -(-header.pos // alignment) * alignment
+    return max(0, header.size - start)
 
 
 def _int(value: Any) -> int | None:
@@ -244,6 +260,7 @@ def read_geometry(
         native_context=_int(get("context_length")),
         expert_count=_int(get("expert_count")),
         file_size=file.stat().st_size,
+        tensor_bytes=_int(meta.get("__tensor_data_bytes__")),
         mmproj_size=mmproj_size,
         vocab_size=_vocab_size(meta, arch),
     )
