@@ -17,6 +17,7 @@ from hostler.capacity.context import (
     plan_adaptive_growth,
     plan_ctx_for_memory,
 )
+from hostler.capacity.estimate import LlamaFootprint, estimate_llama
 from hostler.capacity.geometry import ModelGeometry
 from hostler.capacity.kv import KvLinear, exact_linearization, heuristic_per_slot_kv
 from hostler.capacity.ledger import LedgerLimits, fallback_resident_bytes, format_denial, shortfall
@@ -69,6 +70,8 @@ class LaunchPlan:
         reserved_bytes: Weights + every slot.
         committed_other: What other engines hold (never this model's own replicas).
         exact_geometry: The KV came from the header, not the heuristic.
+        expected: What the ready engine is expected to occupy (the footprint estimator), and
+            its peak under a full-context request.
         denial: The human denial text when not admitted.
         reasons: Why each figure is what it is, in order.
     """
@@ -86,6 +89,7 @@ class LaunchPlan:
     reserved_bytes: int
     committed_other: int
     exact_geometry: bool
+    expected: LlamaFootprint
     denial: str = ""
     reasons: list[str] = field(default_factory=list)
 
@@ -238,6 +242,7 @@ def plan_llama(
         reserved_bytes=reserved,
         committed_other=committed_other,
         exact_geometry=exact,
+        expected=estimate_llama(geometry, ctx_total=ctx * slots, slots=slots, kv_type=kv_type),
         denial=denial,
         reasons=reasons,
     )

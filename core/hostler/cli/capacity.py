@@ -84,6 +84,8 @@ def _ledger_state(path: Path) -> LedgerState:
 
 
 def _gib(value: float) -> str:
+    if abs(value) < GIB:
+        return f"{value / (1024 * 1024):.1f} MiB"
     return f"{value / GIB:.1f} GiB"
 
 
@@ -204,6 +206,8 @@ def _plan_dict(plan: LaunchPlan, architecture: str) -> dict[str, Any]:
         "reserved_bytes": plan.reserved_bytes,
         "committed_other_bytes": plan.committed_other,
         "exact_geometry": plan.exact_geometry,
+        "expected_bytes": plan.expected.total,
+        "expected_peak_bytes": plan.expected.peak,
         "denial": plan.denial,
         "reasons": plan.reasons,
     }
@@ -222,6 +226,8 @@ def _describe_plan(name: str, arch: str, layers: int | None, plan: LaunchPlan) -
             f"override {plan.applied_override} tokens asked; automatic would be {plan.auto_window}"
         )
     lines += [
+        f"expected {_gib(plan.expected.total)} once ready, {_gib(plan.expected.peak)} at peak "
+        "(footprint estimate: tensor data + KV cells + runtime)",
         f"planned  {_gib(plan.planned_bytes)} (weights + one slot: what one chat costs)",
         f"reserved {_gib(plan.reserved_bytes)} "
         f"(weights + {plan.slots} slot(s): what the ledger holds)",
