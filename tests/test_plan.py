@@ -205,3 +205,25 @@ def test_budget_cli(tmp_path: Path) -> None:
     data = json.loads(run_cli("budget", "--ledger", str(ledger_path), "--json").stdout)
     assert data["by_key"][0]["key"] == "llamacpp:a:0"
     assert data["by_key"][0]["bytes"] == 2 * GIB
+
+
+def test_gemma_trades_f16_for_q8_when_that_buys_a_second_slot() -> None:
+    gemma = ModelGeometry(
+        architecture="gemma3",
+        block_count=34,
+        head_count=8,
+        head_count_kv=4,
+        key_length=256,
+        value_length=256,
+        embedding_length=2560,
+        native_context=131072,
+        file_size=3 * GIB,
+    )
+    host = compute_budget(HostMemory(system_ram=32 * GIB))  # 19.2 GiB: tier 2
+    p = plan(gemma, host)
+    assert p.kv_type == "q8_0"
+    assert any("KV f16 → q8_0" in r for r in p.reasons)
+    pinned = plan(gemma, host, slots=1)
+    assert pinned.kv_type == "f16"  # an explicit slot count keeps Gemma's f16
+    explicit = plan(gemma, host, kv_type="f16")
+    assert explicit.kv_type == "f16"

@@ -157,6 +157,22 @@ def plan_llama(
         sizing_budget=auto.concurrency_sizing,
     )
     tier = default_slots(limits.fast_budget)
+    if request.kv_type is None and request.slots is None and kv_type == "f16" and tier >= 2:
+        # L5: Gemma keeps f16 KV unless that alone leaves it one slot where q8_0 gives two.
+        q8_ceiling = slot_ceiling(
+            engine="llamacpp",
+            ctx=requirement.requested,
+            weights_bytes=geometry.file_size,
+            budget=limits.fast_budget,
+            committed_other=committed_other,
+            cache_type="q8_0",
+            exact_f16_per_slot=exact_f16,
+            sizing_budget=auto.concurrency_sizing,
+        )
+        if ceiling < 2 <= q8_ceiling:
+            reasons.append(f"KV f16 → q8_0: f16 leaves {ceiling} slot, q8_0 allows {q8_ceiling}")
+            kv_type, ceiling = "q8_0", q8_ceiling
+            line = exact_linearization(geometry, kv_type) or line
     slots = planned_slots(request.slots, ceiling, tier)
     reasons.append(
         f"slots: {slots} ({'configured' if request.slots else f'tier {tier}, ceiling {ceiling}'})"
