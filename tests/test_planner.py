@@ -408,3 +408,28 @@ def test_growth_never_goes_below_base() -> None:
         allow_slot_trade=True,
     )
     assert (g.ctx, g.grown) == (65536, False)
+
+
+def test_engine_keys() -> None:
+    from hostler.capacity.keys import EngineKey, make_key, parse_key
+
+    assert make_key("llamacpp", "qwen2.5-7b", 0) == "llamacpp:qwen2.5-7b:0"
+    assert parse_key("llamacpp:qwen2.5-7b:3") == EngineKey("llamacpp", "qwen2.5-7b", 3)
+    assert parse_key("mlx:org/model:v1.2:0") == EngineKey("mlx", "org/model:v1.2", 0)
+    for bad in (
+        "llamacpp:m:01",
+        "llamacpp:m:-1",
+        "llamacpp::0",
+        "nope",
+        "llamacpp:m:x",
+        "Bad Engine:m:0",
+    ):
+        assert parse_key(bad) is None, bad
+    for args in (
+        ("llamacpp", "", 0),
+        ("llamacpp", "a:b", 0),
+        ("llamacpp", "m", -1),
+        ("LL", "m", 0),
+    ):
+        with pytest.raises(ValueError, match="must"):
+            make_key(*args)

@@ -182,8 +182,9 @@ def plan_ctx_for_memory(
     Reduces concurrency before context. When even one slot cannot hold the minimum the
     result says so (``minimum_satisfied=False``): the caller must deny, never launch short.
     """
-    for count in range(max(1, slots), 0, -1):
-        clamp = clamp_ctx_for_memory(
+
+    def safe_window(count: int) -> Clamp:
+        return clamp_ctx_for_memory(
             requested=requested,
             slots=count,
             kv_per_token=kv_per_token,
@@ -194,19 +195,12 @@ def plan_ctx_for_memory(
             vram=vram,
             floor=1,
         )
+
+    for count in range(max(1, slots), 0, -1):
+        clamp = safe_window(count)
         if clamp.ctx >= minimum:
             return LadderResult(clamp.ctx, count, True, clamp.clamped, clamp.reason)
-    one = clamp_ctx_for_memory(
-        requested=requested,
-        slots=1,
-        kv_per_token=kv_per_token,
-        weights_resident=weights_resident,
-        budget=budget,
-        committed_other=committed_other,
-        free_ram=free_ram,
-        vram=vram,
-        floor=1,
-    )
+    one = safe_window(1)
     return LadderResult(
         one.ctx,
         1,

@@ -146,29 +146,24 @@ def plan_llama(
         reasons.append("KV: header geometry unreadable, heuristic pricing (may be off)")
     f16_line = exact_linearization(geometry, "f16")
     exact_f16 = f16_line.at(requirement.requested) if f16_line else None
-    ceiling = slot_ceiling(
-        engine="llamacpp",
-        ctx=requirement.requested,
-        weights_bytes=geometry.file_size,
-        budget=limits.fast_budget,
-        committed_other=committed_other,
-        cache_type=kv_type,
-        exact_f16_per_slot=exact_f16,
-        sizing_budget=auto.concurrency_sizing,
-    )
-    tier = default_slots(limits.fast_budget)
-    if request.kv_type is None and request.slots is None and kv_type == "f16" and tier >= 2:
-        # L5: Gemma keeps f16 KV unless that alone leaves it one slot where q8_0 gives two.
-        q8_ceiling = slot_ceiling(
+
+    def ceiling_at(cache_type: str) -> int:
+        return slot_ceiling(
             engine="llamacpp",
             ctx=requirement.requested,
             weights_bytes=geometry.file_size,
             budget=limits.fast_budget,
             committed_other=committed_other,
-            cache_type="q8_0",
+            cache_type=cache_type,
             exact_f16_per_slot=exact_f16,
             sizing_budget=auto.concurrency_sizing,
         )
+
+    ceiling = ceiling_at(kv_type)
+    tier = default_slots(limits.fast_budget)
+    if request.kv_type is None and request.slots is None and kv_type == "f16" and tier >= 2:
+        # L5: Gemma keeps f16 KV unless that alone leaves it one slot where q8_0 gives two.
+        q8_ceiling = ceiling_at("q8_0")
         if ceiling < 2 <= q8_ceiling:
             reasons.append(f"KV f16 → q8_0: f16 leaves {ceiling} slot, q8_0 allows {q8_ceiling}")
             kv_type, ceiling = "q8_0", q8_ceiling

@@ -21,7 +21,7 @@ from hostler.capacity.ledger import (
 from hostler.capacity.plan import LaunchPlan, PlanRequest, plan_llama
 from hostler.capacity.units import GIB, KIB
 from hostler.errors import UsageError
-from hostler.events.base import UnknownEvent
+from hostler.events.base import UnknownEvent, encode
 from hostler.probes.device import DeviceSampled, budget_from, sample_device
 from hostler.probes.nvml import open_nvml
 from hostler.store.log import EventStore
@@ -124,9 +124,7 @@ def run_budget(args: argparse.Namespace) -> int:
     alive = [o for o in owners if owner_alive(o, this_boot=this_boot)]
     snapshot = committed_snapshot(state, budget, alive)
     if args.json:
-        print(
-            json.dumps({"device": _sample_dict(sample), "ledger": str(path), **snapshot}, indent=2)
-        )
+        print(json.dumps({"device": encode(sample)[2], "ledger": str(path), **snapshot}, indent=2))
         return 0
     limits = limits_of(state, budget)
     print("\n".join(_describe_host(sample, budget)))
@@ -140,16 +138,6 @@ def run_budget(args: argparse.Namespace) -> int:
         flag = "" if row.get("owner_alive", True) else "  (owner gone: released on next reserve)"
         print(f"  {row['key']:<40} {_gib(row['bytes']):>10}  {row['owner']}{flag}")
     return 0
-
-
-def _sample_dict(sample: DeviceSampled) -> dict[str, Any]:
-    return {
-        "system_ram": sample.system_ram,
-        "free_ram": sample.free_ram,
-        "gpus": sample.gpus,
-        "gpu_note": sample.gpu_note,
-        "budget_override_gib": sample.budget_override_gib,
-    }
 
 
 def run_preview(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ from hostler.events.base import Event, UnknownEvent, decode, encode
 from hostler.store.connect import Engines, make_engines
 from hostler.store.lock import OwnerLock
 from hostler.store.migrate import upgrade_to_head
-from hostler.store.schema import events
+from hostler.store.schema import ROW_COLUMNS, events
 from hostler.store.writers import (
     CoreWriter,
     Row,
@@ -44,16 +44,7 @@ T = TypeVar("T")
 _PAGE = 5000
 _REPLAY_PAGE = 20_000
 _VERSION_CACHE_LIMIT = 100_000
-_COLUMNS = (
-    events.c.seq,
-    events.c.stream_id,
-    events.c.version,
-    events.c.type,
-    events.c.schema_version,
-    events.c.payload,
-    events.c["metadata"],
-    events.c.recorded_at,
-)
+_COLUMNS = ROW_COLUMNS
 # Replay needs neither metadata nor time, and decodes the payload itself: the driver's text
 # goes straight to json.loads, without a result processor per row.
 _REPLAY_COLUMNS = (

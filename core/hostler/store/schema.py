@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-__all__ = ["TIME_FORMAT", "events", "metadata"]
+__all__ = ["ROW_COLUMNS", "TIME_FORMAT", "events", "metadata"]
 
 #: How ``recorded_at`` is stored: fixed-width ISO-8601 UTC text, so that text order is time
 #: order on every dialect and a person can read it in plain SQL.
@@ -42,4 +42,16 @@ events = sa.Table(
     sa.Index(None, "type", "seq"),
     sa.Index(None, "recorded_at"),
     sqlite_autoincrement=True,
+)
+
+#: A whole row, in the order readers unpack it.
+ROW_COLUMNS = (
+    events.c.seq,
+    events.c.stream_id,
+    events.c.version,
+    events.c.type,
+    events.c.schema_version,
+    events.c.payload,
+    events.c["metadata"],
+    events.c.recorded_at,
 )

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 
 from hostler.errors import StoreCorruptError, StoreError
-from hostler.store.schema import events
+from hostler.store.schema import ROW_COLUMNS, events
 
 __all__ = [
     "CoreWriter",
@@ -273,16 +273,7 @@ class CoreWriter:
     def stream_rows(self, stream_id: str, after_version: int) -> list[StoredRow]:
         """See :class:`Writer`."""
         stmt = (
-            sa.select(
-                events.c.seq,
-                events.c.stream_id,
-                events.c.version,
-                events.c.type,
-                events.c.schema_version,
-                events.c.payload,
-                events.c["metadata"],
-                events.c.recorded_at,
-            )
+            sa.select(*ROW_COLUMNS)
             .where(events.c.stream_id == stream_id, events.c.version > after_version)
             .order_by(events.c.version)
         )
