@@ -26,3 +26,9 @@ def store(log_path: Path, request: pytest.FixtureRequest) -> Iterator[EventStore
     with EventStore.open(log_path, owner=True) as opened:
         opened._use_core_writer = request.param == "core-writer"
         yield opened
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """Async tests run on asyncio (the daemon's loop)."""
+    return "asyncio"

@@ -228,3 +228,32 @@ def test_commit_conflict_keeps_pending_and_reload_recovers(store: EventStore) ->
     fresh = load(store, Engine, "e:1:0")
     assert fresh.state == "stopping" and fresh.version == 2
     assert not any(isinstance(r.event, UnknownEvent) for r in store.read_all())
+
+
+def test_a_v1_engine_crash_is_upcast_on_read(store: EventStore, log_path: Path) -> None:
+    import sqlite3
+
+    from hostler.machines.engine import EngineCrashed
+
+    raw = sqlite3.connect(log_path)
+    v1 = {
+        "from_state": "running",
+        "to_state": "backoff",
+        "at": 5.0,
+        "exit_code": None,
+        "signal": 9,
+        "reached_ready": True,
+        "retry_at": 6.0,
+    }
+    raw.execute(
+        "INSERT INTO events (stream_id, version, type, schema_version, payload, metadata, recorded_at) "
+        "VALUES ('engine/e:1:0', 1, 'engine.crashed', 1, ?, '{}', '2026-01-01T00:00:00.000000Z')",
+        (json.dumps(v1),),
+    )
+    raw.commit()
+    raw.close()
+    (record,) = store.read_stream("engine/e:1:0")
+    assert record.schema_version == 1
+    assert isinstance(record.event, EngineCrashed)
+    assert record.event.output_tail == ""
+    assert record.event.signal == 9

@@ -83,7 +83,7 @@ class LlamaCppAdapter(EngineAdapter):
             ("--parallel", str(spec.slots)),
         ]
         if spec.work_dir is not None:
-            flags.append(("--slot-save-path", str(spec.work_dir / "slots")))
+            flags.append(("--slot-save-path", str(spec.work_dir)))
         if spec.kv_type:
             flags += [("--cache-type-k", spec.kv_type), ("--cache-type-v", spec.kv_type)]
             if spec.kv_type.lower() not in _FULL_PRECISION:

@@ -38,7 +38,7 @@ _RULES = [
     ),
     _rule("model-load-failed", 3, r"error loading model|failed to load model"),
     _rule("bind-failed", 3, r"couldn't bind HTTP server socket"),
-    _rule("bad-argument", 3, r"error: invalid argument"),
+    _rule("bad-argument", 3, r"error: invalid argument|error while handling argument"),
 ]
 
 

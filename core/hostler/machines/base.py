@@ -40,7 +40,7 @@ class _QuietOverridePolicy(logging.Filter):
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("Skip binding of")
+        return "Skip binding of" not in str(record.msg)
 
 
 logging.getLogger("transitions.core").addFilter(_QuietOverridePolicy())

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from hostler.events.base import Event, event_type
+from hostler.events.base import Event, event_type, upcaster
 from hostler.machines.base import LifecycleModel, LifecycleSpec, Step, TransitionEvent
 
 __all__ = [
@@ -112,15 +112,33 @@ class EngineStopped(TransitionEvent):
     signal: int | None
 
 
-@event_type("engine.crashed")
+@event_type("engine.crashed", schema_version=2)
 @dataclass(frozen=True, slots=True)
 class EngineCrashed(TransitionEvent):
-    """The process died unasked; the engine waits in backoff until ``retry_at``."""
+    """The process died unasked; the engine waits in backoff until ``retry_at``.
+
+    The crash snapshot: how it ended (exit code or signal), the classified fatal line if the
+    output had one, how long it ran, whether it ever became ready, and the end of its output.
+    Schema v2 added the snapshot fields (v1 events read with them empty).
+    """
 
     exit_code: int | None
     signal: int | None
     reached_ready: bool
     retry_at: float
+    panic_kind: str | None = None
+    panic_line: str | None = None
+    uptime: float | None = None
+    output_tail: str = ""
+
+
+@upcaster("engine.crashed", from_version=1)
+def _crashed_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    payload.setdefault("panic_kind", None)
+    payload.setdefault("panic_line", None)
+    payload.setdefault("uptime", None)
+    payload.setdefault("output_tail", "")
+    return payload
 
 
 @event_type("engine.failed")

@@ -1,0 +1,175 @@
+"""Engine processes: spawned in their own process group, identified, signalled as a group.
+
+An engine must outlive the daemon that started it (so a restart can adopt it with its warm
+cache): it gets its own session, its output goes to a file (no pipes), stdin is closed, and no
+``async with process`` ever ties its life to ours. Only processes that carry our launch token
+and whose recorded identity still matches are ever signalled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import psutil
+
+from hostler.capacity.host_ledger import boot_id
+
+__all__ = [
+    "LAUNCH_TOKEN_ENV",
+    "ProcessIdentity",
+    "argv_fingerprint",
+    "group_alive",
+    "identity_matches",
+    "spawn_engine",
+    "terminate_group",
+]
+
+#: The environment variable that marks a process as launched by hostler (and by which daemon).
+LAUNCH_TOKEN_ENV = "HOSTLER_LAUNCH_TOKEN"  # noqa: S105 - a variable name, not a secret
+
+
+def argv_fingerprint(argv: Sequence[str]) -> str:
+    """A stable digest of a command line."""
+    digest = hashlib.sha256("\0".join(argv).encode("utf-8", "surrogateescape")).hexdigest()
+    return f"sha256:{digest[:32]}"
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessIdentity:
+    """What makes an engine process recognisable after a daemon restart."""
+
+    pid: int
+    create_time: float
+    boot_id: str
+    launch_token: str
+    argv_fingerprint: str
+    port: int
+
+
+def spawn_engine(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    log_path: Path,
+    launch_token: str,
+    port: int,
+    cwd: Path | None = None,
+) -> tuple[subprocess.Popen[bytes], ProcessIdentity]:
+    """Start an engine in a new session, output appended to ``log_path``.
+
+    Raises:
+        OSError: The executable could not be started (missing, not executable).
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    full_env = {**os.environ, **env, LAUNCH_TOKEN_ENV: launch_token}
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(  # noqa: S603 - argv built by the adapter, no shell
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=full_env,
+            cwd=cwd,
+            close_fds=True,
+        )
+    try:
+        created = psutil.Process(process.pid).create_time()
+    except psutil.NoSuchProcess:
+        created = time.time()
+    identity = ProcessIdentity(
+        pid=process.pid,
+        create_time=created,
+        boot_id=boot_id(),
+        launch_token=launch_token,
+        argv_fingerprint=argv_fingerprint(argv),
+        port=port,
+    )
+    return process, identity
+
+
+def identity_matches(identity: ProcessIdentity) -> tuple[bool, str]:  # noqa: PLR0911
+    """Whether the recorded process is still that process (same boot, pid, start, token, argv).
+
+    Returns ``(matches, why_not)``.
+    """
+    if identity.boot_id != boot_id():
+        return False, "the machine rebooted since"
+    try:
+        process = psutil.Process(identity.pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False, f"pid {identity.pid} has exited"
+        if abs(process.create_time() - identity.create_time) > 0.05:
+            return False, f"pid {identity.pid} is now another process"
+        token = process.environ().get(LAUNCH_TOKEN_ENV)
+        if token != identity.launch_token:
+            return False, f"pid {identity.pid} does not carry the recorded launch token"
+        if argv_fingerprint(process.cmdline()) != identity.argv_fingerprint:
+            return False, f"pid {identity.pid} runs another command line"
+    except psutil.NoSuchProcess:
+        return False, f"pid {identity.pid} has exited"
+    except psutil.AccessDenied:
+        return False, f"pid {identity.pid} cannot be inspected (access denied)"
+    return True, ""
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the group is left."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signum)
+
+
+async def terminate_group(
+    pgid: int,
+    *,
+    child: subprocess.Popen[bytes] | None = None,
+    grace: float = 2.0,
+    second_grace: float = 1.0,
+    kill_wait: float = 5.0,
+) -> tuple[int | None, int | None]:
+    """Stop a process group and verify it is gone.
+
+    TERM the group and wait ``grace``; TERM again (llama-server hangs on the first one while a
+    request is in flight, and ends at the second), wait ``second_grace``; then KILL.
+
+    Returns ``(exit_code, signal)`` of the leader when it is our child, else ``(None, None)``.
+    """
+    steps = ((signal.SIGTERM, grace), (signal.SIGTERM, second_grace), (signal.SIGKILL, kill_wait))
+    for signum, wait in steps:
+        _signal_group(pgid, signum)
+        deadline = anyio.current_time() + wait
+        while anyio.current_time() < deadline:
+            if child is not None:
+                child.poll()
+            if not group_alive(pgid):
+                return _status(child)
+            await anyio.sleep(0.02)
+    if child is not None:
+        child.poll()
+    return _status(child)
+
+
+def _status(child: subprocess.Popen[bytes] | None) -> tuple[int | None, int | None]:
+    if child is None or child.returncode is None:
+        return None, None
+    code = child.returncode
+    return (None, -code) if code < 0 else (code, None)

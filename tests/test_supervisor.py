@@ -1,0 +1,242 @@
+"""The supervisor with the real llama-server: start, serve, idle stop, crashes, budget, stops."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import stat
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+
+from hostler import Engine, EventStore, load
+from hostler.engines.errors import EngineStartError, RestartBudgetError
+from hostler.engines.supervisor import Supervisor, SupervisorPolicy
+from hostler.machines.engine import EngineCrashed
+from hostler.plugin import LaunchSpec
+from hostler.testing.tiny_gguf import write_tiny_llama
+from hostler_llamacpp import LlamaCppAdapter
+
+pytestmark = pytest.mark.anyio
+KEY = "llamacpp:tiny:0"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_llama(tmp_path_factory.mktemp("models") / "tiny.gguf")
+
+
+def make(store: EventStore, model: Path, tmp_path: Path, **policy: Any) -> Supervisor:
+    extra = policy.pop("extra_args", {})
+    return Supervisor(
+        KEY,
+        LlamaCppAdapter(),
+        lambda port: LaunchSpec(
+            KEY, model, port, ctx_per_slot=512, slots=1, work_dir=tmp_path, extra_args=extra
+        ),
+        store,
+        run_dir=tmp_path / "run",
+        token_prefix="test",
+        policy=SupervisorPolicy(**{"watch_interval": 0.05, **policy}),
+    )
+
+
+def chat(port: int, n: int = 8) -> dict[str, Any]:
+    body = json.dumps(
+        {"messages": [{"role": "user", "content": "hello"}], "temperature": 0, "max_tokens": n}
+    ).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/chat/completions", body, {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return json.loads(response.read())  # type: ignore[no-any-return]
+
+
+def types_of(store: EventStore) -> list[str]:
+    return [r.type for r in store.read_stream(f"engine/{KEY}")]
+
+
+async def test_spawn_ready_completion_then_idle_stop(
+    store: EventStore, tiny: Path, tmp_path: Path
+) -> None:
+    sup = make(store, tiny, tmp_path, idle_timeout=1.0)
+    async with sup.request() as port:
+        pid = sup.pid
+        assert pid is not None
+        reply = await anyio.to_thread.run_sync(chat, port)
+        assert reply["choices"][0]["message"]["content"]
+        again = await anyio.to_thread.run_sync(chat, port)
+        assert (
+            again["choices"][0]["message"]["content"] == reply["choices"][0]["message"]["content"]
+        )
+    assert psutil.Process(pid).environ()["HOSTLER_LAUNCH_TOKEN"].startswith("test:")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sup.watch)
+        with anyio.fail_after(10):
+            while sup.state != "stopped":
+                await anyio.sleep(0.05)
+        tg.cancel_scope.cancel()
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert types_of(store) == [
+        "engine.start_requested",
+        "engine.spawned",
+        "engine.ready",
+        "engine.stop_requested",
+        "engine.stopped",
+    ]
+    assert load(store, Engine, KEY).stop_reason == "idle"
+
+
+async def test_busy_engine_is_not_idle_stopped(
+    store: EventStore, tiny: Path, tmp_path: Path
+) -> None:
+    sup = make(store, tiny, tmp_path, idle_timeout=0.3)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sup.watch)
+        async with sup.request():
+            await anyio.sleep(1.0)
+            assert sup.state == "running"
+        with anyio.fail_after(10):
+            while sup.state != "stopped":
+                await anyio.sleep(0.05)
+        tg.cancel_scope.cancel()
+
+
+async def test_sigkilled_engine_records_a_crash_and_restarts_on_the_next_request(
+    store: EventStore, tiny: Path, tmp_path: Path
+) -> None:
+    sup = make(store, tiny, tmp_path)
+    await sup.ensure_running()
+    first = sup.pid
+    assert first is not None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sup.watch)
+        os.kill(first, signal.SIGKILL)
+        with anyio.fail_after(10):
+            while sup.state != "backoff":
+                await anyio.sleep(0.05)
+        tg.cancel_scope.cancel()
+    crash = next(r.event for r in store.read_stream(f"engine/{KEY}") if r.type == "engine.crashed")
+    assert isinstance(crash, EngineCrashed)
+    assert crash.signal == signal.SIGKILL
+    assert crash.reached_ready
+    assert "llama" in crash.output_tail or "srv" in crash.output_tail
+    assert crash.uptime is not None and crash.uptime > 0
+    async with sup.request() as port:
+        assert sup.pid != first
+        reply = await anyio.to_thread.run_sync(chat, port)
+        assert reply["choices"]
+    await sup.stop()
+
+
+async def test_a_corrupt_model_fails_readiness_at_once_with_the_engines_own_line(
+    store: EventStore, tmp_path: Path
+) -> None:
+    bad = tmp_path / "corrupt.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 4096)
+    sup = make(store, bad, tmp_path, startup_timeout=120)
+    started = time.monotonic()
+    with pytest.raises(EngineStartError) as caught:
+        await sup.ensure_running()
+    assert time.monotonic() - started < 10  # not the 120 s timeout
+    assert "gguf" in str(caught.value).lower()
+    assert caught.value.code == "engine.start-failed"
+    crash = [r.event for r in store.read_stream(f"engine/{KEY}") if r.type == "engine.crashed"][-1]
+    assert isinstance(crash, EngineCrashed)
+    assert not crash.reached_ready
+    assert crash.panic_kind in {"model-unreadable", "model-load-failed"}
+
+
+async def test_rapid_crashes_hit_the_restart_budget_and_say_when_it_retries(
+    store: EventStore, tmp_path: Path
+) -> None:
+    bad = tmp_path / "corrupt.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 4096)
+    sup = make(store, bad, tmp_path)
+    for _ in range(3):
+        with pytest.raises(EngineStartError):
+            await sup.ensure_running()
+    with pytest.raises(RestartBudgetError) as caught:
+        await sup.ensure_running()
+    message = str(caught.value)
+    assert "started 3 times within 60 s" in message
+    assert "will try again at" in message
+    assert sup.state == "fatal"
+    assert types_of(store).count("engine.spawned") == 3  # the 4th start never spawned
+    with pytest.raises(RestartBudgetError):
+        await sup.ensure_running()
+
+
+async def test_stop_during_an_in_flight_request_ends_the_process_quickly(
+    store: EventStore, tiny: Path, tmp_path: Path
+) -> None:
+    sup = make(store, tiny, tmp_path)
+    port = await sup.ensure_running()
+    pid = sup.pid
+    assert pid is not None
+
+    def long_generation() -> None:
+        try:
+            chat(port, n=200_000)
+        except OSError:
+            pass  # the connection drops when the engine stops
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(anyio.to_thread.run_sync, long_generation)
+        await anyio.sleep(1.0)
+        started = time.monotonic()
+        await sup.stop()
+        elapsed = time.monotonic() - started
+    assert elapsed < 5
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert load(store, Engine, KEY).stop_reason == "user"
+
+
+async def test_missing_binary_is_one_line_and_recorded(
+    store: EventStore, tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOSTLER_LLAMA_SERVER", str(tmp_path / "no-such-llama-server"))
+    sup = make(store, tiny, tmp_path)
+    with pytest.raises(Exception) as caught:
+        await sup.ensure_running()
+    assert (
+        str(caught.value) == f"{tmp_path / 'no-such-llama-server'}: llama-server binary not found"
+    )
+    failed = [r.event for r in store.read_stream(f"engine/{KEY}") if r.type == "engine.failed"]
+    assert failed and "not found" in failed[-1].error  # type: ignore[attr-defined]
+
+
+async def test_non_executable_binary(
+    store: EventStore, tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = tmp_path / "llama-server"
+    fake.write_text("not a program")
+    fake.chmod(stat.S_IRUSR | stat.S_IWUSR)
+    monkeypatch.setenv("HOSTLER_LLAMA_SERVER", str(fake))
+    sup = make(store, tiny, tmp_path)
+    with pytest.raises(Exception, match="not executable"):
+        await sup.ensure_running()
+
+
+async def test_missing_model(store: EventStore, tmp_path: Path) -> None:
+    sup = make(store, tmp_path / "nope.gguf", tmp_path)
+    with pytest.raises(EngineStartError, match=r"model file .*nope\.gguf does not exist"):
+        await sup.ensure_running()
+    assert "engine.failed" in types_of(store)
+
+
+async def test_port_already_taken(store: EventStore, tiny: Path, tmp_path: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        sup = make(store, tiny, tmp_path, extra_args={"port": taken})
+        with pytest.raises(EngineStartError, match="couldn't bind"):
+            await sup.ensure_running()
