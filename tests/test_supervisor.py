@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -19,10 +20,11 @@ import pytest
 from hostler import Engine, EventStore, load
 from hostler.engines.errors import EngineStartError, RestartBudgetError
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
-from hostler.machines.engine import EngineCrashed
+from hostler.machines.engine import EngineCrashed, EngineFailed
 from hostler.plugin import LaunchSpec
 from hostler.testing.tiny_gguf import write_tiny_llama
 from hostler_llamacpp import LlamaCppAdapter
+from hostler_llamacpp.binary import EngineBinaryError
 
 pytestmark = pytest.mark.anyio
 KEY = "llamacpp:tiny:0"
@@ -183,10 +185,8 @@ async def test_stop_during_an_in_flight_request_ends_the_process_quickly(
     assert pid is not None
 
     def long_generation() -> None:
-        try:
+        with contextlib.suppress(OSError):  # the connection drops when the engine stops
             chat(port, n=200_000)
-        except OSError:
-            pass  # the connection drops when the engine stops
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(anyio.to_thread.run_sync, long_generation)
@@ -204,13 +204,16 @@ async def test_missing_binary_is_one_line_and_recorded(
 ) -> None:
     monkeypatch.setenv("HOSTLER_LLAMA_SERVER", str(tmp_path / "no-such-llama-server"))
     sup = make(store, tiny, tmp_path)
-    with pytest.raises(Exception) as caught:
+    with pytest.raises(EngineBinaryError) as caught:
         await sup.ensure_running()
     assert (
         str(caught.value) == f"{tmp_path / 'no-such-llama-server'}: llama-server binary not found"
     )
-    failed = [r.event for r in store.read_stream(f"engine/{KEY}") if r.type == "engine.failed"]
-    assert failed and "not found" in failed[-1].error  # type: ignore[attr-defined]
+    failed = [
+        r.event for r in store.read_stream(f"engine/{KEY}") if isinstance(r.event, EngineFailed)
+    ]
+    assert failed
+    assert "not found" in failed[-1].error
 
 
 async def test_non_executable_binary(
@@ -221,7 +224,7 @@ async def test_non_executable_binary(
     fake.chmod(stat.S_IRUSR | stat.S_IWUSR)
     monkeypatch.setenv("HOSTLER_LLAMA_SERVER", str(fake))
     sup = make(store, tiny, tmp_path)
-    with pytest.raises(Exception, match="not executable"):
+    with pytest.raises(EngineBinaryError, match="not executable"):
         await sup.ensure_running()
 
 

@@ -1,0 +1,197 @@
+"""The plugin host: loads engine adapters from the ``hostler`` entry-point group, in isolation.
+
+Built-in adapters are registered exactly as a third party's: through entry points. Each plugin
+is imported, validated and asked for its engines on its own; one that fails to import, whose
+hook raises, that registers something that is not an adapter, or that claims an engine name
+already taken is disabled with a recorded event and a clear message, and the rest keep
+working. Built-in plugins (the ``hostler`` distribution's) load first, so no plugin can take
+over a built-in engine name.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+import pluggy
+
+from hostler.errors import HostlerError
+from hostler.events.base import Event, event_type
+from hostler.plugin import PROJECT, EngineAdapter, Hookspecs
+
+__all__ = ["PluginFailed", "PluginHost", "PluginLoaded", "PluginRecord", "UnknownEngineError"]
+
+log = logging.getLogger(__name__)
+
+
+class UnknownEngineError(HostlerError):
+    """No loaded plugin provides the engine a config or key names."""
+
+    code = "plugin.unknown-engine"
+
+
+@event_type("plugin.loaded")
+@dataclass(frozen=True, slots=True)
+class PluginLoaded(Event):
+    """A plugin loaded and registered these engines."""
+
+    name: str
+    version: str
+    engines: list[str]
+
+
+@event_type("plugin.failed")
+@dataclass(frozen=True, slots=True)
+class PluginFailed(Event):
+    """A plugin was disabled: at which stage, and why."""
+
+    name: str
+    version: str
+    stage: str
+    error: str
+
+
+@dataclass
+class PluginRecord:
+    """What ``hostler plugins`` shows for one plugin."""
+
+    name: str
+    version: str
+    status: str  # "ok", "failed", "blocked"
+    engines: list[str] = field(default_factory=list)
+    error: str = ""
+
+
+class PluginHost:
+    """Discovers and holds engine adapters.
+
+    Args:
+        blocked: Entry-point names an operator disabled.
+        record: Receives a ``plugin.loaded`` / ``plugin.failed`` event per plugin.
+        entry_points_source: Where entry points come from (tests pass their own).
+    """
+
+    def __init__(
+        self,
+        *,
+        blocked: Iterable[str] = (),
+        record: Callable[[Event], None] | None = None,
+        entry_points_source: Callable[[], Iterable[EntryPoint]] | None = None,
+    ) -> None:
+        self._blocked = set(blocked)
+        self._record = record or (lambda _event: None)
+        self._source = entry_points_source or (lambda: entry_points(group=PROJECT))
+        self.manager = pluggy.PluginManager(PROJECT)
+        self.manager.add_hookspecs(Hookspecs)
+        self.adapters: dict[str, type[EngineAdapter]] = {}
+        self.owners: dict[str, str] = {}
+        self.plugins: dict[str, PluginRecord] = {}
+
+    def load(self) -> PluginHost:
+        """Load every plugin (built-ins first); never raises for a plugin's fault."""
+        points = list(self._source())
+        points.sort(key=lambda ep: (_distribution(ep) != PROJECT, ep.name))
+        for point in points:
+            self._load_one(point)
+        return self
+
+    def _load_one(self, point: EntryPoint) -> None:
+        name, version = point.name, _version(point)
+        if name in self.plugins:
+            self._fail(name, version, "load", f"a second plugin is named {name!r}; ignored")
+            return
+        if name in self._blocked:
+            self.plugins[name] = PluginRecord(name, version, "blocked")
+            return
+        try:
+            module = point.load()
+        except Exception as exc:  # noqa: BLE001 - a plugin's import error must not stop the host
+            self._fail(name, version, "import", _describe(exc))
+            return
+        try:
+            self.manager.register(module, name=name)
+            self.manager.check_pending()
+        except Exception as exc:  # noqa: BLE001 - invalid hooks disable this plugin only
+            self._unregister(name)
+            self._fail(name, version, "validate", _describe(exc))
+            return
+        offered: list[Any] = []
+        for impl in self.manager.hook.register_engines.get_hookimpls():
+            if impl.plugin_name != name:
+                continue
+            try:
+                impl.function(register=offered.append)
+            except Exception as exc:  # noqa: BLE001 - one raising hook disables its plugin only
+                self._unregister(name)
+                self._fail(name, version, "register_engines", _describe(exc))
+                return
+        problem = self._check(name, offered)
+        if problem:
+            self._unregister(name)
+            self._fail(name, version, "register_engines", problem)
+            return
+        engines = []
+        for cls in offered:
+            self.adapters[cls.engine_type] = cls
+            self.owners[cls.engine_type] = name
+            engines.append(cls.engine_type)
+        self.plugins[name] = PluginRecord(name, version, "ok", engines)
+        self._record(PluginLoaded(name, version, engines))
+
+    def _check(self, name: str, offered: list[Any]) -> str:
+        seen: set[str] = set()
+        for cls in offered:
+            if not (isinstance(cls, type) and issubclass(cls, EngineAdapter)):
+                return f"registered {cls!r}, which is not an EngineAdapter subclass"
+            engine = cls.engine_type
+            if not engine:
+                return f"{cls.__qualname__} has no engine_type"
+            if engine in self.adapters:
+                return (
+                    f"engine {engine!r} is already registered by plugin "
+                    f"{self.owners[engine]!r}; this plugin is disabled"
+                )
+            if engine in seen:
+                return f"registers engine {engine!r} twice"
+            seen.add(engine)
+        return ""
+
+    def _unregister(self, name: str) -> None:
+        plugin = self.manager.get_plugin(name)
+        if plugin is not None:
+            self.manager.unregister(plugin, name=name)
+
+    def _fail(self, name: str, version: str, stage: str, error: str) -> None:
+        log.warning("hostler: plugin %s disabled (%s): %s", name, stage, error)
+        self.plugins[name] = PluginRecord(name, version, "failed", error=f"{stage}: {error}")
+        self._record(PluginFailed(name, version, stage, error))
+
+    def adapter(self, engine: str, **options: Any) -> EngineAdapter:
+        """An adapter instance for an engine name.
+
+        Raises:
+            UnknownEngineError: No loaded plugin provides it.
+        """
+        cls = self.adapters.get(engine)
+        if cls is None:
+            known = ", ".join(sorted(self.adapters)) or "none"
+            raise UnknownEngineError(f"no plugin provides engine {engine!r} (loaded: {known})")
+        return cls(**options)
+
+
+def _distribution(point: EntryPoint) -> str:
+    dist = getattr(point, "dist", None)
+    return str(dist.name) if dist is not None else ""
+
+
+def _version(point: EntryPoint) -> str:
+    dist = getattr(point, "dist", None)
+    return str(dist.version) if dist is not None else "unknown"
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
