@@ -136,7 +136,7 @@ def test_buffer_lines_count_once_per_start() -> None:
     )
     sizes = parse_buffer_sizes(log)
     assert sizes.kv == (45 * 1024**2)
-    assert sizes.total == round(92.10 * 1024**2) + round(45 * 1024**2) + round(14.51 * 1024**2)
+    assert sizes.total == round(92.10 * 1024**2) + (45 * 1024**2) + round(14.51 * 1024**2)
     assert parse_build("build 1 (7e4c0a9) with GNU 11.4.0") == "b1-7e4c0a9"
     assert parse_build('{"build_info":"b1-7e4c0a9"}') == "b1-7e4c0a9"
     assert parse_build("nothing here") is None

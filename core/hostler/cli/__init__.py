@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from hostler._version import __version__
-from hostler.cli import capacity, demo, events, plugins, state
+from hostler.cli import capacity, daemon, demo, events, plugins, state
 from hostler.errors import HostlerError
 
 __all__ = ["main"]
@@ -21,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"hostler {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (events, state, demo, plugins):
+    for module in (events, state, demo, plugins, daemon):
         module.add_parser(sub)
     capacity.add_parsers(sub)
     return parser

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hostler.errors import HostlerError
 
-__all__ = ["EngineStartError", "RestartBudgetError"]
+__all__ = ["CapacityDeniedError", "EngineStartError", "RestartBudgetError"]
 
 
 class EngineStartError(HostlerError):
@@ -17,3 +17,9 @@ class RestartBudgetError(HostlerError):
     """An engine crashed too often in a short time; it is locked out until a stated moment."""
 
     code = "engine.restart-budget"
+
+
+class CapacityDeniedError(HostlerError):
+    """The host's ledger refused the engine's footprint; nothing was started."""
+
+    code = "capacity.denied"

@@ -23,7 +23,9 @@ from pathlib import Path
 import anyio
 import psutil
 
-from hostler.engines.errors import EngineStartError, RestartBudgetError
+from hostler.capacity.host_ledger import HostLedger
+from hostler.capacity.measure import LaunchFacts, record_launch
+from hostler.engines.errors import CapacityDeniedError, EngineStartError, RestartBudgetError
 from hostler.engines.http import probe_status
 from hostler.engines.logs import LogFollower
 from hostler.engines.process import (
@@ -102,6 +104,8 @@ class Supervisor:
         token_prefix: str,
         policy: SupervisorPolicy | None = None,
         clock: Clock = time.time,
+        ledger: HostLedger | None = None,
+        footprint: Callable[[], int] | None = None,
     ) -> None:
         self.key = key
         self.adapter = adapter
@@ -118,6 +122,9 @@ class Supervisor:
         self._in_flight = 0
         self.last_used = clock()
         self._health_failures = 0
+        self._build = "unknown"
+        self.ledger = ledger
+        self._footprint = footprint
 
     # -- the facts others read ------------------------------------------------------------------
 
@@ -179,7 +186,47 @@ class Supervisor:
             self._check_lockout()
             if self.state == EngineState.FATAL:
                 self._fire("reset", cause="new request after a failure")
-            return await self._start(cause)
+            estimate = self._reserve()
+            try:
+                port = await self._start(cause)
+            except BaseException:
+                self._release()
+                raise
+            self._learn(estimate)
+            return port
+
+    def _reserve(self) -> int:
+        """Hold the engine's estimated footprint in the host ledger before it starts."""
+        if self.ledger is None or self._footprint is None:
+            return 0
+        estimate = self._footprint()
+        decision = self.ledger.reserve(self.key, estimate)
+        if not decision.granted:
+            raise CapacityDeniedError(f"{self.key}: {decision.reason}")
+        return estimate
+
+    def _release(self) -> None:
+        if self.ledger is not None:
+            with contextlib.suppress(HostlerError):
+                self.ledger.release(self.key)
+
+    def _learn(self, estimate: int) -> None:
+        """Measure the ready engine; the ledger holds the truth, and the estimate learns."""
+        child = self._child
+        if self.ledger is None or child is None or not estimate:
+            return
+        spec = self._spec(child.identity.port)
+        facts = LaunchFacts(
+            engine_key=self.key,
+            model=spec.model.name,
+            build=self._build,
+            kv_type=spec.kv_type or "f16",
+            ctx_total=spec.ctx_per_slot * spec.slots,
+            slots=spec.slots,
+            estimated=estimate,
+        )
+        with contextlib.suppress(HostlerError, psutil.Error):
+            record_launch(self.ledger, facts, child.identity.pid)
 
     def _check_lockout(self) -> None:
         now = self._clock()
@@ -213,6 +260,7 @@ class Supervisor:
             if not spec.model.is_file():
                 raise EngineStartError(f"{self.key}: model file {spec.model} does not exist")
             command = self.adapter.build_command(spec)
+            self._build = self.adapter.build_identity(command)
         except HostlerError as exc:
             self._fire("failed", error=exc.message, retry_at=None)
             raise
@@ -300,6 +348,7 @@ class Supervisor:
 
     def _record_crash(self, child: _Child, code: int | None, sig: int | None) -> None:
         self._child = None
+        self._release()
         if self.state not in (EngineState.STARTING, EngineState.RUNNING):
             return
         panic_kind = child.panic.kind if child.panic else None
@@ -340,6 +389,7 @@ class Supervisor:
             )
         self._child = None
         self._fire("exited", exit_code=code, signal=sig)
+        self._release()
 
     # -- watching ----------------------------------------------------------------------------
 

@@ -1,0 +1,32 @@
+"""``hostler daemon``: supervise the configured engines until SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from hostler.daemon import Daemon, load_config
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: Any) -> None:
+    """Register the subcommand."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "daemon", help="keep the configured engines under supervision (until SIGTERM)"
+    )
+    parser.add_argument("--config", required=True, help="TOML config (see docs/daemon.md)")
+    parser.add_argument("--data-dir", help="data directory (overrides the config)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the daemon in the foreground."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    config = load_config(args.config, data_dir=Path(args.data_dir) if args.data_dir else None)
+    anyio.run(Daemon(config).run)
+    return 0

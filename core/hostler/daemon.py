@@ -1,0 +1,303 @@
+"""The daemon: keeps configured engines under supervision, and survives its own restarts.
+
+On start it replays its event log, reconciles the live process table (adopting engines that
+are still ours, reporting lost ones, reaping strays), re-derives the host ledger's
+reservations from the survivors, then supervises every configured engine until SIGTERM or
+SIGINT, when it stops them (reason ``shutdown``). Killed with SIGKILL, it leaves its engines
+running; the next daemon on the same data directory adopts them without a reload.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import secrets
+import signal
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from hostler._version import __version__
+from hostler.capacity.budget import CapacityBudget
+from hostler.capacity.estimate import estimate_llama
+from hostler.capacity.gguf_header import read_geometry
+from hostler.capacity.host_ledger import HostLedger, OwnerIdentity, default_ledger_path
+from hostler.capacity.keys import parse_key
+from hostler.engines.reconcile import DAEMON_STREAM, reconcile
+from hostler.engines.supervisor import Supervisor, SupervisorPolicy
+from hostler.errors import HostlerError, UsageError
+from hostler.events.base import Event, event_type
+from hostler.machines.engine import StopReason
+from hostler.paths import default_data_dir
+from hostler.plugin import LaunchSpec
+from hostler.pluginhost import PluginHost
+from hostler.probes.device import budget_from, sample_device
+from hostler.probes.nvml import open_nvml
+from hostler.probes.process import measure_process
+from hostler.replay import replay
+from hostler.store.log import EventStore
+
+__all__ = ["Daemon", "DaemonConfig", "DaemonStarted", "EngineConfig", "load_config"]
+
+log = logging.getLogger(__name__)
+PLUGIN_STREAM = "plugins/host"
+
+
+@event_type("daemon.started")
+@dataclass(frozen=True, slots=True)
+class DaemonStarted(Event):
+    """A daemon took over a data directory; what reconcile found."""
+
+    at: float
+    pid: int
+    version: str
+    adopted: list[str]
+    lost: list[str]
+    reaped: list[int]
+
+
+@event_type("daemon.stopped")
+@dataclass(frozen=True, slots=True)
+class DaemonStopped(Event):
+    """A daemon shut down cleanly."""
+
+    at: float
+    pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """One configured engine."""
+
+    key: str
+    model: Path
+    ctx: int = 4096
+    slots: int = 1
+    kv_type: str | None = None
+    autostart: bool = True
+    extra_args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonConfig:
+    """The daemon's settings."""
+
+    data_dir: Path
+    engines: tuple[EngineConfig, ...] = ()
+    idle_timeout: float = 300.0
+    health_interval: float = 15.0
+    ledger: Path | None = None
+
+
+def load_config(path: str | os.PathLike[str], *, data_dir: Path | None = None) -> DaemonConfig:
+    """Read a TOML config (paths relative to the file).
+
+    Raises:
+        UsageError: Unreadable TOML, or a setting of the wrong kind, named.
+    """
+    file = Path(path).expanduser()
+    try:
+        raw = tomllib.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"{file}: cannot read the config ({exc.strerror})") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{file}: not valid TOML ({exc})") from exc
+    base = file.parent
+    section = raw.get("daemon", {})
+    engines = []
+    for index, item in enumerate(raw.get("engines", [])):
+        where = f"{file}: engines[{index}]"
+        key = item.get("key")
+        if not isinstance(key, str) or parse_key(key) is None:
+            raise UsageError(f"{where}: key {key!r} must look like engine:model:replica")
+        model = item.get("model")
+        if not isinstance(model, str):
+            raise UsageError(f"{where}: model must be a file path")
+        engines.append(
+            EngineConfig(
+                key=key,
+                model=(base / model).expanduser(),
+                ctx=int(item.get("ctx", 4096)),
+                slots=int(item.get("slots", 1)),
+                kv_type=item.get("kv_type"),
+                autostart=bool(item.get("autostart", True)),
+                extra_args=dict(item.get("extra_args", {})),
+            )
+        )
+    ledger = section.get("ledger")
+    return DaemonConfig(
+        data_dir=(data_dir or Path(section.get("data_dir", default_data_dir()))).expanduser(),
+        engines=tuple(engines),
+        idle_timeout=float(section.get("idle_timeout", 300.0)),
+        health_interval=float(section.get("health_interval", 15.0)),
+        ledger=(base / ledger).expanduser() if ledger else None,
+    )
+
+
+def daemon_id(data_dir: Path) -> str:
+    """This data directory's identity in launch tokens (created once, kept)."""
+    path = data_dir / "daemon-id"
+    try:
+        return path.read_text(encoding="ascii").strip()
+    except OSError:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        value = f"hostler-{secrets.token_hex(6)}"
+        path.write_text(value + "\n", encoding="ascii")
+        return value
+
+
+def _safe(key: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", key)
+
+
+class Daemon:
+    """The long-running process behind ``hostler daemon``."""
+
+    def __init__(self, config: DaemonConfig) -> None:
+        self.config = config
+        self.supervisors: dict[str, Supervisor] = {}
+        self.ready = anyio.Event()
+
+    async def run(self) -> None:
+        """Run until SIGTERM or SIGINT."""
+        config = self.config
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        with EventStore.open(config.data_dir / "events.db", owner=True) as store:
+            ledger_store = EventStore.open(config.ledger or default_ledger_path())
+            try:
+                await self._run(store, ledger_store)
+            finally:
+                ledger_store.close()
+
+    async def _run(self, store: EventStore, ledger_store: EventStore) -> None:
+        config = self.config
+
+        def record(event: Event) -> None:
+            store.append(PLUGIN_STREAM, [event], expected_version=None)
+
+        plugins = PluginHost(record=record).load()
+        probe = open_nvml()
+        budget: CapacityBudget = budget_from(sample_device(probe, at=time.time()))
+        ledger = HostLedger(ledger_store, OwnerIdentity.current("hostler-daemon"), lambda: budget)
+        token_prefix = daemon_id(config.data_dir)
+        world = replay(store)
+        adapters = {e.key: plugins.adapter(parse_key(e.key).engine) for e in config.engines}  # type: ignore[union-attr]
+        outcomes = await reconcile(
+            store,
+            world.engines,
+            token_prefix=token_prefix,
+            daemon_pid=os.getpid(),
+            readiness_path=lambda key: (
+                adapters[key].readiness_path if key in adapters else "/health"
+            ),
+            clock=time.time,
+        )
+        for engine in config.engines:
+            self.supervisors[engine.key] = self._supervisor(
+                engine, adapters[engine.key], store, ledger, token_prefix
+            )
+        adopted = []
+        for outcome in outcomes:
+            if outcome.result == "adopted" and outcome.identity is not None:
+                adopted.append(outcome.key)
+                supervisor = self.supervisors.get(outcome.key)
+                if supervisor is not None:
+                    supervisor.engine = world.engines[outcome.key]
+                    supervisor.adopt(outcome.identity)
+                # the survivor's reservation, under this daemon's name and measured now
+                try:
+                    ledger.reserve(outcome.key, measure_process(outcome.identity.pid).total)
+                except (HostlerError, OSError):
+                    log.warning("hostler: could not re-reserve %s", outcome.key)
+            elif outcome.result == "lost":
+                ledger.release(outcome.key, cause="lost")
+        store.append(
+            DAEMON_STREAM,
+            [
+                DaemonStarted(
+                    time.time(),
+                    os.getpid(),
+                    __version__,
+                    adopted,
+                    [o.key for o in outcomes if o.result == "lost"],
+                    [o.pid or 0 for o in outcomes if o.result == "reaped"],
+                )
+            ],
+            expected_version=None,
+        )
+        async with anyio.create_task_group() as tasks:
+            for key, supervisor in self.supervisors.items():
+                tasks.start_soon(supervisor.watch)
+                engine = next(e for e in config.engines if e.key == key)
+                if engine.autostart and supervisor.state != "running":
+                    tasks.start_soon(self._autostart, supervisor)
+            self.ready.set()
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    break
+            for supervisor in self.supervisors.values():
+                with anyio.CancelScope(shield=True):
+                    await supervisor.stop(StopReason.SHUTDOWN)
+            store.append(
+                DAEMON_STREAM, [DaemonStopped(time.time(), os.getpid())], expected_version=None
+            )
+            tasks.cancel_scope.cancel()
+        probe.close()
+
+    async def _autostart(self, supervisor: Supervisor) -> None:
+        try:
+            await supervisor.ensure_running(cause="config")
+        except HostlerError as exc:
+            # recorded as an event by the supervisor; the daemon stays up
+            log.error("hostler: %s", exc.message)  # noqa: TRY400 - a one-line message is the point
+
+    def _supervisor(
+        self,
+        engine: EngineConfig,
+        adapter: Any,
+        store: EventStore,
+        ledger: HostLedger,
+        token_prefix: str,
+    ) -> Supervisor:
+        run_dir = self.config.data_dir / "run" / _safe(engine.key)
+
+        def spec(port: int) -> LaunchSpec:
+            return LaunchSpec(
+                key=engine.key,
+                model=engine.model,
+                port=port,
+                ctx_per_slot=engine.ctx,
+                slots=engine.slots,
+                kv_type=engine.kv_type,
+                work_dir=run_dir / "work",
+                extra_args=engine.extra_args,
+            )
+
+        def footprint() -> int:
+            geometry = read_geometry(engine.model)
+            return estimate_llama(
+                geometry,
+                ctx_total=engine.ctx * engine.slots,
+                slots=engine.slots,
+                kv_type=engine.kv_type or "f16",
+            ).peak
+
+        return Supervisor(
+            engine.key,
+            adapter,
+            spec,
+            store,
+            run_dir=run_dir,
+            token_prefix=token_prefix,
+            policy=SupervisorPolicy(
+                idle_timeout=self.config.idle_timeout,
+                health_interval=self.config.health_interval,
+            ),
+            ledger=ledger,
+            footprint=footprint,
+        )

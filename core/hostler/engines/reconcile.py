@@ -1,0 +1,146 @@
+"""Restart = replay + reconcile: adopt what is still ours, report what is lost, reap strays.
+
+After a daemon restart, every engine the log believes alive is checked against the live process
+table: same boot, same pid, same start time, our launch token, the same command line, and it
+answers its health probe → **adopted** (no reload; its warm cache survives). Otherwise it is
+**lost**. A process carrying a launch token of this data directory that no live log entry owns
+is **reaped**. Processes without our token — or with another daemon's — are never touched.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import psutil
+
+from hostler.engines.http import probe_status
+from hostler.engines.process import (
+    LAUNCH_TOKEN_ENV,
+    ProcessIdentity,
+    identity_matches,
+    terminate_group,
+)
+from hostler.events.base import Event, event_type
+from hostler.machines.engine import Engine, EngineState
+from hostler.replay import commit
+from hostler.store.log import EventStore
+
+__all__ = ["DAEMON_STREAM", "EngineReaped", "Outcome", "find_strays", "reconcile"]
+
+DAEMON_STREAM = "daemon/host"
+_ALIVE = {EngineState.STARTING, EngineState.RUNNING, EngineState.STOPPING, EngineState.ADOPTING}
+
+
+@event_type("daemon.reaped")
+@dataclass(frozen=True, slots=True)
+class EngineReaped(Event):
+    """A process carrying this data directory's launch token that no live log entry owned."""
+
+    at: float
+    pid: int
+    launch_token: str
+    command: str
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What reconcile decided for one engine key (or one stray process)."""
+
+    key: str
+    result: str  # "adopted", "lost" or "reaped"
+    pid: int | None
+    detail: str = ""
+    identity: ProcessIdentity | None = None
+
+
+def identity_of(engine: Engine) -> ProcessIdentity | None:
+    """The spawn record the log holds for an engine, if complete."""
+    facts = engine.identity
+    if engine.pid is None or not facts:
+        return None
+    return ProcessIdentity(
+        pid=engine.pid,
+        create_time=float(facts["create_time"]),
+        boot_id=str(facts["boot_id"]),
+        launch_token=str(facts["launch_token"]),
+        argv_fingerprint=str(facts["argv_fingerprint"]),
+        port=int(facts["port"]),
+    )
+
+
+async def reconcile(
+    store: EventStore,
+    engines: Mapping[str, Engine],
+    *,
+    token_prefix: str,
+    daemon_pid: int,
+    readiness_path: Callable[[str], str],
+    clock: Callable[[], float],
+) -> list[Outcome]:
+    """Adopt or lose every engine the log believes alive, then reap strays; record each."""
+    outcomes: list[Outcome] = []
+    for key, engine in sorted(engines.items()):
+        if engine.state not in _ALIVE:
+            continue
+        if engine.state != EngineState.ADOPTING:
+            engine.fire("begin_adoption", at=clock(), daemon_pid=daemon_pid)
+            commit(store, engine, metadata={"actor": "reconcile"})
+        identity = identity_of(engine)
+        if identity is None:
+            why = "the log has no spawn record for it"
+        else:
+            matches, why = identity_matches(identity)
+            if matches:
+                status = await probe_status(identity.port, readiness_path(key), wait=3)
+                if status is not None and 200 <= status < 300:
+                    engine.fire("adopted", at=clock(), pid=identity.pid)
+                    commit(store, engine, metadata={"actor": "reconcile"})
+                    outcomes.append(Outcome(key, "adopted", identity.pid, identity=identity))
+                    continue
+                why = f"pid {identity.pid} is ours but does not answer its health probe"
+                await terminate_group(identity.pid)
+        engine.fire("lost", at=clock(), cause=why)
+        commit(store, engine, metadata={"actor": "reconcile"})
+        outcomes.append(Outcome(key, "lost", identity.pid if identity else None, why))
+    kept = {o.pid for o in outcomes if o.result == "adopted"}
+    for pid, token, command in find_strays(token_prefix, exclude=kept):
+        await terminate_group(pid)
+        store.append(
+            DAEMON_STREAM,
+            [EngineReaped(clock(), pid, token, command)],
+            expected_version=None,
+            metadata={"actor": "reconcile"},
+        )
+        outcomes.append(Outcome("", "reaped", pid, command))
+    return outcomes
+
+
+def find_strays(token_prefix: str, *, exclude: set[int | None]) -> list[tuple[int, str, str]]:
+    """Processes whose launch token belongs to this data directory, except ``exclude``.
+
+    Only session leaders are returned (an engine's children go with its group).
+    """
+    strays = []
+    for process in psutil.process_iter(["pid"]):
+        pid = process.info["pid"]
+        if pid in exclude:
+            continue
+        try:
+            token = process.environ().get(LAUNCH_TOKEN_ENV, "")
+            if not token.startswith(f"{token_prefix}:"):
+                continue
+            if process.pid != _session_id(process.pid):
+                continue
+            strays.append((pid, token, " ".join(process.cmdline())[:500]))
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return strays
+
+
+def _session_id(pid: int) -> int:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return -1
