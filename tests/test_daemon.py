@@ -248,3 +248,57 @@ def test_a_stray_with_our_token_is_reaped_and_a_stranger_is_never_touched(
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def test_a_bad_engine_is_recorded_and_the_daemon_stays_up(tmp_path: Path) -> None:
+    write_tiny_llama(tmp_path / "good.gguf")
+    config = tmp_path / "hostler.toml"
+    config.write_text(
+        '[daemon]\nidle_timeout = 0\nledger = "ledger.db"\n'
+        '\n[[engines]]\nkey = "llamacpp:missing:0"\nmodel = "nope.gguf"\nctx = 512\n'
+        '\n[[engines]]\nkey = "llamacpp:good:0"\nmodel = "good.gguf"\nctx = 512\n'
+    )
+    data = tmp_path / "data"
+    daemon = start_daemon(config, data, tmp_path / "daemon.log")
+    try:
+        wait_for(lambda: count(data, "llamacpp:good:0", "engine.ready") == 1)
+        failed = [
+            p
+            for s, t, p in events(data)
+            if s == "engine/llamacpp:missing:0" and t == "engine.failed"
+        ]
+        assert failed
+        assert failed[0]["error"] == f"{tmp_path / 'nope.gguf'}: no such model file"
+        assert daemon.poll() is None  # still up
+        log = (tmp_path / "daemon.log").read_text()
+        assert "nope.gguf: no such model file" in log
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(30)
+        assert daemon.returncode == 0
+
+
+def test_config_errors_are_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text('[[engines]]\nkey = "not a key"\nmodel = "x.gguf"\n')
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from hostler.cli import main; sys.exit(main())",
+            "daemon",
+            "--config",
+            str(config),
+            "--data-dir",
+            str(tmp_path / "d"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO / "tests",
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"hostler: error [usage.invalid]: {config}: engines[0]: key 'not a key' must look like engine:model:replica"
+    )

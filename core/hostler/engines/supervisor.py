@@ -49,7 +49,7 @@ class SupervisorPolicy:
     """Timings and limits (seconds); the defaults are the reference behaviour's."""
 
     startup_timeout: float = 180.0
-    readiness_poll: float = 0.05
+    readiness_poll: float = 0.01
     health_interval: float = 15.0
     health_failures: int = 3
     idle_timeout: float = 300.0
@@ -186,7 +186,14 @@ class Supervisor:
             self._check_lockout()
             if self.state == EngineState.FATAL:
                 self._fire("reset", cause="new request after a failure")
-            estimate = self._reserve()
+            try:
+                estimate = self._reserve()
+            except CapacityDeniedError:
+                raise  # recorded in the ledger's log, with its inputs; not the engine's fault
+            except HostlerError as exc:
+                self._fire("start", cause=cause)
+                self._fire("failed", error=exc.message, retry_at=None)
+                raise
             try:
                 port = await self._start(cause)
             except BaseException:
