@@ -66,3 +66,17 @@ def test_errors_form_one_hierarchy_with_unique_documented_codes() -> None:
     text = (REPO / "docs" / "errors.md").read_text(encoding="utf-8")
     for cls in classes:
         assert f"`{cls.code}`" in text, f"{cls.code} is not in docs/errors.md"
+
+
+def test_the_plugin_contract_is_pinned() -> None:
+    import hostler.plugin
+
+    assert set(hostler.plugin.__all__) == {
+        "PROJECT",
+        "EngineAdapter",
+        "LaunchCommand",
+        "LaunchSpec",
+        "Panic",
+        "hookimpl",
+        "hookspec",
+    }
