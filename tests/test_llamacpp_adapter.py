@@ -140,3 +140,16 @@ def test_buffer_lines_count_once_per_start() -> None:
     assert parse_build("build 1 (7e4c0a9) with GNU 11.4.0") == "b1-7e4c0a9"
     assert parse_build('{"build_info":"b1-7e4c0a9"}') == "b1-7e4c0a9"
     assert parse_build("nothing here") is None
+
+
+def test_startup_phases() -> None:
+    from hostler_llamacpp.logs import classify_phase
+
+    assert classify_phase("srv    load_model: loading model '/m.gguf'") == "loading_model"
+    assert classify_phase("main: server is listening on http://127.0.0.1:8080") == "ready"
+    assert classify_phase("srv  llama_server: listening on http://127.0.0.1:18080") == "ready"
+    assert (
+        classify_phase("slot update_slots: id  0 | task 0 | prompt processing progress")
+        == "prefill"
+    )
+    assert classify_phase("nothing to see") is None

@@ -9,9 +9,15 @@ import sys
 import textwrap
 from pathlib import Path
 
+import anyio
 import pytest
 
+from hostler import EventStore
+from hostler.engines.http import probe_status
+from hostler.engines.supervisor import Supervisor
+from hostler.plugin import LaunchSpec
 from hostler.pluginhost import PluginFailed, PluginHost, PluginLoaded, UnknownEngineError
+from hostler.testing.tiny_gguf import write_tiny_llama
 
 from _support import REPO
 
@@ -154,7 +160,7 @@ def test_the_table_and_blocking(plugin_path: Path) -> None:
 
 
 def test_events_are_recorded_and_the_llamacpp_engine_keeps_serving(
-    plugin_path: Path, monkeypatch: pytest.MonkeyPatch
+    plugin_path: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.syspath_prepend(str(plugin_path))
     import importlib
@@ -168,6 +174,27 @@ def test_events_are_recorded_and_the_llamacpp_engine_keeps_serving(
     assert {"llamacpp", "dup_a"} <= loaded
     adapter = host.adapter("llamacpp")
     assert type(adapter).__module__ == "hostler_llamacpp.adapter"
+    # ...and the llama.cpp engine still serves, through the adapter this host loaded
+    model = write_tiny_llama(tmp_path / "tiny.gguf")
+    with EventStore.open(tmp_path / "events.db", owner=True) as store:
+        supervisor = Supervisor(
+            "llamacpp:tiny:0",
+            adapter,
+            lambda port: LaunchSpec(
+                "llamacpp:tiny:0", model, port, ctx_per_slot=256, work_dir=tmp_path / "w"
+            ),
+            store,
+            run_dir=tmp_path / "run",
+            token_prefix="plugins-test",
+        )
+
+        async def serve() -> int:
+            port = await supervisor.ensure_running()
+            status = await probe_status(port, "/health")
+            await supervisor.stop()
+            return status or 0
+
+        assert anyio.run(serve) == 200
     with pytest.raises(UnknownEngineError, match="no plugin provides engine 'nope'"):
         host.adapter("nope")
 

@@ -243,3 +243,26 @@ async def test_port_already_taken(store: EventStore, tiny: Path, tmp_path: Path)
         sup = make(store, tiny, tmp_path, extra_args={"port": taken})
         with pytest.raises(EngineStartError, match="couldn't bind"):
             await sup.ensure_running()
+
+
+async def test_memory_pressure_stops_an_unused_engine(
+    store: EventStore, tiny: Path, tmp_path: Path
+) -> None:
+    sup = Supervisor(
+        KEY,
+        LlamaCppAdapter(),
+        lambda port: LaunchSpec(KEY, tiny, port, ctx_per_slot=512, slots=1, work_dir=tmp_path),
+        store,
+        run_dir=tmp_path / "run",
+        token_prefix="test",
+        policy=SupervisorPolicy(watch_interval=0.05, idle_timeout=0, pressure_idle=0.3),
+        pressure=lambda: True,
+    )
+    await sup.ensure_running()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sup.watch)
+        with anyio.fail_after(10):
+            while sup.state != "stopped":
+                await anyio.sleep(0.05)
+        tg.cancel_scope.cancel()
+    assert load(store, Engine, KEY).stop_reason == "memory-pressure"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["BufferSizes", "parse_buffer_sizes", "parse_build"]
+__all__ = ["BufferSizes", "classify_phase", "parse_buffer_sizes", "parse_build"]
 
 MIB = 1024**2
 _BUFFER = re.compile(
@@ -68,3 +68,23 @@ def parse_build(text: str) -> str | None:
     if match.group(3):
         return match.group(3)
     return f"b{match.group(4)}-{match.group(5)}"
+
+
+_PHASES = (
+    ("ready", re.compile(r"server is listening|listening on http", re.I)),
+    ("loading_model", re.compile(r"load_model: loading model|llama_model_load|load_tensors", re.I)),
+    ("prefill", re.compile(r"prompt processing|processing task|prompt eval", re.I)),
+    ("generating", re.compile(r"n_decoded|generation|eval time", re.I)),
+    ("starting", re.compile(r"build[: ]|system info|main: ", re.I)),
+)
+
+
+def classify_phase(line: str) -> str | None:
+    """L20: the phase a log line announces, or None.
+
+    One of ``starting``, ``loading_model``, ``prefill``, ``generating``, ``ready``.
+    """
+    for phase, pattern in _PHASES:
+        if pattern.search(line):
+            return phase
+    return None

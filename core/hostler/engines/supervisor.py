@@ -58,6 +58,7 @@ class SupervisorPolicy:
     lockout: float = 60.0
     stop_grace: float = 2.0
     watch_interval: float = 0.1
+    pressure_idle: float = 60.0
 
 
 def free_port() -> int:
@@ -106,6 +107,7 @@ class Supervisor:
         clock: Clock = time.time,
         ledger: HostLedger | None = None,
         footprint: Callable[[], int] | None = None,
+        pressure: Callable[[], bool] | None = None,
     ) -> None:
         self.key = key
         self.adapter = adapter
@@ -125,6 +127,7 @@ class Supervisor:
         self._build = "unknown"
         self.ledger = ledger
         self._footprint = footprint
+        self._pressure = pressure
 
     # -- the facts others read ------------------------------------------------------------------
 
@@ -446,8 +449,20 @@ class Supervisor:
                 await self.ensure_running(cause="health-restart")
 
     async def _idle_check(self) -> None:
+        unused_for = self._clock() - self.last_used
+        if (
+            self._pressure is not None
+            and unused_for >= self.policy.pressure_idle
+            and not self.busy
+            and self._pressure()
+        ):
+            # Memory pressure is a release hint: an engine unused for a while goes early.
+            async with self._lock:
+                if self.state == EngineState.RUNNING and not self.busy:
+                    await self._stop_locked(StopReason.MEMORY_PRESSURE)
+            return
         idle = self.policy.idle_timeout
-        if idle <= 0 or self._clock() - self.last_used < idle:
+        if idle <= 0 or unused_for < idle:
             return
         if self.busy:
             self.last_used = self._clock()  # defer a whole window
