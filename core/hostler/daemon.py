@@ -24,8 +24,6 @@ import anyio
 
 from hostler._version import __version__
 from hostler.capacity.budget import CapacityBudget
-from hostler.capacity.estimate import estimate_llama
-from hostler.capacity.gguf_header import read_geometry
 from hostler.capacity.host_ledger import HostLedger, OwnerIdentity, default_ledger_path
 from hostler.capacity.keys import parse_key
 from hostler.engines.reconcile import DAEMON_STREAM, reconcile
@@ -34,9 +32,9 @@ from hostler.errors import HostlerError, UsageError
 from hostler.events.base import Event, event_type
 from hostler.machines.engine import StopReason
 from hostler.paths import default_data_dir
-from hostler.plugin import LaunchSpec
+from hostler.plugin import EngineAdapter, LaunchSpec
 from hostler.pluginhost import PluginHost
-from hostler.probes.device import budget_from, sample_device
+from hostler.probes.device import DEVICE_STREAM, budget_from, sample_device
 from hostler.probes.nvml import open_nvml
 from hostler.probes.process import measure_process
 from hostler.replay import replay
@@ -182,7 +180,9 @@ class Daemon:
 
         plugins = PluginHost(record=record).load()
         probe = open_nvml()
-        budget: CapacityBudget = budget_from(sample_device(probe, at=time.time()))
+        sample = sample_device(probe, at=time.time())
+        store.append(DEVICE_STREAM, [sample], expected_version=None)  # the observation
+        budget: CapacityBudget = budget_from(sample)
         ledger = HostLedger(ledger_store, OwnerIdentity.current("hostler-daemon"), lambda: budget)
         token_prefix = daemon_id(config.data_dir)
         world = replay(store)
@@ -259,7 +259,7 @@ class Daemon:
     def _supervisor(
         self,
         engine: EngineConfig,
-        adapter: Any,
+        adapter: EngineAdapter,
         store: EventStore,
         ledger: HostLedger,
         token_prefix: str,
@@ -279,13 +279,7 @@ class Daemon:
             )
 
         def footprint() -> int:
-            geometry = read_geometry(engine.model)
-            return estimate_llama(
-                geometry,
-                ctx_total=engine.ctx * engine.slots,
-                slots=engine.slots,
-                kv_type=engine.kv_type or "f16",
-            ).peak
+            return int(adapter.estimate_footprint(adapter.read_geometry(engine.model), spec(0)))
 
         return Supervisor(
             engine.key,

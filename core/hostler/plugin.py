@@ -30,6 +30,8 @@ from typing import ClassVar
 
 import pluggy
 
+from hostler.capacity.geometry import ModelGeometry
+
 __all__ = [
     "PROJECT",
     "EngineAdapter",
@@ -132,6 +134,24 @@ class EngineAdapter(ABC):
     def classify_line(self, line: str) -> Panic | None:
         """A fatal line of output, or None (default: nothing is recognised)."""
         del line
+        return None
+
+    def read_geometry(self, model: Path) -> ModelGeometry:
+        """The model's shape, for the planner (default: a GGUF header)."""
+        from hostler.capacity.gguf_header import read_geometry  # noqa: PLC0415 - lazy: I/O
+
+        return read_geometry(model)
+
+    def estimate_footprint(self, geometry: ModelGeometry, spec: LaunchSpec) -> int:
+        """Bytes the ready engine will hold at its peak (default: on-disk size + 10% + 256 MiB).
+
+        The ledger reserves this before a start; the measured figure replaces it once ready.
+        """
+        del spec
+        return round((geometry.file_size + geometry.mmproj_size) * 1.10) + 256 * 1024**2
+
+    def cache_adapter(self) -> object | None:
+        """The engine's prompt-cache mechanism (slot save/restore), if it has one."""
         return None
 
     def build_identity(self, command: LaunchCommand) -> str:

@@ -7,6 +7,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from hostler.capacity.estimate import estimate_llama
+from hostler.capacity.geometry import ModelGeometry
 from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec, Panic
 from hostler_llamacpp.binary import find_llama_server
 from hostler_llamacpp.panic import classify_line
@@ -92,6 +94,15 @@ class LlamaCppAdapter(EngineAdapter):
         argv = [str(binary), *merge_flags(flags, spec.extra_args)]
         path = os.environ.get("PATH", "")
         return LaunchCommand(argv, {"PATH": f"{binary.parent}{os.pathsep}{path}"})
+
+    def estimate_footprint(self, geometry: ModelGeometry, spec: LaunchSpec) -> int:
+        """The llama-server footprint estimate at its peak (tensor data + KV cells + runtime)."""
+        return estimate_llama(
+            geometry,
+            ctx_total=spec.ctx_per_slot * spec.slots,
+            slots=spec.slots,
+            kv_type=spec.kv_type or "f16",
+        ).peak
 
     def classify_line(self, line: str) -> Panic | None:
         """SV14 and llama-server's startup failures."""
