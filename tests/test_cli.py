@@ -18,7 +18,7 @@ from _support import REPO, Note, run_cli
 @pytest.fixture(scope="module")
 def demo_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     data = tmp_path_factory.mktemp("home")
-    result = run_cli("demo", "--data-dir", str(data))
+    result = run_cli("demo", "--scripted", "--data-dir", str(data))
     assert result.returncode == 0, result.stderr
     assert "demo event log:" in result.stdout
     assert "engine.crashed" in result.stdout
@@ -43,7 +43,7 @@ def test_demo_writes_a_replayable_log(demo_log: Path) -> None:
 
 def test_demo_can_run_again(tmp_path: Path) -> None:
     for _ in range(2):
-        result = run_cli("demo", "--data-dir", str(tmp_path))
+        result = run_cli("demo", "--scripted", "--data-dir", str(tmp_path))
         assert result.returncode == 0, result.stderr
     with EventStore.open(tmp_path / "demo" / "events.db") as store:
         assert store.count() == 17
@@ -153,3 +153,24 @@ def test_version_flag() -> None:
     result = run_cli("--version")
     assert result.returncode == 0
     assert result.stdout.startswith("hostler 0.")
+
+
+def test_the_live_demo_runs_a_real_engine(tmp_path: Path) -> None:
+    result = run_cli("demo", "--data-dir", str(tmp_path), timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "ready on 127.0.0.1:" in result.stdout
+    assert "it answered" in result.stdout
+    assert "every reservation released" in result.stdout
+    with EventStore.open(tmp_path / "demo" / "events.db") as store:
+        types = [r.type for r in store.read_all()]
+    assert types == [
+        "engine.start_requested",
+        "engine.spawned",
+        "engine.ready",
+        "engine.crashed",
+        "engine.start_requested",
+        "engine.spawned",
+        "engine.ready",
+        "engine.stop_requested",
+        "engine.stopped",
+    ]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 import urllib.request
@@ -20,6 +19,7 @@ from hostler.capacity.gguf_header import read_geometry
 from hostler.capacity.host_ledger import HostLedger, OwnerIdentity
 from hostler.capacity.measure import LaunchFacts, load_calibration, record_launch
 from hostler.capacity.units import GIB
+from hostler.engines.supervisor import free_port
 from hostler.testing.tiny_gguf import TinyModel, write_tiny_llama
 from hostler_llamacpp.binary import find_llama_server
 from hostler_llamacpp.logs import parse_buffer_sizes, parse_build
@@ -33,15 +33,9 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
 
 
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class Server:
     def __init__(self, model: Path, ctx: int, slots: int, log: Path) -> None:
-        self.port = _port()
+        self.port = free_port()
         self.log = log
         self._out = log.open("w")
         self.proc = subprocess.Popen(

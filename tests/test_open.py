@@ -247,7 +247,7 @@ def test_cli_gives_one_line_errors_naming_the_file(tmp_path: Path, case: str) ->
         expected = "owned by another hostler daemon"
     try:
         if case == "locked":
-            result = run_cli("demo", "--db", str(target))
+            result = run_cli("demo", "--scripted", "--db", str(target))
         else:
             result = run_cli("events", "--db", str(target), obey_file_modes=obey)
     finally:

@@ -1,7 +1,8 @@
-"""``hostler demo``: drive the lifecycle machines through a scripted story into a real log.
+"""``hostler demo``: a real engine's story into a fresh event log, then read it back.
 
-No engine process is launched: the observations (spawned, ready, crashed...) are scripted,
-the decisions and the log are real. It shows what the log records and how to read it back.
+By default a real ``llama-server`` runs a tiny model it makes (see :mod:`live_demo`);
+``--scripted`` drives the lifecycle machines with scripted observations instead (no engine,
+the same log), which also shows GPU leases and a denied reservation.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hostler.cli.common import add_log_options
+from hostler.cli.live_demo import Say, run_live
 from hostler.cli.render import TableWriter
 from hostler.cli.state import format_world
 from hostler.machines import Engine, Lease, Reservation, StopReason
@@ -30,11 +32,18 @@ def add_parser(sub: Any) -> None:
     """Register the subcommand."""
     parser: argparse.ArgumentParser = sub.add_parser(
         "demo",
-        help="write a scripted engine story into a fresh demo log and show it",
-        description="Writes DATA_DIR/demo/events.db anew (replacing an earlier demo log), "
-        "then prints its events and the state replayed from them.",
+        help="run a real engine through its lifecycle into a fresh demo log, and show it",
+        description="Writes DATA_DIR/demo/events.db anew (replacing an earlier demo log): a "
+        "tiny model is made, a real llama-server started, asked, crashed, restarted and "
+        "idle-stopped; then the events and the state replayed from them are printed.",
     )
     add_log_options(parser)
+    parser.add_argument("--model", help="a GGUF model to use instead of a generated tiny one")
+    parser.add_argument(
+        "--scripted",
+        action="store_true",
+        help="no engine: drive the machines with scripted observations",
+    )
     parser.set_defaults(run=run)
 
 
@@ -48,7 +57,12 @@ def run(args: argparse.Namespace) -> int:
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     with EventStore.open(path, owner=True) as store:
-        run_story(store, start=time.time(), daemon_pid=os.getpid())
+        if args.scripted:
+            run_story(store, start=time.time(), daemon_pid=os.getpid())
+        else:
+            model = Path(args.model).expanduser() if args.model else None
+            run_live(store, path.parent, model, Say())
+            print()
         print(f"demo event log: {path}\n")
         for line in TableWriter().lines(store.read_all()):
             print(line)
@@ -57,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         "\nexplore it:\n"
         f"  hostler events --db {path} --type engine.crashed --json\n"
-        f"  hostler state --db {path} --until-seq 8"
+        f"  hostler state --db {path} --until-seq 4"
     )
     return 0
 

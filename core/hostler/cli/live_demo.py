@@ -1,0 +1,137 @@
+"""The live demo: a real llama-server, supervised, crashed, restarted and stopped, all logged.
+
+It makes a tiny model (or uses ``--model``), plans it against this host's budget, reserves it
+in a demo ledger, starts the real engine, asks it a question, kills it with SIGKILL to show a
+crash snapshot, restarts it on the next request, and stops it — every step an event.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import urllib.request
+from pathlib import Path
+
+import anyio
+
+from hostler.capacity.host_ledger import HostLedger, OwnerIdentity
+from hostler.capacity.ledger import LedgerState, limits_of
+from hostler.capacity.plan import PlanRequest, plan_llama
+from hostler.engines.supervisor import Supervisor, SupervisorPolicy
+from hostler.machines.engine import StopReason
+from hostler.plugin import LaunchSpec
+from hostler.pluginhost import PluginHost
+from hostler.probes.device import budget_from, sample_device
+from hostler.probes.nvml import open_nvml
+from hostler.store.log import EventStore
+from hostler.testing.tiny_gguf import TinyModel, write_tiny_llama
+
+__all__ = ["run_live"]
+
+KEY = "llamacpp:demo-tiny:0"
+
+
+def _ask(port: int, question: str) -> str:
+    body = json.dumps(
+        {"messages": [{"role": "user", "content": question}], "temperature": 0, "max_tokens": 12}
+    ).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/chat/completions", body, {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 - loopback only
+        reply = json.loads(response.read())
+    return str(reply["choices"][0]["message"]["content"])
+
+
+def run_live(store: EventStore, demo_dir: Path, model: Path | None, say: Say) -> None:
+    """Run the live story into ``store``."""
+    if model is None:
+        model = demo_dir / "models" / "tiny-llama.gguf"
+        if not model.exists():
+            model.parent.mkdir(parents=True, exist_ok=True)
+            write_tiny_llama(model, TinyModel(layers=4, embd=256, heads=4, kv_heads=2, ff=768))
+            say(f"made a tiny random-weight model: {model} ({model.stat().st_size // 1024} KiB)")
+    adapter = PluginHost().load().adapter("llamacpp")
+    geometry = adapter.read_geometry(model)
+    probe = open_nvml()
+    sample = sample_device(probe, at=time.time())
+    probe.close()
+    budget = budget_from(sample)
+    plan = plan_llama(
+        PlanRequest(model.stem, ctx=2048, ctx_is_model_override=True, slots=2, kv_type="f16"),
+        geometry,
+        budget,
+        limits_of(LedgerState(), budget),
+        committed_other=0,
+    )
+    say(
+        f"plan: {plan.context_window} tokens × {plan.slots} slots, KV {plan.kv_type}; expected "
+        f"{plan.expected.total / 2**20:.1f} MiB once ready (budget {budget.budget / 2**30:.1f} GiB)"
+    )
+
+    def spec(port: int) -> LaunchSpec:
+        return LaunchSpec(
+            KEY, model, port, plan.context_window, plan.slots, plan.kv_type, demo_dir / "work"
+        )
+
+    with EventStore.open(demo_dir / "ledger.db") as ledger_store:
+        ledger = HostLedger(ledger_store, OwnerIdentity.current("hostler-demo"), lambda: budget)
+        supervisor = Supervisor(
+            KEY,
+            adapter,
+            spec,
+            store,
+            run_dir=demo_dir / "run",
+            token_prefix=f"hostler-demo-{os.getpid()}",
+            policy=SupervisorPolicy(watch_interval=0.05, idle_timeout=1.0),
+            ledger=ledger,
+            footprint=lambda: adapter.estimate_footprint(geometry, spec(0)),
+        )
+        anyio.run(_story, supervisor, say)
+        held = ledger.snapshot()["committed"]
+        decisions = len(ledger_store.read_stream("ledger/host"))
+        say(
+            f"the demo ledger ({demo_dir / 'ledger.db'}) recorded {decisions} decisions; "
+            f"{held} bytes held now (every reservation released)"
+        )
+
+
+async def _story(supervisor: Supervisor, say: Say) -> None:
+    started = time.perf_counter()
+    async with supervisor.request() as port:
+        say(
+            f"llama-server pid {supervisor.pid} ready on 127.0.0.1:{port} in "
+            f"{(time.perf_counter() - started) * 1000:.0f} ms"
+        )
+        answer = await anyio.to_thread.run_sync(_ask, port, "The capital of France is")
+        say(f"it answered (random weights, so nonsense): {answer!r}")
+    pid = supervisor.pid
+    assert pid is not None  # noqa: S101 - it just answered
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(supervisor.watch)
+        os.kill(pid, signal.SIGKILL)
+        say(f"sent SIGKILL to pid {pid} …")
+        while supervisor.state != "backoff":  # noqa: ASYNC110 - the watcher changes it
+            await anyio.sleep(0.05)
+        say("… the supervisor recorded the crash with its snapshot (engine.crashed)")
+        async with supervisor.request() as port:
+            say(f"the next request restarted it: pid {supervisor.pid} on port {port}")
+        say("idle for a second …")
+        while supervisor.state != "stopped":  # noqa: ASYNC110 - the watcher changes it
+            await anyio.sleep(0.05)
+        say("… stopped for being idle (engine.stop_requested, reason idle)")
+        tasks.cancel_scope.cancel()
+    await supervisor.stop(StopReason.USER)
+
+
+class Say:
+    """Prints a numbered line per step."""
+
+    def __init__(self) -> None:
+        self.step = 0
+
+    def __call__(self, text: str) -> None:
+        self.step += 1
+        print(f"{self.step:>2}. {text}", flush=True)
