@@ -266,3 +266,26 @@ async def test_memory_pressure_stops_an_unused_engine(
                 await anyio.sleep(0.05)
         tg.cancel_scope.cancel()
     assert load(store, Engine, KEY).stop_reason == "memory-pressure"
+
+
+async def test_a_log_left_running_is_settled_before_a_fresh_start(
+    store: EventStore, tiny: Path, tmp_path: Path
+) -> None:
+    """A supervisor on a log whose engine was left 'running' (no reconcile) records it lost."""
+    first = make(store, tiny, tmp_path)
+    await first.ensure_running()
+    pid = first.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)  # dies unwatched: the log still says running
+    assert first._child is not None and first._child.process is not None
+    first._child.process.wait()  # reap it, as the dead daemon's parent would
+    second = make(store, tiny, tmp_path)
+    assert second.state == "running"
+    async with second.request():
+        assert second.pid != pid
+    assert types_of(store)[3:6] == [
+        "engine.adoption_started",
+        "engine.lost",
+        "engine.start_requested",
+    ]
+    await second.stop()

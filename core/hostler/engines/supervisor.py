@@ -10,6 +10,7 @@ itself: the next request does, within the restart budget (3 starts per 60 s, the
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 import socket
 import subprocess
@@ -186,6 +187,7 @@ class Supervisor:
         async with self._lock:
             if self.state == EngineState.RUNNING and self._child is not None:
                 return self._child.identity.port
+            self._settle_unknown()
             self._check_lockout()
             if self.state == EngineState.FATAL:
                 self._fire("reset", cause="new request after a failure")
@@ -237,6 +239,17 @@ class Supervisor:
         )
         with contextlib.suppress(HostlerError, psutil.Error):
             record_launch(self.ledger, facts, child.identity.pid)
+
+    def _settle_unknown(self) -> None:
+        """Record as lost a process the log believes up but this supervisor does not hold.
+
+        That happens when no reconcile ran, or the process was lost; the fresh start follows.
+        """
+        alive = (EngineState.STARTING, EngineState.RUNNING, EngineState.STOPPING)
+        if self._child is None and self.state in (*alive, EngineState.ADOPTING):
+            if self.state != EngineState.ADOPTING:
+                self._fire("begin_adoption", daemon_pid=os.getpid())
+            self._fire("lost", cause="no live process is known to this supervisor")
 
     def _check_lockout(self) -> None:
         now = self._clock()
