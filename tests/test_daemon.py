@@ -270,6 +270,9 @@ def test_a_bad_engine_is_recorded_and_the_daemon_stays_up(tmp_path: Path) -> Non
         assert failed
         assert failed[0]["error"] == f"{tmp_path / 'nope.gguf'}: no such model file"
         assert daemon.poll() is None  # still up
+        samples = [p for _, t, p in events(data, "device/host") if t == "device.sampled"]
+        assert len(samples) == 1  # the observation the budget came from
+        assert samples[0]["system_ram"] > 0
         log = (tmp_path / "daemon.log").read_text()
         assert "nope.gguf: no such model file" in log
     finally:

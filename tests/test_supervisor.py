@@ -20,7 +20,7 @@ import pytest
 from hostler import Engine, EventStore, load
 from hostler.engines.errors import EngineStartError, RestartBudgetError
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
-from hostler.machines.engine import EngineCrashed, EngineFailed
+from hostler.machines.engine import EngineCrashed, EngineFailed, StopReason
 from hostler.plugin import LaunchSpec
 from hostler.testing.tiny_gguf import write_tiny_llama
 from hostler_llamacpp import LlamaCppAdapter
@@ -289,3 +289,43 @@ async def test_a_log_left_running_is_settled_before_a_fresh_start(
         "engine.start_requested",
     ]
     await second.stop()
+
+
+async def test_stop_aborts_a_start_in_progress(store: EventStore, tmp_path: Path) -> None:
+    # A "model" that never becomes ready: a real process that listens on nothing useful.
+    slow = tmp_path / "slow.gguf"
+    write_tiny_llama(slow)
+    sup = make(
+        store, slow, tmp_path, extra_args={"host": "127.0.0.2"}
+    )  # binds elsewhere: never ready here
+    outcome: list[BaseException] = []
+
+    async def start() -> None:
+        try:
+            await sup.ensure_running()
+        except EngineStartError as exc:
+            outcome.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(start)
+        with anyio.fail_after(10):
+            while sup.pid is None:
+                await anyio.sleep(0.02)
+        pid = sup.pid
+        started = time.monotonic()
+        await sup.stop(StopReason.SHUTDOWN)
+        assert time.monotonic() - started < 5
+    assert outcome
+    assert "start aborted: stop requested (shutdown)" in str(outcome[0])
+    assert not alive_pid(pid)
+    assert sup.state == "stopped"
+    assert types_of(store)[-2:] == ["engine.stop_requested", "engine.stopped"]
+
+
+def alive_pid(pid: int | None) -> bool:
+    if pid is None:
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -35,7 +35,7 @@ from hostler.paths import default_data_dir
 from hostler.plugin import EngineAdapter, LaunchSpec
 from hostler.pluginhost import PluginHost
 from hostler.probes.device import DEVICE_STREAM, budget_from, sample_device
-from hostler.probes.nvml import open_nvml
+from hostler.probes.nvml import NvmlProbe, open_nvml
 from hostler.probes.process import measure_process
 from hostler.replay import replay
 from hostler.store.log import EventStore
@@ -153,6 +153,36 @@ def _safe(key: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", key)
 
 
+class DeviceWatch:
+    """Samples the device now and then; records a sample when the budget's inputs change."""
+
+    def __init__(self, store: EventStore, probe: NvmlProbe, interval: float = 30.0) -> None:
+        self.store = store
+        self.probe = probe
+        self.interval = interval
+        self.budget: CapacityBudget
+        self._last: tuple[object, ...] | None = None
+
+    def sample(self) -> None:
+        """Take a sample; record it if RAM, cards or the override changed."""
+        sample = sample_device(self.probe, at=time.time())
+        fingerprint = (
+            sample.system_ram,
+            tuple((g["uuid"], g["total"]) for g in sample.gpus),
+            sample.budget_override_gib,
+        )
+        if fingerprint != self._last:
+            self.store.append(DEVICE_STREAM, [sample], expected_version=None)
+            self._last = fingerprint
+        self.budget = budget_from(sample)
+
+    async def run(self) -> None:
+        """Sample every ``interval`` seconds until cancelled."""
+        while True:
+            await anyio.sleep(self.interval)
+            await anyio.to_thread.run_sync(self.sample)
+
+
 class Daemon:
     """The long-running process behind ``hostler daemon``."""
 
@@ -180,10 +210,11 @@ class Daemon:
 
         plugins = PluginHost(record=record).load()
         probe = open_nvml()
-        sample = sample_device(probe, at=time.time())
-        store.append(DEVICE_STREAM, [sample], expected_version=None)  # the observation
-        budget: CapacityBudget = budget_from(sample)
-        ledger = HostLedger(ledger_store, OwnerIdentity.current("hostler-daemon"), lambda: budget)
+        device = DeviceWatch(store, probe)
+        device.sample()
+        ledger = HostLedger(
+            ledger_store, OwnerIdentity.current("hostler-daemon"), lambda: device.budget
+        )
         token_prefix = daemon_id(config.data_dir)
         world = replay(store)
         adapters = {e.key: plugins.adapter(parse_key(e.key).engine) for e in config.engines}  # type: ignore[union-attr]
@@ -231,6 +262,7 @@ class Daemon:
             expected_version=None,
         )
         async with anyio.create_task_group() as tasks:
+            tasks.start_soon(device.run)
             for key, supervisor in self.supervisors.items():
                 tasks.start_soon(supervisor.watch)
                 engine = next(e for e in config.engines if e.key == key)

@@ -125,6 +125,7 @@ class Supervisor:
         self._in_flight = 0
         self.last_used = clock()
         self._health_failures = 0
+        self._abort_reason: str | None = None
         self._build = "unknown"
         self.ledger = ledger
         self._footprint = footprint
@@ -323,6 +324,10 @@ class Supervisor:
     async def _await_ready(self, child: _Child) -> None:
         deadline = anyio.current_time() + self.policy.startup_timeout
         while True:
+            if self._abort_reason is not None:
+                reason, self._abort_reason = self._abort_reason, None
+                await self._stop_locked(reason)
+                raise EngineStartError(f"{self.key}: start aborted: stop requested ({reason})")
             self._read_lines(child)
             exited = child.process is not None and child.process.poll() is not None
             if (child.panic is not None and child.panic.fatal_at_startup) or exited:
@@ -392,7 +397,12 @@ class Supervisor:
     # -- stopping ----------------------------------------------------------------------------
 
     async def stop(self, reason: StopReason | str = StopReason.USER) -> None:
-        """Stop the engine (TERM, TERM, KILL to its process group) and record why."""
+        """Stop the engine (TERM, TERM, KILL to its process group) and record why.
+
+        A start in progress is aborted at its next readiness poll, not waited for.
+        """
+        if self.state == EngineState.STARTING and self._lock.locked():
+            self._abort_reason = str(reason)
         async with self._lock:
             await self._stop_locked(str(reason))
 
