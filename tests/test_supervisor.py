@@ -37,6 +37,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def make(store: EventStore, model: Path, tmp_path: Path, **policy: Any) -> Supervisor:
     extra = policy.pop("extra_args", {})
+    pressure = policy.pop("pressure", None)
     return Supervisor(
         KEY,
         LlamaCppAdapter(),
@@ -47,6 +48,7 @@ def make(store: EventStore, model: Path, tmp_path: Path, **policy: Any) -> Super
         run_dir=tmp_path / "run",
         token_prefix="test",
         policy=SupervisorPolicy(**{"watch_interval": 0.05, **policy}),
+        pressure=pressure,
     )
 
 
@@ -248,16 +250,7 @@ async def test_port_already_taken(store: EventStore, tiny: Path, tmp_path: Path)
 async def test_memory_pressure_stops_an_unused_engine(
     store: EventStore, tiny: Path, tmp_path: Path
 ) -> None:
-    sup = Supervisor(
-        KEY,
-        LlamaCppAdapter(),
-        lambda port: LaunchSpec(KEY, tiny, port, ctx_per_slot=512, slots=1, work_dir=tmp_path),
-        store,
-        run_dir=tmp_path / "run",
-        token_prefix="test",
-        policy=SupervisorPolicy(watch_interval=0.05, idle_timeout=0, pressure_idle=0.3),
-        pressure=lambda: True,
-    )
+    sup = make(store, tiny, tmp_path, idle_timeout=0, pressure_idle=0.3, pressure=lambda: True)
     await sup.ensure_running()
     async with anyio.create_task_group() as tg:
         tg.start_soon(sup.watch)

@@ -88,23 +88,27 @@ def run_story(store: EventStore, *, start: float, daemon_pid: int) -> None:
     def at(offset: float) -> float:
         return round(start + offset, 3)
 
+    engine = Engine(small)
+
+    def spawned(moment: float, pid: int, port: int) -> None:
+        engine.fire(
+            "spawned",
+            at=moment,
+            pid=pid,
+            create_time=moment,
+            boot_id="demo-boot",
+            launch_token=token,
+            argv_fingerprint="sha256:demo",
+            port=port,
+        )
+
     res_small = Reservation(small)
     res_small.fire("request", at=at(0.0), bytes=small_bytes, owner=owner)
     res_small.fire("grant", at=at(0.0), bytes=small_bytes, budget=budget, committed_other=0)
     commit(store, res_small, metadata=meta)
 
-    engine = Engine(small)
     engine.fire("start", at=at(0.01), cause="request")
-    engine.fire(
-        "spawned",
-        at=at(0.02),
-        pid=40001,
-        create_time=at(0.02),
-        boot_id="demo-boot",
-        launch_token=token,
-        argv_fingerprint="sha256:demo",
-        port=41001,
-    )
+    spawned(at(0.02), 40001, 41001)
     engine.fire("ready", at=at(0.45))
     commit(store, engine, metadata=meta)
 
@@ -129,16 +133,7 @@ def run_story(store: EventStore, *, start: float, daemon_pid: int) -> None:
     engine.fire("crashed", at=at(5.0), exit_code=None, signal=9, reached_ready=True, retry_at=at(6))
     commit(store, engine, metadata=meta)
     engine.fire("start", at=at(6.0), cause="restart")
-    engine.fire(
-        "spawned",
-        at=at(6.01),
-        pid=40002,
-        create_time=at(6.01),
-        boot_id="demo-boot",
-        launch_token=token,
-        argv_fingerprint="sha256:demo",
-        port=41002,
-    )
+    spawned(at(6.01), 40002, 41002)
     engine.fire("ready", at=at(6.4))
     commit(store, engine, metadata=meta)
 
