@@ -61,13 +61,16 @@ def payload(n: int) -> Ticked:
 
 # -- raw sqlite3 (the ceiling) ----------------------------------------------------------------
 
-RAW_SCHEMA = """
-CREATE TABLE IF NOT EXISTS events (
+# The same table as hostler's (its indexes included), so raw does the same inserts.
+RAW_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS events (
   seq INTEGER PRIMARY KEY AUTOINCREMENT, stream_id VARCHAR(200) NOT NULL,
   version INTEGER NOT NULL, type VARCHAR(120) NOT NULL, schema_version INTEGER NOT NULL,
   payload JSON NOT NULL, metadata JSON NOT NULL, recorded_at VARCHAR(32) NOT NULL,
-  UNIQUE (stream_id, version))
-"""
+  UNIQUE (stream_id, version))""",
+    "CREATE INDEX IF NOT EXISTS ix_events_type_seq ON events (type, seq)",
+    "CREATE INDEX IF NOT EXISTS ix_events_recorded_at ON events (recorded_at)",
+)
 INSERT = (
     "INSERT INTO events (stream_id, version, type, schema_version, payload, metadata, "
     "recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -78,7 +81,8 @@ def raw_connect(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
-    conn.execute(RAW_SCHEMA)
+    for statement in RAW_SCHEMA:
+        conn.execute(statement)
     return conn
 
 
