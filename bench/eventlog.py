@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,7 @@ def raw_connect(path: Path) -> sqlite3.Connection:
 
 def raw_row(stream: str, version: int, event: Event) -> tuple[Any, ...]:
     type_name, schema_version, data = encode(event)
-    stamp = format_time(__import__("datetime").datetime.now(__import__("datetime").UTC))
+    stamp = format_time(datetime.now(UTC))
     return (
         stream,
         version,

@@ -11,6 +11,12 @@ from _support import REPO
 
 PUBLIC = {
     "AppendResult",
+    "CapacityDeniedError",
+    "EngineBinaryError",
+    "EngineStartError",
+    "ModelFileError",
+    "RestartBudgetError",
+    "UnknownEngineError",
     "ConcurrencyError",
     "Engine",
     "EngineState",
@@ -77,6 +83,7 @@ def test_the_plugin_contract_is_pinned() -> None:
         "LaunchCommand",
         "LaunchSpec",
         "Panic",
+        "Register",
         "hookimpl",
         "hookspec",
     }

@@ -18,13 +18,12 @@ import psutil
 import pytest
 
 from hostler import Engine, EventStore, load
-from hostler.engines.errors import EngineStartError, RestartBudgetError
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
+from hostler.errors import EngineBinaryError, EngineStartError, RestartBudgetError
 from hostler.machines.engine import EngineCrashed, EngineFailed, StopReason
 from hostler.plugin import LaunchSpec
 from hostler.testing.tiny_gguf import write_tiny_llama
 from hostler_llamacpp import LlamaCppAdapter
-from hostler_llamacpp.binary import EngineBinaryError
 
 pytestmark = pytest.mark.anyio
 KEY = "llamacpp:tiny:0"
@@ -63,6 +62,13 @@ def chat(port: int, n: int = 8) -> dict[str, Any]:
         return json.loads(response.read())  # type: ignore[no-any-return]
 
 
+async def wait_state(sup: Supervisor, state: str, within: float = 10) -> None:
+    """Wait until the supervisor's watcher has moved the engine to ``state``."""
+    with anyio.fail_after(within):
+        while sup.state != state:
+            await anyio.sleep(0.05)
+
+
 def types_of(store: EventStore) -> list[str]:
     return [r.type for r in store.read_stream(f"engine/{KEY}")]
 
@@ -83,9 +89,7 @@ async def test_spawn_ready_completion_then_idle_stop(
     assert psutil.Process(pid).environ()["HOSTLER_LAUNCH_TOKEN"].startswith("test:")
     async with anyio.create_task_group() as tg:
         tg.start_soon(sup.watch)
-        with anyio.fail_after(10):
-            while sup.state != "stopped":
-                await anyio.sleep(0.05)
+        await wait_state(sup, "stopped")
         tg.cancel_scope.cancel()
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert types_of(store) == [
@@ -107,9 +111,7 @@ async def test_busy_engine_is_not_idle_stopped(
         async with sup.request():
             await anyio.sleep(1.0)
             assert sup.state == "running"
-        with anyio.fail_after(10):
-            while sup.state != "stopped":
-                await anyio.sleep(0.05)
+        await wait_state(sup, "stopped")
         tg.cancel_scope.cancel()
 
 
@@ -123,9 +125,7 @@ async def test_sigkilled_engine_records_a_crash_and_restarts_on_the_next_request
     async with anyio.create_task_group() as tg:
         tg.start_soon(sup.watch)
         os.kill(first, signal.SIGKILL)
-        with anyio.fail_after(10):
-            while sup.state != "backoff":
-                await anyio.sleep(0.05)
+        await wait_state(sup, "backoff")
         tg.cancel_scope.cancel()
     crash = next(r.event for r in store.read_stream(f"engine/{KEY}") if r.type == "engine.crashed")
     assert isinstance(crash, EngineCrashed)
@@ -254,9 +254,7 @@ async def test_memory_pressure_stops_an_unused_engine(
     await sup.ensure_running()
     async with anyio.create_task_group() as tg:
         tg.start_soon(sup.watch)
-        with anyio.fail_after(10):
-            while sup.state != "stopped":
-                await anyio.sleep(0.05)
+        await wait_state(sup, "stopped")
         tg.cancel_scope.cancel()
     assert load(store, Engine, KEY).stop_reason == "memory-pressure"
 

@@ -9,14 +9,20 @@ from __future__ import annotations
 
 from hostler._version import __version__
 from hostler.errors import (
+    CapacityDeniedError,
     ConcurrencyError,
+    EngineBinaryError,
+    EngineStartError,
     HostlerError,
     IllegalTransitionError,
+    ModelFileError,
+    RestartBudgetError,
     StoreCorruptError,
     StoreError,
     StoreLockedError,
     StorePathError,
     StoreSchemaError,
+    UnknownEngineError,
     UsageError,
 )
 from hostler.events import Event, UnknownEvent, event_type, registered_types, upcaster
@@ -37,8 +43,11 @@ from hostler.store import AppendResult, EventStore, RecordedEvent
 
 __all__ = [
     "AppendResult",
+    "CapacityDeniedError",
     "ConcurrencyError",
     "Engine",
+    "EngineBinaryError",
+    "EngineStartError",
     "EngineState",
     "Event",
     "EventStore",
@@ -48,9 +57,11 @@ __all__ = [
     "LeaseSlot",
     "LeaseState",
     "LifecycleModel",
+    "ModelFileError",
     "RecordedEvent",
     "Reservation",
     "ReservationState",
+    "RestartBudgetError",
     "StopReason",
     "StoreCorruptError",
     "StoreError",
@@ -58,6 +69,7 @@ __all__ = [
     "StorePathError",
     "StoreSchemaError",
     "TransitionEvent",
+    "UnknownEngineError",
     "UnknownEvent",
     "UsageError",
     "World",

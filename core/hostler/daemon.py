@@ -237,8 +237,7 @@ class Daemon:
             if outcome.result == "adopted" and outcome.identity is not None:
                 adopted.append(outcome.key)
                 supervisor = self.supervisors.get(outcome.key)
-                if supervisor is not None:
-                    supervisor.engine = world.engines[outcome.key]
+                if supervisor is not None:  # built after reconcile: its engine is "running"
                     supervisor.adopt(outcome.identity)
                 # the survivor's reservation, under this daemon's name and measured now
                 try:

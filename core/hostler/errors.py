@@ -10,15 +10,20 @@ from __future__ import annotations
 from typing import ClassVar
 
 __all__ = [
+    "CapacityDeniedError",
     "ConcurrencyError",
+    "EngineBinaryError",
+    "EngineStartError",
     "HostlerError",
     "IllegalTransitionError",
     "ModelFileError",
+    "RestartBudgetError",
     "StoreCorruptError",
     "StoreError",
     "StoreLockedError",
     "StorePathError",
     "StoreSchemaError",
+    "UnknownEngineError",
     "UsageError",
 ]
 
@@ -119,3 +124,33 @@ class ModelFileError(HostlerError):
     """A model file cannot be read: missing, not GGUF, truncated, or claiming absurd sizes."""
 
     code = "model.unreadable"
+
+
+class UnknownEngineError(HostlerError):
+    """No loaded plugin provides the engine a config or key names."""
+
+    code = "plugin.unknown-engine"
+
+
+class EngineBinaryError(HostlerError):
+    """The engine's binary is missing or cannot be executed."""
+
+    code = "engine.binary"
+
+
+class EngineStartError(HostlerError):
+    """An engine could not be started or did not become ready; the message says why."""
+
+    code = "engine.start-failed"
+
+
+class RestartBudgetError(HostlerError):
+    """An engine crashed too often in a short time; it is locked out until a stated moment."""
+
+    code = "engine.restart-budget"
+
+
+class CapacityDeniedError(HostlerError):
+    """The host's ledger refused the engine's footprint; nothing was started."""
+
+    code = "capacity.denied"

@@ -31,6 +31,7 @@ from typing import ClassVar
 import pluggy
 
 from hostler.capacity.geometry import ModelGeometry
+from hostler.capacity.gguf_header import read_geometry as read_gguf_geometry
 
 __all__ = [
     "PROJECT",
@@ -38,6 +39,7 @@ __all__ = [
     "LaunchCommand",
     "LaunchSpec",
     "Panic",
+    "Register",
     "hookimpl",
     "hookspec",
 ]
@@ -138,9 +140,7 @@ class EngineAdapter(ABC):
 
     def read_geometry(self, model: Path) -> ModelGeometry:
         """The model's shape, for the planner (default: a GGUF header)."""
-        from hostler.capacity.gguf_header import read_geometry  # noqa: PLC0415 - lazy: I/O
-
-        return read_geometry(model)
+        return read_gguf_geometry(model)
 
     def estimate_footprint(self, geometry: ModelGeometry, spec: LaunchSpec) -> int:
         """Bytes the ready engine will hold at its peak (default: on-disk size + 10% + 256 MiB).

@@ -18,19 +18,13 @@ from typing import Any
 
 import pluggy
 
-from hostler.errors import HostlerError
+from hostler.errors import UnknownEngineError
 from hostler.events.base import Event, event_type
 from hostler.plugin import PROJECT, EngineAdapter, Hookspecs
 
 __all__ = ["PluginFailed", "PluginHost", "PluginLoaded", "PluginRecord", "UnknownEngineError"]
 
 log = logging.getLogger(__name__)
-
-
-class UnknownEngineError(HostlerError):
-    """No loaded plugin provides the engine a config or key names."""
-
-    code = "plugin.unknown-engine"
 
 
 @event_type("plugin.loaded")

@@ -10,15 +10,9 @@ import os
 import shutil
 from pathlib import Path
 
-from hostler.errors import HostlerError
+from hostler.errors import EngineBinaryError
 
 __all__ = ["EngineBinaryError", "find_llama_server"]
-
-
-class EngineBinaryError(HostlerError):
-    """The engine's binary is missing or cannot be executed."""
-
-    code = "engine.binary"
 
 
 def _packaged() -> Path | None:

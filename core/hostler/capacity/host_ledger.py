@@ -41,9 +41,17 @@ from hostler.capacity.ledger import (
 )
 from hostler.errors import ConcurrencyError, StoreError
 from hostler.events.base import Event, UnknownEvent
+from hostler.probes.host import boot_id
 from hostler.store.log import EventStore, RecordedEvent
 
-__all__ = ["DEFAULT_LEDGER_PATH", "HostLedger", "OwnerIdentity", "default_ledger_path"]
+__all__ = [
+    "DEFAULT_LEDGER_PATH",
+    "HostLedger",
+    "OwnerIdentity",
+    "catch_up",
+    "default_ledger_path",
+    "fold_records",
+]
 
 # /var/tmp: one place every user of the host can reach, kept across reboots.
 DEFAULT_LEDGER_PATH = Path("/var/tmp/hostler/ledger.db")  # noqa: S108
@@ -54,14 +62,6 @@ def default_ledger_path() -> Path:
     """``$HOSTLER_LEDGER``, else ``/var/tmp/hostler/ledger.db`` (one per host)."""
     configured = os.environ.get("HOSTLER_LEDGER")
     return Path(configured).expanduser() if configured else DEFAULT_LEDGER_PATH
-
-
-def boot_id() -> str:
-    """This boot's identity (Linux ``boot_id``; else the boot time)."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
-    except OSError:
-        return f"boot@{psutil.boot_time():.0f}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +113,23 @@ def owner_alive(text: str, *, this_boot: str) -> bool:
         return True
 
 
+def fold_records(state: LedgerState, records: list[RecordedEvent]) -> LedgerState:
+    """Fold ledger records newer than ``state.version`` into ``state``."""
+    for record in records:
+        if record.version <= state.version:
+            continue
+        if not isinstance(record.event, UnknownEvent):
+            state.apply(record.event)
+        state.version = record.version
+    return state
+
+
+def catch_up(store: EventStore, state: LedgerState | None = None) -> LedgerState:
+    """A ledger state brought up to the store's last ledger event (a fresh one by default)."""
+    state = state if state is not None else LedgerState()
+    return fold_records(state, store.read_stream(LEDGER_STREAM, after_version=state.version))
+
+
 class HostLedger:
     """A daemon's handle on the host-wide ledger.
 
@@ -143,16 +160,7 @@ class HostLedger:
 
     def refresh(self) -> LedgerState:
         """Fold the ledger events written since the last look."""
-        self._fold(self.store.read_stream(LEDGER_STREAM, after_version=self.state.version))
-        return self.state
-
-    def _fold(self, records: list[RecordedEvent]) -> None:
-        for record in records:
-            if record.version <= self.state.version:
-                continue
-            if not isinstance(record.event, UnknownEvent):
-                self.state.apply(record.event)
-            self.state.version = record.version
+        return catch_up(self.store, self.state)
 
     def limits(self) -> LedgerLimits:
         """The limits in force now."""
@@ -248,7 +256,7 @@ class HostLedger:
 
         def decide(fresh: list[RecordedEvent]) -> tuple[list[Event], Any]:
             # Runs holding the ledger's write lock: nobody can decide in between.
-            self._fold(fresh)
+            fold_records(self.state, fresh)
             new_events, answer = make(self.state)
             decided[:] = new_events
             return new_events, answer

@@ -195,10 +195,7 @@ def exact_linearization(geometry: ModelGeometry, cache_type: str | None) -> KvLi
     )
     if line is not None:
         return line
-    per_token = full_attention_kv(geometry, 1, cache_type)
-    if per_token is None:
-        return None
-    # full_attention_kv rounds up per call; take the slope from a large context instead
+    # full_attention_kv rounds up per call; take the slope from a large context
     reference = 4096
     total = full_attention_kv(geometry, reference, cache_type)
     return None if total is None else KvLinear(0.0, total / reference)

@@ -80,10 +80,3 @@ class Calibration:
         if not offsets:
             return estimate
         return max(0, estimate + round(statistics.median(offsets)))
-
-    def factor(self, *, model: str, build: str, kv_type: str, ctx_total: int, slots: int) -> float:
-        """Measured / estimated at a point, 1.0 when never measured there."""
-        point = self.points.get((model, build, kv_type, ctx_total, slots))
-        if point is None or point[0] <= 0:
-            return 1.0
-        return point[1] / point[0]

@@ -113,7 +113,6 @@ def plan_llama(
     *,
     committed_other: int,
     free_ram: int | None = None,
-    _skip_auto: bool = False,
 ) -> LaunchPlan:
     """Plan a llama.cpp launch (L4–L8 over C1–C7 and S1–S7)."""
     reasons: list[str] = []
@@ -228,7 +227,7 @@ def plan_llama(
             below_minimum=not ladder.minimum_satisfied,
         )
     auto_window = None
-    if request.ctx is not None and not _skip_auto:
+    if request.ctx is not None:  # what the automatic plan (no window asked) would choose
         automatic = plan_llama(
             PlanRequest(request.model, slots=request.slots, kv_type=request.kv_type),
             geometry,
@@ -236,7 +235,6 @@ def plan_llama(
             limits,
             committed_other=committed_other,
             free_ram=free_ram,
-            _skip_auto=True,
         )
         auto_window = automatic.context_window
     return LaunchPlan(

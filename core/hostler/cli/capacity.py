@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from hostler.capacity.budget import BudgetKind, CapacityBudget
-from hostler.capacity.events import LEDGER_STREAM
 from hostler.capacity.gguf_header import read_geometry
-from hostler.capacity.host_ledger import boot_id, default_ledger_path, owner_alive
+from hostler.capacity.host_ledger import catch_up, default_ledger_path, owner_alive
 from hostler.capacity.ledger import (
     LedgerState,
     committed_other_for,
@@ -21,8 +20,9 @@ from hostler.capacity.ledger import (
 from hostler.capacity.plan import LaunchPlan, PlanRequest, plan_llama
 from hostler.capacity.units import GIB, KIB
 from hostler.errors import UsageError
-from hostler.events.base import UnknownEvent, encode
+from hostler.events.base import encode
 from hostler.probes.device import DeviceSampled, budget_from, sample_device
+from hostler.probes.host import boot_id
 from hostler.probes.nvml import open_nvml
 from hostler.store.log import EventStore
 
@@ -72,15 +72,10 @@ def _sample() -> DeviceSampled:
 
 
 def _ledger_state(path: Path) -> LedgerState:
-    state = LedgerState()
     if not path.exists():
-        return state
+        return LedgerState()  # a reader never creates the host's ledger
     with EventStore.open(path) as store:
-        for record in store.read_stream(LEDGER_STREAM):
-            if not isinstance(record.event, UnknownEvent):
-                state.apply(record.event)
-            state.version = record.version
-    return state
+        return catch_up(store)
 
 
 def _gib(value: float) -> str:

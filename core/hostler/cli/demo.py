@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hostler.capacity.units import GIB, MIB
 from hostler.cli.common import add_log_options
 from hostler.cli.live_demo import Say, run_live
 from hostler.cli.render import TableWriter
@@ -23,9 +24,6 @@ from hostler.replay import commit, replay
 from hostler.store.log import EventStore
 
 __all__ = ["add_parser", "run", "run_story"]
-
-GIB = 1024**3
-MIB = 1024**2
 
 
 def add_parser(sub: Any) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 import anyio
 import psutil
 
-from hostler.capacity.host_ledger import boot_id
+from hostler.probes.host import boot_id
 
 __all__ = [
     "LAUNCH_TOKEN_ENV",

@@ -26,7 +26,6 @@ import psutil
 
 from hostler.capacity.host_ledger import HostLedger
 from hostler.capacity.measure import LaunchFacts, record_launch
-from hostler.engines.errors import CapacityDeniedError, EngineStartError, RestartBudgetError
 from hostler.engines.http import probe_status
 from hostler.engines.logs import LogFollower
 from hostler.engines.process import (
@@ -34,7 +33,12 @@ from hostler.engines.process import (
     spawn_engine,
     terminate_group,
 )
-from hostler.errors import HostlerError
+from hostler.errors import (
+    CapacityDeniedError,
+    EngineStartError,
+    HostlerError,
+    RestartBudgetError,
+)
 from hostler.machines.engine import Engine, EngineState, StopReason
 from hostler.plugin import EngineAdapter, LaunchSpec, Panic
 from hostler.replay import commit, load
@@ -75,6 +79,7 @@ class _Child:
     process: subprocess.Popen[bytes] | None  # None when adopted from an earlier daemon
     log: LogFollower
     started: float
+    spec: LaunchSpec | None = None  # None when adopted
     panic: Panic | None = None
     reached_ready: bool = False
     expected_stop: bool = False
@@ -226,9 +231,9 @@ class Supervisor:
     def _learn(self, estimate: int) -> None:
         """Measure the ready engine; the ledger holds the truth, and the estimate learns."""
         child = self._child
-        if self.ledger is None or child is None or not estimate:
+        if self.ledger is None or child is None or child.spec is None or not estimate:
             return
-        spec = self._spec(child.identity.port)
+        spec = child.spec
         facts = LaunchFacts(
             engine_key=self.key,
             model=spec.model.name,
@@ -306,7 +311,7 @@ class Supervisor:
             message = f"{self.key}: cannot run {command.argv[0]} ({exc.strerror or exc})"
             self._fire("failed", error=message, retry_at=None)
             raise EngineStartError(message) from exc
-        child = _Child(identity, process, follower, self._clock())
+        child = _Child(identity, process, follower, self._clock(), spec)
         self._child = child
         # Recorded before ensure_running can return: a daemon killed from here on finds it.
         self._fire(

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 from transitions import EventData, Machine, MachineError
 
@@ -231,8 +231,3 @@ class LifecycleModel:
         """Every folded field, for comparing a replayed model with a live one."""
         skip = {"pending", "_bound", "_staged", "trigger", "may_trigger"}
         return {k: v for k, v in vars(self).items() if k not in skip and not callable(v)}
-
-    @classmethod
-    def create(cls, key: str) -> Self:
-        """A new instance in the lifecycle's initial state."""
-        return cls(key)

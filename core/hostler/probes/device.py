@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +15,7 @@ from hostler.capacity.budget import (
 )
 from hostler.events.base import Event, event_type
 from hostler.probes.memory import is_apple_silicon, reclaimable_free_ram, total_ram
-from hostler.probes.nvml import GpuSample, NvmlProbe
+from hostler.probes.nvml import NvmlProbe
 
 __all__ = ["DEVICE_STREAM", "DeviceSampled", "budget_from", "host_memory", "sample_device"]
 
@@ -55,22 +56,10 @@ def sample_device(probe: NvmlProbe, *, at: float) -> DeviceSampled:
         system_ram=total,
         free_ram=reclaimable_free_ram(total),
         apple_silicon=is_apple_silicon(),
-        gpus=[_gpu_dict(g) for g in gpus],
+        gpus=[dataclasses.asdict(g) for g in gpus],
         gpu_note="" if probe.available else probe.unavailable_reason,
         budget_override_gib=parse_budget_override(os.environ.get("HOSTLER_CAPACITY_BUDGET_GB")),
     )
-
-
-def _gpu_dict(gpu: GpuSample) -> dict[str, Any]:
-    return {
-        "uuid": gpu.uuid,
-        "name": gpu.name,
-        "total": gpu.total,
-        "used": gpu.used,
-        "temperature_c": gpu.temperature_c,
-        "thermal_slowdown": gpu.thermal_slowdown,
-        "power_brake": gpu.power_brake,
-    }
 
 
 def host_memory(sample: DeviceSampled) -> HostMemory:
