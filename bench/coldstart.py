@@ -26,8 +26,8 @@ import anyio
 
 from hostler import EventStore
 from hostler.capacity.budget import HostMemory, compute_budget
-from hostler.capacity.host_ledger import HostLedger, OwnerIdentity
 from hostler.capacity.units import GIB
+from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy, free_port
 from hostler.plugin import LaunchSpec
 from hostler_llamacpp import LlamaCppAdapter

@@ -14,8 +14,8 @@ import pytest
 from hostler import EventStore
 from hostler.capacity.budget import HostMemory, compute_budget
 from hostler.capacity.events import LEDGER_STREAM, LedgerDenied, LedgerReleased, LedgerReserved
-from hostler.capacity.host_ledger import HostLedger, OwnerIdentity, owner_alive
 from hostler.capacity.units import GIB
+from hostler.drivers.host_ledger import HostLedger, OwnerIdentity, owner_alive
 
 from _support import REPO
 
@@ -68,7 +68,7 @@ _HOLDER = """
 import sys, time
 from hostler import EventStore
 from hostler.capacity.budget import HostMemory, compute_budget
-from hostler.capacity.host_ledger import HostLedger, OwnerIdentity
+from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
 from hostler.capacity.units import GIB
 with EventStore.open(sys.argv[1]) as store:
     ledger = HostLedger(store, OwnerIdentity.current("doomed"), lambda: compute_budget(HostMemory(16 * GIB)))
@@ -114,7 +114,7 @@ _HAMMER = """
 import json, random, sys, time
 from hostler import EventStore, HostlerError
 from hostler.capacity.budget import HostMemory, compute_budget
-from hostler.capacity.host_ledger import HostLedger, OwnerIdentity
+from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
 from hostler.capacity.units import GIB, MIB
 path, seconds, me = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 rng = random.Random(me)

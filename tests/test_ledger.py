@@ -48,7 +48,7 @@ def test_denial_keeps_the_prior_and_says_why_in_a_stable_line() -> None:
     assert decision.shortfall == 20 * GIB + 20 * GIB - budget
     assert decision.reason == f"budget exhausted: would commit {40 * GIB} against {budget}"
     state.apply(decision.event())
-    assert state.reservations["b"].bytes == 10 * GIB
+    assert state.reservations[("d1", "b")].bytes == 10 * GIB
 
 
 def test_co_residency_ceiling_binds_only_while_something_else_is_resident() -> None:

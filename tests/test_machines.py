@@ -125,7 +125,9 @@ def test_illegal_trigger_names_machine_state_and_trigger_and_changes_nothing() -
 def test_a_wrong_observation_is_refused_before_the_state_changes() -> None:
     engine = _running_engine()
     before = (engine.state, len(engine.pending))
-    with pytest.raises(UsageError, match=r"'stop' takes the observation fields \['at', 'reason'\]"):
+    with pytest.raises(
+        UsageError, match=r"'stop' takes the observation fields \['at', 'reason', 'decision'\]"
+    ):
         engine.fire("stop", at=3.0)
     with pytest.raises(UsageError):
         engine.fire("stop", at=3.0, reason="idle", extra=1)

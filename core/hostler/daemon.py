@@ -9,6 +9,7 @@ running; the next daemon on the same data directory adopts them without a reload
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -21,18 +22,26 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import psutil
 
 from hostler._version import __version__
 from hostler.capacity.budget import CapacityBudget
-from hostler.capacity.host_ledger import HostLedger, OwnerIdentity, default_ledger_path
 from hostler.capacity.keys import parse_key
-from hostler.engines.reconcile import DAEMON_STREAM, reconcile
+from hostler.drivers.host_ledger import (
+    HostLedger,
+    LedgerLocation,
+    OwnerIdentity,
+    default_ledger_location,
+    open_ledger_store,
+)
+from hostler.drivers.offloop import OffLoop
+from hostler.engines.reconcile import DAEMON_STREAM, Outcome, reconcile
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
-from hostler.errors import HostlerError, UsageError
+from hostler.errors import EngineStartError, HostlerError, UsageError
 from hostler.events.base import Event, event_type
 from hostler.machines.engine import StopReason
 from hostler.paths import default_data_dir
-from hostler.plugin import EngineAdapter, LaunchSpec
+from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec
 from hostler.pluginhost import PluginHost
 from hostler.probes.device import DEVICE_STREAM, budget_from, sample_device
 from hostler.probes.nvml import NvmlProbe, open_nvml
@@ -90,6 +99,13 @@ class DaemonConfig:
     idle_timeout: float = 300.0
     health_interval: float = 15.0
     ledger: Path | None = None
+    ledger_shared: bool = False
+
+    def ledger_location(self) -> LedgerLocation:
+        """The configured ledger, else the environment's (per user by default)."""
+        if self.ledger is not None:
+            return LedgerLocation(self.ledger, self.ledger_shared)
+        return default_ledger_location()
 
 
 def load_config(path: str | os.PathLike[str], *, data_dir: Path | None = None) -> DaemonConfig:
@@ -134,6 +150,7 @@ def load_config(path: str | os.PathLike[str], *, data_dir: Path | None = None) -
         idle_timeout=float(section.get("idle_timeout", 300.0)),
         health_interval=float(section.get("health_interval", 15.0)),
         ledger=(base / ledger).expanduser() if ledger else None,
+        ledger_shared=bool(section.get("ledger_shared", False)),
     )
 
 
@@ -190,13 +207,15 @@ class Daemon:
         self.config = config
         self.supervisors: dict[str, Supervisor] = {}
         self.ready = anyio.Event()
+        self.offloop = OffLoop()
+        self.probe: NvmlProbe | None = None
 
     async def run(self) -> None:
         """Run until SIGTERM or SIGINT."""
         config = self.config
         config.data_dir.mkdir(parents=True, exist_ok=True)
         with EventStore.open(config.data_dir / "events.db", owner=True) as store:
-            ledger_store = EventStore.open(config.ledger or default_ledger_path())
+            ledger_store = open_ledger_store(config.ledger_location())
             try:
                 await self._run(store, ledger_store)
             finally:
@@ -204,62 +223,66 @@ class Daemon:
 
     async def _run(self, store: EventStore, ledger_store: EventStore) -> None:
         config = self.config
+        io = self.offloop
 
         def record(event: Event) -> None:
             store.append(PLUGIN_STREAM, [event], expected_version=None)
 
-        plugins = PluginHost(record=record).load()
-        probe = open_nvml()
+        plugins = await io.run(lambda: PluginHost(record=record).load())
+        probe = await io.run(open_nvml)
+        self.probe = probe
         device = DeviceWatch(store, probe)
-        device.sample()
+        await io.run(device.sample)
         ledger = HostLedger(
             ledger_store, OwnerIdentity.current("hostler-daemon"), lambda: device.budget
         )
         token_prefix = daemon_id(config.data_dir)
-        world = replay(store)
+        world = await io.run(replay, store)
         adapters = {e.key: plugins.adapter(parse_key(e.key).engine) for e in config.engines}  # type: ignore[union-attr]
+
+        def readiness_path(key: str) -> str:
+            if key in adapters:
+                return str(adapters[key].readiness_path)
+            engine = parse_key(key)
+            with contextlib.suppress(HostlerError):
+                if engine is not None:
+                    return str(plugins.adapter(engine.engine).readiness_path)
+            return "/health"
+
         outcomes = await reconcile(
             store,
             world.engines,
             token_prefix=token_prefix,
             daemon_pid=os.getpid(),
-            readiness_path=lambda key: (
-                adapters[key].readiness_path if key in adapters else "/health"
-            ),
+            readiness_path=readiness_path,
             clock=time.time,
+            offloop=io,
         )
         for engine in config.engines:
             self.supervisors[engine.key] = self._supervisor(
                 engine, adapters[engine.key], store, ledger, token_prefix
             )
-        adopted = []
-        for outcome in outcomes:
-            if outcome.result == "adopted" and outcome.identity is not None:
-                adopted.append(outcome.key)
-                supervisor = self.supervisors.get(outcome.key)
-                if supervisor is not None:  # built after reconcile: its engine is "running"
-                    supervisor.adopt(outcome.identity)
-                # the survivor's reservation, under this daemon's name and measured now
-                try:
-                    ledger.reserve(outcome.key, measure_process(outcome.identity.pid).total)
-                except (HostlerError, OSError):
-                    log.warning("hostler: could not re-reserve %s", outcome.key)
-            elif outcome.result == "lost":
-                ledger.release(outcome.key, cause="lost")
-        store.append(
-            DAEMON_STREAM,
-            [
-                DaemonStarted(
-                    time.time(),
-                    os.getpid(),
-                    __version__,
-                    adopted,
-                    [o.key for o in outcomes if o.result == "lost"],
-                    [o.pid or 0 for o in outcomes if o.result == "reaped"],
-                )
-            ],
-            expected_version=None,
+        unconfigured = await self._settle_outcomes(outcomes, store, ledger, plugins, token_prefix)
+        await io.run(
+            lambda: store.append(
+                DAEMON_STREAM,
+                [
+                    DaemonStarted(
+                        time.time(),
+                        os.getpid(),
+                        __version__,
+                        [o.key for o in outcomes if o.result == "adopted"],
+                        [o.key for o in outcomes if o.result == "lost"],
+                        [o.pid or 0 for o in outcomes if o.result == "reaped"],
+                    )
+                ],
+                expected_version=None,
+            )
         )
+        for supervisor in unconfigured:
+            # R5: every live engine has an owner that acts on it; one nobody configured stops.
+            with anyio.CancelScope(shield=True):
+                await supervisor.stop(StopReason.UNCONFIGURED, {"cause": "not in the config"})
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(device.run)
             for key, supervisor in self.supervisors.items():
@@ -271,14 +294,93 @@ class Daemon:
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async for _ in signals:
                     break
-            for supervisor in self.supervisors.values():
-                with anyio.CancelScope(shield=True):
-                    await supervisor.stop(StopReason.SHUTDOWN)
-            store.append(
-                DAEMON_STREAM, [DaemonStopped(time.time(), os.getpid())], expected_version=None
-            )
+            with anyio.CancelScope(shield=True):
+                async with anyio.create_task_group() as stopping:
+                    for supervisor in self.supervisors.values():
+                        stopping.start_soon(supervisor.stop, StopReason.SHUTDOWN)
+                await io.run(
+                    lambda: store.append(
+                        DAEMON_STREAM,
+                        [DaemonStopped(time.time(), os.getpid())],
+                        expected_version=None,
+                    )
+                )
             tasks.cancel_scope.cancel()
         probe.close()
+
+    async def _settle_outcomes(
+        self,
+        outcomes: list[Outcome],
+        store: EventStore,
+        ledger: HostLedger,
+        plugins: PluginHost,
+        token_prefix: str,
+    ) -> list[Supervisor]:
+        """Adopted engines take their reservation over (R3); lost ones release it.
+
+        Returns supervisors for adopted engines that no configured key owns (to be stopped).
+        """
+        io = self.offloop
+        unconfigured: list[Supervisor] = []
+        for outcome in outcomes:
+            identity = outcome.identity
+            if outcome.result == "adopted" and identity is not None:
+                supervisor = self.supervisors.get(outcome.key)
+                if supervisor is None:
+                    supervisor = self._bare_supervisor(
+                        outcome.key, plugins, store, ledger, token_prefix
+                    )
+                    unconfigured.append(supervisor)
+                supervisor.adopt(identity)
+                try:
+                    measured = await io.run(
+                        lambda i=identity: measure_process(i.pid, self.probe).total
+                    )
+                except (OSError, psutil.Error):
+                    measured = 0
+                # never denied: it is running, so it holds the memory whatever the ledger says
+                await io.run(
+                    lambda o=outcome, i=identity, m=measured: ledger.adopt(
+                        o.key,
+                        m,
+                        token=i.launch_token,
+                        pid=i.pid,
+                        create_time=i.create_time,
+                    )
+                )
+            elif outcome.result == "lost" and outcome.token:
+                await io.run(lambda o=outcome: ledger.release_token(o.token, cause="lost"))
+        return unconfigured
+
+    def _bare_supervisor(
+        self,
+        key: str,
+        plugins: PluginHost,
+        store: EventStore,
+        ledger: HostLedger,
+        token_prefix: str,
+    ) -> Supervisor:
+        """A supervisor for an adopted engine no config names: it can only stop it."""
+        engine = parse_key(key)
+        try:
+            adapter = plugins.adapter(engine.engine if engine else key)
+        except HostlerError:
+            adapter = _StopOnlyAdapter()
+
+        def no_spec(_port: int) -> LaunchSpec:
+            raise EngineStartError(f"{key}: not in the config; hostler only stops it")
+
+        return Supervisor(
+            key,
+            adapter,
+            no_spec,
+            store,
+            run_dir=self.config.data_dir / "run" / _safe(key),
+            token_prefix=token_prefix,
+            ledger=ledger,
+            probe=self.probe,
+            offloop=self.offloop,
+        )
 
     async def _autostart(self, supervisor: Supervisor) -> None:
         try:
@@ -286,6 +388,9 @@ class Daemon:
         except HostlerError as exc:
             # recorded as an event by the supervisor; the daemon stays up
             log.error("hostler: %s", exc.message)  # noqa: TRY400 - a one-line message is the point
+        except Exception:
+            # a bug, not a decision: keep serving the other engines, and say where it was
+            log.exception("hostler: %s: unexpected error while starting", supervisor.key)
 
     def _supervisor(
         self,
@@ -325,4 +430,16 @@ class Daemon:
             ),
             ledger=ledger,
             footprint=footprint,
+            probe=self.probe,
+            offloop=self.offloop,
         )
+
+
+class _StopOnlyAdapter(EngineAdapter):
+    """Stands in for a plugin that is gone, so an adopted engine can still be stopped."""
+
+    engine_type = "unavailable"
+
+    def build_command(self, spec: LaunchSpec) -> LaunchCommand:
+        """Never called: a stop-only supervisor starts nothing."""
+        raise EngineStartError(f"{spec.key}: its engine plugin is not loaded")

@@ -17,6 +17,7 @@ __all__ = [
     "HostlerError",
     "IllegalTransitionError",
     "ModelFileError",
+    "PluginError",
     "RestartBudgetError",
     "StoreCorruptError",
     "StoreError",
@@ -154,3 +155,12 @@ class CapacityDeniedError(HostlerError):
     """The host's ledger refused the engine's footprint; nothing was started."""
 
     code = "capacity.denied"
+
+
+class PluginError(HostlerError):
+    """An engine plugin raised where it should have answered; the message names the plugin.
+
+    The engine it was serving is failed (recorded) and the daemon stays up.
+    """
+
+    code = "plugin.raised"

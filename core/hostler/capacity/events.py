@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from hostler.events.base import Event, event_type
+from hostler.events.base import Event, event_type, upcaster
 
 __all__ = [
     "LEDGER_STREAM",
+    "LedgerAdopted",
+    "LedgerBound",
     "LedgerBudgetSet",
     "LedgerDenied",
     "LedgerMeasured",
@@ -20,10 +23,14 @@ __all__ = [
 LEDGER_STREAM = "ledger/host"
 
 
-@event_type("ledger.reserved")
+@event_type("ledger.reserved", schema_version=2)
 @dataclass(frozen=True, slots=True)
 class LedgerReserved(Event):
-    """``bytes`` are held for ``key`` (replacing ``prior``); the inputs of the decision."""
+    """``owner`` holds ``bytes`` for ``key`` (replacing its ``prior``); the decision's inputs.
+
+    ``token`` is the launch token of the engine process the bytes are for (schema v2): while a
+    process carrying it lives, the reservation outlives its owner (R2 in docs/rules.md).
+    """
 
     key: str
     bytes: int
@@ -33,6 +40,45 @@ class LedgerReserved(Event):
     budget: int
     ceiling: int
     enforced: bool
+    token: str | None = None
+
+
+@upcaster("ledger.reserved", from_version=1)
+def _reserved_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    payload.setdefault("token", None)
+    return payload
+
+
+@event_type("ledger.bound")
+@dataclass(frozen=True, slots=True)
+class LedgerBound(Event):
+    """The engine process a reservation pays for exists: its pid and start time."""
+
+    key: str
+    owner: str
+    pid: int
+    create_time: float
+
+
+@event_type("ledger.adopted")
+@dataclass(frozen=True, slots=True)
+class LedgerAdopted(Event):
+    """``owner`` took over a running engine's memory (never denied: it is already in use).
+
+    ``from_owner`` held it before (None when nothing did); ``over_budget`` is how many bytes
+    the ledger now holds beyond its budget because of it (0 when it fits).
+    """
+
+    key: str
+    owner: str
+    bytes: int
+    from_owner: str | None
+    token: str | None
+    pid: int
+    create_time: float
+    committed_other: int
+    budget: int
+    over_budget: int
 
 
 @event_type("ledger.denied")
@@ -53,7 +99,11 @@ class LedgerDenied(Event):
 @event_type("ledger.released")
 @dataclass(frozen=True, slots=True)
 class LedgerReleased(Event):
-    """``key``'s reservation went back; ``cause`` is ``released`` or ``owner-gone``."""
+    """``owner``'s reservation for ``key`` went back, and why.
+
+    ``cause``: ``released`` (its engine stopped), ``lost`` (its engine was found gone),
+    ``owner-gone`` (owner and engine process both gone), ``denied-start`` and the like.
+    """
 
     key: str
     bytes: int

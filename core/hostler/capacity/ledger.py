@@ -1,6 +1,7 @@
 """The capacity ledger's policy: reservations per engine key against the budget (pure).
 
-Rules CB1–CB12 of the reference behaviour. :class:`LedgerState` is folded from ledger events;
+Rules CB1–CB12 of the reference behaviour, and the ownership rules R1–R3 (docs/rules.md).
+:class:`LedgerState` is folded from ledger events;
 :func:`decide_reserve` turns a state, the host's automatic budget and a request into a
 :class:`ReserveDecision` that carries every input it used, so the decision can be recorded,
 replayed and explained. Nothing here reads a clock or the machine.
@@ -9,11 +10,13 @@ replayed and explained. Nothing here reads a clock or the machine.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hostler.capacity.budget import BudgetKind, CapacityBudget
 from hostler.capacity.events import (
+    LedgerAdopted,
+    LedgerBound,
     LedgerBudgetSet,
     LedgerDenied,
     LedgerMeasured,
@@ -32,6 +35,7 @@ __all__ = [
     "LedgerState",
     "ReserveDecision",
     "committed_other_for",
+    "decide_adopt",
     "decide_reserve",
     "denial_reason",
     "fallback_resident_bytes",
@@ -47,11 +51,23 @@ CO_RESIDENCY_SUFFIX = " (co-residency ceiling — RAM spillover off)"
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    """One reservation: ``bytes`` held for an engine key by an owner (a daemon's identity)."""
+    """One reservation: ``bytes`` held for an engine key by an owner (a daemon's identity).
+
+    ``token`` is the launch token of the engine process it pays for; ``pid`` and
+    ``create_time`` that process once it exists (R2: it outlives its owner while it runs).
+    """
 
     key: str
     bytes: int
     owner: str
+    token: str | None = None
+    pid: int | None = None
+    create_time: float | None = None
+
+    @property
+    def slot(self) -> tuple[str, str]:
+        """Where it is filed: (owner, key)."""
+        return (self.owner, self.key)
 
 
 @dataclass
@@ -59,13 +75,13 @@ class LedgerState:
     """What the ledger holds, folded from its events.
 
     Attributes:
-        reservations: Held bytes by engine key.
+        reservations: Held bytes by (owner, engine key): two owners never share one (R1).
         explicit_budget: An operator's budget in bytes, or None for the automatic one.
         spillover: An operator's RAM-spillover choice, or None for the automatic one.
         version: The ledger stream's version this state reflects.
     """
 
-    reservations: dict[str, Held] = field(default_factory=dict)
+    reservations: dict[tuple[str, str], Held] = field(default_factory=dict)
     explicit_budget: int | None = None
     spillover: bool | None = None
     version: int = 0
@@ -75,12 +91,52 @@ class LedgerState:
         """Bytes held by every reservation."""
         return sum(h.bytes for h in self.reservations.values())
 
+    def held(self, owner: str, key: str) -> Held | None:
+        """``owner``'s reservation for ``key``, if any."""
+        return self.reservations.get((owner, key))
+
+    def by_token(self, token: str) -> Held | None:
+        """The reservation paying for the engine launched with ``token``, if any."""
+        for held in self.reservations.values():
+            if held.token == token:
+                return held
+        return None
+
     def apply(self, event: Event) -> None:
         """Fold one ledger event (others are ignored)."""
-        if isinstance(event, (LedgerReserved, LedgerMeasured)):
-            self.reservations[event.key] = Held(event.key, event.bytes, event.owner)
+        if isinstance(event, LedgerReserved):
+            prior = self.reservations.get((event.owner, event.key))
+            keep = prior is not None and prior.token == event.token
+            self.reservations[(event.owner, event.key)] = Held(
+                event.key,
+                event.bytes,
+                event.owner,
+                event.token,
+                prior.pid if keep and prior else None,
+                prior.create_time if keep and prior else None,
+            )
+        elif isinstance(event, LedgerMeasured):
+            prior = self.reservations.get((event.owner, event.key))
+            if prior is not None:
+                self.reservations[prior.slot] = replace(prior, bytes=event.bytes)
+            else:
+                self.reservations[(event.owner, event.key)] = Held(
+                    event.key, event.bytes, event.owner
+                )
+        elif isinstance(event, LedgerBound):
+            prior = self.reservations.get((event.owner, event.key))
+            if prior is not None:
+                self.reservations[prior.slot] = replace(
+                    prior, pid=event.pid, create_time=event.create_time
+                )
+        elif isinstance(event, LedgerAdopted):
+            if event.from_owner is not None:
+                self.reservations.pop((event.from_owner, event.key), None)
+            self.reservations[(event.owner, event.key)] = Held(
+                event.key, event.bytes, event.owner, event.token, event.pid, event.create_time
+            )
         elif isinstance(event, LedgerReleased):
-            self.reservations.pop(event.key, None)
+            self.reservations.pop((event.owner, event.key), None)
         elif isinstance(event, LedgerBudgetSet):
             self.explicit_budget = event.budget
         elif isinstance(event, LedgerSpilloverSet):
@@ -89,6 +145,12 @@ class LedgerState:
     def owners(self) -> set[str]:
         """Every owner holding something."""
         return {h.owner for h in self.reservations.values()}
+
+    def copy(self) -> LedgerState:
+        """An independent copy (for trial decisions)."""
+        return LedgerState(
+            dict(self.reservations), self.explicit_budget, self.spillover, self.version
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +224,7 @@ class ReserveDecision:
     budget: int
     ceiling: int
     enforced: bool
+    token: str | None = None
 
     def event(self) -> LedgerReserved | LedgerDenied:
         """The event that records this decision."""
@@ -175,6 +238,7 @@ class ReserveDecision:
                 budget=self.budget,
                 ceiling=self.ceiling,
                 enforced=self.enforced,
+                token=self.token,
             )
         return LedgerDenied(
             key=self.key,
@@ -188,14 +252,23 @@ class ReserveDecision:
         )
 
 
-def decide_reserve(
-    state: LedgerState, auto: CapacityBudget, key: str, wanted: int, owner: str
+def decide_reserve(  # noqa: PLR0917 - the rule's inputs, in the order CB7 names them
+    state: LedgerState,
+    auto: CapacityBudget,
+    key: str,
+    wanted: int,
+    owner: str,
+    token: str | None = None,
 ) -> ReserveDecision:
-    """CB7: grant (replacing the key's prior reservation) or deny, keeping the prior intact."""
+    """CB7: grant (replacing this owner's prior for the key) or deny, keeping the prior intact.
+
+    Another owner's reservation for the same key is someone else's engine (R1): it counts
+    against the budget like any other.
+    """
     if wanted < 0:
         raise ValueError(f"cannot reserve a negative amount ({wanted}) for {key!r}")
     limits = limits_of(state, auto)
-    held = state.reservations.get(key)
+    held = state.held(owner, key)
     prior = held.bytes if held else 0
     committed = state.committed
     short = shortfall(limits, committed, wanted, prior)
@@ -213,6 +286,48 @@ def decide_reserve(
         budget=limits.budget,
         ceiling=limits.ceiling,
         enforced=limits.enforced,
+        token=token,
+    )
+
+
+def decide_adopt(
+    state: LedgerState,
+    auto: CapacityBudget,
+    *,
+    key: str,
+    owner: str,
+    wanted: int,
+    token: str | None,
+    pid: int,
+    create_time: float,
+) -> LedgerAdopted:
+    """R3: take over a running engine's memory; never denied, since it is already in use.
+
+    The reservation that paid for the engine (found by its launch token) moves to ``owner``
+    with the adopter's figure; when nothing paid for it, the engine is recorded anyway and
+    ``over_budget`` says by how much the ledger is now over, so the runtime can make room.
+    """
+    if wanted < 0:
+        raise ValueError(f"cannot adopt a negative amount ({wanted}) for {key!r}")
+    previous = state.by_token(token) if token else None
+    trial = state.copy()
+    if previous is not None:
+        trial.reservations.pop(previous.slot, None)
+    trial.reservations.pop((owner, key), None)
+    limits = limits_of(state, auto)
+    others = trial.committed
+    over = max(0, others + wanted - limits.budget) if limits.enforced else 0
+    return LedgerAdopted(
+        key=key,
+        owner=owner,
+        bytes=wanted,
+        from_owner=previous.owner if previous else None,
+        token=token,
+        pid=pid,
+        create_time=create_time,
+        committed_other=others,
+        budget=limits.budget,
+        over_budget=over,
     )
 
 
@@ -296,9 +411,10 @@ def committed_snapshot(
                 "key": h.key,
                 "bytes": h.bytes,
                 "owner": h.owner,
+                "pid": h.pid,
                 **({} if alive is None else {"owner_alive": h.owner in alive}),
             }
-            for h in sorted(state.reservations.values(), key=lambda h: (-h.bytes, h.key))
+            for h in sorted(state.reservations.values(), key=lambda h: (-h.bytes, h.key, h.owner))
         ],
     }
 

@@ -10,7 +10,6 @@ from typing import Any
 
 from hostler.capacity.budget import BudgetKind, CapacityBudget
 from hostler.capacity.gguf_header import read_geometry
-from hostler.capacity.host_ledger import catch_up, default_ledger_path, owner_alive
 from hostler.capacity.ledger import (
     LedgerState,
     committed_other_for,
@@ -19,6 +18,7 @@ from hostler.capacity.ledger import (
 )
 from hostler.capacity.plan import LaunchPlan, PlanRequest, plan_llama
 from hostler.capacity.units import GIB, KIB
+from hostler.drivers.host_ledger import catch_up, default_ledger_path, owner_alive
 from hostler.errors import UsageError
 from hostler.events.base import encode
 from hostler.probes.device import DeviceSampled, budget_from, sample_device

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import anyio
 
-from hostler.capacity.host_ledger import HostLedger, OwnerIdentity
 from hostler.capacity.ledger import LedgerState, limits_of
 from hostler.capacity.plan import PlanRequest, plan_llama
+from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.machines.engine import StopReason
 from hostler.plugin import LaunchSpec

@@ -26,6 +26,7 @@ from hostler.probes.host import boot_id
 __all__ = [
     "LAUNCH_TOKEN_ENV",
     "ProcessIdentity",
+    "Termination",
     "argv_fingerprint",
     "group_alive",
     "identity_matches",
@@ -138,21 +139,41 @@ def _signal_group(pgid: int, signum: int) -> None:
         os.killpg(pgid, signum)
 
 
+@dataclass(frozen=True, slots=True)
+class Termination:
+    """How a stop ended: the leader's exit (when it was our child) and whether the group is gone.
+
+    ``gone`` False means the group outlived TERM, TERM and KILL: the caller must keep what it
+    holds for it (its reservation) and say so.
+    """
+
+    exit_code: int | None
+    signal: int | None
+    gone: bool
+    detail: str = ""
+
+
 async def terminate_group(
     pgid: int,
     *,
     child: subprocess.Popen[bytes] | None = None,
+    identity: ProcessIdentity | None = None,
     grace: float = 2.0,
     second_grace: float = 1.0,
     kill_wait: float = 5.0,
-) -> tuple[int | None, int | None]:
+) -> Termination:
     """Stop a process group and verify it is gone.
 
     TERM the group and wait ``grace``; TERM again (llama-server hangs on the first one while a
-    request is in flight, and ends at the second), wait ``second_grace``; then KILL.
-
-    Returns ``(exit_code, signal)`` of the leader when it is our child, else ``(None, None)``.
+    request is in flight, and ends at the second), wait ``second_grace``; then KILL and wait
+    ``kill_wait``. A group that is not our child is signalled only after ``identity`` is
+    re-checked (same pid, start time, boot, token and command line): a pid that is now
+    another process's is never signalled, and counts as gone.
     """
+    if child is None and identity is not None:
+        matches, why = identity_matches(identity)
+        if not matches:
+            return Termination(None, None, True, why)
     steps = ((signal.SIGTERM, grace), (signal.SIGTERM, second_grace), (signal.SIGKILL, kill_wait))
     for signum, wait in steps:
         _signal_group(pgid, signum)
@@ -161,15 +182,19 @@ async def terminate_group(
             if child is not None:
                 child.poll()
             if not group_alive(pgid):
-                return _status(child)
+                return _status(child, gone=True)
             await anyio.sleep(0.02)
     if child is not None:
         child.poll()
-    return _status(child)
+    if not group_alive(pgid):
+        return _status(child, gone=True)
+    return _status(child, gone=False, detail=f"process group {pgid} is still alive after KILL")
 
 
-def _status(child: subprocess.Popen[bytes] | None) -> tuple[int | None, int | None]:
+def _status(child: subprocess.Popen[bytes] | None, *, gone: bool, detail: str = "") -> Termination:
     if child is None or child.returncode is None:
-        return None, None
+        return Termination(None, None, gone, detail)
     code = child.returncode
-    return (None, -code) if code < 0 else (code, None)
+    if code < 0:
+        return Termination(None, -code, gone, detail)
+    return Termination(code, None, gone, detail)

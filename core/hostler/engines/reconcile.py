@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from hostler.drivers.offloop import OffLoop
 from hostler.engines.http import probe_status
 from hostler.engines.process import (
     LAUNCH_TOKEN_ENV,
@@ -53,6 +54,7 @@ class Outcome:
     pid: int | None
     detail: str = ""
     identity: ProcessIdentity | None = None
+    token: str | None = None
 
 
 def identity_of(engine: Engine) -> ProcessIdentity | None:
@@ -78,42 +80,72 @@ async def reconcile(
     daemon_pid: int,
     readiness_path: Callable[[str], str],
     clock: Callable[[], float],
+    offloop: OffLoop | None = None,
 ) -> list[Outcome]:
-    """Adopt or lose every engine the log believes alive, then reap strays; record each."""
+    """Adopt or lose every engine the log believes alive, then reap strays; record each.
+
+    Log writes and process-table scans run off the event loop.
+    """
+    io = offloop or OffLoop()
     outcomes: list[Outcome] = []
+
+    async def record(engine: Engine) -> None:
+        await io.run(lambda: commit(store, engine, metadata={"actor": "reconcile"}))
+
     for key, engine in sorted(engines.items()):
         if engine.state not in _ALIVE:
             continue
         if engine.state != EngineState.ADOPTING:
             engine.fire("begin_adoption", at=clock(), daemon_pid=daemon_pid)
-            commit(store, engine, metadata={"actor": "reconcile"})
+            await record(engine)
         identity = identity_of(engine)
         if identity is None:
             why = "the log has no spawn record for it"
         else:
-            matches, why = identity_matches(identity)
+            matches, why = await io.run(identity_matches, identity)
             if matches:
                 status = await probe_status(identity.port, readiness_path(key), wait=3)
                 if status is not None and 200 <= status < 300:
                     engine.fire("adopted", at=clock(), pid=identity.pid)
-                    commit(store, engine, metadata={"actor": "reconcile"})
-                    outcomes.append(Outcome(key, "adopted", identity.pid, identity=identity))
+                    await record(engine)
+                    outcomes.append(
+                        Outcome(
+                            key,
+                            "adopted",
+                            identity.pid,
+                            identity=identity,
+                            token=identity.launch_token,
+                        )
+                    )
                     continue
                 why = f"pid {identity.pid} is ours but does not answer its health probe"
-                await terminate_group(identity.pid)
+                ended = await terminate_group(identity.pid, identity=identity)
+                if not ended.gone:
+                    why += f"; {ended.detail}"
         engine.fire("lost", at=clock(), cause=why)
-        commit(store, engine, metadata={"actor": "reconcile"})
-        outcomes.append(Outcome(key, "lost", identity.pid if identity else None, why))
-    kept = {o.pid for o in outcomes if o.result == "adopted"}
-    for pid, token, command in find_strays(token_prefix, exclude=kept):
-        await terminate_group(pid)
-        store.append(
-            DAEMON_STREAM,
-            [EngineReaped(clock(), pid, token, command)],
-            expected_version=None,
-            metadata={"actor": "reconcile"},
+        await record(engine)
+        outcomes.append(
+            Outcome(
+                key,
+                "lost",
+                identity.pid if identity else None,
+                why,
+                token=identity.launch_token if identity else None,
+            )
         )
-        outcomes.append(Outcome("", "reaped", pid, command))
+    kept = {o.pid for o in outcomes if o.result == "adopted"}
+    strays = await io.run(lambda: find_strays(token_prefix, exclude=kept))
+    for pid, token, command in strays:
+        await terminate_group(pid)
+        await io.run(
+            lambda p=pid, t=token, c=command: store.append(
+                DAEMON_STREAM,
+                [EngineReaped(clock(), p, t, c)],
+                expected_version=None,
+                metadata={"actor": "reconcile"},
+            )
+        )
+        outcomes.append(Outcome("", "reaped", pid, command, token=token))
     return outcomes
 
 

@@ -1,10 +1,20 @@
 """The supervisor (anyio driver): runs one engine key's process through its lifecycle.
 
-It executes what the engine lifecycle machine allows and records every step in the event log
-before acting on it: the start request, the spawned process's identity (before ``ensure_running``
-can return), readiness, crashes with their snapshot, and stops with their reason. It probes
-readiness and health over HTTP, and stops idle engines. It never restarts a crashed engine by
-itself: the next request does, within the restart budget (3 starts per 60 s, then a lock-out).
+It executes what the engine lifecycle machine allows and what the pure supervision policy
+(:mod:`hostler.policies.supervision`) decides, and records every step before acting on it:
+the start request, the spawned process's identity (before ``ensure_running`` can return),
+readiness, crashes with their snapshot, and stops with their reason and the policy inputs
+that produced them. Every log and ledger write runs off the event loop (:class:`OffLoop`).
+
+What it guarantees (docs/rules.md, SV-rules):
+
+- A start that is cancelled, or whose plugin raises, never leaves a process behind: the group
+  is killed (shielded from the cancellation) and the outcome recorded (SV1).
+- A reservation is released only once the process group is verifiably gone; a group that
+  outlives KILL is recorded (``engine.stop_failed``) and keeps its reservation (SV2).
+- A raising adapter fails that engine with ``engine.failed`` naming the plugin (SV3).
+- It never restarts a crashed engine by itself: the next request does, within the restart
+  budget, whose window is rebuilt from the log (SP1).
 """
 
 from __future__ import annotations
@@ -20,16 +30,19 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 import anyio
 import psutil
 
-from hostler.capacity.host_ledger import HostLedger
-from hostler.capacity.measure import LaunchFacts, record_launch
+from hostler.drivers.host_ledger import HostLedger
+from hostler.drivers.measure import LaunchFacts, record_launch
+from hostler.drivers.offloop import OffLoop
 from hostler.engines.http import probe_status
 from hostler.engines.logs import LogFollower
 from hostler.engines.process import (
     ProcessIdentity,
+    Termination,
     spawn_engine,
     terminate_group,
 )
@@ -37,21 +50,35 @@ from hostler.errors import (
     CapacityDeniedError,
     EngineStartError,
     HostlerError,
+    PluginError,
     RestartBudgetError,
 )
 from hostler.machines.engine import Engine, EngineState, StopReason
-from hostler.plugin import EngineAdapter, LaunchSpec, Panic
+from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec, Panic
+from hostler.policies.supervision import (
+    SupervisionPolicy,
+    decide_health,
+    decide_idle,
+    decide_pressure,
+    decide_start,
+)
+from hostler.probes.nvml import NvmlProbe
 from hostler.replay import commit, load
 from hostler.store.log import EventStore
 
 __all__ = ["Supervisor", "SupervisorPolicy"]
 
 Clock = Callable[[], float]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
 class SupervisorPolicy:
-    """Timings and limits (seconds); the defaults are the reference behaviour's."""
+    """Timings and limits (seconds); the defaults are the reference behaviour's.
+
+    The decision thresholds (restart budget, health failures, idle and pressure timeouts)
+    go to the pure policy (:attr:`rules`); the rest are the driver's own pacing.
+    """
 
     startup_timeout: float = 180.0
     readiness_poll: float = 0.01
@@ -62,8 +89,21 @@ class SupervisorPolicy:
     restart_window: float = 60.0
     lockout: float = 60.0
     stop_grace: float = 2.0
+    kill_wait: float = 5.0
     watch_interval: float = 0.1
     pressure_idle: float = 60.0
+
+    @property
+    def rules(self) -> SupervisionPolicy:
+        """The thresholds the pure supervision policy decides with."""
+        return SupervisionPolicy(
+            restart_budget=self.restart_budget,
+            restart_window=self.restart_window,
+            lockout=self.lockout,
+            health_failures=self.health_failures,
+            idle_timeout=self.idle_timeout,
+            pressure_idle=self.pressure_idle,
+        )
 
 
 def free_port() -> int:
@@ -98,6 +138,11 @@ class Supervisor:
         token_prefix: Identifies this daemon's data directory in launch tokens.
         policy: Timings and limits.
         clock: Wall-clock seconds (injected in tests).
+        ledger: The host ledger to reserve in (None: no accounting).
+        footprint: The bytes to reserve before a start.
+        pressure: Whether the host is under memory pressure now.
+        probe: NVML, so that measured footprints include GPU memory.
+        offloop: Where blocking log and ledger writes run.
     """
 
     def __init__(
@@ -114,6 +159,8 @@ class Supervisor:
         ledger: HostLedger | None = None,
         footprint: Callable[[], int] | None = None,
         pressure: Callable[[], bool] | None = None,
+        probe: NvmlProbe | None = None,
+        offloop: OffLoop | None = None,
     ) -> None:
         self.key = key
         self.adapter = adapter
@@ -122,10 +169,10 @@ class Supervisor:
         self.run_dir = run_dir
         self.token_prefix = token_prefix
         self.policy = policy or SupervisorPolicy()
+        self.rules = self.policy.rules
         self._clock = clock
         self.engine = load(store, Engine, key)
         self._child: _Child | None = None
-        self._starts: deque[float] = deque()
         self._lock = anyio.Lock()
         self._in_flight = 0
         self.last_used = clock()
@@ -135,6 +182,8 @@ class Supervisor:
         self.ledger = ledger
         self._footprint = footprint
         self._pressure = pressure
+        self._probe = probe
+        self._io = offloop or OffLoop()
 
     # -- the facts others read ------------------------------------------------------------------
 
@@ -163,9 +212,25 @@ class Supervisor:
         """Requests are in flight."""
         return self._in_flight > 0
 
-    def _fire(self, trigger: str, **observation: object) -> None:
+    async def _fire(self, trigger: str, **observation: object) -> None:
         self.engine.fire(trigger, at=self._clock(), **observation)
+        await self._io.run(self._commit)
+
+    def _commit(self) -> None:
         commit(self.store, self.engine, metadata={"actor": "supervisor"})
+
+    def _plugin(self, what: str, func: Callable[..., T], *args: object) -> T:
+        """Ask the adapter; a raise that is not a HostlerError is the plugin's bug (SV3)."""
+        try:
+            return func(*args)
+        except HostlerError:
+            raise
+        except Exception as exc:
+            cls = type(self.adapter)
+            raise PluginError(
+                f"{self.key}: the {self.adapter.engine_type!r} engine plugin ({cls.__module__}."
+                f"{cls.__qualname__}) raised {type(exc).__name__}: {exc} in {what}"
+            ) from exc
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -184,52 +249,77 @@ class Supervisor:
     async def ensure_running(self, cause: str = "request") -> int:
         """Start the engine if needed and wait until ready; return its port.
 
+        Cancelling it while the engine loads kills the process group (shielded) and records
+        the stop (reason ``start-cancelled``); nothing is left running or held.
+
         Raises:
-            RestartBudgetError: It crashed too often; the message says when it may start again.
+            RestartBudgetError: It started too often; the message says when it may again.
+            CapacityDeniedError: The ledger refused its footprint (recorded there).
             EngineStartError: It could not start or become ready; the message carries the
                 engine's own error line when it printed one.
+            PluginError: Its plugin raised; the engine is recorded failed, naming it.
         """
         self.last_used = self._clock()
         async with self._lock:
             if self.state == EngineState.RUNNING and self._child is not None:
                 return self._child.identity.port
-            self._settle_unknown()
+            await self._finish_failed_stop()
+            await self._settle_unknown()
             self._check_lockout()
             if self.state == EngineState.FATAL:
-                self._fire("reset", cause="new request after a failure")
+                await self._fire("reset", cause="new request after a failure")
+            await self._check_budget(cause)
+            token = f"{self.token_prefix}:{secrets.token_hex(8)}"
             try:
-                estimate = self._reserve()
+                estimate = await self._reserve(token)
             except CapacityDeniedError:
                 raise  # recorded in the ledger's log, with its inputs; not the engine's fault
             except HostlerError as exc:
-                self._fire("start", cause=cause)
-                self._fire("failed", error=exc.message, retry_at=None)
+                await self._fire("start", cause=cause)
+                await self._fire("failed", error=exc.message, retry_at=None)
                 raise
             try:
-                port = await self._start(cause)
-            except BaseException:
-                self._release()
+                port = await self._start(cause, token)
+            except BaseException as exc:
+                with anyio.CancelScope(shield=True):
+                    await self._abandon(exc)
                 raise
-            self._learn(estimate)
+            await self._learn(estimate)
             return port
 
-    def _reserve(self) -> int:
-        """Hold the engine's estimated footprint in the host ledger before it starts."""
+    async def _check_budget(self, cause: str) -> None:
+        """SP1: refuse (recorded, with the start times counted) past the restart budget."""
+        verdict = decide_start(self.rules, self.engine.start_times, self._clock())
+        if verdict.allowed:
+            return
+        if self.state in (EngineState.STOPPED, EngineState.BACKOFF):
+            # record the refusal on the way through starting, as the machine requires
+            await self._fire("start", cause=cause)
+        await self._fire(
+            "failed", error=verdict.error, retry_at=verdict.retry_at, decision=verdict.decision
+        )
+        self._check_lockout()
+
+    async def _reserve(self, token: str) -> int:
+        """Hold the engine's footprint in the host ledger before it starts."""
         if self.ledger is None or self._footprint is None:
             return 0
-        estimate = self._footprint()
-        decision = self.ledger.reserve(self.key, estimate)
+        estimate = int(self._plugin("estimate_footprint", self._footprint))
+        decision = await self._io.run(
+            lambda: self.ledger.reserve(self.key, estimate, token=token)  # type: ignore[union-attr]
+        )
         if not decision.granted:
             raise CapacityDeniedError(f"{self.key}: {decision.reason}")
         return estimate
 
-    def _release(self) -> None:
+    async def _release(self, cause: str = "released") -> None:
         if self.ledger is not None:
+            ledger = self.ledger
             with contextlib.suppress(HostlerError):
-                self.ledger.release(self.key)
+                await self._io.run(lambda: ledger.release(self.key, cause=cause))
 
-    def _learn(self, estimate: int) -> None:
-        """Measure the ready engine; the ledger holds the truth, and the estimate learns."""
+    async def _learn(self, estimate: int) -> None:
+        """Measure the ready engine (RAM and GPU); the ledger holds the truth, estimates learn."""
         child = self._child
         if self.ledger is None or child is None or child.spec is None or not estimate:
             return
@@ -243,10 +333,11 @@ class Supervisor:
             slots=spec.slots,
             estimated=estimate,
         )
+        ledger, probe, pid = self.ledger, self._probe, child.identity.pid
         with contextlib.suppress(HostlerError, psutil.Error):
-            record_launch(self.ledger, facts, child.identity.pid)
+            await self._io.run(lambda: record_launch(ledger, facts, pid, probe=probe))
 
-    def _settle_unknown(self) -> None:
+    async def _settle_unknown(self) -> None:
         """Record as lost a process the log believes up but this supervisor does not hold.
 
         That happens when no reconcile ran, or the process was lost; the fresh start follows.
@@ -254,8 +345,19 @@ class Supervisor:
         alive = (EngineState.STARTING, EngineState.RUNNING, EngineState.STOPPING)
         if self._child is None and self.state in (*alive, EngineState.ADOPTING):
             if self.state != EngineState.ADOPTING:
-                self._fire("begin_adoption", daemon_pid=os.getpid())
-            self._fire("lost", cause="no live process is known to this supervisor")
+                await self._fire("begin_adoption", daemon_pid=os.getpid())
+            await self._fire("lost", cause="no live process is known to this supervisor")
+
+    async def _finish_failed_stop(self) -> None:
+        """A group that outlived an earlier stop: try again; refuse to start a second one."""
+        if self.state != EngineState.STOPPING or self._child is None:
+            return
+        await self._stop_locked(StopReason.USER)
+        if self._child is not None:
+            raise EngineStartError(
+                f"{self.key}: pid {self._child.identity.pid} from the last run still does not "
+                "exit after KILL; hostler will not start a second copy while it holds memory"
+            )
 
     def _check_lockout(self) -> None:
         now = self._clock()
@@ -267,33 +369,15 @@ class Supervisor:
                 f"{self.key}: {self.engine.last_error}; hostler will try again at {when} "
                 f"(in {self.engine.retry_at - now:.0f} s)"
             )
-        self._starts.clear()
 
-    async def _start(self, cause: str) -> int:
-        now = self._clock()
-        window = self.policy.restart_window
-        while self._starts and now - self._starts[0] > window:
-            self._starts.popleft()
-        if len(self._starts) >= self.policy.restart_budget:
-            error = f"started {len(self._starts)} times within {window:.0f} s"
-            if self.state in (EngineState.STOPPED, EngineState.BACKOFF):
-                # record the refusal on the way through starting, as the machine requires
-                self._fire("start", cause=cause)
-            self._fire("failed", error=error, retry_at=now + self.policy.lockout)
-            self._check_lockout()
-        self._starts.append(now)
-        self._fire("start", cause=cause)
+    async def _start(self, cause: str, token: str) -> int:
+        await self._fire("start", cause=cause)
         port = free_port()
-        try:
-            spec = self._spec(port)
-            if not spec.model.is_file():
-                raise EngineStartError(f"{self.key}: model file {spec.model} does not exist")
-            command = self.adapter.build_command(spec)
-            self._build = self.adapter.build_identity(command)
-        except HostlerError as exc:
-            self._fire("failed", error=exc.message, retry_at=None)
-            raise
-        token = f"{self.token_prefix}:{secrets.token_hex(8)}"
+        spec = self._plugin("the launch spec", self._spec, port)
+        if not spec.model.is_file():
+            raise EngineStartError(f"{self.key}: model file {spec.model} does not exist")
+        command: LaunchCommand = self._plugin("build_command", self.adapter.build_command, spec)
+        self._build = self._plugin("build_identity", self.adapter.build_identity, command)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if spec.work_dir is not None:
             spec.work_dir.mkdir(parents=True, exist_ok=True)
@@ -309,12 +393,11 @@ class Supervisor:
             )
         except OSError as exc:
             message = f"{self.key}: cannot run {command.argv[0]} ({exc.strerror or exc})"
-            self._fire("failed", error=message, retry_at=None)
             raise EngineStartError(message) from exc
         child = _Child(identity, process, follower, self._clock(), spec)
         self._child = child
         # Recorded before ensure_running can return: a daemon killed from here on finds it.
-        self._fire(
+        await self._fire(
             "spawned",
             pid=identity.pid,
             create_time=identity.create_time,
@@ -323,11 +406,48 @@ class Supervisor:
             argv_fingerprint=identity.argv_fingerprint,
             port=identity.port,
         )
+        if self.ledger is not None:
+            ledger = self.ledger
+            await self._io.run(lambda: ledger.bind(self.key, identity.pid, identity.create_time))
         await self._await_ready(child)
         return port
 
+    async def _abandon(self, exc: BaseException) -> None:
+        """Settle a start that did not finish (SV1): no process left, the outcome recorded."""
+        if self.state != EngineState.STARTING:
+            # already settled (crash, refusal or abort recorded); free what no process holds
+            if self._child is None:
+                await self._release()
+            return
+        if isinstance(exc, HostlerError):
+            ended = await self._kill_child()
+            await self._fire("failed", error=exc.message, retry_at=None)
+            if ended is None or ended.gone:
+                await self._release()
+            return
+        why = "cancelled" if isinstance(exc, anyio.get_cancelled_exc_class()) else repr(exc)
+        reason = StopReason.START_CANCELLED if why == "cancelled" else StopReason.START_FAILED
+        await self._stop_locked(reason, {"cause": why[:500]})
+
+    async def _kill_child(self) -> Termination | None:
+        child = self._child
+        if child is None:
+            return None
+        child.expected_stop = True
+        ended = await terminate_group(
+            child.identity.pid,
+            child=child.process,
+            identity=child.identity,
+            grace=0.5,
+            kill_wait=self.policy.kill_wait,
+        )
+        if ended.gone:
+            self._child = None
+        return ended
+
     async def _await_ready(self, child: _Child) -> None:
         deadline = anyio.current_time() + self.policy.startup_timeout
+        path = self.adapter.readiness_path
         while True:
             if self._abort_reason is not None:
                 reason, self._abort_reason = self._abort_reason, None
@@ -337,11 +457,11 @@ class Supervisor:
             exited = child.process is not None and child.process.poll() is not None
             if (child.panic is not None and child.panic.fatal_at_startup) or exited:
                 await self._startup_failed(child, exited=exited)
-            status = await probe_status(child.identity.port, self.adapter.readiness_path, wait=1)
-            if status is not None and self.adapter.is_ready(status):
+            status = await probe_status(child.identity.port, path, wait=1)
+            if status is not None and self._plugin("is_ready", self.adapter.is_ready, status):
                 child.reached_ready = True
                 self._health_failures = 0
-                self._fire("ready")
+                await self._fire("ready")
                 return
             if anyio.current_time() > deadline:
                 await self._startup_failed(child, exited=False, timed_out=True)
@@ -350,10 +470,6 @@ class Supervisor:
     async def _startup_failed(
         self, child: _Child, *, exited: bool, timed_out: bool = False
     ) -> None:
-        if not exited:
-            child.expected_stop = True
-            await terminate_group(child.identity.pid, child=child.process, grace=0.5)
-        code, sig = _exit_status(child.process)
         self._read_lines(child, final=True)
         if child.panic is not None:
             reason = child.panic.line
@@ -363,71 +479,96 @@ class Supervisor:
             lines = [line.strip() for line in child.lines if line.strip()]
             errors = [line for line in lines if "error" in line.lower()]
             last = errors[0] if errors else (lines[-1] if lines else "")
+            code, sig = _exit_status(child.process)
             reason = f"exited ({_describe_exit(code, sig)}) before becoming ready" + (
                 f": {last.strip()}" if last else ""
             )
-        self._record_crash(child, code, sig)
+        await self._record_crash(child)
         raise EngineStartError(f"{self.key}: {reason}")
 
     def _read_lines(self, child: _Child, *, final: bool = False) -> None:
         lines = child.log.flush() if final else child.log.new_lines()
         for line in lines:
             child.lines.append(line)
-            panic = self.adapter.classify_line(line)
+            panic = self._plugin("classify_line", self.adapter.classify_line, line)
             if panic is not None and (
                 child.panic is None or panic.priority >= child.panic.priority
             ):
                 child.panic = panic
 
-    def _record_crash(self, child: _Child, code: int | None, sig: int | None) -> None:
-        self._child = None
-        self._release()
-        if self.state not in (EngineState.STARTING, EngineState.RUNNING):
-            return
-        panic_kind = child.panic.kind if child.panic else None
-        if panic_kind is None and sig == 4:
-            panic_kind = "illegal-instruction"
-        self._fire(
-            "crashed",
-            exit_code=code,
-            signal=sig,
-            reached_ready=child.reached_ready,
-            retry_at=self._clock(),
-            panic_kind=panic_kind,
-            panic_line=child.panic.line if child.panic else None,
-            uptime=round(self._clock() - child.started, 3),
-            output_tail=child.log.tail(),
+    async def _record_crash(self, child: _Child) -> None:
+        """The leader died unasked: make sure its group is gone too, record, then release."""
+        child.expected_stop = True
+        ended = await terminate_group(
+            child.identity.pid,
+            child=child.process,
+            identity=None if child.process is not None else child.identity,
+            grace=0.2,
+            second_grace=0.2,
+            kill_wait=self.policy.kill_wait,
         )
+        code, sig = _exit_status(child.process)
+        self._child = None
+        if self.state in (EngineState.STARTING, EngineState.RUNNING):
+            panic_kind = child.panic.kind if child.panic else None
+            if panic_kind is None and sig == 4:
+                panic_kind = "illegal-instruction"
+            await self._fire(
+                "crashed",
+                exit_code=code,
+                signal=sig,
+                reached_ready=child.reached_ready,
+                retry_at=self._clock(),
+                panic_kind=panic_kind,
+                panic_line=child.panic.line if child.panic else None,
+                uptime=round(self._clock() - child.started, 3),
+                output_tail=child.log.tail(),
+            )
+        if ended.gone:
+            await self._release()
 
     # -- stopping ----------------------------------------------------------------------------
 
-    async def stop(self, reason: StopReason | str = StopReason.USER) -> None:
+    async def stop(
+        self, reason: StopReason | str = StopReason.USER, decision: dict[str, Any] | None = None
+    ) -> None:
         """Stop the engine (TERM, TERM, KILL to its process group) and record why.
 
-        A start in progress is aborted at its next readiness poll, not waited for.
+        A start in progress is aborted at its next readiness poll, not waited for. When the
+        group outlives KILL, that is recorded (``engine.stop_failed``) and its reservation is
+        kept; the watch loop tries again.
         """
         if self.state == EngineState.STARTING and self._lock.locked():
             self._abort_reason = str(reason)
         async with self._lock:
-            await self._stop_locked(str(reason))
+            await self._stop_locked(str(reason), decision)
 
-    async def _stop_locked(self, reason: str) -> None:
+    async def _stop_locked(self, reason: str, decision: dict[str, Any] | None = None) -> None:
         if self.state == EngineState.BACKOFF:
-            self._fire("stop", reason=reason)
+            await self._fire("stop", reason=reason, decision=decision)
             return
-        if self.state not in (EngineState.STARTING, EngineState.RUNNING):
+        if self.state in (EngineState.STARTING, EngineState.RUNNING):
+            await self._fire("stop", reason=reason, decision=decision)
+        elif self.state != EngineState.STOPPING:
             return
         child = self._child
-        self._fire("stop", reason=reason)
         code = sig = None
         if child is not None:
             child.expected_stop = True
-            code, sig = await terminate_group(
-                child.identity.pid, child=child.process, grace=self.policy.stop_grace
+            ended = await terminate_group(
+                child.identity.pid,
+                child=child.process,
+                identity=None if child.process is not None else child.identity,
+                grace=self.policy.stop_grace,
+                kill_wait=self.policy.kill_wait,
             )
+            if not ended.gone:
+                await self._fire("stop_failed", pid=child.identity.pid, detail=ended.detail)
+                return  # still ours, still held: memory in use is never freed on paper
+            code, sig = ended.exit_code, ended.signal
         self._child = None
-        self._fire("exited", exit_code=code, signal=sig)
-        self._release()
+        await self._fire("exited", exit_code=code, signal=sig)
+        await self._release()
 
     # -- watching ----------------------------------------------------------------------------
 
@@ -439,20 +580,36 @@ class Supervisor:
             child = self._child
             if child is None or self._lock.locked():
                 continue
+            if self.state == EngineState.STOPPING:
+                async with self._lock:
+                    if self._child is child:
+                        await self._stop_locked(StopReason.USER)
+                continue
             if self.state == EngineState.RUNNING and not self._alive(child):
                 async with self._lock:
                     if self._child is child and not child.expected_stop:
                         self._read_lines(child, final=True)
-                        code, sig = _exit_status(child.process)
-                        self._record_crash(child, code, sig)
+                        await self._record_crash(child)
                 continue
             if self.state != EngineState.RUNNING:
                 continue
-            self._read_lines(child)
-            if anyio.current_time() >= next_health:
-                next_health = anyio.current_time() + self.policy.health_interval
-                await self._health_check(child)
-            await self._idle_check()
+            try:
+                self._read_lines(child)
+                if anyio.current_time() >= next_health:
+                    next_health = anyio.current_time() + self.policy.health_interval
+                    await self._health_check(child)
+                await self._idle_check()
+            except PluginError as exc:
+                async with self._lock:
+                    if self._child is child:
+                        await self._fail_running(exc)
+
+    async def _fail_running(self, exc: PluginError) -> None:
+        """A plugin raised about a running engine: stop its process, record it failed."""
+        ended = await self._kill_child()
+        await self._fire("failed", error=exc.message, retry_at=None)
+        if ended is None or ended.gone:
+            await self._release()
 
     def _alive(self, child: _Child) -> bool:
         if child.process is not None:
@@ -465,39 +622,37 @@ class Supervisor:
 
     async def _health_check(self, child: _Child) -> None:
         status = await probe_status(child.identity.port, self.adapter.readiness_path, wait=2)
-        if status is not None and self.adapter.is_ready(status):
-            self._health_failures = 0
-            return
-        self._health_failures += 1
-        if self._health_failures >= self.policy.health_failures:
-            self._health_failures = 0
-            async with self._lock:
-                await self._stop_locked(StopReason.HEALTH_RESTART)
-            with contextlib.suppress(HostlerError):
-                await self.ensure_running(cause="health-restart")
-
-    async def _idle_check(self) -> None:
-        unused_for = self._clock() - self.last_used
-        if (
-            self._pressure is not None
-            and unused_for >= self.policy.pressure_idle
-            and not self.busy
-            and self._pressure()
-        ):
-            # Memory pressure is a release hint: an engine unused for a while goes early.
-            async with self._lock:
-                if self.state == EngineState.RUNNING and not self.busy:
-                    await self._stop_locked(StopReason.MEMORY_PRESSURE)
-            return
-        idle = self.policy.idle_timeout
-        if idle <= 0 or unused_for < idle:
-            return
-        if self.busy:
-            self.last_used = self._clock()  # defer a whole window
+        healthy = status is not None and self._plugin("is_ready", self.adapter.is_ready, status)
+        verdict = decide_health(self.rules, self._health_failures, healthy, self._clock())
+        self._health_failures = verdict.failures
+        if verdict.stop is None:
             return
         async with self._lock:
+            await self._stop_locked(verdict.stop.reason, verdict.stop.decision)
+        with contextlib.suppress(HostlerError):
+            await self.ensure_running(cause="health-restart")
+
+    async def _idle_check(self) -> None:
+        now = self._clock()
+        unused_for = now - self.last_used
+        if self._pressure is not None and not self.busy and unused_for >= self.rules.pressure_idle:
+            under = await self._io.run(self._pressure)
+            stop = decide_pressure(
+                self.rules, now=now, last_used=self.last_used, busy=self.busy, under_pressure=under
+            )
+            if stop is not None:
+                await self._stop_if_idle(stop.reason, stop.decision)
+                return
+        stop = decide_idle(self.rules, now=now, last_used=self.last_used, busy=self.busy)
+        if stop is not None:
+            await self._stop_if_idle(stop.reason, stop.decision)
+        elif self.busy and 0 < self.rules.idle_timeout <= now - self.last_used:
+            self.last_used = now  # busy through the window: defer a whole window (SP4)
+
+    async def _stop_if_idle(self, reason: str, decision: dict[str, Any]) -> None:
+        async with self._lock:
             if self.state == EngineState.RUNNING and not self.busy:
-                await self._stop_locked(StopReason.IDLE)
+                await self._stop_locked(reason, decision)
 
     # -- adoption ------------------------------------------------------------------------------
 

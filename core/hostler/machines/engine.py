@@ -10,6 +10,7 @@
     starting/running/backoff ──failed──▶ fatal ──reset──▶ stopped
     starting/running/stopping ──begin_adoption──▶ adopting ──adopted──▶ running
                                                           └──lost──▶ stopped
+    stopping ──stop_failed──▶ stopping   (the group outlived KILL: still ours, still held)
 
 ``adopting`` is where replay leaves an engine the log believes alive after a daemon restart,
 until reconcile decides ``adopted`` (same process, still healthy) or ``lost``.
@@ -37,6 +38,7 @@ __all__ = [
     "EngineSpawned",
     "EngineStartRequested",
     "EngineState",
+    "EngineStopFailed",
     "EngineStopRequested",
     "EngineStopped",
     "StopReason",
@@ -66,6 +68,13 @@ class StopReason(StrEnum):
     SHUTDOWN = "shutdown"
     CRASHED = "crashed"
     LOST = "lost"
+    UNCONFIGURED = "unconfigured"
+    START_CANCELLED = "start-cancelled"
+    START_FAILED = "start-failed"
+
+
+#: How many start times an engine keeps (the restart budget's window is rebuilt from them).
+START_HISTORY = 32
 
 
 @event_type("engine.start_requested")
@@ -95,12 +104,32 @@ class EngineReady(TransitionEvent):
     """The readiness probe passed."""
 
 
-@event_type("engine.stop_requested")
+@event_type("engine.stop_requested", schema_version=2)
 @dataclass(frozen=True, slots=True)
 class EngineStopRequested(TransitionEvent):
-    """A stop was decided, and why (a :class:`StopReason` value)."""
+    """A stop was decided, and why (a :class:`StopReason` value).
+
+    ``decision`` (schema v2) holds the policy's name and version and every input it decided
+    from (thresholds, last use, failure counts), so a post-mortem can re-derive the stop.
+    """
 
     reason: str
+    decision: dict[str, Any] | None = None
+
+
+@upcaster("engine.stop_requested", from_version=1)
+def _stop_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    payload.setdefault("decision", None)
+    return payload
+
+
+@event_type("engine.stop_failed")
+@dataclass(frozen=True, slots=True)
+class EngineStopFailed(TransitionEvent):
+    """The process group was still alive after TERM, TERM and KILL: it stays ours and held."""
+
+    pid: int
+    detail: str
 
 
 @event_type("engine.stopped")
@@ -141,13 +170,24 @@ def _crashed_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
-@event_type("engine.failed")
+@event_type("engine.failed", schema_version=2)
 @dataclass(frozen=True, slots=True)
 class EngineFailed(TransitionEvent):
-    """The engine cannot be run (restart budget spent, bad binary, bad model)."""
+    """The engine cannot be run (restart budget spent, bad binary, bad model, plugin bug).
+
+    ``decision`` (schema v2) holds the policy inputs when a policy decided it (the restart
+    budget: its window, limit and the start times it counted).
+    """
 
     error: str
     retry_at: float | None
+    decision: dict[str, Any] | None = None
+
+
+@upcaster("engine.failed", from_version=1)
+def _failed_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    payload.setdefault("decision", None)
+    return payload
 
 
 @event_type("engine.reset")
@@ -194,6 +234,7 @@ SPEC = LifecycleSpec(
         Step("stop", (S.STARTING, S.RUNNING), S.STOPPING, EngineStopRequested),
         Step("stop", (S.BACKOFF,), S.STOPPED, EngineStopRequested),
         Step("exited", (S.STOPPING,), S.STOPPED, EngineStopped),
+        Step("stop_failed", (S.STOPPING,), None, EngineStopFailed),
         Step("crashed", (S.STARTING, S.RUNNING), S.BACKOFF, EngineCrashed),
         Step("failed", (S.STARTING, S.RUNNING, S.BACKOFF), S.FATAL, EngineFailed),
         Step("reset", (S.FATAL,), S.STOPPED, EngineReset),
@@ -221,6 +262,8 @@ class Engine(LifecycleModel):
         retry_at: When a backoff or fatal engine may start again.
         last_error: The last fatal error text.
         ready_at: When it last became ready.
+        start_times: When it was last asked to start (at most ``START_HISTORY``, oldest
+            first): the restart budget counts them, so it survives a daemon restart.
     """
 
     SPEC = SPEC
@@ -238,9 +281,11 @@ class Engine(LifecycleModel):
         self.ready_at: float | None = None
         self.exit_code: int | None = None
         self.signal: int | None = None
+        self.start_times: list[float] = []
 
     def _on_start(self, e: EngineStartRequested) -> None:
         self.starts += 1
+        self.start_times = [*self.start_times[-(START_HISTORY - 1) :], e.at]
         self.retry_at = None
         self.stop_reason = None
 
@@ -281,6 +326,9 @@ class Engine(LifecycleModel):
     def _on_reset(self, e: EngineReset) -> None:
         self.retry_at = None
 
+    def _on_stop_failed(self, e: EngineStopFailed) -> None:
+        self.last_error = e.detail
+
     def _on_adopted(self, e: EngineAdopted) -> None:
         self.pid = e.pid
 
@@ -297,6 +345,7 @@ class Engine(LifecycleModel):
         EngineCrashed: _on_crashed,
         EngineFailed: _on_failed,
         EngineReset: _on_reset,
+        EngineStopFailed: _on_stop_failed,
         EngineAdopted: _on_adopted,
         EngineLost: _on_lost,
     }

@@ -50,11 +50,14 @@ def sqlite_path_of(target: str | os.PathLike[str]) -> Path | None:
     return Path(url.database).expanduser()
 
 
-def make_engines(target: str | os.PathLike[str], *, synchronous: str = "FULL") -> Engines:
+def make_engines(
+    target: str | os.PathLike[str], *, synchronous: str = "FULL", shared: bool = False
+) -> Engines:
     """Build the writer and reader engines for a path or SQLAlchemy URL.
 
-    For SQLite the file is checked and created first (mode 0600), so that a bad path fails
-    with a message naming it instead of SQLite's bare ``unable to open database file``.
+    For SQLite the file is checked and created first (mode 0600, or 0660 when ``shared``
+    with the directory's group), so that a bad path fails with a message naming it instead of
+    SQLite's bare ``unable to open database file``.
     """
     path = sqlite_path_of(target)
     if path is None:
@@ -63,7 +66,7 @@ def make_engines(target: str | os.PathLike[str], *, synchronous: str = "FULL") -
         reader = sa.create_engine(url, pool_pre_ping=True)
         return Engines(writer, reader, None)
     path = path.resolve()
-    _prepare_sqlite_file(path)
+    _prepare_sqlite_file(path, shared=shared)
     url = sa.URL.create("sqlite", database=str(path))
     connect_args: dict[str, Any] = {
         "timeout": BUSY_TIMEOUT_MS / 1000,
@@ -76,25 +79,27 @@ def make_engines(target: str | os.PathLike[str], *, synchronous: str = "FULL") -
     return Engines(writer, reader, path)
 
 
-def _prepare_sqlite_file(path: Path) -> None:
+def _prepare_sqlite_file(path: Path, *, shared: bool = False) -> None:
     if path.is_dir():
         raise StorePathError(f"{path}: is a directory, not an event log file")
     parent = path.parent
     try:
-        parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not shared:
+            parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
         raise StorePathError(f"{parent}: cannot create directory ({exc.strerror})") from exc
     if not parent.is_dir():
         raise StorePathError(f"{parent}: is not a directory")
+    file_mode = 0o660 if shared else 0o600
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, file_mode)
     except OSError as exc:
         raise StorePathError(f"{path}: cannot open for writing ({exc.strerror})") from exc
     os.close(fd)
     # SQLite also creates the -wal and -shm files beside it; it needs the directory writable.
     probe = parent / f".{path.name}.probe-{os.getpid()}"
     try:
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, file_mode))
         probe.unlink()
     except FileExistsError:
         probe.unlink(missing_ok=True)
@@ -102,10 +107,12 @@ def _prepare_sqlite_file(path: Path) -> None:
         raise StorePathError(
             f"{parent}: cannot write in the directory of the event log ({exc.strerror})"
         ) from exc
-    mode = stat.S_IMODE(path.stat().st_mode)
-    if mode & 0o077:
-        # A log carries prompts' metadata and pids: keep it to its owner.
-        path.chmod(0o600)
+    info = path.stat()
+    mode = stat.S_IMODE(info.st_mode)
+    if mode != file_mode and (mode & ~file_mode or shared) and info.st_uid == os.geteuid():
+        # A log carries prompts' metadata and pids: keep it to its owner (or, shared, to its
+        # group, which must also be able to write it whatever this process's umask said).
+        path.chmod(file_mode)
 
 
 def _install_sqlite_hooks(engine: sa.Engine, *, begin: str, synchronous: str) -> None:

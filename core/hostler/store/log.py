@@ -168,6 +168,7 @@ class EventStore:
         owner: bool = False,
         clock: Clock | None = None,
         synchronous: str = "FULL",
+        shared: bool = False,
     ) -> Self:
         """Open (creating and migrating as needed) the log at a path or SQLAlchemy URL.
 
@@ -177,6 +178,8 @@ class EventStore:
                 log's decisions must; readers (CLI, post-mortem) must not.
             clock: Source of ``recorded_at`` (injected in tests).
             synchronous: SQLite ``synchronous`` pragma; ``FULL`` makes each commit durable.
+            shared: The file is shared with the directory's group (created 0660, its
+                directory must exist); otherwise it is kept to its owner (0600).
 
         Raises:
             StorePathError: The path is a directory or cannot be written.
@@ -186,7 +189,7 @@ class EventStore:
         """
         if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
             raise UsageError(f"synchronous={synchronous!r}: use OFF, NORMAL, FULL or EXTRA")
-        engines = make_engines(target, synchronous=synchronous.upper())
+        engines = make_engines(target, synchronous=synchronous.upper(), shared=shared)
         name = str(engines.sqlite_file) if engines.sqlite_file else _safe_url(target)
         lock: OwnerLock | None = None
         try:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hostler.capacity.host_ledger import HostLedger
 from hostler.capacity.learning import CALIBRATION_STREAM, Calibration, FootprintMeasured
+from hostler.drivers.host_ledger import HostLedger
 from hostler.events.base import UnknownEvent
 from hostler.probes.nvml import NvmlProbe
 from hostler.probes.process import measure_process

@@ -1,0 +1,476 @@
+"""The host-wide capacity ledger (driver): one ledger log shared by cooperating hostlers.
+
+Several daemons (one per data directory, or per app embedding hostler), each with its own
+event log, reserve memory through one ledger log. Every decision goes through a single stream
+with optimistic concurrency: a daemon folds the stream up to its last version, decides with
+the pure policy (:mod:`hostler.capacity.ledger`), and appends the decision *expecting* that
+version. The log's transactions are the lock, so the sum of granted reservations can never
+exceed the budget, whoever asks.
+
+Reservations are filed by (owner, engine key) (R1) and pay for one engine process, named by
+its launch token and, once spawned, its pid and start time. A reservation lives as long as
+that process (R2): when its owner dies, the bytes stay held while the engine still runs, and
+are released (``cause="owner-gone"``) only once owner and engine are both gone. A daemon that
+adopts a running engine takes its reservation over (R3), never denied.
+
+Where the ledger lives: by default one per user (``$XDG_STATE_HOME/hostler/ledger.db``), in a
+directory only that user can write. A ledger shared by several users is an explicit setting
+(``HOSTLER_LEDGER`` + ``HOSTLER_LEDGER_SHARED=1``) in a directory an administrator prepared
+with group permissions; hostler refuses a ledger directory that someone else owns.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from hostler.capacity.budget import CapacityBudget
+from hostler.capacity.events import (
+    LEDGER_STREAM,
+    LedgerAdopted,
+    LedgerBound,
+    LedgerBudgetSet,
+    LedgerMeasured,
+    LedgerReleased,
+    LedgerSpilloverSet,
+)
+from hostler.capacity.ledger import (
+    Held,
+    LedgerLimits,
+    LedgerState,
+    ReserveDecision,
+    committed_snapshot,
+    decide_adopt,
+    decide_reserve,
+    limits_of,
+)
+from hostler.engines.process import LAUNCH_TOKEN_ENV
+from hostler.errors import ConcurrencyError, StoreError, StorePathError, UsageError
+from hostler.events.base import Event, UnknownEvent
+from hostler.probes.host import boot_id
+from hostler.store.log import EventStore, RecordedEvent
+
+__all__ = [
+    "HostLedger",
+    "LedgerLocation",
+    "OwnerIdentity",
+    "catch_up",
+    "default_ledger_location",
+    "default_ledger_path",
+    "engine_alive",
+    "fold_records",
+    "open_ledger_store",
+    "owner_alive",
+]
+
+_MAX_ATTEMPTS = 200
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"", "0", "false", "no", "off"}
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerLocation:
+    """Where the ledger is, and whether several users share it (group permissions)."""
+
+    path: Path
+    shared: bool = False
+
+
+def default_ledger_path() -> Path:
+    """``$HOSTLER_LEDGER``, else ``$XDG_STATE_HOME/hostler/ledger.db`` (one per user)."""
+    return default_ledger_location().path
+
+
+def default_ledger_location() -> LedgerLocation:
+    """The ledger the environment names: per user unless ``HOSTLER_LEDGER_SHARED`` is set.
+
+    Raises:
+        UsageError: ``HOSTLER_LEDGER_SHARED`` is not a yes/no value.
+    """
+    shared_text = os.environ.get("HOSTLER_LEDGER_SHARED", "").strip().lower()
+    if shared_text not in _TRUE | _FALSE:
+        raise UsageError(
+            f"HOSTLER_LEDGER_SHARED={shared_text[:40]!r}: use 1 or 0 (yes/no, true/false)"
+        )
+    configured = os.environ.get("HOSTLER_LEDGER")
+    if configured:
+        return LedgerLocation(Path(configured).expanduser(), shared_text in _TRUE)
+    state = os.environ.get("XDG_STATE_HOME")
+    base = Path(state).expanduser() if state else Path.home() / ".local" / "state"
+    return LedgerLocation(base / "hostler" / "ledger.db", shared_text in _TRUE)
+
+
+def check_ledger_directory(location: LedgerLocation) -> None:
+    """Refuse a ledger directory this user cannot trust (R4).
+
+    Private (the default): created 0700 if missing; it must be ours. Shared: it must already
+    exist, be owned by us or root, not be writable by everyone, and belong to a group we are
+    in (its files are then created 0660).
+
+    Raises:
+        StorePathError: What is wrong, and how to fix it, in one line.
+    """
+    directory = location.path.expanduser().parent
+    if not location.shared:
+        try:
+            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as exc:
+            raise StorePathError(
+                f"{directory}: cannot create the ledger directory ({exc.strerror})"
+            ) from exc
+    try:
+        info = directory.stat()
+    except OSError as exc:
+        raise StorePathError(
+            f"{directory}: the shared ledger directory must exist ({exc.strerror}); "
+            "an administrator creates it (see docs/capacity.md, 'A ledger shared by several users')"
+        ) from exc
+    uid = os.geteuid()
+    mode = stat.S_IMODE(info.st_mode)
+    if not location.shared:
+        if info.st_uid != uid:
+            raise StorePathError(
+                f"{directory}: owned by uid {info.st_uid}, not by you (uid {uid}); hostler will "
+                "not keep its ledger where someone else decides. Point HOSTLER_LEDGER at a "
+                "directory of your own, or set HOSTLER_LEDGER_SHARED=1 for a group-shared ledger"
+            )
+        return
+    if info.st_uid not in {uid, 0}:
+        raise StorePathError(
+            f"{directory}: owned by uid {info.st_uid}; a shared ledger directory must belong "
+            "to root or to you, so that no other user can replace it"
+        )
+    if mode & stat.S_IWOTH:
+        raise StorePathError(
+            f"{directory}: writable by every user (mode {mode:o}); a shared ledger directory "
+            "must be writable by its group only (e.g. chmod 2770)"
+        )
+    if uid != 0 and info.st_gid not in {os.getegid(), *os.getgroups()}:
+        raise StorePathError(
+            f"{directory}: its group (gid {info.st_gid}) is not one of yours; ask the "
+            "administrator to add you to it"
+        )
+
+
+def open_ledger_store(location: LedgerLocation) -> EventStore:
+    """Open the ledger's log after checking where it lives (R4)."""
+    check_ledger_directory(location)
+    return EventStore.open(location.path, shared=location.shared)
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerIdentity:
+    """Who holds a reservation: a process, recognisable even after its pid is reused."""
+
+    pid: int
+    create_time: float
+    boot: str
+    label: str = "hostler"
+
+    @classmethod
+    def current(cls, label: str = "hostler") -> OwnerIdentity:
+        """This process."""
+        pid = os.getpid()
+        return cls(pid, psutil.Process(pid).create_time(), boot_id(), label)
+
+    def text(self) -> str:
+        """The owner string stored in ledger events."""
+        return f"{self.label}:{self.pid}:{self.create_time:.3f}:{self.boot}"
+
+    @staticmethod
+    def parse(text: str) -> OwnerIdentity | None:
+        """The identity in an owner string, or None if it is not one."""
+        try:
+            rest, boot = text.rsplit(":", 1)
+            rest, created = rest.rsplit(":", 1)
+            label, pid = rest.rsplit(":", 1)
+            return OwnerIdentity(int(pid), float(created), boot, label)
+        except ValueError:
+            return None
+
+
+def owner_alive(text: str, *, this_boot: str) -> bool:
+    """Whether the process an owner string names is still the same live process."""
+    owner = OwnerIdentity.parse(text)
+    if owner is None:
+        return True  # not ours to judge: keep it (conservative)
+    if owner.boot != this_boot:
+        return False
+    return _same_process(owner.pid, owner.create_time, tolerance=0.01)
+
+
+def _same_process(pid: int, create_time: float, *, tolerance: float) -> bool:
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return abs(process.create_time() - create_time) < tolerance
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+    except psutil.AccessDenied:
+        return True
+
+
+def engine_alive(held: Held) -> bool:
+    """Whether the engine process a reservation pays for still runs (R2).
+
+    By pid and start time once it was bound; before that by its launch token (a scan of the
+    process table, done only for reservations whose owner is gone). A reservation that names
+    no process at all (written before R2) pays for nothing we can find.
+    """
+    if held.pid is not None and held.create_time is not None:
+        return _same_process(held.pid, held.create_time, tolerance=0.05)
+    if held.token:
+        return _token_running(held.token)
+    return False
+
+
+def _token_running(token: str) -> bool:
+    for process in psutil.process_iter():
+        try:
+            if process.environ().get(LAUNCH_TOKEN_ENV) == token:
+                return process.status() != psutil.STATUS_ZOMBIE
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return False
+
+
+def fold_records(state: LedgerState, records: list[RecordedEvent]) -> LedgerState:
+    """Fold ledger records newer than ``state.version`` into ``state``."""
+    for record in records:
+        if record.version <= state.version:
+            continue
+        if not isinstance(record.event, UnknownEvent):
+            state.apply(record.event)
+        state.version = record.version
+    return state
+
+
+def catch_up(store: EventStore, state: LedgerState | None = None) -> LedgerState:
+    """A ledger state brought up to the store's last ledger event (a fresh one by default)."""
+    state = state if state is not None else LedgerState()
+    return fold_records(state, store.read_stream(LEDGER_STREAM, after_version=state.version))
+
+
+class HostLedger:
+    """A daemon's handle on the host-wide ledger.
+
+    Every method folds what others decided, decides with the pure rules and records the
+    decision (with its inputs) in one transaction. They block on SQLite: async code calls them
+    through a worker thread.
+
+    Args:
+        store: The ledger's event log (shared by every daemon that cooperates).
+        owner: This daemon's identity; recorded on each of its reservations.
+        budget: Returns the host's automatic budget (from the latest device sample).
+        alive: Decides whether an owner string is a live process (injected in tests).
+        engine_alive: Decides whether a reservation's engine process runs (injected in tests).
+    """
+
+    def __init__(
+        self,
+        store: EventStore,
+        owner: OwnerIdentity,
+        budget: Callable[[], CapacityBudget],
+        *,
+        alive: Callable[[str], bool] | None = None,
+        engine_alive: Callable[[Held], bool] | None = None,
+    ) -> None:
+        self.store = store
+        self.owner = owner.text()
+        self._budget = budget
+        this_boot = owner.boot
+        self._alive = alive or (lambda text: owner_alive(text, this_boot=this_boot))
+        self._engine_alive = engine_alive or _engine_alive_default
+        self.state = LedgerState()
+        self.retries = 0
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def refresh(self) -> LedgerState:
+        """Fold the ledger events written since the last look."""
+        return catch_up(self.store, self.state)
+
+    def limits(self) -> LedgerLimits:
+        """The limits in force now."""
+        return limits_of(self.refresh(), self._budget())
+
+    def snapshot(self) -> dict[str, Any]:
+        """The budget, the limits and every reservation with its owner (CB10)."""
+        state = self.refresh()
+        owners = {h.owner for h in state.reservations.values()}
+        return committed_snapshot(state, self._budget(), [o for o in owners if self._alive(o)])
+
+    def mine(self, key: str) -> Held | None:
+        """What this daemon holds for ``key`` (as of the last look)."""
+        return self.state.held(self.owner, key)
+
+    # -- deciding ----------------------------------------------------------------------------
+
+    def reserve(self, key: str, wanted: int, *, token: str | None = None) -> ReserveDecision:
+        """Reserve ``wanted`` bytes for ``key`` (replacing this daemon's prior), or be denied.
+
+        ``token`` is the launch token of the engine process the bytes are for. Reservations
+        whose owner and engine are both gone are released first. The decision is recorded
+        (granted or denied, with its inputs) before it is returned.
+        """
+        decision: ReserveDecision = self._decide(
+            lambda state: self._reserve_events(state, key, wanted, token)
+        )
+        return decision
+
+    def bind(self, key: str, pid: int, create_time: float) -> bool:
+        """Name the engine process this daemon's reservation for ``key`` pays for (R2)."""
+
+        def events(state: LedgerState) -> tuple[list[Event], bool]:
+            held = state.held(self.owner, key)
+            if held is None:
+                return [], False
+            return [LedgerBound(key, self.owner, pid, create_time)], True
+
+        bound: bool = self._decide(events)
+        return bound
+
+    def release(self, key: str, *, cause: str = "released") -> bool:
+        """Release this daemon's reservation for ``key``; False when it held none (CB9)."""
+
+        def events(state: LedgerState) -> tuple[list[Event], bool]:
+            held = state.held(self.owner, key)
+            if held is None:
+                return [], False
+            return [LedgerReleased(key, held.bytes, held.owner, cause)], True
+
+        released: bool = self._decide(events)
+        return released
+
+    def release_token(self, token: str, *, cause: str) -> bool:
+        """Release whichever reservation pays for the engine launched with ``token``.
+
+        For an engine a predecessor of this daemon started and that is now known gone.
+        """
+
+        def events(state: LedgerState) -> tuple[list[Event], bool]:
+            held = state.by_token(token)
+            if held is None:
+                return [], False
+            return [LedgerReleased(held.key, held.bytes, held.owner, cause)], True
+
+        released: bool = self._decide(events)
+        return released
+
+    def adopt(
+        self, key: str, measured: int, *, token: str | None, pid: int, create_time: float
+    ) -> LedgerAdopted:
+        """Take over a running engine's memory (R3): recorded, never denied."""
+
+        def events(state: LedgerState) -> tuple[list[Event], LedgerAdopted]:
+            event = decide_adopt(
+                state,
+                self._budget(),
+                key=key,
+                owner=self.owner,
+                wanted=measured,
+                token=token,
+                pid=pid,
+                create_time=create_time,
+            )
+            return [event], event
+
+        adopted: LedgerAdopted = self._decide(events)
+        return adopted
+
+    def record_measured(self, key: str, measured: int) -> bool:
+        """Hold ``measured`` bytes for ``key`` instead of its estimate (the truth beats it).
+
+        Not an admission: the engine already runs. Returns False when ``key`` holds nothing.
+        """
+
+        def events(state: LedgerState) -> tuple[list[Event], bool]:
+            held = state.held(self.owner, key)
+            if held is None:
+                return [], False
+            return [LedgerMeasured(key, measured, held.owner, held.bytes)], True
+
+        recorded: bool = self._decide(events)
+        return recorded
+
+    def set_budget(self, budget: int | None) -> None:
+        """Point the ledger at an explicit budget in bytes, or back to automatic (None).
+
+        Existing reservations are never touched (CB2): the next reserve fails until room is
+        freed.
+        """
+        self._decide(lambda _state: ([LedgerBudgetSet(budget)], None))
+
+    def set_spillover(self, allowed: bool | None) -> None:
+        """Allow or forbid RAM spillover, or go back to automatic (None); never evicts (CB3)."""
+        self._decide(lambda _state: ([LedgerSpilloverSet(allowed)], None))
+
+    def release_dead_owners(self) -> list[str]:
+        """Release every reservation whose owner and engine are both gone; return their keys."""
+
+        def events(state: LedgerState) -> tuple[list[Event], list[str]]:
+            reaped = self._reap(state)
+            return reaped, [e.key for e in reaped if isinstance(e, LedgerReleased)]
+
+        keys: list[str] = self._decide(events)
+        return keys
+
+    def _reap(self, state: LedgerState) -> list[Event]:
+        dead = {o for o in state.owners() if o != self.owner and not self._alive(o)}
+        return [
+            LedgerReleased(h.key, h.bytes, h.owner, "owner-gone")
+            for h in sorted(state.reservations.values(), key=lambda h: h.slot)
+            if h.owner in dead and not self._engine_alive(h)
+        ]
+
+    def _reserve_events(
+        self, state: LedgerState, key: str, wanted: int, token: str | None
+    ) -> tuple[list[Event], ReserveDecision]:
+        reaped = self._reap(state)
+        trial = state.copy()
+        for event in reaped:
+            trial.apply(event)
+        decision = decide_reserve(trial, self._budget(), key, wanted, self.owner, token)
+        return [*reaped, decision.event()], decision
+
+    def _decide(self, make: Callable[[LedgerState], tuple[list[Event], Any]]) -> Any:
+        decided: list[Event] = []
+
+        def decide(fresh: list[RecordedEvent]) -> tuple[list[Event], Any]:
+            # Runs holding the ledger's write lock: nobody can decide in between.
+            fold_records(self.state, fresh)
+            new_events, answer = make(self.state)
+            decided[:] = new_events
+            return new_events, answer
+
+        for _attempt in range(_MAX_ATTEMPTS):
+            try:
+                answer, _, result = self.store.transact(
+                    LEDGER_STREAM,
+                    decide,
+                    after_version=self.state.version,
+                    metadata={"actor": self.owner},
+                )
+            except ConcurrencyError:
+                # Only on databases without a whole-database write lock (PostgreSQL).
+                self.retries += 1
+                continue
+            if result is not None:
+                for event in decided:
+                    self.state.apply(event)
+                self.state.version = result.version
+            return answer
+        raise StoreError(
+            f"{self.store.name}: the ledger changed under {_MAX_ATTEMPTS} attempts in a row; "
+            "too many daemons are deciding at once"
+        )
+
+
+_engine_alive_default = engine_alive

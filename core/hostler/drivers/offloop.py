@@ -1,0 +1,37 @@
+"""Blocking log and ledger work, run off the event loop.
+
+Every append to the event log waits for an fsync, and every ledger decision holds SQLite's
+write lock (waiting up to its busy timeout for another daemon's). Async code hands that work
+to :class:`OffLoop`, whose worker threads run it while the loop keeps serving; appends that
+land at the same moment share one commit (the store's group commit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+import anyio
+import anyio.to_thread
+
+__all__ = ["OffLoop"]
+
+T = TypeVar("T")
+
+
+class OffLoop:
+    """Runs blocking calls on a few worker threads (``threads`` at most at once).
+
+    A call that was started finishes even if its caller is cancelled (what it wrote stays
+    consistent with what the caller believes); the cancellation is delivered afterwards.
+    """
+
+    def __init__(self, threads: int = 4) -> None:
+        self._threads = threads
+        self._limiter: anyio.CapacityLimiter | None = None
+
+    async def run(self, func: Callable[..., T], *args: object) -> T:
+        """``func(*args)`` on a worker thread."""
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(self._threads)
+        return await anyio.to_thread.run_sync(func, *args, limiter=self._limiter)
