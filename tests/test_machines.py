@@ -196,6 +196,7 @@ def test_event_type_names_are_stable() -> None:
         "engine.ready",
         "engine.stop_requested",
         "engine.stopped",
+        "engine.stop_failed",
         "engine.crashed",
         "engine.failed",
         "engine.reset",
