@@ -123,7 +123,7 @@ with EventStore.open(path) as store:
     ledger = HostLedger(store, OwnerIdentity.current(me), lambda: compute_budget(HostMemory(16 * GIB)))
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        key = f"llamacpp:m{rng.randrange(6)}:{me}"
+        key = f"llamacpp:m{rng.randrange(6)}:0"  # the same keys in every process
         try:
             if rng.random() < 0.6:
                 decision = ledger.reserve(key, rng.randrange(64 * MIB, 5 * GIB))
@@ -160,17 +160,20 @@ def test_four_processes_hammering_never_overcommit(tmp_path: Path) -> None:
     assert sum(s["granted"] for s in stats) > 100
     assert sum(s["denied"] for s in stats) > 0  # the budget was actually contended
     # Replay the ledger log: at no seq do granted reservations exceed the budget.
-    held: dict[str, int] = {}
+    held: dict[tuple[str, str], int] = {}
+    owners_per_key: dict[str, set[str]] = {}
     peak = 0
     with EventStore.open(path) as store:
         records = list(store.read_all(streams=[LEDGER_STREAM]))
         for record in records:
             event = record.event
             if isinstance(event, LedgerReserved):
-                held[event.key] = event.bytes
+                held[(event.owner, event.key)] = event.bytes
+                owners_per_key.setdefault(event.key, set()).add(event.owner)
                 assert event.budget == BUDGET.budget
             elif isinstance(event, LedgerReleased):
-                held.pop(event.key, None)
+                assert (event.owner, event.key) in held, "released what it did not hold"
+                held.pop((event.owner, event.key))
             else:
                 assert isinstance(event, LedgerDenied)
             committed = sum(held.values())
@@ -178,6 +181,8 @@ def test_four_processes_hammering_never_overcommit(tmp_path: Path) -> None:
             assert committed <= BUDGET.budget, f"over budget at seq {record.seq}"
         assert [r.version for r in records] == list(range(1, len(records) + 1))
     assert peak > BUDGET.budget * 0.5
+    # the same keys really were contended by several owners at once
+    assert max(len(owners) for owners in owners_per_key.values()) >= 2
     print(
         f"ledger events: {len(records)}, peak {peak / GIB:.2f} GiB of {BUDGET.budget / GIB:.1f}, "
         f"retries {sum(s['retries'] for s in stats)}"

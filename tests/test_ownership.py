@@ -1,0 +1,239 @@
+"""Capacity has owners: reservations by (owner, key), kept while their engine runs (R1–R4)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hostler import EventStore
+from hostler.capacity.budget import HostMemory, compute_budget
+from hostler.capacity.events import (
+    LEDGER_STREAM,
+    LedgerAdopted,
+    LedgerReleased,
+    LedgerReserved,
+)
+from hostler.capacity.ledger import Held, LedgerState, decide_adopt, state_from
+from hostler.capacity.units import GIB
+from hostler.drivers.host_ledger import (
+    HostLedger,
+    LedgerLocation,
+    OwnerIdentity,
+    check_ledger_directory,
+    default_ledger_location,
+    engine_alive,
+    open_ledger_store,
+)
+from hostler.errors import StorePathError, UsageError
+
+BUDGET = compute_budget(HostMemory(system_ram=16 * GIB))  # 9.6 GiB, RAM host
+KEY = "llamacpp:qwen:0"
+
+
+def ledger_for(store: EventStore, label: str, **kwargs: object) -> HostLedger:
+    return HostLedger(store, OwnerIdentity.current(label), lambda: BUDGET, **kwargs)  # type: ignore[arg-type]
+
+
+def test_two_owners_of_the_same_key_do_not_share_a_reservation(tmp_path: Path) -> None:
+    """Break 1: on main both were granted 6 GiB of 9.6 and one release wiped the other's."""
+    path = tmp_path / "ledger.db"
+    with EventStore.open(path) as a_store, EventStore.open(path) as b_store:
+        a = ledger_for(a_store, "daemon-a")
+        b = ledger_for(b_store, "daemon-b")
+        assert a.reserve(KEY, 6 * GIB).granted
+        denied = b.reserve(KEY, 6 * GIB)
+        assert not denied.granted
+        assert denied.prior == 0  # a's reservation is not b's to resize
+        assert denied.committed_other == 6 * GIB
+        assert b.reserve(KEY, 3 * GIB).granted  # fits beside a's: 9 of 9.6 GiB
+        assert b.snapshot()["committed"] == 9 * GIB
+        assert b.release(KEY) is True
+        state = a.refresh()
+        assert state.committed == 6 * GIB  # b's release left a's reservation alone
+        assert state.held(a.owner, KEY) is not None
+        assert state.held(b.owner, KEY) is None
+
+
+def test_an_owners_death_frees_nothing_while_its_engine_runs(tmp_path: Path) -> None:
+    """Break 15: B's next reserve released dead A's bytes although A's engine still ran."""
+    engine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        ctime = _create_time(engine.pid)
+        with EventStore.open(tmp_path / "ledger.db") as store:
+            dead_a = HostLedger(store, OwnerIdentity(4_000_000, 1.0, "boot", "a"), lambda: BUDGET)
+            assert dead_a.reserve(KEY, 6 * GIB, token="tok-a").granted
+            assert dead_a.bind(KEY, engine.pid, ctime)
+            b = ledger_for(store, "daemon-b")
+            # A's process is gone (pid 4,000,000 never existed), its engine is alive: kept.
+            assert not b.reserve("llamacpp:other:0", 6 * GIB).granted
+            assert b.release_dead_owners() == []
+            engine.kill()
+            engine.wait()
+            # Now owner and engine are both gone: the bytes come back.
+            assert b.reserve("llamacpp:other:0", 6 * GIB).granted
+            released = [
+                r.event for r in store.read_stream(LEDGER_STREAM) if r.type == "ledger.released"
+            ]
+            assert [(e.key, e.cause) for e in released] == [(KEY, "owner-gone")]  # type: ignore[attr-defined]
+    finally:
+        engine.kill()
+
+
+def test_a_reservation_not_yet_bound_is_kept_while_a_process_carries_its_token(
+    tmp_path: Path,
+) -> None:
+    env = {**os.environ, "HOSTLER_LAUNCH_TOKEN": "tok-loading"}
+    engine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    try:
+        held = Held(KEY, GIB, "a", token="tok-loading")
+        deadline = time.monotonic() + 5
+        while not engine_alive(held) and time.monotonic() < deadline:
+            time.sleep(0.02)  # the child's environment is readable once it has exec'd
+        assert engine_alive(held)
+        assert not engine_alive(Held(KEY, GIB, "a", token="tok-nobody"))
+        assert not engine_alive(Held(KEY, GIB, "a"))  # names no process: pays for nothing
+        assert engine_alive(
+            Held(KEY, GIB, "a", pid=engine.pid, create_time=_create_time(engine.pid))
+        )
+        assert not engine_alive(Held(KEY, GIB, "a", pid=engine.pid, create_time=1.0))  # reused pid
+    finally:
+        engine.kill()
+        engine.wait()
+
+
+def test_adoption_takes_the_reservation_over_and_is_never_denied(tmp_path: Path) -> None:
+    with EventStore.open(tmp_path / "ledger.db") as store:
+        old = HostLedger(
+            store,
+            OwnerIdentity(4_000_001, 1.0, "boot", "old"),
+            lambda: BUDGET,
+            engine_alive=lambda _held: True,
+        )
+        assert old.reserve(KEY, 5 * GIB, token="tok-1").granted
+        new = ledger_for(store, "new", engine_alive=lambda _held: True)
+        assert new.reserve("llamacpp:b:0", 4 * GIB).granted
+        adopted = new.adopt(KEY, 5 * GIB + 1, token="tok-1", pid=123, create_time=9.0)
+        assert adopted.from_owner == old.owner
+        assert adopted.over_budget == 0  # 4 GiB + 5 GiB + 1 B fits 9.6 GiB
+        state = new.refresh()
+        assert state.held(old.owner, KEY) is None
+        assert state.held(new.owner, KEY) == Held(KEY, 5 * GIB + 1, new.owner, "tok-1", 123, 9.0)
+        assert state.committed == 9 * GIB + 1
+        # An engine nobody paid for is still recorded: it holds the memory whatever the ledger
+        # says, and the event says by how much the ledger is now over.
+        orphan = new.adopt("llamacpp:c:0", 2 * GIB, token="tok-2", pid=124, create_time=9.5)
+        assert orphan.from_owner is None
+        assert orphan.committed_other == 9 * GIB + 1
+        assert orphan.budget == BUDGET.budget
+        assert orphan.over_budget == 11 * GIB + 1 - BUDGET.budget
+        assert new.refresh().committed == 11 * GIB + 1
+        types = [r.type for r in store.read_stream(LEDGER_STREAM)]
+        assert types.count("ledger.adopted") == 2
+        assert "ledger.denied" not in types
+
+
+def test_decide_adopt_edges() -> None:
+    state = state_from([LedgerReserved(KEY, 4 * GIB, "a", 0, 0, 0, 0, True, "t")])
+    # exactly at the budget: not over
+    event = decide_adopt(
+        state,
+        BUDGET,
+        key="k2",
+        owner="b",
+        wanted=BUDGET.budget - 4 * GIB,
+        token=None,
+        pid=1,
+        create_time=1.0,
+    )
+    assert event.over_budget == 0
+    event = decide_adopt(
+        state,
+        BUDGET,
+        key="k2",
+        owner="b",
+        wanted=BUDGET.budget - 4 * GIB + 1,
+        token=None,
+        pid=1,
+        create_time=1.0,
+    )
+    assert event.over_budget == 1
+    with pytest.raises(ValueError, match="negative"):
+        decide_adopt(
+            state, BUDGET, key="k2", owner="b", wanted=-1, token=None, pid=1, create_time=1.0
+        )
+    # adopting its own key again replaces, never double counts
+    state.apply(
+        decide_adopt(
+            state, BUDGET, key=KEY, owner="a", wanted=GIB, token="t", pid=2, create_time=2.0
+        )
+    )
+    assert state.committed == GIB
+
+
+def test_old_reservations_fold_as_before() -> None:
+    """Schema v1 ``ledger.reserved`` (no token) upcasts; (owner, key) filing holds."""
+    state = LedgerState()
+    state.apply(LedgerReserved(KEY, GIB, "a", 0, 0, 0, 0, True))
+    state.apply(LedgerReserved(KEY, 2 * GIB, "b", 0, 0, 0, 0, True))
+    state.apply(LedgerReleased(KEY, GIB, "a", "released"))
+    assert state.committed == 2 * GIB
+    state.apply(LedgerAdopted(KEY, "c", 3 * GIB, "b", None, 1, 1.0, 0, 0, 0))
+    assert list(state.reservations) == [("c", KEY)]
+
+
+def _create_time(pid: int) -> float:
+    import psutil
+
+    return float(psutil.Process(pid).create_time())
+
+
+# -- where the ledger lives (R4) ------------------------------------------------------------
+
+
+def test_the_default_ledger_is_per_user(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("HOSTLER_LEDGER", raising=False)
+    monkeypatch.delenv("HOSTLER_LEDGER_SHARED", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    location = default_ledger_location()
+    assert location == LedgerLocation(tmp_path / "state" / "hostler" / "ledger.db", False)
+    with open_ledger_store(location):
+        pass
+    assert (tmp_path / "state" / "hostler").stat().st_mode & 0o777 == 0o700
+    monkeypatch.delenv("XDG_STATE_HOME")
+    assert default_ledger_location().path == Path.home() / ".local/state/hostler/ledger.db"
+    monkeypatch.setenv("HOSTLER_LEDGER_SHARED", "maybe")
+    with pytest.raises(UsageError, match="HOSTLER_LEDGER_SHARED='maybe'"):
+        default_ledger_location()
+
+
+def test_a_ledger_directory_owned_by_someone_else_is_refused(tmp_path: Path) -> None:
+    """Break 12: any user could create /var/tmp/hostler first and squat the ledger."""
+    if os.geteuid() == 0:
+        foreign = tmp_path / "squatted"
+        foreign.mkdir(mode=0o777)
+        os.chown(foreign, 65534, 65534)
+        stranger = 65534
+    else:  # a user meets root's directories
+        foreign, stranger = Path("/"), 0
+    with pytest.raises(StorePathError, match=f"owned by uid {stranger}, not by you"):
+        check_ledger_directory(LedgerLocation(foreign / "ledger.db"))
+    # shared: an administrator's group-writable directory: accepted, its file made 0660
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o2770)
+    with open_ledger_store(LedgerLocation(shared / "ledger.db", shared=True)):
+        pass
+    assert (shared / "ledger.db").stat().st_mode & 0o777 == 0o660
+    shared.chmod(0o2777)
+    with pytest.raises(StorePathError, match="writable by every user"):
+        check_ledger_directory(LedgerLocation(shared / "ledger.db", shared=True))
+    with pytest.raises(StorePathError, match="must exist"):
+        check_ledger_directory(LedgerLocation(tmp_path / "nope" / "ledger.db", shared=True))
+    if stranger:
+        with pytest.raises(StorePathError, match=f"owned by uid {stranger}"):
+            check_ledger_directory(LedgerLocation(foreign / "ledger.db", shared=True))
