@@ -1,0 +1,338 @@
+"""Starts and stops that survive cancellation and failure, with the real llama-server (SV1–SV3).
+
+Each test here reproduces a break reported on main (issue "Promises that hold"): a cancelled
+start that left an orphan, a failed stop recorded as a success, a raising plugin that left the
+log at ``starting``, measured footprints without GPU memory, a restart budget that forgot its
+starts, and an event loop that waited on SQLite.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+
+from hostler import Engine, EventStore, load
+from hostler.capacity.budget import HostMemory, compute_budget
+from hostler.capacity.learning import CALIBRATION_STREAM
+from hostler.capacity.units import GIB, MIB
+from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
+from hostler.engines import supervisor as supervisor_module
+from hostler.engines.process import Termination
+from hostler.engines.supervisor import Supervisor, SupervisorPolicy
+from hostler.errors import EngineStartError, PluginError, RestartBudgetError
+from hostler.plugin import LaunchCommand, LaunchSpec, Panic
+from hostler.probes.nvml import open_nvml
+from hostler.testing.tiny_gguf import write_tiny_llama
+from hostler_llamacpp import LlamaCppAdapter
+
+pytestmark = pytest.mark.anyio
+KEY = "llamacpp:tiny:0"
+BUDGET = compute_budget(HostMemory(system_ram=16 * GIB))
+ESTIMATE = 64 * MIB
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_llama(tmp_path_factory.mktemp("models") / "tiny.gguf")
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Any:
+    with EventStore.open(tmp_path / "ledger.db") as store:
+        yield HostLedger(store, OwnerIdentity.current("test"), lambda: BUDGET)
+
+
+class NeverReady(LlamaCppAdapter):
+    """The real llama-server, probed on a path it answers 404 on: it loads forever."""
+
+    readiness_path = "/no-such-path"
+
+
+class RaisesInBuild(LlamaCppAdapter):
+    """A plugin with a bug in build_command."""
+
+    def build_command(self, spec: LaunchSpec) -> LaunchCommand:
+        raise KeyError("n_gpu_layers")
+
+
+class RaisesOnLines(LlamaCppAdapter):
+    """A plugin whose line classifier breaks once the engine prints."""
+
+    def classify_line(self, line: str) -> Panic | None:
+        raise ZeroDivisionError("oops")
+
+
+def make(
+    store: EventStore,
+    model: Path,
+    tmp_path: Path,
+    *,
+    adapter: LlamaCppAdapter | None = None,
+    ledger: HostLedger | None = None,
+    probe: Any = None,
+    **policy: Any,
+) -> Supervisor:
+    return Supervisor(
+        KEY,
+        adapter or LlamaCppAdapter(),
+        lambda port: LaunchSpec(KEY, model, port, ctx_per_slot=512, slots=1, work_dir=tmp_path),
+        store,
+        run_dir=tmp_path / "run",
+        token_prefix="faults",
+        policy=SupervisorPolicy(**{"watch_interval": 0.05, **policy}),
+        ledger=ledger,
+        footprint=(lambda: ESTIMATE) if ledger is not None else None,
+        probe=probe,
+    )
+
+
+def stream(store: EventStore) -> list[tuple[str, dict[str, Any]]]:
+    return [(r.type, r.payload) for r in store.read_stream(f"engine/{KEY}")]
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+async def test_a_cancelled_start_kills_the_group_and_the_next_request_works(
+    store: EventStore, tiny: Path, tmp_path: Path, ledger: HostLedger
+) -> None:
+    """Break 2: cancelling ensure_running left the process running in ``starting``."""
+    sup = make(store, tiny, tmp_path, adapter=NeverReady(), ledger=ledger)
+    with anyio.move_on_after(10) as scope:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(sup.ensure_running)
+            while sup.pid is None:
+                await anyio.sleep(0.005)
+            pid = sup.pid
+            await anyio.sleep(0.3)  # it is loading (never ready on this path)
+            assert sup.state == "starting"
+            tasks.cancel_scope.cancel()
+    assert not scope.cancelled_caught
+    assert gone(pid)
+    assert sup.state == "stopped"
+    types_ = [t for t, _ in stream(store)]
+    assert types_ == [
+        "engine.start_requested",
+        "engine.spawned",
+        "engine.stop_requested",
+        "engine.stopped",
+    ]
+    assert stream(store)[2][1]["reason"] == "start-cancelled"
+    assert stream(store)[2][1]["decision"] == {"cause": "cancelled"}
+    assert ledger.refresh().committed == 0  # released once the group was gone
+    # not stuck: the next request (with a plugin that can tell ready) starts it
+    sup.adapter = LlamaCppAdapter()
+    async with sup.request() as port:
+        assert port == sup.port
+    await sup.stop()
+    assert ledger.refresh().committed == 0
+
+
+async def test_a_stop_that_cannot_kill_the_group_keeps_its_reservation(
+    store: EventStore,
+    tiny: Path,
+    tmp_path: Path,
+    ledger: HostLedger,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Break 4: a group alive after KILL + 5 s was recorded ``stopped`` and released."""
+    sup = make(store, tiny, tmp_path, ledger=ledger)
+    await sup.ensure_running()
+    pid = sup.pid
+    assert pid is not None
+    real = supervisor_module.terminate_group
+
+    async def unkillable(pgid: int, **_kwargs: object) -> Termination:
+        return Termination(None, None, False, f"process group {pgid} is still alive after KILL")
+
+    monkeypatch.setattr(supervisor_module, "terminate_group", unkillable)
+    await sup.stop()
+    assert sup.state == "stopping"
+    assert [t for t, _ in stream(store)][-2:] == ["engine.stop_requested", "engine.stop_failed"]
+    assert stream(store)[-1][1]["pid"] == pid
+    held = ledger.refresh().held(ledger.owner, KEY)
+    assert held is not None and held.pid == pid  # memory in use is never freed on paper
+    with pytest.raises(EngineStartError, match="still does not exit after KILL"):
+        await sup.ensure_running()  # never a second copy beside it
+    monkeypatch.setattr(supervisor_module, "terminate_group", real)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(sup.watch)  # retries the stop
+        with anyio.fail_after(15):
+            while sup.state != "stopped":
+                await anyio.sleep(0.05)
+        tasks.cancel_scope.cancel()
+    assert gone(pid)
+    assert ledger.refresh().committed == 0
+
+
+async def test_a_plugin_that_raises_fails_that_engine_naming_the_plugin(
+    store: EventStore, tiny: Path, tmp_path: Path, ledger: HostLedger
+) -> None:
+    """Break 5: a KeyError in build_command left the log at ``starting``, no failure event."""
+    sup = make(store, tiny, tmp_path, adapter=RaisesInBuild(), ledger=ledger)
+    with pytest.raises(PluginError, match=r"RaisesInBuild\) raised KeyError: 'n_gpu_layers'"):
+        await sup.ensure_running()
+    assert sup.state == "fatal"
+    failed = stream(store)[-1]
+    assert failed[0] == "engine.failed"
+    assert "'llamacpp' engine plugin" in failed[1]["error"]
+    assert "in build_command" in failed[1]["error"]
+    assert ledger.refresh().committed == 0
+    # a fixed plugin starts it again
+    sup.adapter = LlamaCppAdapter()
+    await sup.ensure_running()
+    await sup.stop()
+
+
+async def test_a_plugin_that_raises_while_loading_leaves_no_process(
+    store: EventStore, tiny: Path, tmp_path: Path, ledger: HostLedger
+) -> None:
+    sup = make(store, tiny, tmp_path, adapter=RaisesOnLines(), ledger=ledger)
+    with pytest.raises(PluginError, match="ZeroDivisionError: oops in classify_line"):
+        await sup.ensure_running()
+    spawned = next(p for t, p in stream(store) if t == "engine.spawned")
+    assert gone(spawned["pid"])
+    assert [t for t, _ in stream(store)][-1] == "engine.failed"
+    assert ledger.refresh().committed == 0
+
+
+def _fake_nvml(per_process: int) -> types.ModuleType:
+    """A stand-in NVML (no NVIDIA driver here) that attributes memory to llama-servers."""
+
+    class NvmlError(Exception):
+        pass
+
+    def running(_handle: int) -> list[types.SimpleNamespace]:
+        return [
+            types.SimpleNamespace(pid=p.pid, usedGpuMemory=per_process)
+            for p in psutil.process_iter(["name"])
+            if p.info["name"] == "llama-server"
+        ]
+
+    module = types.ModuleType("fake_pynvml")
+    module.__dict__.update(
+        {
+            "NVMLError": NvmlError,
+            "nvmlInit": lambda: None,
+            "nvmlShutdown": lambda: None,
+            "nvmlDeviceGetCount": lambda: 1,
+            "nvmlDeviceGetHandleByIndex": lambda i: i,
+            "nvmlDeviceGetComputeRunningProcesses": running,
+        }
+    )
+    return module
+
+
+async def test_measured_footprints_include_gpu_memory(
+    store: EventStore, tiny: Path, tmp_path: Path, ledger: HostLedger
+) -> None:
+    """Break 6: the supervisor measured without the NVML probe (RSS only)."""
+    probe = open_nvml(_fake_nvml(3 * GIB))
+    sup = make(store, tiny, tmp_path, ledger=ledger, probe=probe)
+    await sup.ensure_running()
+    try:
+        measured = [r.payload for r in ledger.store.read_stream(CALIBRATION_STREAM)][-1]
+        assert measured["gpu"] == 3 * GIB
+        assert measured["measured"] == measured["rss"] + 3 * GIB
+        held = ledger.refresh().held(ledger.owner, KEY)
+        assert held is not None and held.bytes == measured["measured"]
+    finally:
+        await sup.stop()
+
+
+async def test_the_restart_budget_survives_a_new_supervisor(
+    store: EventStore, tiny: Path, tmp_path: Path
+) -> None:
+    """Break 7: the budget was an in-memory deque that a daemon restart forgot."""
+    first = make(store, tiny, tmp_path, restart_budget=2, lockout=30)
+    for _ in range(2):
+        await first.ensure_running()
+        await first.stop()
+    second = make(store, tiny, tmp_path, restart_budget=2, lockout=30)  # a daemon restart
+    with pytest.raises(RestartBudgetError, match="started 2 times within 60 s"):
+        await second.ensure_running()
+    failed = stream(store)[-1]
+    assert failed[0] == "engine.failed"
+    decision = failed[1]["decision"]
+    assert decision["rule"] == "SP1" and decision["restart_budget"] == 2
+    assert len(decision["recent_starts"]) == 2
+    assert load(store, Engine, KEY).retry_at == pytest.approx(decision["now"] + 30)
+
+
+async def test_an_idle_stop_records_its_inputs(
+    store: EventStore, tiny: Path, tmp_path: Path
+) -> None:
+    """Break 7: stops recorded only a reason: no threshold, no last use, no policy version."""
+    sup = make(store, tiny, tmp_path, idle_timeout=0.4)
+    await sup.ensure_running()
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(sup.watch)
+        with anyio.fail_after(10):
+            while sup.state != "stopped":
+                await anyio.sleep(0.05)
+        tasks.cancel_scope.cancel()
+    stop = next(p for t, p in stream(store) if t == "engine.stop_requested")
+    assert stop["reason"] == "idle"
+    decision = stop["decision"]
+    assert decision["policy"] == "supervision" and decision["version"] == 1
+    assert decision["rule"] == "SP4" and decision["idle_timeout"] == 0.4
+    assert decision["unused_for"] >= 0.4
+    assert decision["now"] - decision["last_used"] == pytest.approx(decision["unused_for"])
+
+
+async def test_the_event_loop_never_waits_on_a_sqlite_lock(tiny: Path, tmp_path: Path) -> None:
+    """Break 8: every lifecycle step was a synchronous fsync'd append on the loop."""
+    path = tmp_path / "data" / "events.db"
+    with EventStore.open(path, owner=True) as store:
+        sup = make(store, tiny, tmp_path)
+        locked = threading.Event()
+        release = threading.Event()
+
+        def hold_the_write_lock() -> None:
+            raw = sqlite3.connect(path, isolation_level=None)
+            raw.execute("BEGIN IMMEDIATE")
+            locked.set()
+            release.wait(10)
+            raw.execute("COMMIT")
+            raw.close()
+
+        holder = threading.Thread(target=hold_the_write_lock)
+        holder.start()
+        locked.wait(5)
+        gaps: list[float] = []
+
+        async def heartbeat() -> None:
+            last = time.monotonic()
+            while True:
+                await anyio.sleep(0.01)
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(heartbeat)
+            started = time.monotonic()
+            tasks.start_soon(sup.ensure_running)
+            await anyio.sleep(1.5)  # the start waits on the lock: in a worker thread
+            assert sup.state == "starting"
+            release.set()
+            with anyio.fail_after(30):
+                while sup.state != "running":
+                    await anyio.sleep(0.02)
+            assert time.monotonic() - started >= 1.5
+            tasks.cancel_scope.cancel()
+        holder.join()
+        await sup.stop()
+    assert max(gaps) < 0.25, f"the loop stalled for {max(gaps):.3f} s"
