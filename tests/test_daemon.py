@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
-from hostler import EventStore, replay
+from _daemons import (
+    alive,
+    chat,
+    count,
+    daemon_starts,
+    engines,
+    events,
+    kill_leftovers,
+    start_daemon,
+    wait_for,
+)
+from hostler import EventStore
 from hostler.engines.reconcile import DAEMON_STREAM
 from hostler.engines.supervisor import free_port
 from hostler.testing.tiny_gguf import TinyModel, write_tiny_llama
@@ -42,92 +49,7 @@ def setup(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     )
     data = tmp_path / "data"
     yield config, data
-    # nothing of this data directory may be left running, whatever happened
-    id_file = data / "daemon-id"
-    prefix = id_file.read_text().strip() + ":" if id_file.exists() else None
-    for process in psutil.process_iter(["pid"]):
-        try:
-            token = process.environ().get("HOSTLER_LAUNCH_TOKEN", "")
-        except (psutil.Error, OSError):
-            continue
-        if prefix and token.startswith(prefix):
-            process.kill()
-
-
-def start_daemon(config: Path, data: Path, log: Path) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "import sys; from hostler.cli import main; sys.exit(main())",
-                "daemon",
-                "--config",
-                str(config),
-                "--data-dir",
-                str(data),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=REPO / "tests",
-        )
-
-
-def wait_for(predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError("timed out")
-
-
-def events(data: Path, stream: str | None = None) -> list[tuple[str, str, dict]]:  # type: ignore[type-arg]
-    path = data / "events.db"
-    if not path.exists():
-        return []
-    with EventStore.open(path) as store:
-        return [
-            (r.stream_id, r.type, r.payload)
-            for r in store.read_all(streams=[stream] if stream else None)
-        ]
-
-
-def count(data: Path, key: str, kind: str) -> int:
-    return sum(1 for stream, t, _ in events(data) if stream == f"engine/{key}" and t == kind)
-
-
-def engines(data: Path) -> dict[str, tuple[str, int | None, int | None]]:
-    with EventStore.open(data / "events.db") as store:
-        world = replay(store)
-    return {
-        key: (e.state, e.pid, int(e.identity["port"]) if e.identity else None)
-        for key, e in world.engines.items()
-    }
-
-
-def alive(pid: int | None) -> bool:
-    if pid is None:
-        return False
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def chat(port: int) -> str:
-    body = json.dumps(
-        {"messages": [{"role": "user", "content": "hi"}], "temperature": 0, "max_tokens": 4}
-    ).encode()
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/v1/chat/completions", body, {"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=60) as response:
-        return str(json.loads(response.read())["choices"][0]["message"]["content"])
-
-
-def daemon_starts(data: Path) -> list[dict]:  # type: ignore[type-arg]
-    return [p for _, t, p in events(data, DAEMON_STREAM) if t == "daemon.started"]
+    kill_leftovers(data)  # nothing of this data directory may be left running, whatever happened
 
 
 def test_a_killed_daemons_engines_are_adopted_without_reload(

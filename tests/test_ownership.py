@@ -77,9 +77,11 @@ def test_an_owners_death_frees_nothing_while_its_engine_runs(tmp_path: Path) -> 
             # Now owner and engine are both gone: the bytes come back.
             assert b.reserve("llamacpp:other:0", 6 * GIB).granted
             released = [
-                r.event for r in store.read_stream(LEDGER_STREAM) if r.type == "ledger.released"
+                r.event
+                for r in store.read_stream(LEDGER_STREAM)
+                if isinstance(r.event, LedgerReleased)
             ]
-            assert [(e.key, e.cause) for e in released] == [(KEY, "owner-gone")]  # type: ignore[attr-defined]
+            assert [(e.key, e.cause) for e in released] == [(KEY, "owner-gone")]
     finally:
         engine.kill()
 

@@ -139,14 +139,23 @@ def test_idle_stop_at_the_boundary_never_while_busy_and_zero_disables() -> None:
 
 
 def test_pressure_stops_only_an_idle_engine_under_pressure() -> None:
-    args = {"now": 160.0, "last_used": 100.0}
-    assert decide_pressure(POLICY, **args, busy=False, under_pressure=False) is None
-    assert decide_pressure(POLICY, **args, busy=True, under_pressure=True) is None
+    assert (
+        decide_pressure(POLICY, now=160.0, last_used=100.0, busy=False, under_pressure=False)
+        is None
+    )
+    assert (
+        decide_pressure(POLICY, now=160.0, last_used=100.0, busy=True, under_pressure=True) is None
+    )
     assert (
         decide_pressure(POLICY, now=159.9, last_used=100.0, busy=False, under_pressure=True) is None
     )
     stop = decide_pressure(
-        POLICY, **args, busy=False, under_pressure=True, pressure_detail={"available": 5}
+        POLICY,
+        now=160.0,
+        last_used=100.0,
+        busy=False,
+        under_pressure=True,
+        pressure_detail={"available": 5},
     )
     assert stop is not None and stop.reason == "memory-pressure"
     assert stop.decision["rule"] == "SP5"

@@ -24,6 +24,7 @@ from hostler.capacity.budget import HostMemory, compute_budget
 from hostler.capacity.learning import CALIBRATION_STREAM
 from hostler.capacity.units import GIB, MIB
 from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
+from hostler.engines import process as process_module
 from hostler.engines import supervisor as supervisor_module
 from hostler.engines.process import Termination
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
@@ -152,7 +153,7 @@ async def test_a_stop_that_cannot_kill_the_group_keeps_its_reservation(
     await sup.ensure_running()
     pid = sup.pid
     assert pid is not None
-    real = supervisor_module.terminate_group
+    real = process_module.terminate_group
 
     async def unkillable(pgid: int, **_kwargs: object) -> Termination:
         return Termination(None, None, False, f"process group {pgid} is still alive after KILL")

@@ -17,6 +17,7 @@ import secrets
 import signal
 import time
 import tomllib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -214,14 +215,20 @@ class Daemon:
         """Run until SIGTERM or SIGINT."""
         config = self.config
         config.data_dir.mkdir(parents=True, exist_ok=True)
-        with EventStore.open(config.data_dir / "events.db", owner=True) as store:
+        # Listen before taking anything over: a SIGTERM during start-up is a shutdown too.
+        with (
+            anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals,
+            EventStore.open(config.data_dir / "events.db", owner=True) as store,
+        ):
             ledger_store = open_ledger_store(config.ledger_location())
             try:
-                await self._run(store, ledger_store)
+                await self._run(store, ledger_store, signals)
             finally:
                 ledger_store.close()
 
-    async def _run(self, store: EventStore, ledger_store: EventStore) -> None:
+    async def _run(
+        self, store: EventStore, ledger_store: EventStore, signals: AsyncIterator[int]
+    ) -> None:
         config = self.config
         io = self.offloop
 
@@ -291,9 +298,8 @@ class Daemon:
                 if engine.autostart and supervisor.state != "running":
                     tasks.start_soon(self._autostart, supervisor)
             self.ready.set()
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for _ in signals:
-                    break
+            async for _ in signals:
+                break
             with anyio.CancelScope(shield=True):
                 async with anyio.create_task_group() as stopping:
                     for supervisor in self.supervisors.values():

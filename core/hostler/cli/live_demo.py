@@ -18,7 +18,10 @@ import anyio
 
 from hostler.capacity.ledger import LedgerState, limits_of
 from hostler.capacity.plan import PlanRequest, plan_llama
+from hostler.daemon import daemon_id
 from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
+from hostler.engines.process import terminate_group
+from hostler.engines.reconcile import DAEMON_STREAM, EngineReaped, find_strays
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.machines.engine import StopReason
 from hostler.plugin import LaunchSpec
@@ -76,6 +79,10 @@ def run_live(store: EventStore, demo_dir: Path, model: Path | None, say: Say) ->
             KEY, model, port, plan.context_window, plan.slots, plan.kv_type, demo_dir / "work"
         )
 
+    token_prefix = daemon_id(demo_dir)  # kept across runs: a later run reaps what this leaves
+    reaped = anyio.run(_reap_earlier_runs, store, token_prefix)
+    if reaped:
+        say(f"reaped {reaped} engine(s) an interrupted earlier demo left running (daemon.reaped)")
     with EventStore.open(demo_dir / "ledger.db") as ledger_store:
         ledger = HostLedger(ledger_store, OwnerIdentity.current("hostler-demo"), lambda: budget)
         supervisor = Supervisor(
@@ -84,7 +91,7 @@ def run_live(store: EventStore, demo_dir: Path, model: Path | None, say: Say) ->
             spec,
             store,
             run_dir=demo_dir / "run",
-            token_prefix=f"hostler-demo-{os.getpid()}",
+            token_prefix=token_prefix,
             policy=SupervisorPolicy(watch_interval=0.05, idle_timeout=1.0),
             ledger=ledger,
             footprint=lambda: adapter.estimate_footprint(geometry, spec(0)),
@@ -96,6 +103,20 @@ def run_live(store: EventStore, demo_dir: Path, model: Path | None, say: Say) ->
             f"the demo ledger ({demo_dir / 'ledger.db'}) recorded {decisions} decisions; "
             f"{held} bytes held now (every reservation released)"
         )
+
+
+async def _reap_earlier_runs(store: EventStore, token_prefix: str) -> int:
+    """Stop engines an interrupted earlier demo (Ctrl-C, SIGKILL) left behind; record each."""
+    strays = await anyio.to_thread.run_sync(lambda: find_strays(token_prefix, exclude=set()))
+    for pid, token, command in strays:
+        await terminate_group(pid)
+        store.append(
+            DAEMON_STREAM,
+            [EngineReaped(time.time(), pid, token, command)],
+            expected_version=None,
+            metadata={"actor": "demo"},
+        )
+    return len(strays)
 
 
 async def _story(supervisor: Supervisor, say: Say) -> None:

@@ -1,0 +1,127 @@
+"""Helpers for tests that run ``hostler daemon`` as a real process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+from hostler import EventStore, replay
+from hostler.engines.reconcile import DAEMON_STREAM
+
+from _support import REPO
+
+
+def kill_leftovers(data: Path) -> list[int]:
+    """SIGKILL whatever still carries this data directory's launch token; return the pids."""
+    id_file = data / "daemon-id"
+    if not id_file.exists():
+        return []
+    return [p.pid for p in token_holders(id_file.read_text().strip()) if _kill(p)]
+
+
+def token_holders(prefix: str) -> list[psutil.Process]:
+    """Live processes whose launch token starts with ``prefix:`` (zombies excluded)."""
+    found = []
+    for process in psutil.process_iter(["pid"]):
+        try:
+            token = process.environ().get("HOSTLER_LAUNCH_TOKEN", "")
+            if token.startswith(prefix + ":") and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def _kill(process: psutil.Process) -> bool:
+    try:
+        process.kill()
+    except psutil.Error:
+        return False
+    return True
+
+
+def start_daemon(
+    config: Path, data: Path, log: Path, *, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """``hostler daemon`` as a real process, its output appended to ``log``."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from hostler.cli import main; sys.exit(main())",
+                "daemon",
+                "--config",
+                str(config),
+                "--data-dir",
+                str(data),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=REPO / "tests",
+            env={**os.environ, **(env or {})},
+        )
+
+
+def wait_for(predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError("timed out")
+
+
+def events(data: Path, stream: str | None = None) -> list[tuple[str, str, dict]]:  # type: ignore[type-arg]
+    path = data / "events.db"
+    if not path.exists():
+        return []
+    with EventStore.open(path) as store:
+        return [
+            (r.stream_id, r.type, r.payload)
+            for r in store.read_all(streams=[stream] if stream else None)
+        ]
+
+
+def count(data: Path, key: str, kind: str) -> int:
+    return sum(1 for stream, t, _ in events(data) if stream == f"engine/{key}" and t == kind)
+
+
+def engines(data: Path) -> dict[str, tuple[str, int | None, int | None]]:
+    with EventStore.open(data / "events.db") as store:
+        world = replay(store)
+    return {
+        key: (e.state, e.pid, int(e.identity["port"]) if e.identity else None)
+        for key, e in world.engines.items()
+    }
+
+
+def alive(pid: int | None) -> bool:
+    if pid is None:
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def chat(port: int) -> str:
+    body = json.dumps(
+        {"messages": [{"role": "user", "content": "hi"}], "temperature": 0, "max_tokens": 4}
+    ).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/chat/completions", body, {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return str(json.loads(response.read())["choices"][0]["message"]["content"])
+
+
+def daemon_starts(data: Path) -> list[dict]:  # type: ignore[type-arg]
+    return [p for _, t, p in events(data, DAEMON_STREAM) if t == "daemon.started"]
