@@ -1,4 +1,4 @@
-"""Capacity has owners: reservations by (owner, key), kept while their engine runs (R1–R4)."""
+"""Capacity has owners: reservations by (owner, key), kept while their engine runs (OW1–OW4)."""
 
 from __future__ import annotations
 
@@ -194,7 +194,7 @@ def _create_time(pid: int) -> float:
     return float(psutil.Process(pid).create_time())
 
 
-# -- where the ledger lives (R4) ------------------------------------------------------------
+# -- where the ledger lives (OW4) ------------------------------------------------------------
 
 
 def test_the_default_ledger_is_per_user(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

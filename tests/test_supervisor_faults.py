@@ -1,4 +1,4 @@
-"""Starts and stops that survive cancellation and failure, with the real llama-server (SV1–SV3).
+"""Starts and stops that survive cancellation and failure, with the real llama-server (SG1–SG3).
 
 Each test here reproduces a break reported on main (issue "Promises that hold"): a cancelled
 start that left an orphan, a failed stop recorded as a success, a raising plugin that left the

@@ -287,7 +287,7 @@ class Daemon:
             )
         )
         for supervisor in unconfigured:
-            # R5: every live engine has an owner that acts on it; one nobody configured stops.
+            # OW5: every live engine has an owner that acts on it; one nobody configured stops.
             with anyio.CancelScope(shield=True):
                 await supervisor.stop(StopReason.UNCONFIGURED, {"cause": "not in the config"})
         async with anyio.create_task_group() as tasks:
@@ -322,7 +322,7 @@ class Daemon:
         plugins: PluginHost,
         token_prefix: str,
     ) -> list[Supervisor]:
-        """Adopted engines take their reservation over (R3); lost ones release it.
+        """Adopted engines take their reservation over (OW3); lost ones release it.
 
         Returns supervisors for adopted engines that no configured key owns (to be stopped).
         """

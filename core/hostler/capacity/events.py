@@ -29,7 +29,7 @@ class LedgerReserved(Event):
     """``owner`` holds ``bytes`` for ``key`` (replacing its ``prior``); the decision's inputs.
 
     ``token`` is the launch token of the engine process the bytes are for (schema v2): while a
-    process carrying it lives, the reservation outlives its owner (R2 in docs/rules.md).
+    process carrying it lives, the reservation outlives its owner (OW2 in docs/rules.md).
     """
 
     key: str

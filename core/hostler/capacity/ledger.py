@@ -1,6 +1,6 @@
 """The capacity ledger's policy: reservations per engine key against the budget (pure).
 
-Rules CB1–CB12 of the reference behaviour, and the ownership rules R1–R3 (docs/rules.md).
+Rules CB1–CB12 of the reference behaviour, and the ownership rules OW1–OW3 (docs/rules.md).
 :class:`LedgerState` is folded from ledger events;
 :func:`decide_reserve` turns a state, the host's automatic budget and a request into a
 :class:`ReserveDecision` that carries every input it used, so the decision can be recorded,
@@ -54,7 +54,7 @@ class Held:
     """One reservation: ``bytes`` held for an engine key by an owner (a daemon's identity).
 
     ``token`` is the launch token of the engine process it pays for; ``pid`` and
-    ``create_time`` that process once it exists (R2: it outlives its owner while it runs).
+    ``create_time`` that process once it exists (OW2: it outlives its owner while it runs).
     """
 
     key: str
@@ -75,7 +75,7 @@ class LedgerState:
     """What the ledger holds, folded from its events.
 
     Attributes:
-        reservations: Held bytes by (owner, engine key): two owners never share one (R1).
+        reservations: Held bytes by (owner, engine key): two owners never share one (OW1).
         explicit_budget: An operator's budget in bytes, or None for the automatic one.
         spillover: An operator's RAM-spillover choice, or None for the automatic one.
         version: The ledger stream's version this state reflects.
@@ -262,7 +262,7 @@ def decide_reserve(  # noqa: PLR0917 - the rule's inputs, in the order CB7 names
 ) -> ReserveDecision:
     """CB7: grant (replacing this owner's prior for the key) or deny, keeping the prior intact.
 
-    Another owner's reservation for the same key is someone else's engine (R1): it counts
+    Another owner's reservation for the same key is someone else's engine (OW1): it counts
     against the budget like any other.
     """
     if wanted < 0:
@@ -301,7 +301,7 @@ def decide_adopt(
     pid: int,
     create_time: float,
 ) -> LedgerAdopted:
-    """R3: take over a running engine's memory; never denied, since it is already in use.
+    """OW3: take over a running engine's memory; never denied, since it is already in use.
 
     The reservation that paid for the engine (found by its launch token) moves to ``owner``
     with the adopter's figure; when nothing paid for it, the engine is recorded anyway and

@@ -7,11 +7,11 @@ the pure policy (:mod:`hostler.capacity.ledger`), and appends the decision *expe
 version. The log's transactions are the lock, so the sum of granted reservations can never
 exceed the budget, whoever asks.
 
-Reservations are filed by (owner, engine key) (R1) and pay for one engine process, named by
+Reservations are filed by (owner, engine key) (OW1) and pay for one engine process, named by
 its launch token and, once spawned, its pid and start time. A reservation lives as long as
-that process (R2): when its owner dies, the bytes stay held while the engine still runs, and
+that process (OW2): when its owner dies, the bytes stay held while the engine still runs, and
 are released (``cause="owner-gone"``) only once owner and engine are both gone. A daemon that
-adopts a running engine takes its reservation over (R3), never denied.
+adopts a running engine takes its reservation over (OW3), never denied.
 
 Where the ledger lives: by default one per user (``$XDG_STATE_HOME/hostler/ledger.db``), in a
 directory only that user can write. A ledger shared by several users is an explicit setting
@@ -107,7 +107,7 @@ def default_ledger_location() -> LedgerLocation:
 
 
 def check_ledger_directory(location: LedgerLocation) -> None:
-    """Refuse a ledger directory this user cannot trust (R4).
+    """Refuse a ledger directory this user cannot trust (OW4).
 
     Private (the default): created 0700 if missing; it must be ours. Shared: it must already
     exist, be owned by us or root, not be writable by everyone, and belong to a group we are
@@ -159,7 +159,7 @@ def check_ledger_directory(location: LedgerLocation) -> None:
 
 
 def open_ledger_store(location: LedgerLocation) -> EventStore:
-    """Open the ledger's log after checking where it lives (R4)."""
+    """Open the ledger's log after checking where it lives (OW4)."""
     check_ledger_directory(location)
     return EventStore.open(location.path, shared=location.shared)
 
@@ -218,11 +218,11 @@ def _same_process(pid: int, create_time: float, *, tolerance: float) -> bool:
 
 
 def engine_alive(held: Held) -> bool:
-    """Whether the engine process a reservation pays for still runs (R2).
+    """Whether the engine process a reservation pays for still runs (OW2).
 
     By pid and start time once it was bound; before that by its launch token (a scan of the
     process table, done only for reservations whose owner is gone). A reservation that names
-    no process at all (written before R2) pays for nothing we can find.
+    no process at all (written before OW2) pays for nothing we can find.
     """
     if held.pid is not None and held.create_time is not None:
         return _same_process(held.pid, held.create_time, tolerance=0.05)
@@ -326,7 +326,7 @@ class HostLedger:
         return decision
 
     def bind(self, key: str, pid: int, create_time: float) -> bool:
-        """Name the engine process this daemon's reservation for ``key`` pays for (R2)."""
+        """Name the engine process this daemon's reservation for ``key`` pays for (OW2)."""
 
         def events(state: LedgerState) -> tuple[list[Event], bool]:
             held = state.held(self.owner, key)
@@ -367,7 +367,7 @@ class HostLedger:
     def adopt(
         self, key: str, measured: int, *, token: str | None, pid: int, create_time: float
     ) -> LedgerAdopted:
-        """Take over a running engine's memory (R3): recorded, never denied."""
+        """Take over a running engine's memory (OW3): recorded, never denied."""
 
         def events(state: LedgerState) -> tuple[list[Event], LedgerAdopted]:
             event = decide_adopt(

@@ -6,13 +6,13 @@ the start request, the spawned process's identity (before ``ensure_running`` can
 readiness, crashes with their snapshot, and stops with their reason and the policy inputs
 that produced them. Every log and ledger write runs off the event loop (:class:`OffLoop`).
 
-What it guarantees (docs/rules.md, SV-rules):
+What it guarantees (docs/rules.md, SG1–SG3):
 
 - A start that is cancelled, or whose plugin raises, never leaves a process behind: the group
-  is killed (shielded from the cancellation) and the outcome recorded (SV1).
+  is killed (shielded from the cancellation) and the outcome recorded (SG1).
 - A reservation is released only once the process group is verifiably gone; a group that
-  outlives KILL is recorded (``engine.stop_failed``) and keeps its reservation (SV2).
-- A raising adapter fails that engine with ``engine.failed`` naming the plugin (SV3).
+  outlives KILL is recorded (``engine.stop_failed``) and keeps its reservation (SG2).
+- A raising adapter fails that engine with ``engine.failed`` naming the plugin (SG3).
 - It never restarts a crashed engine by itself: the next request does, within the restart
   budget, whose window is rebuilt from the log (SP1).
 """
@@ -220,7 +220,7 @@ class Supervisor:
         commit(self.store, self.engine, metadata={"actor": "supervisor"})
 
     def _plugin(self, what: str, func: Callable[..., T], *args: object) -> T:
-        """Ask the adapter; a raise that is not a HostlerError is the plugin's bug (SV3)."""
+        """Ask the adapter; a raise that is not a HostlerError is the plugin's bug (SG3)."""
         try:
             return func(*args)
         except HostlerError:
@@ -413,7 +413,7 @@ class Supervisor:
         return port
 
     async def _abandon(self, exc: BaseException) -> None:
-        """Settle a start that did not finish (SV1): no process left, the outcome recorded."""
+        """Settle a start that did not finish (SG1): no process left, the outcome recorded."""
         if self.state != EngineState.STARTING:
             # already settled (crash, refusal or abort recorded); free what no process holds
             if self._child is None:
