@@ -252,7 +252,7 @@ PURE_CAPACITY = tuple(
         "victims",
     )
 )
-PURE_PACKAGES = ("machines/*.py", "events/*.py", *PURE_CAPACITY)
+PURE_PACKAGES = ("machines/*.py", "events/*.py", "policies/*.py", *PURE_CAPACITY)
 ALLOWED_IMPORTS = {
     "__future__",
     "collections",
@@ -270,6 +270,7 @@ PURE_HOSTLER_MODULES = (
     "hostler.errors",
     "hostler.events",
     "hostler.machines",
+    "hostler.policies",
     *(f"hostler.{path[:-3].replace('/', '.')}" for path in PURE_CAPACITY),
 )
 FORBIDDEN_CALLS = {"time", "monotonic", "now", "utcnow", "perf_counter", "open", "sleep"}
