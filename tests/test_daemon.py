@@ -23,6 +23,7 @@ from _daemons import (
     wait_for,
 )
 from hostler import EventStore
+from hostler.drivers.host_ledger import catch_up
 from hostler.engines.reconcile import DAEMON_STREAM
 from hostler.engines.supervisor import free_port
 from hostler.testing.tiny_gguf import TinyModel, write_tiny_llama
@@ -227,3 +228,62 @@ def test_config_errors_are_one_line(tmp_path: Path) -> None:
     assert result.stderr.strip() == (
         f"hostler: error [usage.invalid]: {config}: engines[0]: key 'not a key' must look like engine:model:replica"
     )
+
+
+_BUGGY_PLUGIN = """
+from hostler.plugin import hookimpl
+from hostler_llamacpp import LlamaCppAdapter
+
+
+class Buggy(LlamaCppAdapter):
+    engine_type = "buggy"
+
+    def build_command(self, spec):
+        raise KeyError("n_gpu_layers")
+
+
+@hookimpl
+def register_engines(register):
+    register(Buggy)
+"""
+
+
+def test_a_plugin_that_raises_at_run_time_fails_its_engine_and_the_daemon_stays_up(
+    tmp_path: Path,
+) -> None:
+    """Break 5: a KeyError in build_command escaped _autostart and took the daemon down."""
+    site = tmp_path / "site"
+    (site / "hostler_test_buggy").mkdir(parents=True)
+    (site / "hostler_test_buggy" / "__init__.py").write_text(_BUGGY_PLUGIN)
+    dist = site / "hostler_test_buggy-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: hostler-test-buggy\nVersion: 0.1\n"
+    )
+    (dist / "entry_points.txt").write_text("[hostler]\nbuggy = hostler_test_buggy\n")
+    write_tiny_llama(tmp_path / "good.gguf")
+    config = tmp_path / "hostler.toml"
+    config.write_text(
+        '[daemon]\nidle_timeout = 0\nledger = "ledger.db"\n'
+        '\n[[engines]]\nkey = "buggy:good:0"\nmodel = "good.gguf"\nctx = 512\n'
+        '\n[[engines]]\nkey = "llamacpp:good:0"\nmodel = "good.gguf"\nctx = 512\n'
+    )
+    data = tmp_path / "data"
+    daemon = start_daemon(config, data, tmp_path / "daemon.log", env={"PYTHONPATH": str(site)})
+    try:
+        wait_for(lambda: count(data, "llamacpp:good:0", "engine.ready") == 1)
+        wait_for(lambda: count(data, "buggy:good:0", "engine.failed") == 1)
+        failed = next(
+            p for s, t, p in events(data) if s == "engine/buggy:good:0" and t == "engine.failed"
+        )
+        assert "'buggy' engine plugin (hostler_test_buggy.Buggy)" in failed["error"]
+        assert "KeyError: 'n_gpu_layers' in build_command" in failed["error"]
+        assert engines(data)["buggy:good:0"][0] == "fatal"
+        assert daemon.poll() is None  # still up, still serving the good engine
+        assert chat(engines(data)["llamacpp:good:0"][2])  # type: ignore[arg-type]
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(30)
+    assert daemon.returncode == 0
+    with EventStore.open(tmp_path / "ledger.db") as ledger:
+        assert catch_up(ledger).committed == 0

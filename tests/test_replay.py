@@ -43,6 +43,9 @@ _BY_HINT: dict[Any, st.SearchStrategy[Any]] = {
 
 
 def _strategy_for(hint: Any) -> st.SearchStrategy[Any]:
+    if typing.get_origin(hint) is dict:  # a decision's inputs: JSON-shaped values
+        scalar = st.one_of(st.none(), st.booleans(), _int, _float, _text)
+        return st.dictionaries(_text, st.one_of(scalar, st.lists(scalar, max_size=3)), max_size=4)
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         return st.one_of(*(_strategy_for(arg) for arg in typing.get_args(hint)))
     if hint is type(None):
