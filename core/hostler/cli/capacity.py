@@ -18,7 +18,12 @@ from hostler.capacity.ledger import (
 )
 from hostler.capacity.plan import LaunchPlan, PlanRequest, plan_llama
 from hostler.capacity.units import GIB, KIB
-from hostler.drivers.host_ledger import catch_up, default_ledger_path, owner_alive
+from hostler.drivers.host_ledger import (
+    catch_up,
+    default_ledger_path,
+    engine_alive,
+    owner_alive,
+)
 from hostler.errors import UsageError
 from hostler.events.base import encode
 from hostler.probes.device import DeviceSampled, budget_from, sample_device
@@ -35,7 +40,8 @@ def add_parsers(sub: Any) -> None:
         "budget", help="the host's memory budget, and what the ledger holds and for whom"
     )
     budget.add_argument(
-        "--ledger", help="ledger file (default $HOSTLER_LEDGER or /var/tmp/hostler/ledger.db)"
+        "--ledger",
+        help="ledger file (default $HOSTLER_LEDGER, else ~/.local/state/hostler/ledger.db)",
     )
     budget.add_argument("--json", action="store_true", help="print JSON")
     budget.set_defaults(run=run_budget)
@@ -130,7 +136,15 @@ def run_budget(args: argparse.Namespace) -> int:
         f"{_gib(limits.budget)}{enforced}, co-residency ceiling {_gib(limits.ceiling)}"
     )
     for row in snapshot["by_key"]:
-        flag = "" if row.get("owner_alive", True) else "  (owner gone: released on next reserve)"
+        flag = ""
+        if not row.get("owner_alive", True):
+            held = state.held(row["owner"], row["key"])
+            running = held is not None and engine_alive(held)
+            flag = (
+                f"  (owner gone; held while its engine pid {row['pid']} runs)"
+                if running
+                else "  (owner and engine gone: released on the next decision)"
+            )
         print(f"  {row['key']:<40} {_gib(row['bytes']):>10}  {row['owner']}{flag}")
     return 0
 
