@@ -364,3 +364,21 @@ def test_an_old_schema_is_upcast_by_replay_too(store: EventStore, log_path: Path
     assert world.unknown == []
     assert replayed.state == "backoff" and replayed.version == 4
     assert replayed.snapshot() == load(store, Engine, "e:1:0").snapshot()
+
+
+def test_read_stream_and_replay_decode_a_payload_with_an_extra_field_alike(
+    store: EventStore, log_path: Path
+) -> None:
+    _insert_raw(
+        log_path,
+        "engine/e:1:0",
+        1,
+        "engine.start_requested",
+        '{"from_state": "stopped", "to_state": "starting", "at": 1.0, "cause": "request", "later": 1}',
+    )
+    (record,) = store.read_stream("engine/e:1:0")
+    assert not isinstance(record.event, UnknownEvent)
+    world = replay(store)
+    assert world.unknown == []
+    assert world.engines["e:1:0"].state == "starting"
+    assert world.engines["e:1:0"].snapshot() == load(store, Engine, "e:1:0").snapshot()

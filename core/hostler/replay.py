@@ -35,7 +35,9 @@ class World:
         models: Each model class's instances, by key.
         last_seq: The seq of the last event folded (0 for an empty log).
         events: How many events were read.
-        unknown: Seqs of events whose type this hostler does not know (kept, not folded).
+        unknown: Seqs of lifecycle-stream events that were not folded: of a type (or schema)
+            this hostler does not know, whose payload does not fit, or of another lifecycle.
+            Each still moved its model's ``version``.
         other: How many events belonged to streams of no lifecycle (samples, plugins).
     """
 
