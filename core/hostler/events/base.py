@@ -13,7 +13,6 @@ __all__ = [
     "Event",
     "UnknownEvent",
     "decode",
-    "decode_json",
     "encode",
     "event_class",
     "event_type",
@@ -132,7 +131,7 @@ def decode(type_name: str, schema_version: int, payload: JSONDict) -> Event | Un
     Never raises for data: an unknown type, a newer schema, a missing upcaster or a payload
     that no longer fits the class yields an :class:`UnknownEvent` that keeps everything. A
     payload fits when every field without a default is there with a value of its annotated
-    type (checked by msgspec, as :func:`decode_json` checks it; an int is taken for a float);
+    type (checked by msgspec, as replay's typed decoders check it; an int is taken for a float);
     fields the class does not have are ignored.
     """
     cls = _REGISTRY.get(type_name)
@@ -180,23 +179,3 @@ def typed_decoder(cls: type[Event]) -> msgspec.json.Decoder[Any] | None:
         decoder = None
     _DECODERS[cls] = decoder
     return decoder
-
-
-def decode_json(type_name: str, schema_version: int, text: str | bytes) -> Event | UnknownEvent:
-    """:func:`decode` from a payload's JSON text, typed in one pass where it can be.
-
-    A payload of the class's current schema is decoded by msgspec straight into the class,
-    its field types checked; anything else (an old schema to upcast, an unknown type, a misfit)
-    takes :func:`decode`'s path, with the same outcome.
-    """
-    cls = _REGISTRY.get(type_name)
-    if cls is not None and schema_version == cls.SCHEMA_VERSION:
-        decoder = typed_decoder(cls)
-        if decoder is not None:
-            try:
-                event: Event = decoder.decode(text)
-            except msgspec.ValidationError:
-                pass
-            else:
-                return event
-    return decode(type_name, schema_version, msgspec.json.decode(text))
