@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hostler import EventStore
 from hostler.capacity.events import LEDGER_STREAM, LedgerReleased, LedgerReserved
 from hostler.capacity.learning import CALIBRATION_STREAM, FootprintMeasured
 from hostler.capacity.ledger import LedgerState
 from hostler.capacity.measure import load_calibration
+from hostler.events.base import Event, decode, event_type, typed_decoder
 from hostler.events.fold import FoldReport, fold
 
 from _support import Note
+
+if TYPE_CHECKING:
+    from decimal import Context
 
 
 def _measured(estimated: int, measured: int) -> FootprintMeasured:
@@ -93,3 +99,20 @@ def test_calibration_folds_with_the_one_fold(store: EventStore, log_path: Path) 
     calibration = load_calibration(store)
     assert calibration.version == 3
     assert calibration.offsets == {("m.gguf:100", "b1", "f16"): [100]}
+
+
+@event_type("test.untypable")
+@dataclass(frozen=True, slots=True)
+class Untypable(Event):
+    """An event whose annotation only a type checker can resolve: msgspec cannot type it."""
+
+    thing: Context | None
+
+
+def test_an_event_msgspec_cannot_type_still_decodes(log_path: Path) -> None:
+    assert typed_decoder(Untypable) is None
+    assert decode("test.untypable", 1, {"thing": None}) == Untypable(None)
+    with EventStore.open(log_path) as store:
+        store.append("s/u", [Untypable(None)], expected_version=0)
+        (record,) = store.read_stream("s/u")
+    assert record.event == Untypable(None)
