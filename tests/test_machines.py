@@ -264,6 +264,7 @@ ALLOWED_IMPORTS = {
     "logging",
     "typing",
     "transitions",
+    "msgspec",  # typed JSON decoding of event payloads: in memory, no I/O, no clock
     "hostler",
 }
 PURE_HOSTLER_MODULES = (

@@ -201,7 +201,8 @@ def test_replay_keeps_unknown_and_foreign_events_without_failing(
     raw.close()
     world = replay(store)
     assert world.engines["e:1:0"].state == "starting"
-    assert world.engines["e:1:0"].version == 1
+    # the unknown event is not folded, but the stream is at version 2: what an append expects
+    assert world.engines["e:1:0"].version == 2
     assert world.other == 1 and len(world.unknown) == 1
     assert world.events == 3
 
@@ -260,3 +261,127 @@ def test_a_v1_engine_crash_is_upcast_on_read(store: EventStore, log_path: Path) 
     assert isinstance(record.event, EngineCrashed)
     assert record.event.output_tail == ""
     assert record.event.signal == 9
+
+
+def _insert_raw(log_path: Path, stream: str, version: int, type_name: str, payload: str) -> None:
+    import sqlite3
+
+    raw = sqlite3.connect(log_path)
+    try:
+        raw.execute(
+            "INSERT INTO events (stream_id, version, type, schema_version, payload, metadata, recorded_at) "
+            "VALUES (?, ?, ?, 1, ?, '{}', '2026-01-01T00:00:00.000000Z')",
+            (stream, version, type_name, payload),
+        )
+        raw.commit()
+    finally:
+        raw.close()
+
+
+def test_replay_and_load_fold_a_stream_with_unfoldable_events_alike(
+    store: EventStore, log_path: Path
+) -> None:
+    """One fold: the version is the stream position whatever the last event; state agrees."""
+    engine = Engine("e:1:0")
+    engine.fire("start", at=1.0, cause="request")
+    engine.fire(
+        "spawned",
+        at=1.5,
+        pid=7,
+        create_time=1.0,
+        boot_id="b",
+        launch_token="t",
+        argv_fingerprint="f",
+        port=9,
+    )
+    commit(store, engine)  # v1, v2
+    _insert_raw(log_path, "engine/e:1:0", 3, "engine.future_thing", "{}")  # unknown type
+    store.append("engine/e:1:0", [Note("not an engine event")], expected_version=3)  # foreign
+    world = replay(store)
+    loaded = load(store, Engine, "e:1:0")
+    replayed = world.engines["e:1:0"]
+    assert replayed.version == loaded.version == 4
+    assert replayed.snapshot() == loaded.snapshot()
+    assert loaded.state == "starting" and loaded.pid == 7
+    assert world.unknown == [3, 4]
+    # the version is what the next append must expect: both can commit straight away
+    replayed.fire("ready", at=2.0)
+    assert commit(store, replayed) is not None
+    assert load(store, Engine, "e:1:0").state == "running"
+
+
+def test_a_wrongly_typed_payload_is_unknown_in_replay_and_load(
+    store: EventStore, log_path: Path
+) -> None:
+    engine = Engine("e:1:0")
+    engine.fire("start", at=1.0, cause="request")
+    commit(store, engine)
+    # engine.stop_requested's `at` must be a number: this one does not fit its class
+    _insert_raw(
+        log_path,
+        "engine/e:1:0",
+        2,
+        "engine.stop_requested",
+        '{"from_state": "starting", "to_state": "stopping", "at": "soon", "reason": "user"}',
+    )
+    (_, record) = store.read_stream("engine/e:1:0")
+    assert isinstance(record.event, UnknownEvent)
+    assert "does not fit" in record.event.reason
+    assert record.event.payload["at"] == "soon"
+    world = replay(store)
+    loaded = load(store, Engine, "e:1:0")
+    for model in (world.engines["e:1:0"], loaded):
+        assert model.state == "starting"
+        assert model.changed_at == 1.0
+        assert model.version == 2
+    assert world.unknown == [2]
+
+
+def test_an_old_schema_is_upcast_by_replay_too(store: EventStore, log_path: Path) -> None:
+    engine = Engine("e:1:0")
+    engine.fire("start", at=1.0, cause="request")
+    engine.fire(
+        "spawned",
+        at=1.5,
+        pid=7,
+        create_time=1.0,
+        boot_id="b",
+        launch_token="t",
+        argv_fingerprint="f",
+        port=9,
+    )
+    engine.fire("ready", at=2.0)
+    commit(store, engine)
+    v1 = {
+        "from_state": "running",
+        "to_state": "backoff",
+        "at": 5.0,
+        "exit_code": None,
+        "signal": 9,
+        "reached_ready": True,
+        "retry_at": 6.0,
+    }
+    _insert_raw(log_path, "engine/e:1:0", 4, "engine.crashed", json.dumps(v1))
+    world = replay(store)
+    replayed = world.engines["e:1:0"]
+    assert world.unknown == []
+    assert replayed.state == "backoff" and replayed.version == 4
+    assert replayed.snapshot() == load(store, Engine, "e:1:0").snapshot()
+
+
+def test_read_stream_and_replay_decode_a_payload_with_an_extra_field_alike(
+    store: EventStore, log_path: Path
+) -> None:
+    _insert_raw(
+        log_path,
+        "engine/e:1:0",
+        1,
+        "engine.start_requested",
+        '{"from_state": "stopped", "to_state": "starting", "at": 1.0, "cause": "request", "later": 1}',
+    )
+    (record,) = store.read_stream("engine/e:1:0")
+    assert not isinstance(record.event, UnknownEvent)
+    world = replay(store)
+    assert world.unknown == []
+    assert world.engines["e:1:0"].state == "starting"
+    assert world.engines["e:1:0"].snapshot() == load(store, Engine, "e:1:0").snapshot()

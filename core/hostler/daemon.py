@@ -39,7 +39,8 @@ from hostler.drivers.offloop import OffLoop
 from hostler.engines.reconcile import DAEMON_STREAM, Outcome, reconcile
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.errors import EngineStartError, HostlerError, UsageError
-from hostler.events.base import Event, event_type
+from hostler.events.base import Event
+from hostler.events.daemon import DaemonStarted, DaemonStopped
 from hostler.machines.engine import StopReason
 from hostler.paths import default_data_dir
 from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec
@@ -54,28 +55,6 @@ __all__ = ["Daemon", "DaemonConfig", "DaemonStarted", "EngineConfig", "load_conf
 
 log = logging.getLogger(__name__)
 PLUGIN_STREAM = "plugins/host"
-
-
-@event_type("daemon.started")
-@dataclass(frozen=True, slots=True)
-class DaemonStarted(Event):
-    """A daemon took over a data directory; what reconcile found."""
-
-    at: float
-    pid: int
-    version: str
-    adopted: list[str]
-    lost: list[str]
-    reaped: list[int]
-
-
-@event_type("daemon.stopped")
-@dataclass(frozen=True, slots=True)
-class DaemonStopped(Event):
-    """A daemon shut down cleanly."""
-
-    at: float
-    pid: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,33 +19,13 @@ from typing import Any
 import pluggy
 
 from hostler.errors import UnknownEngineError
-from hostler.events.base import Event, event_type
+from hostler.events.base import Event
+from hostler.events.plugin import PluginFailed, PluginLoaded
 from hostler.plugin import PROJECT, EngineAdapter, Hookspecs
 
 __all__ = ["PluginFailed", "PluginHost", "PluginLoaded", "PluginRecord", "UnknownEngineError"]
 
 log = logging.getLogger(__name__)
-
-
-@event_type("plugin.loaded")
-@dataclass(frozen=True, slots=True)
-class PluginLoaded(Event):
-    """A plugin loaded and registered these engines."""
-
-    name: str
-    version: str
-    engines: list[str]
-
-
-@event_type("plugin.failed")
-@dataclass(frozen=True, slots=True)
-class PluginFailed(Event):
-    """A plugin was disabled: at which stage, and why."""
-
-    name: str
-    version: str
-    stage: str
-    error: str
 
 
 @dataclass

@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
-from hostler.events.base import Event, UnknownEvent, decode, event_class
+import msgspec
+
+from hostler.events.base import Event, UnknownEvent, decode, event_class, typed_decoder
+from hostler.events.fold import fold, fold_step
 from hostler.machines import (
     LIFECYCLES,
     Engine,
     Lease,
     LifecycleModel,
     Reservation,
-    TransitionEvent,
 )
-from hostler.store.log import AppendResult, EventStore
+from hostler.store.log import AppendResult, EventStore, payload_of
 
 __all__ = ["World", "commit", "load", "replay"]
 
@@ -34,7 +35,9 @@ class World:
         models: Each model class's instances, by key.
         last_seq: The seq of the last event folded (0 for an empty log).
         events: How many events were read.
-        unknown: Seqs of events whose type this hostler does not know (kept, not folded).
+        unknown: Seqs of lifecycle-stream events that were not folded: of a type (or schema)
+            this hostler does not know, whose payload does not fit, or of another lifecycle.
+            Each still moved its model's ``version``.
         other: How many events belonged to streams of no lifecycle (samples, plugins).
     """
 
@@ -78,15 +81,19 @@ def replay(
 ) -> World:
     """Fold the log (up to ``until_seq`` / recorded time ``until``) into a :class:`World`.
 
-    Events of unknown types, of types that do not belong to the stream's lifecycle, or whose
-    payload no longer fits their class are kept in the log and listed in ``World.unknown``;
-    they never stop a replay.
+    Every stream of a lifecycle is folded with :func:`~hostler.events.fold.fold_step`, as
+    :func:`load` folds one: each model's ``version`` is its stream's last version. Events of
+    unknown types, of types that do not belong to the stream's lifecycle, or whose payload no
+    longer fits their class are kept in the log and listed in ``World.unknown``; they never
+    stop a replay.
     """
     world = World()
-    loads = json.loads
-    lookup = event_class
+    step = fold_step
+    unknown = world.unknown
     # Per stream: its model and the event classes its lifecycle folds (None: no lifecycle).
     streams: dict[str, tuple[LifecycleModel, frozenset[type[Event]]] | None] = {}
+    # Per (type, schema version): a typed decoder from the payload's JSON text, or None.
+    decoders: dict[tuple[str, int], Callable[[Any], Any] | None] = {}
     for page in store.read_rows(until_seq=until_seq, until=until):
         for seq, stream_id, version, type_name, schema_version, raw in page:
             target = streams.get(stream_id, _UNSEEN)
@@ -95,28 +102,38 @@ def replay(
             if target is None:
                 world.other += 1
                 continue
-            model, accepted = target
-            payload = loads(raw) if raw.__class__ is str else raw
-            event_cls = lookup(type_name)
-            event: Event | UnknownEvent | None
-            if event_cls is not None and schema_version == event_cls.SCHEMA_VERSION:
-                try:
-                    event = event_cls(**payload)
-                except TypeError:
-                    event = None
-            else:
-                event = decode(type_name, schema_version, payload)
-            if event is None or event.__class__ not in accepted:
-                world.unknown.append(seq)
-                continue
-            model.apply(cast("TransitionEvent", event))
-            model.version = version
+            key = (type_name, schema_version)
+            typed = decoders.get(key, _UNSEEN)
+            if typed is _UNSEEN:
+                typed = decoders[key] = _typed(type_name, schema_version)
+            event: Event | UnknownEvent | None = None
+            if typed is not None:
+                try:  # noqa: SIM105 - per event: suppress() would cost a context manager
+                    event = typed(raw)
+                except _SLOW:
+                    pass  # a misfit, or a payload the driver decoded already
+            if event is None:
+                # an old schema to upcast, an unknown type, a misfit: decode()'s path
+                event = decode(type_name, schema_version, payload_of(raw))
+            if not step(target[0], version, event, target[1]):
+                unknown.append(seq)
         world.last_seq = page[-1][0]
         world.events += len(page)
     return world
 
 
 _UNSEEN: Any = object()
+# A typed decode fails with these when the payload must take decode()'s path: a misfit
+# (ValidationError), or a payload some PostgreSQL drivers decoded already (TypeError).
+_SLOW = (TypeError, msgspec.ValidationError)
+
+
+def _typed(type_name: str, schema_version: int) -> Callable[[Any], Any] | None:
+    cls = event_class(type_name)
+    if cls is None or schema_version != cls.SCHEMA_VERSION:
+        return None
+    decoder = typed_decoder(cls)
+    return None if decoder is None else decoder.decode
 
 
 def _model_for(
@@ -132,14 +149,14 @@ def _model_for(
 
 
 def load(store: EventStore, cls: type[M], key: str, *, until_version: int | None = None) -> M:
-    """One model rebuilt from its own stream (a new model if the stream is empty)."""
+    """One model rebuilt from its own stream (a new model if the stream is empty).
+
+    Folded with :func:`~hostler.events.fold.fold`, as :func:`replay` folds it: the model's
+    ``version`` is its stream's last version, whatever that event was.
+    """
     model = cls(key)
-    accepted = cls.SPEC.event_types
-    for record in store.read_stream(model.stream_id, until_version=until_version):
-        if record.event.__class__ in accepted:
-            model.apply(record.event)
-        model.version = record.version
-    return model
+    records = store.read_stream(model.stream_id, until_version=until_version)
+    return fold(model, records, accepts=cls.SPEC.event_types)
 
 
 def commit(

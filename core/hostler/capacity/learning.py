@@ -13,51 +13,25 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from hostler.events.base import Event, event_type
+from hostler.events.base import Event
+from hostler.events.calibration import CALIBRATION_STREAM, FootprintMeasured
 
 __all__ = ["CALIBRATION_STREAM", "Calibration", "FootprintMeasured"]
-
-CALIBRATION_STREAM = "calibration/host"
-
-
-@event_type("calibration.measured")
-@dataclass(frozen=True, slots=True)
-class FootprintMeasured(Event):
-    """One ready engine's measured footprint beside what hostler had estimated.
-
-    Attributes:
-        engine_key: The engine measured.
-        model: The model's identity (its file's name and size, or a digest).
-        build: The engine build (``llama-server`` build info).
-        kv_type: The KV cache type it ran with.
-        ctx_total: ``--ctx-size``.
-        slots: ``--parallel``.
-        estimated: hostler's estimate before launch (bytes).
-        measured: The footprint (bytes): RSS plus per-process GPU memory.
-        rss: Resident set size.
-        gpu: GPU memory attributed to the process (NVML), 0 without.
-        buffers: The engine's own buffer-size lines, summed (0 when not logged).
-    """
-
-    engine_key: str
-    model: str
-    build: str
-    kv_type: str
-    ctx_total: int
-    slots: int
-    estimated: int
-    measured: int
-    rss: int
-    gpu: int
-    buffers: int
 
 
 @dataclass
 class Calibration:
-    """What past measurements teach, folded from :class:`FootprintMeasured` events."""
+    """What past measurements teach, folded from :class:`FootprintMeasured` events.
+
+    Attributes:
+        offsets: What each model, build and KV type's estimates missed (bytes), in order.
+        points: Each measured shape's ``(estimated, measured)``.
+        version: The calibration stream's version folded so far.
+    """
 
     offsets: dict[tuple[str, str, str], list[int]] = field(default_factory=dict)
     points: dict[tuple[str, str, str, int, int], tuple[int, int]] = field(default_factory=dict)
+    version: int = 0
 
     def apply(self, event: Event) -> None:
         """Fold one measurement (other events are ignored)."""

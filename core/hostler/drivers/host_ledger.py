@@ -52,7 +52,8 @@ from hostler.capacity.ledger import (
 )
 from hostler.engines.process import LAUNCH_TOKEN_ENV
 from hostler.errors import ConcurrencyError, StoreError, StorePathError, UsageError
-from hostler.events.base import Event, UnknownEvent
+from hostler.events.base import Event
+from hostler.events.fold import fold, fold_step
 from hostler.probes.host import boot_id
 from hostler.store.log import EventStore, RecordedEvent
 
@@ -242,14 +243,8 @@ def _token_running(token: str) -> bool:
 
 
 def fold_records(state: LedgerState, records: list[RecordedEvent]) -> LedgerState:
-    """Fold ledger records newer than ``state.version`` into ``state``."""
-    for record in records:
-        if record.version <= state.version:
-            continue
-        if not isinstance(record.event, UnknownEvent):
-            state.apply(record.event)
-        state.version = record.version
-    return state
+    """Fold ledger records newer than ``state.version`` into ``state`` (the one fold)."""
+    return fold(state, records)
 
 
 def catch_up(store: EventStore, state: LedgerState | None = None) -> LedgerState:
@@ -463,9 +458,9 @@ class HostLedger:
                 self.retries += 1
                 continue
             if result is not None:
-                for event in decided:
-                    self.state.apply(event)
-                self.state.version = result.version
+                first = result.version - len(decided) + 1
+                for offset, event in enumerate(decided):
+                    fold_step(self.state, first + offset, event)
             return answer
         raise StoreError(
             f"{self.store.name}: the ledger changed under {_MAX_ATTEMPTS} attempts in a row; "

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from hostler.capacity.learning import CALIBRATION_STREAM, Calibration, FootprintMeasured
 from hostler.drivers.host_ledger import HostLedger
-from hostler.events.base import UnknownEvent
+from hostler.events.fold import fold
 from hostler.probes.nvml import NvmlProbe
 from hostler.probes.process import measure_process
 from hostler.store.log import EventStore
@@ -62,9 +62,6 @@ def record_launch(
 
 
 def load_calibration(store: EventStore) -> Calibration:
-    """Fold every recorded measurement of the host."""
-    calibration = Calibration()
-    for record in store.read_stream(CALIBRATION_STREAM):
-        if not isinstance(record.event, UnknownEvent):
-            calibration.apply(record.event)
-    return calibration
+    """Fold every recorded measurement of the host (with the one fold, as replay folds)."""
+    records = store.read_stream(CALIBRATION_STREAM)
+    return fold(Calibration(), records, accepts={FootprintMeasured})

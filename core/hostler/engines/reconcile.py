@@ -23,26 +23,14 @@ from hostler.engines.process import (
     identity_matches,
     terminate_group,
 )
-from hostler.events.base import Event, event_type
+from hostler.events.daemon import DAEMON_STREAM, EngineReaped
 from hostler.machines.engine import Engine, EngineState
 from hostler.replay import commit
 from hostler.store.log import EventStore
 
 __all__ = ["DAEMON_STREAM", "EngineReaped", "Outcome", "find_strays", "reconcile"]
 
-DAEMON_STREAM = "daemon/host"
 _ALIVE = {EngineState.STARTING, EngineState.RUNNING, EngineState.STOPPING, EngineState.ADOPTING}
-
-
-@event_type("daemon.reaped")
-@dataclass(frozen=True, slots=True)
-class EngineReaped(Event):
-    """A process carrying this data directory's launch token that no live log entry owned."""
-
-    at: float
-    pid: int
-    launch_token: str
-    command: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,11 @@
 
 An event's identity in the log is its ``TYPE`` string and ``SCHEMA_VERSION``, never a Python
 import path, so a log stays readable after modules move or plugins are uninstalled.
+
+Importing this package registers the event types hostler writes outside the lifecycle machines
+(ledger, calibration, plugin host, device samples, the daemon), so that a post-mortem reader
+decodes them rather than seeing :class:`UnknownEvent`: their classes live in its submodules for
+that reason.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ from hostler.events.base import (
     registered_types,
     upcaster,
 )
+
+# Imported for their registrations (after base, which they need).
+from hostler.events import calibration, daemon, device, ledger, plugin  # noqa: F401  # isort: skip
 
 __all__ = [
     "Event",

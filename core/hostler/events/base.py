@@ -7,6 +7,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar, cast
 
+import msgspec
+
 __all__ = [
     "Event",
     "UnknownEvent",
@@ -15,6 +17,7 @@ __all__ = [
     "event_class",
     "event_type",
     "registered_types",
+    "typed_decoder",
     "upcaster",
 ]
 
@@ -52,6 +55,9 @@ class UnknownEvent:
 
 _REGISTRY: dict[str, type[Event]] = {}
 _UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+# Per class: a msgspec JSON decoder straight into it, or None where msgspec cannot type it.
+_DECODERS: dict[type[Event], msgspec.json.Decoder[Any] | None] = {}
+_FITS = (TypeError, msgspec.ValidationError)
 
 E = TypeVar("E", bound=type[Event])
 
@@ -123,7 +129,10 @@ def decode(type_name: str, schema_version: int, payload: JSONDict) -> Event | Un
     """Rebuild an event from its stored form, upcasting old payloads on the way.
 
     Never raises for data: an unknown type, a newer schema, a missing upcaster or a payload
-    that no longer fits the class yields an :class:`UnknownEvent` that keeps everything.
+    that no longer fits the class yields an :class:`UnknownEvent` that keeps everything. A
+    payload fits when every field without a default is there with a value of its annotated
+    type (checked by msgspec, as replay's typed decoders check it; an int is taken for a float);
+    fields the class does not have are ignored.
     """
     cls = _REGISTRY.get(type_name)
     if cls is None:
@@ -147,6 +156,26 @@ def decode(type_name: str, schema_version: int, payload: JSONDict) -> Event | Un
             data, version = step(dict(data)), version + 1
         payload = data
     try:
-        return cls(**payload)
-    except TypeError as exc:
+        if typed_decoder(cls) is None:
+            return cls(**payload)
+        return msgspec.convert(payload, cls)
+    except _FITS as exc:
         return UnknownEvent(type_name, schema_version, payload, f"payload does not fit: {exc}")
+
+
+def typed_decoder(cls: type[Event]) -> msgspec.json.Decoder[Any] | None:
+    """A msgspec decoder from a payload's JSON text straight into ``cls`` (cached).
+
+    None when msgspec cannot type the class's fields (then decoding goes through a dict).
+    """
+    try:
+        return _DECODERS[cls]
+    except KeyError:
+        pass
+    decoder: msgspec.json.Decoder[Any] | None
+    try:
+        decoder = msgspec.json.Decoder(cls)
+    except (TypeError, NameError):
+        decoder = None
+    _DECODERS[cls] = decoder
+    return decoder

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass
-from typing import Any
 
 from hostler.capacity.budget import (
     CapacityBudget,
@@ -13,38 +11,11 @@ from hostler.capacity.budget import (
     compute_budget,
     parse_budget_override,
 )
-from hostler.events.base import Event, event_type
+from hostler.events.device import DEVICE_STREAM, DeviceSampled
 from hostler.probes.memory import is_apple_silicon, reclaimable_free_ram, total_ram
 from hostler.probes.nvml import NvmlProbe
 
 __all__ = ["DEVICE_STREAM", "DeviceSampled", "budget_from", "host_memory", "sample_device"]
-
-DEVICE_STREAM = "device/host"
-
-
-@event_type("device.sampled")
-@dataclass(frozen=True, slots=True)
-class DeviceSampled(Event):
-    """What the machine looked like: the observation every capacity decision starts from.
-
-    Attributes:
-        at: Observation time (epoch seconds).
-        system_ram: Total RAM in bytes.
-        free_ram: Reclaimable free RAM in bytes (page cache counted).
-        apple_silicon: macOS on arm64.
-        gpus: One dict per card (uuid, name, total, used, temperature_c, thermal_slowdown,
-            power_brake).
-        gpu_note: Why there are no GPUs, when NVML is unavailable.
-        budget_override_gib: ``HOSTLER_CAPACITY_BUDGET_GB`` as read, if set and valid.
-    """
-
-    at: float
-    system_ram: int
-    free_ram: int
-    apple_silicon: bool
-    gpus: list[dict[str, Any]]
-    gpu_note: str
-    budget_override_gib: float | None
 
 
 def sample_device(probe: NvmlProbe, *, at: float) -> DeviceSampled:

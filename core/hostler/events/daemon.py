@@ -1,0 +1,50 @@
+"""Events of the daemon itself (stream ``daemon/host``): start-up, shutdown, reaped strays.
+
+Defined beside the event base so that ``import hostler`` registers them without importing the
+daemon (and its async runtime); :mod:`hostler.daemon` and :mod:`hostler.engines.reconcile`
+re-export them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hostler.events.base import Event, event_type
+
+__all__ = ["DAEMON_STREAM", "DaemonStarted", "DaemonStopped", "EngineReaped"]
+
+#: The stream of the daemon's own decisions about a data directory.
+DAEMON_STREAM = "daemon/host"
+
+
+@event_type("daemon.started")
+@dataclass(frozen=True, slots=True)
+class DaemonStarted(Event):
+    """A daemon took over a data directory; what reconcile found."""
+
+    at: float
+    pid: int
+    version: str
+    adopted: list[str]
+    lost: list[str]
+    reaped: list[int]
+
+
+@event_type("daemon.stopped")
+@dataclass(frozen=True, slots=True)
+class DaemonStopped(Event):
+    """A daemon shut down cleanly."""
+
+    at: float
+    pid: int
+
+
+@event_type("daemon.reaped")
+@dataclass(frozen=True, slots=True)
+class EngineReaped(Event):
+    """A process carrying this data directory's launch token that no live log entry owned."""
+
+    at: float
+    pid: int
+    launch_token: str
+    command: str

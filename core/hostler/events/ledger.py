@@ -1,0 +1,142 @@
+"""Events of the host-wide capacity ledger (stream ``ledger/host``).
+
+Defined here, beside the event base, so that ``import hostler`` registers them without
+importing the capacity package (``hostler.capacity.events`` re-exports them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hostler.events.base import Event, event_type, upcaster
+
+__all__ = [
+    "LEDGER_STREAM",
+    "LedgerAdopted",
+    "LedgerBound",
+    "LedgerBudgetSet",
+    "LedgerDenied",
+    "LedgerMeasured",
+    "LedgerReleased",
+    "LedgerReserved",
+    "LedgerSpilloverSet",
+]
+
+#: The one stream every reservation decision of the host goes through, in order.
+LEDGER_STREAM = "ledger/host"
+
+
+@event_type("ledger.reserved", schema_version=2)
+@dataclass(frozen=True, slots=True)
+class LedgerReserved(Event):
+    """``owner`` holds ``bytes`` for ``key`` (replacing its ``prior``); the decision's inputs.
+
+    ``token`` is the launch token of the engine process the bytes are for (schema v2): while a
+    process carrying it lives, the reservation outlives its owner (OW2 in docs/rules.md).
+    """
+
+    key: str
+    bytes: int
+    owner: str
+    prior: int
+    committed_other: int
+    budget: int
+    ceiling: int
+    enforced: bool
+    token: str | None = None
+
+
+@upcaster("ledger.reserved", from_version=1)
+def _reserved_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    payload.setdefault("token", None)
+    return payload
+
+
+@event_type("ledger.bound")
+@dataclass(frozen=True, slots=True)
+class LedgerBound(Event):
+    """The engine process a reservation pays for exists: its pid and start time."""
+
+    key: str
+    owner: str
+    pid: int
+    create_time: float
+
+
+@event_type("ledger.adopted")
+@dataclass(frozen=True, slots=True)
+class LedgerAdopted(Event):
+    """``owner`` took over a running engine's memory (never denied: it is already in use).
+
+    ``from_owner`` held it before (None when nothing did); ``over_budget`` is how many bytes
+    the ledger now holds beyond its budget because of it (0 when it fits).
+    """
+
+    key: str
+    owner: str
+    bytes: int
+    from_owner: str | None
+    token: str | None
+    pid: int
+    create_time: float
+    committed_other: int
+    budget: int
+    over_budget: int
+
+
+@event_type("ledger.denied")
+@dataclass(frozen=True, slots=True)
+class LedgerDenied(Event):
+    """A reserve that did not fit: ``shortfall`` bytes were missing; the prior stays."""
+
+    key: str
+    bytes: int
+    owner: str
+    shortfall: int
+    reason: str
+    committed_other: int
+    budget: int
+    ceiling: int
+
+
+@event_type("ledger.released")
+@dataclass(frozen=True, slots=True)
+class LedgerReleased(Event):
+    """``owner``'s reservation for ``key`` went back, and why.
+
+    ``cause``: ``released`` (its engine stopped), ``lost`` (its engine was found gone),
+    ``owner-gone`` (owner and engine process both gone), ``denied-start`` and the like.
+    """
+
+    key: str
+    bytes: int
+    owner: str
+    cause: str
+
+
+@event_type("ledger.budget_set")
+@dataclass(frozen=True, slots=True)
+class LedgerBudgetSet(Event):
+    """An operator set the budget (bytes) or went back to the automatic one (None)."""
+
+    budget: int | None
+
+
+@event_type("ledger.spillover_set")
+@dataclass(frozen=True, slots=True)
+class LedgerSpilloverSet(Event):
+    """An operator allowed or forbade RAM spillover, or went back to automatic (None)."""
+
+    allowed: bool | None
+
+
+@event_type("ledger.measured")
+@dataclass(frozen=True, slots=True)
+class LedgerMeasured(Event):
+    """A ready engine's measured footprint replaces the estimate it was admitted with."""
+
+    key: str
+    bytes: int
+    owner: str
+    estimated: int
