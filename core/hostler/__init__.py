@@ -3,9 +3,16 @@
 The public API is what this module exports (pinned by ``tests/test_public_api.py``):
 the event log (:class:`EventStore`), the event base and registry, the lifecycle machines,
 replay, and the error hierarchy rooted at :class:`HostlerError`.
+
+Importing ``hostler`` (or any pure module under it) loads no I/O library: the event log
+(SQLAlchemy, sqlite3) loads on first use of its names (``hostler.EventStore``...), so the pure
+core can be imported, tested and reused on its own.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from hostler._version import __version__
 from hostler.errors import (
@@ -39,7 +46,27 @@ from hostler.machines import (
     TransitionEvent,
 )
 from hostler.replay import World, commit, load, replay
-from hostler.store import AppendResult, EventStore, RecordedEvent
+
+if TYPE_CHECKING:
+    from hostler.store import AppendResult, EventStore, RecordedEvent
+
+#: Public names that live in driver modules, imported on first use.
+_LAZY = {
+    "AppendResult": "hostler.store",
+    "EventStore": "hostler.store",
+    "RecordedEvent": "hostler.store",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the event log and replay only when one of their names is used."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hostler' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "AppendResult",

@@ -5,11 +5,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from hostler.events.base import Event, UnknownEvent, decode, event_class, typed_decoder
+from hostler.events.base import (
+    Event,
+    UnknownEvent,
+    decode,
+    event_class,
+    payload_of,
+    typed_decoder,
+)
 from hostler.events.fold import fold, fold_step
 from hostler.machines import (
     LIFECYCLES,
@@ -18,7 +25,9 @@ from hostler.machines import (
     LifecycleModel,
     Reservation,
 )
-from hostler.store.log import AppendResult, EventStore, payload_of
+
+if TYPE_CHECKING:  # the store is handed in: replay itself loads no I/O library
+    from hostler.store.log import AppendResult, EventStore
 
 __all__ = ["World", "commit", "load", "replay"]
 

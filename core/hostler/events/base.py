@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar, cast
@@ -16,6 +17,7 @@ __all__ = [
     "encode",
     "event_class",
     "event_type",
+    "payload_of",
     "registered_types",
     "typed_decoder",
     "upcaster",
@@ -179,3 +181,11 @@ def typed_decoder(cls: type[Event]) -> msgspec.json.Decoder[Any] | None:
         decoder = None
     _DECODERS[cls] = decoder
     return decoder
+
+
+def payload_of(value: str | dict[str, Any]) -> dict[str, Any]:
+    """A payload from :meth:`EventStore.read_rows`, decoded whatever the driver gave."""
+    if isinstance(value, str):
+        decoded: dict[str, Any] = json.loads(value)
+        return decoded
+    return value

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from hostler._version import __version__
 from hostler.errors import ConcurrencyError, StoreError, UsageError
-from hostler.events.base import Event, UnknownEvent, decode, encode
+from hostler.events.base import Event, UnknownEvent, decode, encode, payload_of
 from hostler.store.connect import Engines, make_engines
 from hostler.store.lock import OwnerLock
 from hostler.store.migrate import upgrade_to_head
@@ -638,14 +638,6 @@ class _ReadContext:
         self._conn.close()
         if isinstance(exc, sa.exc.DBAPIError):
             raise _translate(exc, self._name) from exc
-
-
-def payload_of(value: str | dict[str, Any]) -> dict[str, Any]:
-    """A payload from :meth:`EventStore.read_rows`, decoded whatever the driver gave."""
-    if isinstance(value, str):
-        decoded: dict[str, Any] = json.loads(value)
-        return decoded
-    return value
 
 
 def _record(row: Sequence[Any]) -> RecordedEvent:
