@@ -16,7 +16,32 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-__all__ = ["TinyModel", "write_tiny_llama"]
+__all__ = ["WEIGHT_TYPES", "TinyModel", "write_tiny_llama"]
+
+#: Matrix types a generated model may store, by name. ``q4_k`` and ``iq4_nl`` have no numpy
+#: quantizer in ``gguf``: their blocks are random bytes under small, sane scales (they load,
+#: and price memory like real ones; their answers are noise).
+WEIGHT_TYPES = {
+    "f32": gguf.GGMLQuantizationType.F32,
+    "f16": gguf.GGMLQuantizationType.F16,
+    "q4_0": gguf.GGMLQuantizationType.Q4_0,
+    "q4_1": gguf.GGMLQuantizationType.Q4_1,
+    "q5_0": gguf.GGMLQuantizationType.Q5_0,
+    "q8_0": gguf.GGMLQuantizationType.Q8_0,
+    "q4_k": gguf.GGMLQuantizationType.Q4_K,
+    "iq4_nl": gguf.GGMLQuantizationType.IQ4_NL,
+}
+_RANDOM_BLOCKS = {"q4_k", "iq4_nl"}
+_FILE_TYPES = {
+    "f32": gguf.LlamaFileType.ALL_F32,
+    "f16": gguf.LlamaFileType.MOSTLY_F16,
+    "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
+    "q4_1": gguf.LlamaFileType.MOSTLY_Q4_1,
+    "q5_0": gguf.LlamaFileType.MOSTLY_Q5_0,
+    "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+    "q4_k": gguf.LlamaFileType.MOSTLY_Q4_K_M,
+    "iq4_nl": gguf.LlamaFileType.MOSTLY_IQ4_NL,
+}
 
 _WORDS = [
     "▁",
@@ -40,7 +65,16 @@ _WORDS = [
 
 @dataclass(frozen=True, slots=True)
 class TinyModel:
-    """The shape of a generated model."""
+    """The shape of a generated model.
+
+    Attributes:
+        weights: The matrices' type (a :data:`WEIGHT_TYPES` name); empty: ``f16`` if
+            ``f16`` else ``f32``. Quantized types need ``embd`` and ``ff`` multiples of the
+            block (32; 256 for ``q4_k``). The token embedding and output head of a model with
+            random-block weights are stored as ``q8_0``.
+        vocab: Pad the vocabulary with distinct filler tokens up to this many (0: the
+            built-in ~350 tokens).
+    """
 
     layers: int = 2
     embd: int = 64
@@ -50,9 +84,16 @@ class TinyModel:
     ctx: int = 2048
     f16: bool = False
     seed: int = 0
+    weights: str = ""
+    vocab: int = 0
+
+    @property
+    def weight_type(self) -> str:
+        """The matrices' type name."""
+        return self.weights or ("f16" if self.f16 else "f32")
 
 
-def _vocab() -> tuple[list[bytes], list[float], list[int]]:
+def _vocab(size: int = 0) -> tuple[list[bytes], list[float], list[int]]:
     kinds = gguf.TokenType
     tokens: list[bytes] = []
     scores: list[float] = []
@@ -73,6 +114,9 @@ def _vocab() -> tuple[list[bytes], list[float], list[int]]:
     # llama.cpp aborts on duplicate token strings
     for index, word in enumerate(dict.fromkeys(words)):
         add(word, -float(index + 1) if len(word) > 2 else -100.0 - index, kinds.NORMAL)
+    base = len(tokens)
+    for index in range(max(0, size - base)):
+        add(f"▁x{index}", -1000.0 - index, kinds.NORMAL)
     return tokens, scores, types
 
 
@@ -95,7 +139,7 @@ def _write_metadata(
     writer.add_rope_freq_base(10000.0)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_vocab_size(len(tokens))
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if shape.f16 else gguf.LlamaFileType.ALL_F32)
+    writer.add_file_type(_FILE_TYPES[shape.weight_type])
     writer.add_tokenizer_model("llama")
     writer.add_token_list(tokens)
     writer.add_token_scores(scores)
@@ -114,24 +158,36 @@ def _write_metadata(
 def write_tiny_llama(path: str | Path, shape: TinyModel | None = None) -> Path:
     """Write a random-weight llama model to ``path`` and return the path."""
     shape = shape or TinyModel()
-    if shape.embd % shape.heads or shape.heads % shape.kv_heads:
-        raise ValueError("embd must divide by heads, and heads by kv_heads")
+    kind = _check(shape)
     out = Path(path)
     rng = np.random.default_rng(shape.seed)
     head_dim = shape.embd // shape.heads
-    tokens, scores, types = _vocab()
+    tokens, scores, types = _vocab(shape.vocab)
     writer = gguf.GGUFWriter(str(out), "llama")
     _write_metadata(writer, shape, tokens, scores, types)
 
+    def store(name: str, data: np.ndarray, kind: str) -> None:
+        if kind == "f32":
+            writer.add_tensor(name, data)
+        elif kind == "f16":
+            writer.add_tensor(name, data.astype(np.float16))
+        elif kind in _RANDOM_BLOCKS:
+            blocks = _random_blocks(rng, data.shape, kind)
+            writer.add_tensor(name, blocks, raw_dtype=WEIGHT_TYPES[kind])
+        else:
+            quantized = gguf.quants.quantize(data, WEIGHT_TYPES[kind])
+            writer.add_tensor(name, quantized, raw_dtype=WEIGHT_TYPES[kind])
+
+    edge = "q8_0" if kind in _RANDOM_BLOCKS else kind  # token embedding and output head
+
     def matrix(name: str, rows: int, cols: int, scale: float = 0.02) -> None:
-        data = (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
-        writer.add_tensor(name, data.astype(np.float16) if shape.f16 else data)
+        store(name, (rng.standard_normal((rows, cols)) * scale).astype(np.float32), kind)
 
     def ones(name: str, size: int) -> None:
         writer.add_tensor(name, np.ones(size, dtype=np.float32))
 
     vocab = len(tokens)
-    matrix("token_embd.weight", vocab, shape.embd, scale=1.0)
+    store("token_embd.weight", rng.standard_normal((vocab, shape.embd)).astype(np.float32), edge)
     for layer in range(shape.layers):
         ones(f"blk.{layer}.attn_norm.weight", shape.embd)
         matrix(f"blk.{layer}.attn_q.weight", shape.heads * head_dim, shape.embd)
@@ -147,12 +203,37 @@ def write_tiny_llama(path: str | Path, shape: TinyModel | None = None) -> Path:
     # (a random byte token makes invalid UTF-8, which llama-server refuses with HTTP 500).
     head = rng.standard_normal((vocab, shape.embd)).astype(np.float32)
     head[np.array(types) != int(gguf.TokenType.NORMAL)] = 0.0
-    writer.add_tensor("output.weight", head.astype(np.float16) if shape.f16 else head)
+    store("output.weight", head, edge)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     return out
+
+
+def _check(shape: TinyModel) -> str:
+    """The shape's weight type, once the shape is known to be writable."""
+    if shape.embd % shape.heads or shape.heads % shape.kv_heads:
+        raise ValueError("embd must divide by heads, and heads by kv_heads")
+    kind = shape.weight_type
+    if kind not in WEIGHT_TYPES:
+        raise ValueError(f"weights {kind!r}: one of {', '.join(WEIGHT_TYPES)}")
+    block = gguf.GGML_QUANT_SIZES[WEIGHT_TYPES[kind]][0]
+    if shape.embd % block or shape.ff % block:
+        raise ValueError(f"{kind} weights need embd and ff multiples of {block}")
+    return kind
+
+
+def _random_blocks(rng: np.random.Generator, shape: tuple[int, ...], kind: str) -> np.ndarray:
+    """Random quantized blocks whose f16 scales are small and finite (``q4_k``, ``iq4_nl``)."""
+    rows, cols = shape
+    block, size = gguf.GGML_QUANT_SIZES[WEIGHT_TYPES[kind]]
+    blocks = rng.integers(0, 256, size=(rows, cols // block, size), dtype=np.uint8)
+    scale = np.frombuffer(np.float16(0.001).tobytes(), dtype=np.uint8)
+    blocks[:, :, 0:2] = scale  # d (q4_k: then dmin, also small)
+    if kind == "q4_k":
+        blocks[:, :, 2:4] = scale
+    return blocks.reshape(rows, (cols // block) * size)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,10 +245,21 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(
             f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name)
         )
+    parser.add_argument("--vocab", type=int, default=0, help="pad the vocabulary to N tokens")
     parser.add_argument("--f16", action="store_true", help="store matrices as F16")
+    parser.add_argument("--weights", choices=sorted(WEIGHT_TYPES), default="", help="matrix type")
     args = parser.parse_args(argv)
     shape = TinyModel(
-        args.layers, args.embd, args.heads, args.kv_heads, args.ff, args.ctx, args.f16, args.seed
+        args.layers,
+        args.embd,
+        args.heads,
+        args.kv_heads,
+        args.ff,
+        args.ctx,
+        args.f16,
+        args.seed,
+        weights=args.weights,
+        vocab=args.vocab,
     )
     path = write_tiny_llama(args.out, shape)
     print(f"wrote {path} ({path.stat().st_size} bytes)")
