@@ -3,6 +3,9 @@
 The estimate adds the parts ``llama-server`` holds once it is ready, each from the header:
 
 * **weights**: the model buffer, i.e. the file's tensor data (mapped; on a discrete card, VRAM);
+* **repack**: the CPU backend's second copy of the weights it repacks for its matrix kernels
+  (``CPU_REPACK model buffer``): the bytes of the matrix-product weights of the tensor types
+  the backend repacks, which the engine's adapter names (``repack_types``);
 * **KV cache**: exact from geometry, over the cells the server really allocates: with
   ``--parallel N`` each sequence gets ``ctx / N`` cells, padded to 256 and never under 256
   (so the KV grows with the *total* ``--ctx-size``, not ``ctx × parallel``);
@@ -20,6 +23,7 @@ left for each model and build after its first launch.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from hostler.capacity.geometry import ModelGeometry
@@ -43,11 +47,12 @@ class LlamaFootprint:
     kv: int
     runtime: int
     compute_peak: int
+    repack: int = 0
 
     @property
     def total(self) -> int:
         """What the ready engine holds (its RSS at rest, plus VRAM on a card)."""
-        return self.weights + self.kv + self.runtime
+        return self.weights + self.repack + self.kv + self.runtime
 
     @property
     def peak(self) -> int:
@@ -72,8 +77,13 @@ def estimate_llama(
     slots: int,
     kv_type: str | None,
     unified_kv: bool = False,
+    repack_types: Collection[str] = (),
 ) -> LlamaFootprint:
-    """The footprint of ``llama-server -c ctx_total -np slots`` with this model."""
+    """The footprint of ``llama-server -c ctx_total -np slots`` with this model.
+
+    ``repack_types`` are the tensor types (``q4_0``...) the engine's CPU backend repacks into a
+    second buffer; none by default (a backend that maps the weights once).
+    """
     per_sequence, cells = kv_cells(ctx_total, slots, unified=unified_kv)
     line = exact_linearization(geometry, kv_type)
     if line is not None:
@@ -85,4 +95,6 @@ def estimate_llama(
     data = geometry.tensor_bytes if geometry.tensor_bytes is not None else geometry.file_size
     weights = data + geometry.mmproj_size
     mask = per_sequence * MICRO_BATCH * 2
-    return LlamaFootprint(weights=weights, kv=kv, runtime=runtime, compute_peak=mask)
+    wanted = {kind.lower() for kind in repack_types}
+    repack = sum(size for kind, size in geometry.matmul_bytes if kind in wanted)
+    return LlamaFootprint(weights=weights, kv=kv, runtime=runtime, compute_peak=mask, repack=repack)

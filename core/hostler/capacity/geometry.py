@@ -34,6 +34,9 @@ class ModelGeometry:
         mmproj_size: Bytes of its vision projector, if any.
         vocab_size: Tokens in the vocabulary (the tokenizer's runtime tables grow with it).
         tensor_bytes: Bytes of tensor data (the file without its header), when known.
+        matmul_bytes: Bytes of the weights that matrix products read (every tensor of two or
+            more dimensions but the token embedding; the embedding too when the output head is
+            tied to it), per tensor type (``q4_0``, ``f16``...): what a CPU backend may repack.
     """
 
     architecture: str = ""
@@ -58,6 +61,7 @@ class ModelGeometry:
     mmproj_size: int = 0
     vocab_size: int | None = None
     tensor_bytes: int | None = None
+    matmul_bytes: tuple[tuple[str, int], ...] = ()
 
     @property
     def is_moe(self) -> bool:
