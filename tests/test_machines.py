@@ -244,6 +244,7 @@ PURE_CAPACITY = tuple(
         "learning",
         "ledger",
         "plan",
+        "pricing",
         "slots",
         "units",
         "victims",

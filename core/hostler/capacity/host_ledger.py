@@ -162,6 +162,10 @@ class HostLedger:
         """Fold the ledger events written since the last look."""
         return catch_up(self.store, self.state)
 
+    def budget(self) -> CapacityBudget:
+        """The host's automatic budget now (before any explicit budget in the ledger)."""
+        return self._budget()
+
     def limits(self) -> LedgerLimits:
         """The limits in force now."""
         return limits_of(self.refresh(), self._budget())
