@@ -12,8 +12,8 @@ import pytest
 
 from hostler import EventStore
 from hostler.capacity.budget import CapacityBudget, HostMemory, compute_budget
-from hostler.capacity.events import LedgerReserved
 from hostler.capacity.estimate import estimate_llama
+from hostler.capacity.events import LedgerReserved
 from hostler.capacity.geometry import ModelGeometry
 from hostler.capacity.gguf_header import read_geometry
 from hostler.capacity.host_ledger import HostLedger, OwnerIdentity
