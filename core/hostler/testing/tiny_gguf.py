@@ -74,6 +74,9 @@ class TinyModel:
             random-block weights are stored as ``q8_0``.
         vocab: Pad the vocabulary with distinct filler tokens up to this many (0: the
             built-in ~350 tokens).
+        tokenizer: ``llama`` (SentencePiece with byte fallback, no merges) or ``gpt2``
+            (byte-level BPE: every multi-character token also gets a merge rule, as in real
+            BPE vocabularies, whose merge tables llama.cpp keeps in memory).
     """
 
     layers: int = 2
@@ -86,6 +89,7 @@ class TinyModel:
     seed: int = 0
     weights: str = ""
     vocab: int = 0
+    tokenizer: str = "llama"
 
     @property
     def weight_type(self) -> str:
@@ -93,40 +97,70 @@ class TinyModel:
         return self.weights or ("f16" if self.f16 else "f32")
 
 
-def _vocab(size: int = 0) -> tuple[list[bytes], list[float], list[int]]:
+def _byte_chars() -> list[str]:
+    """GPT-2's byte-level alphabet: one printable character per byte value."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
+    chars = {b: chr(b) for b in keep}
+    extra = 0
+    for b in range(256):
+        if b not in chars:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return [chars[b] for b in range(256)]
+
+
+@dataclass(frozen=True, slots=True)
+class _Vocab:
+    tokens: list[bytes]
+    scores: list[float]
+    types: list[int]
+    merges: list[str]
+    silent: int  # the first ``silent`` tokens are never emitted (control and byte tokens)
+
+
+def _vocab(size: int = 0, tokenizer: str = "llama") -> _Vocab:
     kinds = gguf.TokenType
     tokens: list[bytes] = []
     scores: list[float] = []
     types: list[int] = []
+    bpe = tokenizer == "gpt2"
+    space = "Ġ" if bpe else "▁"
 
     def add(text: str, score: float, kind: int) -> None:
         tokens.append(text.encode("utf-8"))
         scores.append(score)
         types.append(int(kind))
 
-    add("<unk>", 0.0, kinds.UNKNOWN)
+    add("<unk>", 0.0, kinds.UNKNOWN if not bpe else kinds.CONTROL)
     add("<s>", 0.0, kinds.CONTROL)
     add("</s>", 0.0, kinds.CONTROL)
-    for byte in range(256):
-        add(f"<0x{byte:02X}>", 0.0, kinds.BYTE)
+    if bpe:
+        for char in _byte_chars():
+            add(char, 0.0, kinds.NORMAL)
+    else:
+        for byte in range(256):
+            add(f"<0x{byte:02X}>", 0.0, kinds.BYTE)
+    silent = len(tokens)
     letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
-    words = _WORDS + letters + [c.upper() for c in letters] + ["▁" + c for c in letters]
+    words = [w.replace("▁", space) for w in _WORDS]
+    words += [] if bpe else letters + [c.upper() for c in letters]
+    words += [space + c for c in letters]
     # llama.cpp aborts on duplicate token strings
-    for index, word in enumerate(dict.fromkeys(words)):
+    taken = set(_byte_chars()) if bpe else set()
+    for index, word in enumerate(dict.fromkeys(w for w in words if w not in taken)):
         add(word, -float(index + 1) if len(word) > 2 else -100.0 - index, kinds.NORMAL)
-    base = len(tokens)
-    for index in range(max(0, size - base)):
-        add(f"▁x{index}", -1000.0 - index, kinds.NORMAL)
-    return tokens, scores, types
+    for index in range(max(0, size - len(tokens))):
+        add(f"{space}x{index}", -1000.0 - index, kinds.NORMAL)
+    merges: list[str] = []
+    if bpe:
+        for token in tokens[silent:]:
+            text = token.decode("utf-8")
+            if len(text) > 1:
+                merges.append(f"{text[:-1]} {text[-1]}")
+    return _Vocab(tokens, scores, types, merges, silent)
 
 
-def _write_metadata(
-    writer: gguf.GGUFWriter,
-    shape: TinyModel,
-    tokens: list[bytes],
-    scores: list[float],
-    types: list[int],
-) -> None:
+def _write_metadata(writer: gguf.GGUFWriter, shape: TinyModel, vocab: _Vocab) -> None:
     head_dim = shape.embd // shape.heads
     writer.add_name("hostler-tiny-llama")
     writer.add_context_length(shape.ctx)
@@ -138,12 +172,16 @@ def _write_metadata(
     writer.add_rope_dimension_count(head_dim)
     writer.add_rope_freq_base(10000.0)
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_vocab_size(len(tokens))
+    writer.add_vocab_size(len(vocab.tokens))
     writer.add_file_type(_FILE_TYPES[shape.weight_type])
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list(tokens)
-    writer.add_token_scores(scores)
-    writer.add_token_types(types)
+    writer.add_tokenizer_model(shape.tokenizer)
+    if vocab.merges:
+        writer.add_tokenizer_pre("default")
+    writer.add_token_list(vocab.tokens)
+    writer.add_token_scores(vocab.scores)
+    writer.add_token_types(vocab.types)
+    if vocab.merges:
+        writer.add_token_merges(vocab.merges)
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)
     writer.add_unk_token_id(0)
@@ -162,9 +200,9 @@ def write_tiny_llama(path: str | Path, shape: TinyModel | None = None) -> Path:
     out = Path(path)
     rng = np.random.default_rng(shape.seed)
     head_dim = shape.embd // shape.heads
-    tokens, scores, types = _vocab(shape.vocab)
+    vocab_table = _vocab(shape.vocab, shape.tokenizer)
     writer = gguf.GGUFWriter(str(out), "llama")
-    _write_metadata(writer, shape, tokens, scores, types)
+    _write_metadata(writer, shape, vocab_table)
 
     def store(name: str, data: np.ndarray, kind: str) -> None:
         if kind == "f32":
@@ -186,7 +224,7 @@ def write_tiny_llama(path: str | Path, shape: TinyModel | None = None) -> Path:
     def ones(name: str, size: int) -> None:
         writer.add_tensor(name, np.ones(size, dtype=np.float32))
 
-    vocab = len(tokens)
+    vocab = len(vocab_table.tokens)
     store("token_embd.weight", rng.standard_normal((vocab, shape.embd)).astype(np.float32), edge)
     for layer in range(shape.layers):
         ones(f"blk.{layer}.attn_norm.weight", shape.embd)
@@ -202,7 +240,8 @@ def write_tiny_llama(path: str | Path, shape: TinyModel | None = None) -> Path:
     # Output head: zero rows for control and byte tokens, so only printable pieces come out
     # (a random byte token makes invalid UTF-8, which llama-server refuses with HTTP 500).
     head = rng.standard_normal((vocab, shape.embd)).astype(np.float32)
-    head[np.array(types) != int(gguf.TokenType.NORMAL)] = 0.0
+    head[np.array(vocab_table.types) != int(gguf.TokenType.NORMAL)] = 0.0
+    head[: vocab_table.silent] = 0.0
     store("output.weight", head, edge)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
@@ -246,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
             f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name)
         )
     parser.add_argument("--vocab", type=int, default=0, help="pad the vocabulary to N tokens")
+    parser.add_argument("--tokenizer", choices=["llama", "gpt2"], default="llama")
     parser.add_argument("--f16", action="store_true", help="store matrices as F16")
     parser.add_argument("--weights", choices=sorted(WEIGHT_TYPES), default="", help="matrix type")
     args = parser.parse_args(argv)
@@ -260,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         args.seed,
         weights=args.weights,
         vocab=args.vocab,
+        tokenizer=args.tokenizer,
     )
     path = write_tiny_llama(args.out, shape)
     print(f"wrote {path} ({path.stat().st_size} bytes)")
