@@ -33,6 +33,8 @@ class ModelGeometry:
         file_size: Bytes of the model file.
         mmproj_size: Bytes of its vision projector, if any.
         vocab_size: Tokens in the vocabulary (the tokenizer's runtime tables grow with it).
+        merge_count: BPE merge rules (``tokenizer.ggml.merges``; 0 for other tokenizers): the
+            tokenizer keeps a table of them in memory too.
         tensor_bytes: Bytes of tensor data (the file without its header), when known.
         matmul_bytes: Bytes of the weights that matrix products read (every tensor of two or
             more dimensions but the token embedding; the embedding too when the output head is
@@ -60,6 +62,7 @@ class ModelGeometry:
     file_size: int = 0
     mmproj_size: int = 0
     vocab_size: int | None = None
+    merge_count: int = 0
     tensor_bytes: int | None = None
     matmul_bytes: tuple[tuple[str, int], ...] = ()
 

@@ -302,6 +302,7 @@ def read_geometry(
         matmul_bytes=meta.get("__matmul_bytes__", ()),
         mmproj_size=mmproj_size,
         vocab_size=_vocab_size(meta, arch),
+        merge_count=_count(meta.get("tokenizer.ggml.merges")),
     )
 
 
@@ -313,3 +314,9 @@ def _vocab_size(meta: dict[str, Any], arch: str) -> int | None:
     if isinstance(tokens, SkippedArray):
         return tokens.count
     return len(tokens) if isinstance(tokens, list) else None
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, SkippedArray):
+        return value.count
+    return len(value) if isinstance(value, list) else 0
