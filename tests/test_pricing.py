@@ -18,7 +18,6 @@ from hostler.capacity.budget import HostMemory, compute_budget
 from hostler.capacity.estimate import estimate_llama
 from hostler.capacity.events import LEDGER_STREAM
 from hostler.capacity.geometry import ModelGeometry
-from hostler.capacity.gguf_header import read_geometry
 from hostler.capacity.host_ledger import HostLedger, OwnerIdentity
 from hostler.capacity.learning import CALIBRATION_STREAM, Calibration, FootprintMeasured
 from hostler.capacity.ledger import LedgerState, limits_of
@@ -290,20 +289,3 @@ def _engine_pids(tmp_path: Path) -> list[int]:
         return []
     with EventStore.open(path) as store:
         return [int(r.payload["pid"]) for r in store.read_all() if r.type == "engine.spawned"]
-
-
-def test_matmul_weights_are_read_from_the_header(tmp_path: Path) -> None:
-    path = write_tiny_llama(tmp_path / "q4.gguf", TinyModel(weights="q4_0"))
-    geometry = read_geometry(path)
-    # per layer q 64x64, k 32x64, v 32x64, o 64x64, gate/up 128x64, down 64x128 = 36,864
-    # elements; 2 layers + the output head (352 x 64) = 96,256 Q4_0 elements = 54,144 bytes.
-    # The token embedding (a row lookup) is not a matrix product: not counted.
-    assert geometry.matmul_bytes == (("q4_0", 54144),)
-    repacked = estimate_llama(
-        geometry, ctx_total=512, slots=1, kv_type="f16", repack_types={"q4_0"}
-    )
-    assert repacked.repack == 54144
-    assert (
-        repacked.total
-        == estimate_llama(geometry, ctx_total=512, slots=1, kv_type="f16").total + 54144
-    )
