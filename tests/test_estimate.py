@@ -20,11 +20,13 @@ def test_matmul_weights_are_read_from_the_header(tmp_path: Path) -> None:
     repacked = estimate_llama(
         geometry, ctx_total=512, slots=1, kv_type="f16", repack_types={"q4_0"}
     )
+    plain = estimate_llama(geometry, ctx_total=512, slots=1, kv_type="f16")
     assert repacked.repack == 54144
-    assert (
-        repacked.total
-        == estimate_llama(geometry, ctx_total=512, slots=1, kv_type="f16").total + 54144
-    )
+    # the output head (352 x 64 Q4_0 = 12,672 bytes) is the file's last tensor: once repacked
+    # it leaves the mapping, which keeps the span from the first to the last tensor not repacked
+    assert geometry.tensor_layout[-1] == ("q4_0", plain.weights - 12672, 12672, True)
+    assert repacked.weights == plain.weights - 12672
+    assert repacked.total == plain.total + 54144 - 12672
 
 
 def test_a_bpe_vocabulary_prices_its_merge_table(tmp_path: Path) -> None:

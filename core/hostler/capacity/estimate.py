@@ -2,7 +2,10 @@
 
 The estimate adds the parts ``llama-server`` holds once it is ready, each from the header:
 
-* **weights**: the model buffer, i.e. the file's tensor data (mapped; on a discrete card, VRAM);
+* **weights**: the model buffer, i.e. the file's tensor data (mapped; on a discrete card, VRAM).
+  When some weights are repacked, llama.cpp keeps mapped only the span of the file from the
+  first to the last tensor it did not repack (``CPU_Mapped model buffer``); repacked tensors
+  before or after that span leave the mapping;
 * **repack**: the CPU backend's second copy of the weights it repacks for its matrix kernels
   (``CPU_REPACK model buffer``): the bytes of the matrix-product weights of the tensor types
   the backend repacks, which the engine's adapter names (``repack_types``);
@@ -103,8 +106,24 @@ def estimate_llama(
         + geometry.merge_count * RUNTIME_PER_MERGE
     )
     data = geometry.tensor_bytes if geometry.tensor_bytes is not None else geometry.file_size
-    weights = data + geometry.mmproj_size
-    mask = per_sequence * MICRO_BATCH * 2
     wanted = {kind.lower() for kind in repack_types}
     repack = sum(size for kind, size in geometry.matmul_bytes if kind in wanted)
+    if repack:
+        data = min(data, _mapped_span(geometry, wanted))
+    weights = data + geometry.mmproj_size
+    mask = per_sequence * MICRO_BATCH * 2
     return LlamaFootprint(weights=weights, kv=kv, runtime=runtime, compute_peak=mask, repack=repack)
+
+
+def _mapped_span(geometry: ModelGeometry, repacked: set[str]) -> int:
+    """Bytes of the file still mapped: from the first to the last tensor not repacked."""
+    kept = [
+        (offset, offset + size)
+        for kind, offset, size, product in geometry.tensor_layout
+        if not (product and kind in repacked)
+    ]
+    if not geometry.tensor_layout:
+        return geometry.tensor_bytes or geometry.file_size
+    if not kept:
+        return 0
+    return max(end for _, end in kept) - min(start for start, _ in kept)

@@ -39,6 +39,9 @@ class ModelGeometry:
         matmul_bytes: Bytes of the weights that matrix products read (every tensor of two or
             more dimensions but the token embedding; the embedding too when the output head is
             tied to it), per tensor type (``q4_0``, ``f16``...): what a CPU backend may repack.
+        tensor_layout: Every tensor's ``(type, offset in the data section, bytes, read by
+            matrix products)``, in file order (empty when unknown): which part of the file a
+            backend keeps mapped once it repacks some weights.
     """
 
     architecture: str = ""
@@ -65,6 +68,7 @@ class ModelGeometry:
     merge_count: int = 0
     tensor_bytes: int | None = None
     matmul_bytes: tuple[tuple[str, int], ...] = ()
+    tensor_layout: tuple[tuple[str, int, int, bool], ...] = ()
 
     @property
     def is_moe(self) -> bool:

@@ -181,11 +181,14 @@ def _tensor_data_bytes(header: _Header, tensors: int, metadata: dict[str, Any]) 
     """Bytes of tensor data: the file minus everything before the (aligned) data section.
 
     On the way, the bytes of matrix-product weights per tensor type go to
-    ``metadata["__matmul_bytes__"]`` (arithmetic on the header's numbers; nothing allocated).
+    ``metadata["__matmul_bytes__"]`` and every tensor's place in the data section to
+    ``metadata["__layout__"]`` (arithmetic on the header's numbers; nothing allocated).
     """
     matmul: dict[str, int] = {}
-    embedding: tuple[str, int] | None = None
+    layout: list[tuple[str, int, int, bool]] = []
+    embedding: int | None = None
     has_output = False
+    known = True
     for index in range(tensors):
         field = f"tensor #{index}"
         name = header.string(field, limit=_MAX_KEY)
@@ -194,18 +197,24 @@ def _tensor_data_bytes(header: _Header, tensors: int, metadata: dict[str, Any]) 
             raise header.fail(field, f"claims {dims} dimensions")
         shape = [header.u64(f"{field} (shape)") for _ in range(dims)]
         kind = int(header.scalar(GGUFValueType.UINT32, f"{field} (type)"))
-        header.take(8, field)
+        offset = header.u64(f"{field} (offset)")
         sized = _tensor_size(kind, shape)
-        if sized is None or dims < 2:
+        if sized is None:
+            known = False
             continue
+        product = dims >= 2 and not name.startswith(_LOOKUP_TENSORS)
         has_output = has_output or name == "output.weight"
-        if name == "token_embd.weight":
-            embedding = sized
-        elif not name.startswith(_LOOKUP_TENSORS):
-            matmul[sized[0]] = matmul.get(sized[0], 0) + sized[1]
+        if dims >= 2 and name == "token_embd.weight":
+            embedding = len(layout)
+        layout.append((sized[0], offset, sized[1], product))
     if embedding is not None and not has_output:  # tied head: the embedding is a product too
-        matmul[embedding[0]] = matmul.get(embedding[0], 0) + embedding[1]
+        type_name, start, size, _ = layout[embedding]
+        layout[embedding] = (type_name, start, size, True)
+    for type_name, _, size, product in layout:
+        if product:
+            matmul[type_name] = matmul.get(type_name, 0) + size
     metadata["__matmul_bytes__"] = tuple(sorted(matmul.items()))
+    metadata["__layout__"] = tuple(layout) if known else ()
     alignment = metadata.get("general.alignment", 32)
     alignment = alignment if isinstance(alignment, int) and alignment > 0 else 32
     start = -(-header.pos // alignment) * alignment
@@ -300,6 +309,7 @@ def read_geometry(
         file_size=file.stat().st_size,
         tensor_bytes=_int(meta.get("__tensor_data_bytes__")),
         matmul_bytes=meta.get("__matmul_bytes__", ()),
+        tensor_layout=meta.get("__layout__", ()),
         mmproj_size=mmproj_size,
         vocab_size=_vocab_size(meta, arch),
         merge_count=_count(meta.get("tokenizer.ggml.merges")),
