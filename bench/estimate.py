@@ -68,6 +68,7 @@ HELD_OUT_POINTS = (
     (16384, 4, "f16"),
 )
 _REPACK_LINE = re.compile(r"CPU_REPACK model buffer size\s*=\s*([\d.]+)\s*MiB")
+_MAPPED_LINE = re.compile(r"CPU_Mapped model buffer size\s*=\s*([\d.]+)\s*MiB")
 
 
 @dataclass(frozen=True)
@@ -255,7 +256,9 @@ def launch(
                 proc.wait()
     text = log.read_text()
     repack = _REPACK_LINE.search(text)
+    mapped = _MAPPED_LINE.search(text)
     return {
+        "mapped_buffer": round(float(mapped.group(1)) * MIB) if mapped else 0,
         "rss": rss,
         "buffers": parse_buffer_sizes(text).total,
         "repack_buffer": round(float(repack.group(1)) * MIB) if repack else 0,
@@ -297,7 +300,9 @@ def seed_estimate(geometry: ModelGeometry) -> int:
     return round(geometry.file_size * 1.10) + 256 * MIB
 
 
-def repack_probe(binary: Path, cache: Path, work: Path) -> list[dict[str, Any]]:
+def repack_probe(
+    binary: Path, cache: Path, work: Path, repack: frozenset[str]
+) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for kind in PROBE_TYPES:
         path = cache / f"probe-{kind}.gguf"
@@ -308,12 +313,18 @@ def repack_probe(binary: Path, cache: Path, work: Path) -> list[dict[str, Any]]:
             )
         geometry = read_geometry(path)
         matmul = dict(geometry.matmul_bytes).get(kind, 0)
+        weights = estimate_llama(
+            geometry, ctx_total=512, slots=1, kv_type="f16", repack_types=repack
+        ).weights
+        row: dict[str, Any] = {"type": kind, "matmul_bytes": matmul, "mapped_estimate": weights}
         try:
             run = launch(binary, path, 512, 1, "f16", work / "llama.log")
         except RuntimeError:
-            rows.append({"type": kind, "matmul_bytes": matmul, "repack_buffer": None})
+            rows.append({**row, "repack_buffer": None, "mapped_buffer": None})
             continue
-        rows.append({"type": kind, "matmul_bytes": matmul, "repack_buffer": run["repack_buffer"]})
+        rows.append(
+            {**row, "repack_buffer": run["repack_buffer"], "mapped_buffer": run["mapped_buffer"]}
+        )
     return rows
 
 
@@ -342,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         f"machine {platform.machine()}: the adapter's repacked types {sorted(repack)}",
         file=sys.stderr,
     )
-    probe = [] if args.only else repack_probe(binary, cache, work)
+    probe = [] if args.only else repack_probe(binary, cache, work, repack)
     result: dict[str, Any] = {"repack_probe": probe, "repacked_types": sorted(repack)}
     rows: list[dict[str, Any]] = []
     for role, models, points in (
@@ -444,11 +455,18 @@ def render(result: dict[str, Any]) -> str:
     for failure in result.get("failed", []):
         lines.append(f"NOT MEASURED (the server failed): {failure['model']}: {failure['error']}")
     lines += ["Repack probe (which weight types the CPU backend copies into CPU_REPACK):", ""]
-    lines += ["| type | matrix weights | CPU_REPACK buffer |", "|---|---:|---:|"]
+    lines += [
+        "| type | matrix weights | CPU_REPACK buffer | mapped (estimate) | CPU_Mapped buffer |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for p in result["repack_probe"]:
-        buffer = p["repack_buffer"]
+        buffer, mapped = p["repack_buffer"], p["mapped_buffer"]
         shown = "server failed" if buffer is None else f"{buffer / MIB:.2f} MiB"
-        lines.append(f"| {p['type']} | {p['matmul_bytes'] / MIB:.2f} MiB | {shown} |")
+        held = "" if mapped is None else f"{mapped / MIB:.2f} MiB"
+        lines.append(
+            f"| {p['type']} | {p['matmul_bytes'] / MIB:.2f} MiB | {shown} | "
+            f"{p['mapped_estimate'] / MIB:.2f} MiB | {held} |"
+        )
     fit = result["fit"]
     lines += [
         "",
