@@ -40,7 +40,7 @@ MIN_CELLS_PER_SEQUENCE = 256
 MICRO_BATCH = 512
 # Fitted in bench/estimate.py on its fitting set only (never on the held-out set): the fixed
 # part is the skulk wheel's build (29.1 MiB; a source build without the Vulkan and AMX
-# libraries measures 19.6 MiB, so there the first estimate runs ~9.5 MiB high, the safe side);
+# libraries measures 19.5 MiB, so there the first estimate runs ~9.5 MiB high, the safe side);
 # the per-entry parts are the least-squares slopes over seven models (SentencePiece 352 to
 # 96k tokens, byte-level BPE 32k and 64k, and SmolLM2's real 49k BPE).
 RUNTIME_FIXED = 29 * MIB
