@@ -247,6 +247,7 @@ PURE_CAPACITY = tuple(
         "learning",
         "ledger",
         "plan",
+        "pricing",
         "slots",
         "units",
         "victims",

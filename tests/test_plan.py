@@ -12,8 +12,10 @@ import pytest
 
 from hostler import EventStore
 from hostler.capacity.budget import CapacityBudget, HostMemory, compute_budget
+from hostler.capacity.estimate import estimate_llama
 from hostler.capacity.events import LedgerReserved
 from hostler.capacity.geometry import ModelGeometry
+from hostler.capacity.gguf_header import read_geometry
 from hostler.capacity.ledger import LedgerState, committed_other_for, limits_of, state_from
 from hostler.capacity.plan import LaunchPlan, PlanRequest, default_kv_type, plan_llama
 from hostler.capacity.units import GIB
@@ -151,7 +153,11 @@ def test_preview_cli(tmp_path: Path) -> None:
     assert data["slots"] == 2
     assert data["kv_type"] == "f16"
     assert data["kv_per_token_per_slot"] == 131072
-    assert data["reserved_bytes"] == data["weights_bytes"] + 2 * 8192 * 131072
+    # the one price: the footprint estimate at peak for exactly this launch (nothing learned)
+    expected = estimate_llama(read_geometry(model), ctx_total=16384, slots=2, kv_type="f16")
+    assert expected.kv == 2 * 8192 * 131072
+    assert data["reserved_bytes"] == data["estimated_bytes"] == expected.peak
+    assert not data["learned"]
     assert not ledger.exists()  # a preview never creates or binds anything
     text = run_cli("preview", str(model), "--ledger", str(ledger))
     assert text.returncode == 0

@@ -80,10 +80,15 @@ def test_the_plugin_contract_is_pinned() -> None:
     assert set(hostler.plugin.__all__) == {
         "PROJECT",
         "EngineAdapter",
+        "EngineBinaryError",
+        "EngineStartError",
         "LaunchCommand",
         "LaunchSpec",
+        "ModelFileError",
+        "ModelGeometry",
         "Panic",
         "Register",
+        "estimate_llama",
         "hookimpl",
         "hookspec",
     }

@@ -28,6 +28,7 @@ import psutil
 from hostler._version import __version__
 from hostler.capacity.budget import CapacityBudget
 from hostler.capacity.keys import parse_key
+from hostler.capacity.pricing import LaunchPrice
 from hostler.drivers.host_ledger import (
     HostLedger,
     LedgerLocation,
@@ -36,6 +37,7 @@ from hostler.drivers.host_ledger import (
     open_ledger_store,
 )
 from hostler.drivers.offloop import OffLoop
+from hostler.engines.price import price_from_ledger
 from hostler.engines.reconcile import DAEMON_STREAM, Outcome, reconcile
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.errors import EngineStartError, HostlerError, UsageError
@@ -387,20 +389,37 @@ class Daemon:
     ) -> Supervisor:
         run_dir = self.config.data_dir / "run" / _safe(engine.key)
 
+        priced: list[LaunchPrice] = []  # this start's price: footprint() runs before spec()
+
+        def price() -> LaunchPrice:
+            """One price, as ``hostler preview`` computes it: the plan and the reserved bytes."""
+            return price_from_ledger(
+                adapter,
+                ledger,
+                key=engine.key,
+                model=engine.model,
+                ctx=engine.ctx,
+                slots=engine.slots,
+                kv_type=engine.kv_type,
+                extra_args=engine.extra_args,
+            )
+
         def spec(port: int) -> LaunchSpec:
+            plan = priced.pop() if priced else price()
             return LaunchSpec(
                 key=engine.key,
                 model=engine.model,
                 port=port,
-                ctx_per_slot=engine.ctx,
-                slots=engine.slots,
-                kv_type=engine.kv_type,
+                ctx_per_slot=plan.ctx_per_slot,
+                slots=plan.slots,
+                kv_type=plan.kv_type,
                 work_dir=run_dir / "work",
                 extra_args=engine.extra_args,
             )
 
         def footprint() -> int:
-            return int(adapter.estimate_footprint(adapter.read_geometry(engine.model), spec(0)))
+            priced[:] = [price()]
+            return int(priced[0].reserved_bytes)
 
         return Supervisor(
             engine.key,

@@ -30,16 +30,23 @@ from typing import ClassVar
 
 import pluggy
 
+from hostler.capacity.estimate import estimate_llama
 from hostler.capacity.geometry import ModelGeometry
 from hostler.capacity.gguf_header import read_geometry as read_gguf_geometry
+from hostler.errors import EngineBinaryError, EngineStartError, ModelFileError
 
 __all__ = [
     "PROJECT",
     "EngineAdapter",
+    "EngineBinaryError",
+    "EngineStartError",
     "LaunchCommand",
     "LaunchSpec",
+    "ModelFileError",
+    "ModelGeometry",
     "Panic",
     "Register",
+    "estimate_llama",
     "hookimpl",
     "hookspec",
 ]

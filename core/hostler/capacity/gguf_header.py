@@ -8,6 +8,7 @@ without allocating anything from the header's claims. Tensors are never read.
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import struct
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gguf import GGUFValueType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 from hostler.capacity.geometry import ModelGeometry
 from hostler.errors import ModelFileError
@@ -172,19 +173,65 @@ def _parse(path: Path, view: mmap.mmap) -> dict[str, Any]:
     return metadata
 
 
+#: Tensors read by row lookup, not by matrix products (never repacked).
+_LOOKUP_TENSORS = ("token_embd.", "per_layer_token_embd.", "position_embd.", "token_types.")
+
+
 def _tensor_data_bytes(header: _Header, tensors: int, metadata: dict[str, Any]) -> int | None:
-    """Bytes of tensor data: the file minus everything before the (aligned) data section."""
+    """Bytes of tensor data: the file minus everything before the (aligned) data section.
+
+    On the way, the bytes of matrix-product weights per tensor type go to
+    ``metadata["__matmul_bytes__"]`` and every tensor's place in the data section to
+    ``metadata["__layout__"]`` (arithmetic on the header's numbers; nothing allocated).
+    """
+    matmul: dict[str, int] = {}
+    layout: list[tuple[str, int, int, bool]] = []
+    embedding: int | None = None
+    has_output = False
+    known = True
     for index in range(tensors):
         field = f"tensor #{index}"
-        header.string(field, limit=_MAX_KEY)
+        name = header.string(field, limit=_MAX_KEY)
         dims = int(header.scalar(GGUFValueType.UINT32, f"{field} (dims)"))
         if dims > 8:
             raise header.fail(field, f"claims {dims} dimensions")
-        header.take(8 * dims + 4 + 8, field)
+        shape = [header.u64(f"{field} (shape)") for _ in range(dims)]
+        kind = int(header.scalar(GGUFValueType.UINT32, f"{field} (type)"))
+        offset = header.u64(f"{field} (offset)")
+        sized = _tensor_size(kind, shape)
+        if sized is None:
+            known = False
+            continue
+        product = dims >= 2 and not name.startswith(_LOOKUP_TENSORS)
+        has_output = has_output or name == "output.weight"
+        if dims >= 2 and name == "token_embd.weight":
+            embedding = len(layout)
+        layout.append((sized[0], offset, sized[1], product))
+    if embedding is not None and not has_output:  # tied head: the embedding is a product too
+        type_name, start, size, _ = layout[embedding]
+        layout[embedding] = (type_name, start, size, True)
+    for type_name, _, size, product in layout:
+        if product:
+            matmul[type_name] = matmul.get(type_name, 0) + size
+    metadata["__matmul_bytes__"] = tuple(sorted(matmul.items()))
+    metadata["__layout__"] = tuple(layout) if known else ()
     alignment = metadata.get("general.alignment", 32)
     alignment = alignment if isinstance(alignment, int) and alignment > 0 else 32
     start = -(-header.pos // alignment) * alignment
     return max(0, header.size - start)
+
+
+def _tensor_size(kind: int, shape: list[int]) -> tuple[str, int] | None:
+    """``(type name, bytes)`` of one tensor, or None for a type this reader does not know."""
+    try:
+        quant = GGMLQuantizationType(kind)
+    except ValueError:
+        return None
+    block, size = GGML_QUANT_SIZES.get(quant, (0, 0))
+    if not block:
+        return None
+    elements = math.prod(shape)
+    return quant.name.lower(), elements // block * size
 
 
 def _int(value: Any) -> int | None:
@@ -261,8 +308,11 @@ def read_geometry(
         expert_count=_int(get("expert_count")),
         file_size=file.stat().st_size,
         tensor_bytes=_int(meta.get("__tensor_data_bytes__")),
+        matmul_bytes=meta.get("__matmul_bytes__", ()),
+        tensor_layout=meta.get("__layout__", ()),
         mmproj_size=mmproj_size,
         vocab_size=_vocab_size(meta, arch),
+        merge_count=_count(meta.get("tokenizer.ggml.merges")),
     )
 
 
@@ -274,3 +324,9 @@ def _vocab_size(meta: dict[str, Any], arch: str) -> int | None:
     if isinstance(tokens, SkippedArray):
         return tokens.count
     return len(tokens) if isinstance(tokens, list) else None
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, SkippedArray):
+        return value.count
+    return len(value) if isinstance(value, list) else 0

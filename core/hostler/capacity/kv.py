@@ -20,6 +20,7 @@ __all__ = [
     "heuristic_per_slot_kv",
     "hybrid_linearization",
     "kv_scale",
+    "unfit_head_width",
     "windowed_linearization",
 ]
 
@@ -35,6 +36,20 @@ _BYTES_PER_ELEMENT = {
     "q4_0": 18 / 32,
 }
 SWA_EXTRA_TOKENS = 2048
+#: Elements per block of the quantized cache types (llama.cpp needs the head width divisible).
+_BLOCK = 32
+
+
+def unfit_head_width(geometry: ModelGeometry, cache_type: str | None) -> int | None:
+    """A head width the blocks of a quantized cache type do not divide, else None.
+
+    llama.cpp refuses to create such a cache; None also when the header does not say.
+    """
+    if (cache_type or "f16").lower() in {"f32", "f16", "bf16"}:
+        return None
+    widths = [*(_dims(geometry) or ())]
+    widths += [w for w in (geometry.key_length_swa, geometry.value_length_swa) if w]
+    return next((w for w in widths if w % _BLOCK), None)
 
 
 def bytes_per_element(cache_type: str | None) -> float:

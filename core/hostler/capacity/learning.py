@@ -6,6 +6,12 @@ what the estimate missed. The KV part of an estimate is exact arithmetic over th
 geometry, so what a measurement teaches is an offset on the rest (weights as mapped, runtime,
 compute): one measured launch corrects the estimates of every other context and slot count of
 that model. A point measured exactly is answered with its measurement scaled to the estimate.
+
+A measurement's ``estimated`` is what the ledger reserved for the launch: the estimate as
+this calibration had already corrected it when the launch was priced
+(:mod:`hostler.capacity.pricing`). Folding undoes that correction first, so what is learned is
+always measured minus the *raw* estimate, and relaunching at a learned point keeps reserving
+what was measured there instead of drifting back towards the raw estimate.
 """
 
 from __future__ import annotations
@@ -38,8 +44,30 @@ class Calibration:
         if not isinstance(event, FootprintMeasured):
             return
         family = (event.model, event.build, event.kv_type)
-        self.offsets.setdefault(family, []).append(event.measured - event.estimated)
-        self.points[(*family, event.ctx_total, event.slots)] = (event.estimated, event.measured)
+        raw = self.raw(
+            event.estimated,
+            model=event.model,
+            build=event.build,
+            kv_type=event.kv_type,
+            ctx_total=event.ctx_total,
+            slots=event.slots,
+        )
+        self.offsets.setdefault(family, []).append(event.measured - raw)
+        self.points[(*family, event.ctx_total, event.slots)] = (raw, event.measured)
+
+    def raw(
+        self, corrected: int, *, model: str, build: str, kv_type: str, ctx_total: int, slots: int
+    ) -> int:
+        """The raw estimate that :meth:`correct` turns into ``corrected`` now (its inverse)."""
+        family = (model, build, kv_type)
+        point = self.points.get((*family, ctx_total, slots))
+        if point is not None and point[0] > 0 and point[1] > 0:
+            estimated, measured = point
+            return round(corrected * estimated / measured)
+        offsets = self.offsets.get(family)
+        if not offsets:
+            return corrected
+        return corrected - round(statistics.median(offsets))
 
     def correct(
         self, estimate: int, *, model: str, build: str, kv_type: str, ctx_total: int, slots: int

@@ -19,7 +19,12 @@ from hostler.capacity.context import (
 )
 from hostler.capacity.estimate import LlamaFootprint, estimate_llama
 from hostler.capacity.geometry import ModelGeometry
-from hostler.capacity.kv import KvLinear, exact_linearization, heuristic_per_slot_kv
+from hostler.capacity.kv import (
+    KvLinear,
+    exact_linearization,
+    heuristic_per_slot_kv,
+    unfit_head_width,
+)
 from hostler.capacity.ledger import LedgerLimits, fallback_resident_bytes, format_denial, shortfall
 from hostler.capacity.slots import default_slots, planned_slots, slot_ceiling
 
@@ -64,7 +69,8 @@ class LaunchPlan:
         native_window: The model's trained window.
         applied_override: The explicit window in force, if any.
         auto_window: What the automatic plan would have chosen (only when an override is set).
-        weights_bytes: Resident weights estimate (CB11).
+        weights_bytes: What the engine holds besides its KV: the footprint estimator's figure
+            when the caller priced it (see :mod:`hostler.capacity.pricing`), else CB11's.
         kv: One slot's KV line at ``kv_type`` (``fixed + per_token × ctx``).
         planned_bytes: Weights + one slot.
         reserved_bytes: Weights + every slot.
@@ -74,6 +80,7 @@ class LaunchPlan:
             its peak under a full-context request.
         denial: The human denial text when not admitted.
         reasons: Why each figure is what it is, in order.
+        minimum_satisfied: Even one slot at the minimum window fits (C6); False: deny.
     """
 
     admitted: bool
@@ -92,6 +99,7 @@ class LaunchPlan:
     expected: LlamaFootprint
     denial: str = ""
     reasons: list[str] = field(default_factory=list)
+    minimum_satisfied: bool = True
 
     @property
     def total_ctx(self) -> int:
@@ -105,6 +113,15 @@ def default_kv_type(geometry: ModelGeometry, model: str) -> str:
     return "f16" if gemma else "q8_0"
 
 
+def _automatic_kv_type(request: PlanRequest, geometry: ModelGeometry, reasons: list[str]) -> str:
+    """L5, except that a quantized cache llama.cpp cannot build (head width) stays f16."""
+    kv_type = request.kv_type or default_kv_type(geometry, request.model)
+    if request.kv_type is None and (width := unfit_head_width(geometry, kv_type)) is not None:
+        reasons.append(f"KV f16: {kv_type} blocks do not divide the head width {width}")
+        kv_type = "f16"
+    return kv_type
+
+
 def plan_llama(
     request: PlanRequest,
     geometry: ModelGeometry,
@@ -113,8 +130,13 @@ def plan_llama(
     *,
     committed_other: int,
     free_ram: int | None = None,
+    resident: int | None = None,
 ) -> LaunchPlan:
-    """Plan a llama.cpp launch (L4–L8 over C1–C7 and S1–S7)."""
+    """Plan a llama.cpp launch (L4–L8 over C1–C7 and S1–S7).
+
+    ``resident`` is what the engine holds besides its KV cache, from the footprint estimator
+    (weights, repacked weights, runtime); without it the CB11 fallback on the file size.
+    """
     reasons: list[str] = []
     discrete = auto.kind is BudgetKind.DISCRETE
     floor = host_floor(
@@ -135,8 +157,12 @@ def plan_llama(
         f"window: {requirement.requested} requested, {requirement.minimum} minimum "
         f"(host floor {floor}, native {geometry.native_context or 'unknown'})"
     )
-    kv_type = request.kv_type or default_kv_type(geometry, request.model)
-    weights = fallback_resident_bytes("llamacpp", geometry.file_size, geometry.mmproj_size)
+    kv_type = _automatic_kv_type(request, geometry, reasons)
+    weights = (
+        fallback_resident_bytes("llamacpp", geometry.file_size, geometry.mmproj_size)
+        if resident is None
+        else resident
+    )
     line = exact_linearization(geometry, kv_type)
     exact = line is not None
     if line is None:
@@ -163,7 +189,7 @@ def plan_llama(
     if request.kv_type is None and request.slots is None and kv_type == "f16" and tier >= 2:
         # L5: Gemma keeps f16 KV unless that alone leaves it one slot where q8_0 gives two.
         q8_ceiling = ceiling_at("q8_0")
-        if ceiling < 2 <= q8_ceiling:
+        if ceiling < 2 <= q8_ceiling and unfit_head_width(geometry, "q8_0") is None:
             reasons.append(f"KV f16 → q8_0: f16 leaves {ceiling} slot, q8_0 allows {q8_ceiling}")
             kv_type, ceiling = "q8_0", q8_ceiling
             line = exact_linearization(geometry, kv_type) or line
@@ -235,6 +261,7 @@ def plan_llama(
             limits,
             committed_other=committed_other,
             free_ram=free_ram,
+            resident=resident,
         )
         auto_window = automatic.context_window
     return LaunchPlan(
@@ -254,4 +281,5 @@ def plan_llama(
         expected=estimate_llama(geometry, ctx_total=ctx * slots, slots=slots, kv_type=kv_type),
         denial=denial,
         reasons=reasons,
+        minimum_satisfied=ladder.minimum_satisfied,
     )

@@ -10,13 +10,9 @@ from typing import Any
 
 from hostler.capacity.budget import BudgetKind, CapacityBudget
 from hostler.capacity.gguf_header import read_geometry
-from hostler.capacity.ledger import (
-    LedgerState,
-    committed_other_for,
-    committed_snapshot,
-    limits_of,
-)
-from hostler.capacity.plan import LaunchPlan, PlanRequest, plan_llama
+from hostler.capacity.learning import Calibration
+from hostler.capacity.ledger import LedgerState, committed_snapshot, limits_of
+from hostler.capacity.pricing import LaunchPrice
 from hostler.capacity.units import GIB, KIB
 from hostler.drivers.host_ledger import (
     catch_up,
@@ -24,8 +20,11 @@ from hostler.drivers.host_ledger import (
     engine_alive,
     owner_alive,
 )
+from hostler.drivers.measure import load_calibration
+from hostler.engines.price import price_engine
 from hostler.errors import UsageError
 from hostler.events.base import encode
+from hostler.pluginhost import PluginHost
 from hostler.probes.device import DeviceSampled, budget_from, sample_device
 from hostler.probes.host import boot_id
 from hostler.probes.nvml import open_nvml
@@ -82,6 +81,13 @@ def _ledger_state(path: Path) -> LedgerState:
         return LedgerState()  # a reader never creates the host's ledger
     with EventStore.open(path) as store:
         return catch_up(store)
+
+
+def _calibration(path: Path) -> Calibration:
+    if not path.exists():
+        return Calibration()
+    with EventStore.open(path) as store:
+        return load_calibration(store)
 
 
 def _gib(value: float) -> str:
@@ -150,7 +156,7 @@ def run_budget(args: argparse.Namespace) -> int:
 
 
 def run_preview(args: argparse.Namespace) -> int:
-    """Plan and print."""
+    """Plan, price (the way the daemon does) and print."""
     for option in ("ctx", "slots"):
         value = getattr(args, option)
         if value is not None and value < 1:
@@ -162,32 +168,32 @@ def run_preview(args: argparse.Namespace) -> int:
     path = Path(args.ledger).expanduser() if args.ledger else default_ledger_path()
     state = _ledger_state(path)
     name = model_path.stem
-    others = 0 if args.standalone else committed_other_for(state, "llamacpp", name)
-    plan = plan_llama(
-        PlanRequest(
-            name,
-            ctx=args.ctx,
-            ctx_is_model_override=True,  # a window a person typed is deliberate intent (C4)
-            slots=args.slots,
-            kv_type=args.kv,
-            policy=args.policy,
-        ),
-        geometry,
-        budget,
-        limits_of(state, budget),
-        committed_other=others,
+    price = price_engine(
+        PluginHost().load().adapter("llamacpp"),
+        key=f"llamacpp:{name}:0",
+        model=model_path,
+        ctx=args.ctx,
+        slots=args.slots,
+        kv_type=args.kv,
+        budget=budget,
+        state=state,
+        calibration=_calibration(path),
+        policy=args.policy,
         free_ram=sample.free_ram if args.live else None,
+        standalone=args.standalone,
+        geometry=geometry,
     )
     if args.json:
-        print(json.dumps(_plan_dict(plan, geometry.architecture), indent=2))
+        print(json.dumps(_plan_dict(price, geometry.architecture), indent=2))
     else:
-        print("\n".join(_describe_plan(name, geometry.architecture, geometry.block_count, plan)))
-    return 0 if plan.admitted else 3
+        print("\n".join(_describe_plan(name, geometry.architecture, geometry.block_count, price)))
+    return 0 if price.admitted else 3
 
 
-def _plan_dict(plan: LaunchPlan, architecture: str) -> dict[str, Any]:
+def _plan_dict(price: LaunchPrice, architecture: str) -> dict[str, Any]:
+    plan = price.plan
     return {
-        "admitted": plan.admitted,
+        "admitted": price.admitted,
         "architecture": architecture,
         "context_window": plan.context_window,
         "slots": plan.slots,
@@ -200,18 +206,19 @@ def _plan_dict(plan: LaunchPlan, architecture: str) -> dict[str, Any]:
         "kv_fixed_per_slot": plan.kv.fixed,
         "kv_per_token_per_slot": plan.kv.per_token,
         "planned_bytes": plan.planned_bytes,
-        "reserved_bytes": plan.reserved_bytes,
+        "estimated_bytes": price.estimated,
+        "reserved_bytes": price.reserved_bytes,
+        "learned": price.learned,
         "committed_other_bytes": plan.committed_other,
         "exact_geometry": plan.exact_geometry,
-        "expected_bytes": plan.expected.total,
-        "expected_peak_bytes": plan.expected.peak,
-        "denial": plan.denial,
+        "denial": price.denial,
         "reasons": plan.reasons,
     }
 
 
-def _describe_plan(name: str, arch: str, layers: int | None, plan: LaunchPlan) -> list[str]:
-    verdict = "fits" if plan.admitted else "DOES NOT FIT"
+def _describe_plan(name: str, arch: str, layers: int | None, price: LaunchPrice) -> list[str]:
+    plan = price.plan
+    verdict = "fits" if price.admitted else "DOES NOT FIT"
     source = "header geometry" if plan.exact_geometry else "heuristic (header incomplete)"
     lines = [
         f"model    {name} ({arch}, {layers or '?'} layers, native window {plan.native_window})",
@@ -222,13 +229,15 @@ def _describe_plan(name: str, arch: str, layers: int | None, plan: LaunchPlan) -
         lines.append(
             f"override {plan.applied_override} tokens asked; automatic would be {plan.auto_window}"
         )
+    learned = (
+        f"; {_gib(price.estimated)} estimated, corrected by measured launches"
+        if price.learned
+        else " (footprint estimate at peak: tensor data, repacked weights, KV cells, runtime)"
+    )
     lines += [
-        f"expected {_gib(plan.expected.total)} once ready, {_gib(plan.expected.peak)} at peak "
-        "(footprint estimate: tensor data + KV cells + runtime)",
-        f"planned  {_gib(plan.planned_bytes)} (weights + one slot: what one chat costs)",
-        f"reserved {_gib(plan.reserved_bytes)} "
-        f"(weights + {plan.slots} slot(s): what the ledger holds)",
-        f"priced   weights {_gib(plan.weights_bytes)} + KV "
+        f"reserved {_gib(price.reserved_bytes)}: what the ledger holds for this launch{learned}",
+        f"planned  {_gib(plan.planned_bytes)} (resident + one slot of KV: what one chat costs)",
+        f"priced   resident {_gib(plan.weights_bytes)} + KV "
         f"{plan.kv.fixed / KIB:.0f} KiB fixed/slot + "
         f"{plan.kv.per_token / KIB:.2f} KiB/token/slot × window ({source})",
         f"others   {_gib(plan.committed_other)} held by other models "
@@ -236,6 +245,6 @@ def _describe_plan(name: str, arch: str, layers: int | None, plan: LaunchPlan) -
         "why",
         *(f"  - {reason}" for reason in plan.reasons),
     ]
-    if plan.denial:
-        lines.append(f"denied   {plan.denial}")
+    if price.denial:
+        lines.append(f"denied   {price.denial}")
     return lines

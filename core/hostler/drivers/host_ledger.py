@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -285,12 +286,20 @@ class HostLedger:
         self._engine_alive = engine_alive or _engine_alive_default
         self.state = LedgerState()
         self.retries = 0
+        # Several supervisors decide through one handle from worker threads: its state is
+        # folded and decided under this lock (never taken on the event loop).
+        self._lock = threading.RLock()
 
     # -- reading -----------------------------------------------------------------------------
 
     def refresh(self) -> LedgerState:
         """Fold the ledger events written since the last look."""
-        return catch_up(self.store, self.state)
+        with self._lock:
+            return catch_up(self.store, self.state)
+
+    def budget(self) -> CapacityBudget:
+        """The host's automatic budget now (before any explicit budget in the ledger)."""
+        return self._budget()
 
     def limits(self) -> LedgerLimits:
         """The limits in force now."""
@@ -436,6 +445,10 @@ class HostLedger:
         return [*reaped, decision.event()], decision
 
     def _decide(self, make: Callable[[LedgerState], tuple[list[Event], Any]]) -> Any:
+        with self._lock:
+            return self._decide_locked(make)
+
+    def _decide_locked(self, make: Callable[[LedgerState], tuple[list[Event], Any]]) -> Any:
         decided: list[Event] = []
 
         def decide(fresh: list[RecordedEvent]) -> tuple[list[Event], Any]:

@@ -304,7 +304,9 @@ class Supervisor:
         """Hold the engine's footprint in the host ledger before it starts."""
         if self.ledger is None or self._footprint is None:
             return 0
-        estimate = int(self._plugin("estimate_footprint", self._footprint))
+        footprint = self._footprint
+        # pricing reads the model's header, the ledger and the calibration: off the loop
+        estimate = int(await self._io.run(self._plugin, "estimate_footprint", footprint))
         decision = await self._io.run(
             lambda: self.ledger.reserve(self.key, estimate, token=token)  # type: ignore[union-attr]
         )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar, cast
@@ -186,6 +185,6 @@ def typed_decoder(cls: type[Event]) -> msgspec.json.Decoder[Any] | None:
 def payload_of(value: str | dict[str, Any]) -> dict[str, Any]:
     """A payload from :meth:`EventStore.read_rows`, decoded whatever the driver gave."""
     if isinstance(value, str):
-        decoded: dict[str, Any] = json.loads(value)
+        decoded: dict[str, Any] = msgspec.json.decode(value)
         return decoded
     return value

@@ -27,7 +27,8 @@ class FootprintMeasured(Event):
         kv_type: The KV cache type it ran with.
         ctx_total: ``--ctx-size``.
         slots: ``--parallel``.
-        estimated: hostler's estimate before launch (bytes).
+        estimated: What hostler reserved before launch (bytes): the estimate, corrected by
+            what earlier measurements had taught.
         measured: The footprint (bytes): RSS plus per-process GPU memory.
         rss: Resident set size.
         gpu: GPU memory attributed to the process (NVML), 0 without.

@@ -1,0 +1,135 @@
+"""Price a configured launch the one way (driver): what ``hostler preview`` and the daemon share.
+
+Gathers the inputs of :func:`hostler.capacity.pricing.price_launch` — the model's geometry, the
+adapter's footprint estimate, the engine build (for learning), what other engines hold in the
+host ledger, the budget, and the calibration folded from measured launches — and calls it. The
+daemon's ledger reserves ``reserved_bytes`` of the result and launches with its plan;
+``hostler preview`` shows the same figure as *reserved*.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from hostler.capacity.budget import CapacityBudget
+from hostler.capacity.geometry import ModelGeometry
+from hostler.capacity.keys import parse_key
+from hostler.capacity.learning import Calibration
+from hostler.capacity.ledger import LedgerState, committed_other_for, limits_of
+from hostler.capacity.plan import PlanRequest
+from hostler.capacity.pricing import LaunchPrice, price_launch
+from hostler.drivers.host_ledger import HostLedger
+from hostler.drivers.measure import load_calibration
+from hostler.errors import HostlerError
+from hostler.plugin import EngineAdapter, LaunchSpec
+
+__all__ = ["engine_build", "price_engine", "price_from_ledger"]
+
+
+def engine_build(adapter: EngineAdapter, spec: LaunchSpec) -> str:
+    """The build a launch of ``spec`` would run (as the supervisor names it), or ``unknown``."""
+    try:
+        return adapter.build_identity(adapter.build_command(spec))
+    except HostlerError:  # no binary here: nothing learned applies
+        return "unknown"
+
+
+def price_engine(
+    adapter: EngineAdapter,
+    *,
+    key: str,
+    model: Path,
+    ctx: int | None,
+    slots: int | None,
+    kv_type: str | None,
+    budget: CapacityBudget,
+    state: LedgerState,
+    calibration: Calibration,
+    extra_args: Mapping[str, str | int | float | bool] | None = None,
+    policy: str = "adaptive",
+    free_ram: int | None = None,
+    standalone: bool = False,
+    geometry: ModelGeometry | None = None,
+) -> LaunchPrice:
+    """Plan and price a launch of ``model`` as ``key`` (see the module's docstring).
+
+    ``ctx`` and ``slots`` are what the operator asked for (a per-model window, taken as a
+    deliberate override, C4); ``standalone`` prices the model as the only resident;
+    ``geometry`` is the model's, when the caller read it already (with a projector, say).
+    """
+    parsed = parse_key(key)
+    engine, name = (parsed.engine, parsed.model) if parsed else (adapter.engine_type, model.stem)
+    geometry = geometry or adapter.read_geometry(model)
+    extras = dict(extra_args or {})
+
+    def spec(ctx_total: int, count: int, cache_type: str) -> LaunchSpec:
+        count = max(1, count)
+        return LaunchSpec(
+            key=key,
+            model=model,
+            port=0,
+            ctx_per_slot=max(1, ctx_total // count),
+            slots=count,
+            kv_type=cache_type,
+            extra_args=extras,
+        )
+
+    build = engine_build(adapter, spec(256, 1, kv_type or "f16"))
+
+    def estimate(ctx_total: int, count: int, cache_type: str) -> int:
+        return int(adapter.estimate_footprint(geometry, spec(ctx_total, count, cache_type)))
+
+    def correct(value: int, ctx_total: int, count: int, cache_type: str) -> int:
+        return calibration.correct(
+            value,
+            model=model.name,
+            build=build,
+            kv_type=cache_type,
+            ctx_total=ctx_total,
+            slots=count,
+        )
+
+    return price_launch(
+        PlanRequest(
+            name,
+            ctx=ctx,
+            ctx_is_model_override=ctx is not None,
+            slots=slots,
+            kv_type=kv_type,
+            policy=policy,
+        ),
+        geometry,
+        budget,
+        limits_of(state, budget),
+        committed_other=0 if standalone else committed_other_for(state, engine, name),
+        estimate=estimate,
+        correct=correct,
+        free_ram=free_ram,
+    )
+
+
+def price_from_ledger(
+    adapter: EngineAdapter,
+    ledger: HostLedger,
+    *,
+    key: str,
+    model: Path,
+    ctx: int | None,
+    slots: int | None,
+    kv_type: str | None,
+    extra_args: Mapping[str, str | int | float | bool] | None = None,
+) -> LaunchPrice:
+    """:func:`price_engine` against the host ledger as it stands now (the daemon's way)."""
+    return price_engine(
+        adapter,
+        key=key,
+        model=model,
+        ctx=ctx,
+        slots=slots,
+        kv_type=kv_type,
+        budget=ledger.budget(),
+        state=ledger.refresh(),
+        calibration=load_calibration(ledger.store),
+        extra_args=extra_args,
+    )
