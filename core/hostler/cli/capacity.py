@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,9 @@ from hostler.capacity.ledger import (
     committed_snapshot,
     limits_of,
 )
+from hostler.capacity.overrides import ContextOverrides, read_context_overrides
 from hostler.capacity.plan import LaunchPlan, PlanRequest, plan_llama
-from hostler.capacity.units import GIB, KIB
+from hostler.capacity.units import GIB, KIB, MIB, format_half_up, round_half_up
 from hostler.errors import UsageError
 from hostler.events.base import encode
 from hostler.probes.device import DeviceSampled, budget_from, sample_device
@@ -79,9 +81,10 @@ def _ledger_state(path: Path) -> LedgerState:
 
 
 def _gib(value: float) -> str:
+    """Bytes as GiB (MiB under 1 GiB) with one decimal, rounded half up (1.25 → 1.3)."""
     if abs(value) < GIB:
-        return f"{value / (1024 * 1024):.1f} MiB"
-    return f"{value / GIB:.1f} GiB"
+        return f"{format_half_up(value, 1, per=MIB)} MiB"
+    return f"{format_half_up(value, 1, per=GIB)} GiB"
 
 
 def _describe_host(sample: DeviceSampled, budget: CapacityBudget) -> list[str]:
@@ -97,7 +100,7 @@ def _describe_host(sample: DeviceSampled, budget: CapacityBudget) -> list[str]:
     if budget.kind is BudgetKind.DISCRETE:
         split = f"{_gib(budget.vram)} usable VRAM + {_gib(budget.ram_share)} RAM share"
     elif budget.system_ram:
-        split = f"{round(100 * budget.budget / budget.system_ram)}% of RAM"
+        split = f"{round_half_up(100 * budget.budget, budget.system_ram)}% of RAM"
     else:
         split = ""
     lines.append(f"budget   {_gib(budget.budget)} ({split}; {how})")
@@ -141,6 +144,7 @@ def run_preview(args: argparse.Namespace) -> int:
         value = getattr(args, option)
         if value is not None and value < 1:
             raise UsageError(f"--{option} must be at least 1")
+    settings = read_context_overrides(os.environ)  # C1, C3: refused before any work if bad
     model_path = Path(args.model).expanduser()
     geometry = read_geometry(model_path, mmproj=args.mmproj)
     sample = _sample()
@@ -157,6 +161,8 @@ def run_preview(args: argparse.Namespace) -> int:
             slots=args.slots,
             kv_type=args.kv,
             policy=args.policy,
+            min_context=settings.min_context,
+            growth_ceiling=settings.growth_ceiling,
         ),
         geometry,
         budget,
@@ -165,13 +171,24 @@ def run_preview(args: argparse.Namespace) -> int:
         free_ram=sample.free_ram if args.live else None,
     )
     if args.json:
-        print(json.dumps(_plan_dict(plan, geometry.architecture), indent=2))
+        print(json.dumps(_plan_dict(plan, geometry.architecture, settings), indent=2))
     else:
-        print("\n".join(_describe_plan(name, geometry.architecture, geometry.block_count, plan)))
+        lines = _describe_plan(name, geometry.architecture, geometry.block_count, plan)
+        print("\n".join(lines[:2] + _describe_settings(settings) + lines[2:]))
     return 0 if plan.admitted else 3
 
 
-def _plan_dict(plan: LaunchPlan, architecture: str) -> dict[str, Any]:
+def _describe_settings(settings: ContextOverrides) -> list[str]:
+    meaning = {
+        "HOSTLER_MIN_CONTEXT_TOKENS": "host floor: the smallest window admitted",
+        "HOSTLER_LLAMA_GROWTH_CEILING_TOKENS": "ceiling of adaptive growth",
+    }
+    return [
+        f"setting  {name}={value} ({meaning[name]})" for name, value in settings.in_force().items()
+    ]
+
+
+def _plan_dict(plan: LaunchPlan, architecture: str, settings: ContextOverrides) -> dict[str, Any]:
     return {
         "admitted": plan.admitted,
         "architecture": architecture,
@@ -193,6 +210,7 @@ def _plan_dict(plan: LaunchPlan, architecture: str) -> dict[str, Any]:
         "expected_peak_bytes": plan.expected.peak,
         "denial": plan.denial,
         "reasons": plan.reasons,
+        "settings": settings.in_force(),
     }
 
 
@@ -215,8 +233,8 @@ def _describe_plan(name: str, arch: str, layers: int | None, plan: LaunchPlan) -
         f"reserved {_gib(plan.reserved_bytes)} "
         f"(weights + {plan.slots} slot(s): what the ledger holds)",
         f"priced   weights {_gib(plan.weights_bytes)} + KV "
-        f"{plan.kv.fixed / KIB:.0f} KiB fixed/slot + "
-        f"{plan.kv.per_token / KIB:.2f} KiB/token/slot × window ({source})",
+        f"{format_half_up(plan.kv.fixed, 0, per=KIB)} KiB fixed/slot + "
+        f"{format_half_up(plan.kv.per_token, 2, per=KIB)} KiB/token/slot × window ({source})",
         f"others   {_gib(plan.committed_other)} held by other models "
         "(this model's replicas excluded)",
         "why",
