@@ -1,0 +1,586 @@
+"""Edges of the pure capacity rules: thresholds at, just below and just above; zero and
+negative inputs; constants pinned by their literal values (B, S, C, L, CB, PP4).
+
+Written to kill the mutants ``bench/mutate.py`` showed surviving (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hostler.capacity.budget import (
+    BudgetKind,
+    HostMemory,
+    compute_budget,
+    parse_budget_override,
+)
+from hostler.capacity.context import (
+    CONSTRAINED_FLOOR,
+    CONTEXT_FLOOR,
+    ContextRequirement,
+    clamp_ctx_for_memory,
+    host_floor,
+    llama_requirement,
+    plan_adaptive_growth,
+    plan_ctx_for_memory,
+    requirement,
+)
+from hostler.capacity.slots import compute_headroom, default_slots, planned_slots, slot_ceiling
+from hostler.capacity.victims import DEMAND_WINDOW, Resident, VictimPlan, choose_victims
+
+G = 1024**3
+M = 1024**2
+
+
+# -- B: budget ---------------------------------------------------------------------------------
+
+
+def _figures(host: HostMemory, **kw: float) -> tuple[str, int, int, int, int, int, bool]:
+    b = compute_budget(host, **kw)  # type: ignore[arg-type]
+    return (
+        b.kind.value,
+        b.ram_share,
+        b.vram,
+        b.budget,
+        b.fast,
+        b.concurrency_sizing,
+        b.ram_spillover_auto,
+    )
+
+
+@pytest.mark.parametrize(
+    ("host", "expected"),
+    [
+        # the 96 GiB threshold: one byte below keeps the low fractions (0.6 / 0.7)
+        (
+            HostMemory(96 * G - 1),
+            ("system-ram", 61847529061, 0, 61847529061, 61847529061, 61847529061, True),
+        ),
+        (
+            HostMemory(96 * G),
+            ("system-ram", 82463372083, 0, 82463372083, 82463372083, 82463372083, True),
+        ),
+        (
+            HostMemory(96 * G - 1, apple_silicon=True),
+            ("unified", 85899345919, 0, 85899345919, 85899345919, 72155450572, True),
+        ),
+        # unified: the OS keeps at least 4 GiB, and nothing is left below that
+        (HostMemory(2 * G, apple_silicon=True), ("unified", 0, 0, 0, 0, 0, True)),
+        (HostMemory(4 * G, apple_silicon=True), ("unified", 0, 0, 0, 0, 0, True)),
+        (
+            HostMemory(5 * G, apple_silicon=True),
+            ("unified", 1073741824, 0, 1073741824, 1073741824, 1073741824, True),
+        ),
+        (
+            HostMemory(20 * G, apple_silicon=True),
+            ("unified", 15032385536, 0, 15032385536, 15032385536, 15032385536, True),
+        ),
+        # unified above 96 GiB: RAM - 16 GiB beats 80 %; slots still sized on 96 GiB
+        (
+            HostMemory(160 * G, apple_silicon=True),
+            ("unified", 154618822656, 0, 154618822656, 154618822656, 103079215104, True),
+        ),
+        # the shared-pool ratio 0.75: exactly there is unified, one byte less a real card
+        (
+            HostMemory(64 * G, vram=48 * G),
+            ("unified", 51539607552, 0, 51539607552, 51539607552, 48103633715, True),
+        ),
+        (
+            HostMemory(64 * G, vram=48 * G - 1),
+            (
+                "discrete-gpu",
+                41231686041,
+                48962627173,
+                90194313214,
+                48962627173,
+                48962627173,
+                False,
+            ),
+        ),
+        # no card: zero, absent or negative VRAM
+        (
+            HostMemory(64 * G, vram=0),
+            ("system-ram", 41231686041, 0, 41231686041, 41231686041, 41231686041, True),
+        ),
+        (
+            HostMemory(64 * G, vram=-G),
+            ("system-ram", 41231686041, 0, 41231686041, 41231686041, 41231686041, True),
+        ),
+        # a one-byte card is a card (95 % of it rounds down to nothing)
+        (HostMemory(64 * G, vram=1), ("discrete-gpu", 41231686041, 0, 41231686041, 0, 0, False)),
+        # a negative RAM reading counts as none
+        (HostMemory(-5), ("system-ram", 0, 0, 0, 0, 0, True)),
+        # the RAM share is capped at 96 GiB on a card host too
+        (
+            HostMemory(256 * G, vram=24 * G),
+            (
+                "discrete-gpu",
+                103079215104,
+                24481313587,
+                127560528691,
+                24481313587,
+                24481313587,
+                False,
+            ),
+        ),
+    ],
+)
+def test_budget_edges(
+    host: HostMemory, expected: tuple[str, int, int, int, int, int, bool]
+) -> None:
+    assert _figures(host) == expected
+
+
+def test_unified_flag_false_on_apple_silicon_is_obeyed() -> None:
+    assert compute_budget(HostMemory(16 * G, unified=False, apple_silicon=True)).kind is (
+        BudgetKind.SYSTEM_RAM
+    )
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        # exactly the usable VRAM: the RAM share is 0, fast is the whole override
+        (
+            24481313587 / G,
+            ("discrete-gpu", 0, 24481313587, 24481313587, 24481313587, 24481313587, False),
+        ),
+        (1.0, ("discrete-gpu", 0, 24481313587, 1073741824, 1073741824, 1073741824, False)),
+        (
+            30.0,
+            ("discrete-gpu", 7730941133, 24481313587, 32212254720, 24481313587, 24481313587, False),
+        ),
+        (
+            0.0,
+            (
+                "discrete-gpu",
+                41231686041,
+                24481313587,
+                65712999628,
+                24481313587,
+                24481313587,
+                False,
+            ),
+        ),
+        (
+            -1.0,
+            (
+                "discrete-gpu",
+                41231686041,
+                24481313587,
+                65712999628,
+                24481313587,
+                24481313587,
+                False,
+            ),
+        ),
+        (
+            float("inf"),
+            (
+                "discrete-gpu",
+                41231686041,
+                24481313587,
+                65712999628,
+                24481313587,
+                24481313587,
+                False,
+            ),
+        ),
+        (
+            float("nan"),
+            (
+                "discrete-gpu",
+                41231686041,
+                24481313587,
+                65712999628,
+                24481313587,
+                24481313587,
+                False,
+            ),
+        ),
+    ],
+)
+def test_override_edges_on_a_card_host(
+    override: float, expected: tuple[str, int, int, int, int, int, bool]
+) -> None:
+    assert _figures(HostMemory(64 * G, vram=24 * G), override_gib=override) == expected
+    overridden = compute_budget(HostMemory(64 * G, vram=24 * G), override_gib=override)
+    assert overridden.overridden is (0 < override < float("inf"))
+
+
+def test_override_on_a_unified_host_is_the_whole_fast_budget() -> None:
+    b = compute_budget(HostMemory(32 * G, apple_silicon=True), override_gib=0.5)
+    assert (b.budget, b.fast, b.concurrency_sizing, b.ram_share, b.vram) == (
+        536870912,
+        536870912,
+        536870912,
+        536870912,
+        0,
+    )
+    assert b.ram_spillover_auto is True
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("1", 1.0), ("0.001", 0.001), ("  2 ", 2.0), ("1e1", 10.0), ("-0", None), ("  ", None)],
+)
+def test_budget_override_text_edges(text: str, value: float | None) -> None:
+    assert parse_budget_override(text) == value
+
+
+# -- PP4: victims --------------------------------------------------------------------------------
+
+
+def _r(
+    key: str,
+    size: int,
+    *,
+    busy: bool = False,
+    draining: bool = False,
+    hits: int = 0,
+    used: float = 0.0,
+) -> Resident:
+    return Resident(key, size, busy, draining, hits, used)
+
+
+def test_demand_window_is_a_minute() -> None:
+    assert DEMAND_WINDOW == 60.0
+
+
+def test_no_shortfall_no_victims() -> None:
+    idle = [_r("a", 5)]
+    assert choose_victims(idle, 0) == VictimPlan((), 0, True, None)
+    assert choose_victims(idle, -3) == VictimPlan((), 0, True, None)
+
+
+def test_one_byte_of_shortfall_takes_a_victim() -> None:
+    assert choose_victims([_r("a", 1)], 1) == VictimPlan(("a",), 1, True, None)
+    assert choose_victims([], 1) == VictimPlan((), 0, False, None)
+
+
+def test_the_batch_stops_as_soon_as_it_covers_the_shortfall() -> None:
+    idle = [_r("a", 5, used=1.0), _r("b", 5, used=2.0), _r("c", 5, used=3.0)]
+    assert choose_victims(idle, 5) == VictimPlan(("a",), 5, True, None)  # equality covers
+    assert choose_victims(idle, 6) == VictimPlan(("a", "b"), 10, True, None)
+    assert choose_victims(idle, 15) == VictimPlan(("a", "b", "c"), 15, True, None)
+    assert choose_victims(idle, 16) == VictimPlan(("a", "b", "c"), 15, False, None)
+
+
+def test_order_is_fewest_hits_then_oldest_then_key() -> None:
+    idle = [
+        _r("hot-old", 1, hits=3, used=1.0),
+        _r("cold-new", 1, hits=0, used=9.0),
+        _r("cold-old-b", 1, hits=0, used=2.0),
+        _r("cold-old-a", 1, hits=0, used=2.0),
+        _r("warm", 1, hits=1, used=0.5),
+    ]
+    plan = choose_victims(idle, 5)
+    assert plan.victims == ("cold-old-a", "cold-old-b", "cold-new", "warm", "hot-old")
+
+
+def test_busy_and_draining_engines_are_never_victims() -> None:
+    residents = [
+        _r("busy-old", 50, busy=True, used=1.0),
+        _r("busy-new", 50, busy=True, used=5.0),
+        _r("draining", 50, draining=True, used=0.0),
+        _r("busy-draining", 50, busy=True, draining=True, used=0.0),
+        _r("idle", 10, used=3.0),
+    ]
+    plan = choose_victims(residents, 20)
+    assert plan == VictimPlan(("idle",), 10, False, "busy-old")
+    assert choose_victims(residents, 10) == VictimPlan(("idle",), 10, True, None)
+
+
+def test_busy_fallback_ties_break_by_key_and_none_when_only_draining() -> None:
+    residents = [_r("b", 5, busy=True, used=1.0), _r("a", 5, busy=True, used=1.0)]
+    assert choose_victims(residents, 1).busy_fallback == "a"
+    draining = [_r("d", 5, busy=True, draining=True), _r("e", 5, draining=True)]
+    assert choose_victims(draining, 1) == VictimPlan((), 0, False, None)
+
+
+# -- S: slots ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fast", "slots"),
+    [
+        (0, 1),
+        (12 * G - 1, 1),
+        (12 * G, 2),
+        (24 * G - 1, 2),
+        (24 * G, 3),
+        (48 * G - 1, 3),
+        (48 * G, 4),
+        (10**15, 4),
+    ],
+)
+def test_default_slot_tiers_at_their_thresholds(fast: int, slots: int) -> None:
+    assert default_slots(fast) == slots
+
+
+def test_compute_headroom_by_engine() -> None:
+    assert [compute_headroom(e) for e in ("mlx", "llamacpp", "llama-cpp", "ds4", "other")] == [
+        0.35,
+        0.20,
+        0.20,
+        0.20,
+        0.20,
+    ]
+
+
+def _ceiling(**kw: object) -> int:
+    args: dict[str, object] = {
+        "engine": "ds4",  # ds4 prices 0 B of weights as 0 B: the KV budget is the budget
+        "ctx": 1000,
+        "weights_bytes": 0,
+        "budget": 10 * G,
+        "committed_other": 0,
+        "cache_type": "f16",
+        "exact_f16_per_slot": G,
+    }
+    args.update(kw)
+    return slot_ceiling(**args)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kw", "slots"),
+    [
+        ({}, 8),  # 10 GiB x 0.8 / 1 GiB
+        ({"engine": "mlx"}, 5),  # (10 - 1 GiB of MLX runtime) x 0.65
+        ({"committed_other": 2 * G}, 6),
+        ({"sizing_budget": 5 * G}, 4),
+        ({"sizing_budget": 20 * G}, 8),  # the sizing budget only ever lowers
+        ({"budget": 0}, 1),  # never below one slot
+        ({"budget": 5 * G + 5 * G // 4}, 5),  # usable exactly 5 slots
+        ({"budget": 5 * G + 5 * G // 4 - 1}, 4),
+        ({"exact_f16_per_slot": 0}, 209),  # heuristic: 40 KiB/token x 1000 tokens
+        ({"exact_f16_per_slot": -5}, 209),
+        ({"exact_f16_per_slot": None, "ctx": 0}, 1),  # a slot that costs nothing
+        ({"cache_type": "q4_0"}, 26),  # 1 GiB x 0.30 per slot
+        ({"engine": "llamacpp", "weights_bytes": G}, 6),  # 10 - 1.1 GiB - 256 MiB
+    ],
+)
+def test_slot_ceiling_edges(kw: dict[str, object], slots: int) -> None:
+    assert _ceiling(**kw) == slots
+
+
+def test_planned_slots_resolver_edges() -> None:
+    assert planned_slots(None, 3, 2) == 2
+    assert planned_slots(0, 3, 2) == 2  # zero and negative counts are "not configured"
+    assert planned_slots(-1, 3, 2) == 2
+    assert planned_slots(7, 3, 2) == 7  # verbatim, even above the ceiling
+    assert planned_slots(1, 9, 4) == 1
+    assert planned_slots(None, 0, 4) == 1
+    assert planned_slots(None, 5, 4) == 4
+    assert planned_slots(None, 4, 5) == 4
+
+
+# -- C: context ----------------------------------------------------------------------------------
+
+
+def test_context_constants_by_value() -> None:
+    assert (CONTEXT_FLOOR, CONSTRAINED_FLOOR) == (65536, 32768)
+
+
+@pytest.mark.parametrize(
+    ("kw", "floor"),
+    [
+        ({"discrete": True, "usable_vram": 8 * G, "system_ram": 64 * G}, 32768),
+        ({"discrete": True, "usable_vram": 8 * G + 1, "system_ram": 4 * G}, 65536),
+        ({"discrete": False, "usable_vram": 0, "system_ram": 16 * G}, 32768),
+        ({"discrete": False, "usable_vram": 0, "system_ram": 16 * G + 1}, 65536),
+        ({"discrete": False, "usable_vram": 0, "system_ram": 4 * G, "env_minimum": 0}, 32768),
+        ({"discrete": False, "usable_vram": 0, "system_ram": 4 * G, "env_minimum": -1}, 32768),
+        ({"discrete": False, "usable_vram": 0, "system_ram": 64 * G, "env_minimum": 1}, 1),
+        ({"discrete": True, "usable_vram": 4 * G, "system_ram": 4 * G, "env_minimum": 99}, 99),
+    ],
+)
+def test_host_floor_edges(kw: dict[str, object], floor: int) -> None:
+    assert host_floor(**kw) == floor  # type: ignore[arg-type]
+
+
+def test_generic_requirement_edges() -> None:
+    assert requirement(None, None, 65536) == ContextRequirement(65536, 65536, 65536)
+    assert requirement(0, 0, 32768) == ContextRequirement(32768, 32768, 32768)
+    assert requirement(4096, None, 65536) == ContextRequirement(4096, 4096, 4096)
+    assert requirement(131072, 100000, 65536) == ContextRequirement(131072, 100000, 65536)
+    assert requirement(131072, 1000, 65536) == ContextRequirement(131072, 65536, 65536)
+    assert requirement(131072, 200000, 65536) == ContextRequirement(131072, 131072, 65536)
+
+
+@pytest.mark.parametrize(
+    ("kw", "expected"),
+    [
+        ({}, (131072, 65536, 65536, 131072, False)),
+        ({"explicit": 8192, "override_below_floor": True}, (131072, 8192, 8192, None, False)),
+        ({"explicit": 8192}, (131072, 65536, 65536, None, False)),
+        ({"explicit": 65536, "override_below_floor": True}, (131072, 65536, 65536, None, False)),
+        ({"explicit": 65535, "override_below_floor": True}, (131072, 65535, 65535, None, False)),
+        ({"policy": "model-max"}, (131072, 131072, 131072, None, True)),
+        ({"policy": "model-max", "native": None}, (65536, 65536, 65536, None, False)),
+        ({"policy": "model-max", "explicit": 70000}, (131072, 70000, 65536, None, False)),
+        ({"native": 66560}, (66560, 65536, 65536, 66560, False)),
+        ({"native": 66559}, (66559, 65536, 65536, None, False)),  # 1024-aligned: 65536
+        ({"native": 65536}, (65536, 65536, 65536, None, False)),
+        ({"manifest_context": 32768}, (131072, 65536, 65536, None, False)),
+        ({"manifest_context": 98304}, (131072, 98304, 65536, None, False)),
+        ({"manifest_context": 99999}, (131072, 99999, 65536, None, False)),
+        ({"growth_ceiling": 67583}, (131072, 65536, 65536, 66560, False)),
+        ({"growth_ceiling": 66560}, (131072, 65536, 65536, 66560, False)),
+        ({"growth_ceiling": 66559}, (131072, 65536, 65536, None, False)),
+        ({"policy": "other"}, (131072, 65536, 65536, None, False)),
+    ],
+)
+def test_llama_requirement_edges(
+    kw: dict[str, object], expected: tuple[int, int, int, int | None, bool]
+) -> None:
+    args: dict[str, object] = {"native": 131072, "floor": 65536}
+    args.update(kw)
+    r = llama_requirement(**args)  # type: ignore[arg-type]
+    assert (r.native, r.requested, r.minimum, r.growth_target, r.strict) == expected
+
+
+def _clamp(**kw: object) -> tuple[int, bool]:
+    args: dict[str, object] = {
+        "requested": 10**7,
+        "slots": 1,
+        "kv_per_token": 1024,
+        "weights_resident": 2 * G,
+        "budget": 10 * G,
+        "committed_other": 0,
+    }
+    args.update(kw)
+    c = clamp_ctx_for_memory(**args)  # type: ignore[arg-type]
+    assert c.clamped == bool(c.reason)
+    return c.ctx, c.clamped
+
+
+@pytest.mark.parametrize(
+    ("kw", "expected"),
+    [
+        ({}, (6710272, True)),  # 8 GiB x 0.8 / 1024 B, down to a multiple of 1024
+        ({"slots": 2}, (3354624, True)),
+        ({"slots": 0}, (6710272, True)),  # counted as one slot
+        ({"committed_other": G}, (5871616, True)),
+        ({"free_ram": 6 * G}, (1677312, True)),  # live: 6 - 2 GiB reserve = 4 GiB
+        ({"free_ram": 6 * G, "vram": G}, (2515968, True)),
+        ({"free_ram": 2 * G, "vram": 4 * G}, (1677312, True)),
+        ({"free_ram": G, "vram": -G}, (8192, True)),  # nothing live: the floor
+        ({"free_ram": 20 * G}, (6710272, True)),  # the budget still caps
+        ({"requested": 8192, "budget": 0}, (8192, False)),  # at the floor: untouched
+        ({"requested": 8193, "budget": 0}, (8192, True)),
+        ({"kv_per_token": 0}, (10**7, False)),
+        ({"kv_per_token": -1}, (10**7, False)),
+        ({"requested": 6710272}, (6710272, False)),  # exactly what fits
+        ({"requested": 6710273}, (6710272, True)),
+        ({"budget": 2 * G}, (8192, True)),  # no allowance at all
+        ({"budget": 2 * G, "floor": 1}, (1, True)),
+        ({"budget": 2 * G + 1280 * 1024, "floor": 1}, (1024, True)),
+        ({"budget": 2 * G + 1280 * 1024 - 1, "floor": 1}, (1, True)),
+    ],
+)
+def test_clamp_edges(kw: dict[str, object], expected: tuple[int, bool]) -> None:
+    assert _clamp(**kw) == expected
+
+
+def test_clamp_constants_by_value() -> None:
+    assert _clamp(requested=8193, budget=0, floor=8192) == (8192, True)
+    # the 2 GiB OS reserve of the live half: 2 GiB + 1280 KiB free holds exactly 1024 tokens
+    assert _clamp(weights_resident=0, free_ram=2 * G + 1280 * 1024, floor=1) == (1024, True)
+    assert _clamp(weights_resident=0, free_ram=2 * G + 1280 * 1024 - 1, floor=1) == (1, True)
+
+
+def _ladder(**kw: object) -> tuple[int, int, bool]:
+    args: dict[str, object] = {
+        "requested": 10**7,
+        "minimum": 3354624,
+        "slots": 3,
+        "kv_per_token": 1024,
+        "weights_resident": 2 * G,
+        "budget": 10 * G,
+        "committed_other": 0,
+    }
+    args.update(kw)
+    r = plan_ctx_for_memory(**args)  # type: ignore[arg-type]
+    return r.ctx, r.slots, r.minimum_satisfied
+
+
+@pytest.mark.parametrize(
+    ("kw", "expected"),
+    [
+        ({}, (3354624, 2, True)),  # 3 slots hold 2236416 each; 2 slots meet it exactly
+        ({"minimum": 3354625}, (6710272, 1, True)),
+        ({"minimum": 2236416}, (2236416, 3, True)),
+        ({"minimum": 2236417}, (3354624, 2, True)),
+        ({"slots": 0, "minimum": 1}, (6710272, 1, True)),
+        ({"minimum": 6710272}, (6710272, 1, True)),
+        ({"minimum": 6710273}, (6710272, 1, False)),  # denied, never launched short
+        ({"requested": 4096, "minimum": 4096}, (4096, 3, True)),
+    ],
+)
+def test_ladder_edges(kw: dict[str, object], expected: tuple[int, int, bool]) -> None:
+    assert _ladder(**kw) == expected
+
+
+def test_ladder_denial_says_what_one_slot_holds() -> None:
+    r = plan_ctx_for_memory(
+        requested=10**7,
+        minimum=6710273,
+        slots=2,
+        kv_per_token=1024,
+        weights_resident=2 * G,
+        budget=10 * G,
+        committed_other=0,
+    )
+    assert r.clamped
+    assert r.reason == "needs a window of 6710273 tokens; one slot could hold 6710272"
+
+
+def _grow(**kw: object) -> tuple[int, int, bool]:
+    # 1280 MiB fast, no weights, 1 KiB/token: 80% holds 2**20 tokens in all
+    args: dict[str, object] = {
+        "base_ctx": 100000,
+        "target": 300000,
+        "slots": 4,
+        "kv_per_token": 1024,
+        "fixed_per_slot": 0,
+        "weights_resident": 0,
+        "fast_budget": 1280 * M,
+        "committed_other": 0,
+        "discrete": False,
+        "vram": 0,
+        "moe": False,
+        "free_ram": None,
+        "allow_slot_trade": True,
+    }
+    args.update(kw)
+    g = plan_adaptive_growth(**args)  # type: ignore[arg-type]
+    return g.ctx, g.slots, g.grown
+
+
+@pytest.mark.parametrize(
+    ("kw", "expected"),
+    [
+        ({}, (262144, 4, True)),  # 3 slots would reach 300000, but that is < 1.25x
+        ({"target": 327680}, (327680, 3, True)),  # exactly 1.25x: the trade is taken
+        ({"target": 327679}, (262144, 4, True)),
+        ({"target": 600000}, (524288, 2, True)),  # best window while none reaches it
+        ({"target": 340000}, (340000, 3, True)),  # the largest count that reaches it
+        ({"slots": 2, "target": 2**21}, (524288, 2, True)),  # never trades below 2 slots
+        ({"slots": 1, "target": 2**21}, (1048576, 1, True)),
+        ({"discrete": True, "vram": 640 * M}, (262144, 2, True)),  # the card caps it
+        ({"free_ram": 2 * G + 640 * M, "target": 600000}, (262144, 2, True)),
+        ({"moe": True, "discrete": True, "vram": G}, (100000, 4, False)),
+        ({"moe": True}, (262144, 4, True)),  # MoE grows on shared memory
+        ({"target": 100000}, (100000, 4, False)),
+        ({"target": 100001}, (100001, 4, True)),
+        ({"target": None}, (100000, 4, False)),
+        ({"kv_per_token": 0}, (100000, 4, False)),
+        ({"allow_slot_trade": False, "target": 600000}, (262144, 4, True)),
+        ({"base_ctx": 262144}, (262144, 4, False)),
+        ({"base_ctx": 262143}, (262144, 4, True)),
+        ({"fixed_per_slot": 64 * M}, (300000, 2, True)),
+    ],
+)
+def test_growth_edges(kw: dict[str, object], expected: tuple[int, int, bool]) -> None:
+    assert _grow(**kw) == expected
