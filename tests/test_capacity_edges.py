@@ -6,6 +6,8 @@ Written to kill the mutants ``bench/mutate.py`` showed surviving (docs/benchmark
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from hostler.capacity.budget import (
@@ -24,6 +26,18 @@ from hostler.capacity.context import (
     plan_adaptive_growth,
     plan_ctx_for_memory,
     requirement,
+)
+from hostler.capacity.geometry import ModelGeometry
+from hostler.capacity.kv import (
+    KvLinear,
+    bytes_per_element,
+    exact_linearization,
+    exact_per_slot_f16,
+    full_attention_kv,
+    heuristic_per_slot_kv,
+    hybrid_linearization,
+    kv_scale,
+    windowed_linearization,
 )
 from hostler.capacity.slots import compute_headroom, default_slots, planned_slots, slot_ceiling
 from hostler.capacity.victims import DEMAND_WINDOW, Resident, VictimPlan, choose_victims
@@ -584,3 +598,146 @@ def _grow(**kw: object) -> tuple[int, int, bool]:
 )
 def test_growth_edges(kw: dict[str, object], expected: tuple[int, int, bool]) -> None:
     assert _grow(**kw) == expected
+
+
+# -- L9–L11, S3–S4: KV -------------------------------------------------------------------------
+
+_BASE = ModelGeometry(block_count=4, head_count=8, head_count_kv=2, embedding_length=1024)
+_SWA = replace(_BASE, swa_pattern=(True, False, True, False), sliding_window=100, key_length_swa=32)
+_HYBRID = replace(
+    _BASE,
+    block_count=8,
+    full_attention_interval=4,
+    ssm_inner_size=10,
+    ssm_conv_kernel=4,
+    ssm_state_size=3,
+)
+
+
+@pytest.mark.parametrize(
+    ("geometry", "ctx", "kind", "expected"),
+    [
+        (_BASE, 1, "f16", 4096),  # 4 layers x 2 heads x (128 + 128) x 2 B
+        (_BASE, 3, "q8_0", 6528),
+        (_BASE, 3, "q4_0", 3456),
+        (_BASE, 0, "f16", 0),
+        (replace(_BASE, key_length=64), 1, "f16", 3072),
+        (replace(_BASE, value_length=64), 1, "f16", 3072),
+        (
+            ModelGeometry(block_count=4, head_count_kv=2, key_length=64, value_length=32),
+            1,
+            "f16",
+            1536,
+        ),
+        (replace(_BASE, head_count_kv=None), 1, "f16", 16384),  # KV heads = heads
+        (replace(_BASE, shared_kv_layers=-2), 1, "f16", 4096),
+        (replace(_BASE, shared_kv_layers=3), 1, "f16", 1024),
+        (replace(_BASE, shared_kv_layers=4), 1, "f16", 0),
+        (replace(_BASE, shared_kv_layers=9), 1, "f16", 0),
+        (replace(_BASE, full_attention_interval=1), 1, "f16", 4096),
+        (replace(_BASE, full_attention_interval=2), 1, "f16", 2048),  # layers 1 and 3
+        (replace(_BASE, full_attention_interval=4), 1, "f16", 1024),
+        (replace(_BASE, full_attention_interval=5), 1, "f16", 0),
+        (replace(_BASE, key_length=3, value_length=2), 4096, "q8_0", 174080),
+        (replace(_BASE, key_length=3, value_length=2), 1, "q8_0", 43),  # rounded up
+        (_SWA, 1, "f16", 3328),
+        (replace(_SWA, shared_kv_layers=1), 1, "f16", 2304),
+        (replace(_SWA, value_length_swa=16), 1, "f16", 2432),
+    ],
+)
+def test_full_attention_kv_edges(
+    geometry: ModelGeometry, ctx: int, kind: str, expected: int
+) -> None:
+    assert full_attention_kv(geometry, ctx, kind) == expected
+
+
+@pytest.mark.parametrize(
+    "geometry",
+    [
+        replace(_BASE, block_count=0),
+        replace(_BASE, block_count=None),
+        replace(_BASE, head_count=None),
+        replace(_BASE, embedding_length=None),
+        replace(_BASE, head_count_kv=None, head_count=None, key_length=8, value_length=8),
+        replace(_SWA, head_count_kv=(2, 2, 2)),  # fewer per-layer counts than layers
+    ],
+)
+def test_full_attention_kv_without_the_facts_is_none(geometry: ModelGeometry) -> None:
+    assert full_attention_kv(geometry, 1, "f16") is None
+
+
+def test_windowed_line_edges() -> None:
+    assert windowed_linearization(_SWA, "f16") == KvLinear(2749440.0, 2048.0)
+    # 2 SWA layers x 2 heads x (32 + 128) x 2 B x (100 + 2048 cells)
+    assert windowed_linearization(replace(_SWA, shared_kv_layers=1), "f16") == KvLinear(
+        2749440.0, 1024.0
+    )
+    assert windowed_linearization(replace(_SWA, sliding_window=0), "f16") is None
+    assert windowed_linearization(replace(_SWA, head_count_kv=(2, 2, 2)), "f16") is None
+    assert windowed_linearization(replace(_SWA, embedding_length=None), "f16") is None
+    assert windowed_linearization(replace(_SWA, block_count=None), "f16") is None
+    assert windowed_linearization(replace(_SWA, swa_pattern=(True,) * 5), "f16") is None
+    assert exact_linearization(_SWA, "f16") == KvLinear(2749440.0, 2048.0)
+    assert exact_per_slot_f16(_SWA, 10) == 2749440 + 20480
+
+
+def test_hybrid_line_edges() -> None:
+    assert hybrid_linearization(_HYBRID, "f16") == KvLinear(1440.0, 2048.0)
+    # 6 linear layers x (10 x (4 - 1) + 10 x 3) x 4 B; layers 3 and 7 are full
+    assert hybrid_linearization(replace(_HYBRID, full_attention_interval=2), "f16") == (
+        KvLinear(960.0, 4096.0)
+    )
+    assert hybrid_linearization(replace(_HYBRID, head_count_kv=None), "f16") == KvLinear(
+        1440.0, 8192.0
+    )
+    assert hybrid_linearization(replace(_HYBRID, shared_kv_layers=4), "q8_0") == KvLinear(
+        720.0, 544.0
+    )
+    for broken in (
+        replace(_HYBRID, full_attention_interval=1),
+        replace(_HYBRID, full_attention_interval=None),
+        replace(_HYBRID, ssm_inner_size=None),
+        replace(_HYBRID, ssm_conv_kernel=None),
+        replace(_HYBRID, ssm_state_size=None),
+        replace(_HYBRID, block_count=None),
+        replace(_HYBRID, embedding_length=None),
+        replace(_HYBRID, head_count_kv=None, head_count=None, key_length=8, value_length=8),
+    ):
+        assert hybrid_linearization(broken, "f16") is None
+    assert exact_linearization(_HYBRID, "f16") == KvLinear(1440.0, 2048.0)
+
+
+def test_full_attention_line_and_exact_slot_edges() -> None:
+    assert exact_linearization(replace(_BASE, key_length=3, value_length=2), "q8_0") == (
+        KvLinear(0.0, 42.5)
+    )
+    assert exact_per_slot_f16(_BASE, 10) == 40960
+    assert exact_per_slot_f16(_BASE, 0) == 0
+    assert exact_per_slot_f16(ModelGeometry(), 10) is None
+    assert exact_linearization(ModelGeometry(), "f16") is None
+
+
+def test_heuristic_and_scale_edges() -> None:
+    assert heuristic_per_slot_kv(10**10, 10, "f16") == 500000  # 50,000 B/token
+    assert heuristic_per_slot_kv(10**10, 10, None) == 275000  # unspecified = q8_0
+    assert heuristic_per_slot_kv(0, 0, "f16") == 0
+    assert heuristic_per_slot_kv(10**12, 1, "f32") == 819200  # 400 KiB cap x 2
+    assert heuristic_per_slot_kv(8_192_000_000 - 200_000, 1, "f16") == 40960  # floor
+    assert heuristic_per_slot_kv(81_920_000_000 + 200_000, 1, "f16") == 409600  # cap
+    assert heuristic_per_slot_kv(81_920_000_000 - 200_000, 1, "f16") == 409599
+    assert [kv_scale(k) for k in ("Q4_K", "Q8_0", "F32", "q5_0", "f64")] == [
+        0.30,
+        0.55,
+        2.0,
+        1.0,
+        1.0,
+    ]
+    assert bytes_per_element("F16") == 2.0
+    assert bytes_per_element("Q4_0") == 0.5625
+    assert bytes_per_element("") == 2.0
+
+
+def test_kv_line_at() -> None:
+    assert KvLinear(100.0, 3.0).at(0) == 100
+    assert KvLinear(100.0, 3.0).at(10) == 130
+    assert KvLinear(0.0, 0.0).at(10**9) == 0
