@@ -12,6 +12,7 @@ import pytest
 
 from hostler.capacity.budget import (
     BudgetKind,
+    CapacityBudget,
     HostMemory,
     compute_budget,
     parse_budget_override,
@@ -39,6 +40,8 @@ from hostler.capacity.kv import (
     kv_scale,
     windowed_linearization,
 )
+from hostler.capacity.ledger import LedgerLimits, LedgerState, limits_of
+from hostler.capacity.plan import LaunchPlan, PlanRequest, default_kv_type, plan_llama
 from hostler.capacity.slots import compute_headroom, default_slots, planned_slots, slot_ceiling
 from hostler.capacity.victims import DEMAND_WINDOW, Resident, VictimPlan, choose_victims
 
@@ -50,7 +53,7 @@ M = 1024**2
 
 
 def _figures(host: HostMemory, **kw: float) -> tuple[str, int, int, int, int, int, bool]:
-    b = compute_budget(host, **kw)  # type: ignore[arg-type]
+    b = compute_budget(host, **kw)
     return (
         b.kind.value,
         b.ram_share,
@@ -741,3 +744,167 @@ def test_kv_line_at() -> None:
     assert KvLinear(100.0, 3.0).at(0) == 100
     assert KvLinear(100.0, 3.0).at(10) == 130
     assert KvLinear(0.0, 0.0).at(10**9) == 0
+
+
+# -- L4–L8: the plan -------------------------------------------------------------------------------
+
+_GEO = ModelGeometry(
+    architecture="llama",
+    block_count=4,
+    head_count=8,
+    head_count_kv=2,
+    embedding_length=1024,
+    native_context=131072,
+    file_size=G,
+)
+_GEMMA = ModelGeometry(
+    architecture="gemma3",
+    block_count=32,
+    head_count=32,
+    head_count_kv=8,
+    embedding_length=4096,
+    native_context=131072,
+    file_size=G,
+)
+_RAM32 = compute_budget(HostMemory(32 * G))  # 19.2 GiB, tier 2
+_RAM27 = compute_budget(HostMemory(27 * G))  # 16.2 GiB, tier 2
+_WEIGHTS = 1449551462  # CB11: 1 GiB x 1.10 + 256 MiB
+
+
+def _plan(
+    request: PlanRequest | None = None,
+    *,
+    geometry: ModelGeometry = _GEO,
+    auto: CapacityBudget = _RAM32,
+    limits: LedgerLimits | None = None,
+    others: int = 0,
+    free_ram: int | None = None,
+) -> LaunchPlan:
+    return plan_llama(
+        request or PlanRequest("m"),
+        geometry,
+        auto,
+        limits or limits_of(LedgerState(), auto),
+        committed_other=others,
+        free_ram=free_ram,
+    )
+
+
+def test_plan_figures_by_value() -> None:
+    p = _plan()
+    assert (p.admitted, p.context_window, p.slots, p.kv_type) == (True, 131072, 2, "q8_0")
+    assert p.weights_bytes == _WEIGHTS
+    assert p.kv == KvLinear(0.0, 2176.0)  # 4 x 2 x 256 x 34/32
+    assert p.planned_bytes == 1734764134  # weights + 131072 x 2176
+    assert p.reserved_bytes == 2019976806  # weights + 2 slots
+    assert p.total_ctx == 262144
+    assert p.native_window == 131072
+    assert (p.applied_override, p.auto_window, p.exact_geometry) == (None, None, True)
+    assert p.expected.total == 1676673024
+    assert p.committed_other == 0
+    assert p.reasons == [
+        "window: 65536 requested, 65536 minimum (host floor 65536, native 131072)",
+        "slots: 2 (tier 2, ceiling 103)",
+        "grown: 65536 → 131072 tokens per slot",
+    ]
+    assert p.denial == ""
+
+
+def test_plan_with_configured_slots_and_kv() -> None:
+    p = _plan(PlanRequest("m", slots=3))
+    assert (p.slots, p.reserved_bytes, p.total_ctx) == (3, 2305189478, 393216)
+    assert p.reasons[1] == "slots: 3 (configured)"
+    f16 = _plan(PlanRequest("m", kv_type="f16"))
+    assert (f16.kv_type, f16.kv, f16.slots) == ("f16", KvLinear(0.0, 4096.0), 2)
+    assert f16.reasons[1] == "slots: 2 (tier 2, ceiling 57)"
+
+
+def test_plan_model_max_asks_the_native_window() -> None:
+    p = _plan(PlanRequest("m", policy="model-max"))
+    assert (
+        p.reasons[0] == "window: 131072 requested, 131072 minimum (host floor 65536, native 131072)"
+    )
+    assert (p.context_window, p.slots) == (131072, 2)
+
+
+def test_plan_against_live_free_ram() -> None:
+    p = _plan(free_ram=4 * G)
+    assert (p.context_window, p.slots, p.reserved_bytes) == (128000, 2, 2006607462)
+
+
+def test_plan_with_a_heuristic_line() -> None:
+    p = _plan(geometry=replace(_GEO, block_count=None))
+    assert p.exact_geometry is False
+    assert p.kv == KvLinear(0.0, 22528.0)  # 40 KiB/token floor x 0.55
+    assert (p.context_window, p.slots) == (65536, 2)  # no growth on a guess
+    assert p.reserved_bytes == 4402341478
+    assert "KV: header geometry unreadable, heuristic pricing (may be off)" in p.reasons
+
+
+def test_plan_override_reports_the_automatic_window() -> None:
+    p = _plan(PlanRequest("m", ctx=8192, ctx_is_model_override=True))
+    assert (p.context_window, p.applied_override, p.auto_window) == (8192, 8192, 131072)
+    assert p.reasons[0] == "window: 8192 requested, 8192 minimum (host floor 65536, native 131072)"
+
+
+def test_plan_admits_at_exactly_the_budget() -> None:
+    weightless_kv = replace(_GEO, shared_kv_layers=4)  # no KV at all: reserved = weights
+    fits = _plan(
+        geometry=weightless_kv, limits=LedgerLimits(True, _WEIGHTS, _WEIGHTS, True, _WEIGHTS)
+    )
+    assert (fits.admitted, fits.reserved_bytes, fits.denial) == (True, _WEIGHTS, "")
+    tight = _WEIGHTS - 1
+    short = _plan(geometry=weightless_kv, limits=LedgerLimits(True, tight, tight, True, tight))
+    assert short.admitted is False
+    assert short.denial == (
+        "m needs 1.3 GiB but 1.3 GiB is available (budget 1.3 GiB, 4% of 32.0 GiB of RAM). "
+        "Raise the memory budget (HOSTLER_CAPACITY_BUDGET_GB) or unload a model."
+    )
+
+
+def test_plan_below_the_minimum_is_denied_with_the_reason() -> None:
+    p = _plan(others=18 * G)
+    assert (p.admitted, p.slots, p.context_window) == (False, 1, 1)
+    assert p.reasons[-1] == "needs a window of 65536 tokens; one slot could hold 1"
+    assert p.committed_other == 18 * G
+    assert p.denial.endswith(
+        "other models hold 18.0 GiB; even one slot at the minimum context window does not "
+        "fit. Raise the memory budget (HOSTLER_CAPACITY_BUDGET_GB) or unload a model."
+    )
+
+
+def test_plan_sheds_slots_and_says_so() -> None:
+    p = _plan(PlanRequest("m", slots=4), others=int(17.45 * G))
+    assert (p.admitted, p.slots, p.context_window) == (True, 2, 78848)
+    assert p.reasons[1:] == [
+        "slots: 4 (configured)",
+        "shed slots 4 → 2 so each keeps at least 65536 tokens (concurrency goes before context)",
+        "grown: 65536 → 78848 tokens per slot",
+    ]
+    three = _plan(PlanRequest("m", slots=4), others=int(17.3 * G))
+    assert (three.slots, three.context_window) == (3, 71680)
+
+
+@pytest.mark.parametrize(
+    ("request_", "auto", "expected"),
+    [
+        (PlanRequest("m"), _RAM27, (91136, 2, "q8_0", True)),  # f16 gives 1 slot, q8_0 two
+        (PlanRequest("m", slots=1), _RAM27, (97280, 1, "f16", False)),
+        (PlanRequest("m", kv_type="f16"), _RAM27, (97280, 1, "f16", False)),
+        (PlanRequest("m"), compute_budget(HostMemory(19 * G)), (65536, 1, "f16", False)),  # tier 1
+        (PlanRequest("m"), compute_budget(HostMemory(20 * G)), (69632, 1, "f16", False)),
+    ],
+)
+def test_gemma_kv_trade_edges(
+    request_: PlanRequest, auto: CapacityBudget, expected: tuple[int, int, str, bool]
+) -> None:
+    p = _plan(request_, geometry=_GEMMA, auto=auto)
+    traded = "KV f16 → q8_0: f16 leaves 1 slot, q8_0 allows 2" in p.reasons
+    assert (p.context_window, p.slots, p.kv_type, traded) == expected
+
+
+def test_gemma_by_model_name() -> None:
+    assert default_kv_type(replace(_GEMMA, architecture="llama"), "my-GEMMA-7b") == "f16"
+    assert default_kv_type(replace(_GEMMA, architecture="gemma"), "x") == "f16"
+    assert default_kv_type(replace(_GEMMA, architecture="llama"), "x") == "q8_0"
+    assert default_kv_type(replace(_GEMMA, architecture="codegemma"), "x") == "q8_0"
