@@ -108,7 +108,7 @@ def test_the_automatic_window_beside_an_override_keeps_the_settings() -> None:
     assert p.auto_window == 69632
 
 
-def test_preview_uses_and_shows_the_settings(
+def test_preview_cli_uses_and_shows_the_settings(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     model = _write_model(tmp_path / "llama8b.gguf")
@@ -140,7 +140,7 @@ def test_preview_uses_and_shows_the_settings(
 @pytest.mark.parametrize(
     ("name", "value"), [(FLOOR, "lots"), (FLOOR, "0"), (CEILING, "-5"), (CEILING, "10000000000")]
 )
-def test_preview_refuses_a_bad_setting_with_exit_status_2(
+def test_preview_cli_refuses_a_bad_setting_with_exit_status_2(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, value: str
 ) -> None:
     model = _write_model(tmp_path / "llama8b.gguf")
