@@ -28,6 +28,7 @@ from hostler.capacity.context import (
     plan_ctx_for_memory,
     requirement,
 )
+from hostler.capacity.events import LedgerDenied, LedgerReserved
 from hostler.capacity.geometry import ModelGeometry
 from hostler.capacity.kv import (
     KvLinear,
@@ -40,7 +41,20 @@ from hostler.capacity.kv import (
     kv_scale,
     windowed_linearization,
 )
-from hostler.capacity.ledger import LedgerLimits, LedgerState, limits_of
+from hostler.capacity.ledger import (
+    Held,
+    LedgerLimits,
+    LedgerState,
+    committed_other_for,
+    committed_snapshot,
+    decide_reserve,
+    denial_reason,
+    fallback_resident_bytes,
+    format_denial,
+    limits_of,
+    shortfall,
+    state_from,
+)
 from hostler.capacity.plan import LaunchPlan, PlanRequest, default_kv_type, plan_llama
 from hostler.capacity.slots import compute_headroom, default_slots, planned_slots, slot_ceiling
 from hostler.capacity.victims import DEMAND_WINDOW, Resident, VictimPlan, choose_victims
@@ -908,3 +922,197 @@ def test_gemma_by_model_name() -> None:
     assert default_kv_type(replace(_GEMMA, architecture="gemma"), "x") == "f16"
     assert default_kv_type(replace(_GEMMA, architecture="llama"), "x") == "q8_0"
     assert default_kv_type(replace(_GEMMA, architecture="codegemma"), "x") == "q8_0"
+
+
+# -- CB: the ledger's pure policy ----------------------------------------------------------------
+
+_CARD = CapacityBudget(
+    kind=BudgetKind.DISCRETE,
+    system_ram=64 * G,
+    ram_share=30 * G,
+    vram=10 * G,
+    budget=40 * G,
+    fast=10 * G,
+    concurrency_sizing=10 * G,
+    ram_spillover_auto=False,
+)
+_RAMHOST = replace(_CARD, kind=BudgetKind.SYSTEM_RAM, vram=0, fast=40 * G, ram_spillover_auto=True)
+
+
+def _state(
+    *pairs: tuple[str, int], budget: int | None = None, spill: bool | None = None
+) -> LedgerState:
+    state = state_from(LedgerReserved(k, b, "o", 0, 0, 0, 0, True) for k, b in pairs)
+    state.explicit_budget = budget
+    state.spillover = spill
+    return state
+
+
+@pytest.mark.parametrize(
+    ("budget", "spill", "expected"),
+    [
+        (None, None, LedgerLimits(True, 40 * G, 10 * G, False, 10 * G)),
+        (G, None, LedgerLimits(True, G, G, False, G)),  # exactly 1 GiB is enforced
+        (G - 1, None, LedgerLimits(False, G - 1, 10 * G, False, G - 1)),
+        (0, None, LedgerLimits(False, 0, 10 * G, False, 0)),
+        (10 * G, None, LedgerLimits(True, 10 * G, 10 * G, False, 10 * G)),
+        (11 * G, None, LedgerLimits(True, 11 * G, 10 * G, False, 10 * G)),  # never raised
+        (None, True, LedgerLimits(True, 40 * G, 10 * G, True, 40 * G)),
+        (5 * G, True, LedgerLimits(True, 5 * G, 5 * G, True, 5 * G)),
+        (None, False, LedgerLimits(True, 40 * G, 10 * G, False, 10 * G)),
+    ],
+)
+def test_limits_edges(budget: int | None, spill: bool | None, expected: LedgerLimits) -> None:
+    assert limits_of(_state(budget=budget, spill=spill), _CARD) == expected
+
+
+def test_limits_on_a_ram_host_spill_by_default() -> None:
+    assert limits_of(_state(), _RAMHOST) == LedgerLimits(True, 40 * G, 40 * G, True, 40 * G)
+    assert limits_of(_state(spill=False), _RAMHOST).ceiling == 40 * G
+
+
+@pytest.mark.parametrize(
+    ("committed", "wanted", "prior", "expected"),
+    [
+        (0, 40 * G, 0, 0),  # alone, the whole budget (beyond the 10 GiB card)
+        (0, 40 * G + 1, 0, 1),
+        (0, 0, 0, 0),
+        (1, 10 * G - 1, 0, 0),  # others + wanted exactly at the ceiling
+        (1, 10 * G, 0, 1),
+        (5 * G, 20 * G, 0, 5 * G),  # bigger than the card: needs everyone else out
+        (5 * G, 20 * G, 5 * G, 0),  # its own prior does not count
+        (5 * G, 20 * G, 6 * G, 0),  # a prior above what is committed counts as none
+        (30 * G, 20 * G, 0, 30 * G),  # co-residency short is at most "everyone else"
+        (35 * G, 6 * G, 0, 31 * G),  # the ceiling binds harder than the budget (1 GiB)
+    ],
+)
+def test_shortfall_edges(committed: int, wanted: int, prior: int, expected: int) -> None:
+    assert shortfall(limits_of(_state(), _CARD), committed, wanted, prior) == expected
+
+
+def test_shortfall_with_spillover_is_the_budget_alone() -> None:
+    limits = limits_of(_state(spill=True), _CARD)
+    assert shortfall(limits, 30 * G, 10 * G) == 0
+    assert shortfall(limits, 30 * G, 10 * G + 1) == 1
+    assert shortfall(limits_of(_state(budget=G - 1), _CARD), 10**15, 10**15) == 0
+
+
+def test_denial_reason_edges() -> None:
+    card = limits_of(_state(), _CARD)
+    suffix = " (co-residency ceiling — RAM spillover off)"
+    assert denial_reason(card, 10 * G + 1) == (
+        f"budget exhausted: would commit {10 * G + 1} against {10 * G}{suffix}"
+    )
+    assert (
+        denial_reason(card, 10 * G) == f"budget exhausted: would commit {10 * G} against {40 * G}"
+    )
+    spill = limits_of(_state(spill=True), _CARD)
+    assert (
+        denial_reason(spill, 50 * G) == f"budget exhausted: would commit {50 * G} against {40 * G}"
+    )
+    lax = limits_of(_state(budget=G - 1), _CARD)
+    assert denial_reason(lax, 50 * G) == f"budget exhausted: would commit {50 * G} against {G - 1}"
+
+
+def test_decide_reserve_edges() -> None:
+    state = _state(("a", 4 * G), ("b", 5 * G))
+    zero = decide_reserve(state, _CARD, "c", 0, "o")
+    assert (zero.granted, zero.shortfall, zero.reason, zero.committed_other) == (True, 0, "", 9 * G)
+    fits = decide_reserve(state, _CARD, "c", G, "o")  # 10 GiB: exactly the ceiling
+    assert (fits.granted, fits.prior, fits.shortfall) == (True, 0, 0)
+    over = decide_reserve(state, _CARD, "c", G + 1, "o")
+    assert (over.granted, over.shortfall) == (False, 1)
+    assert over.reason.endswith(f"against {10 * G} (co-residency ceiling — RAM spillover off)")
+    assert (over.budget, over.ceiling, over.enforced) == (40 * G, 10 * G, True)
+    resize = decide_reserve(state, _CARD, "a", 5 * G, "o")
+    assert (resize.granted, resize.prior, resize.committed_other) == (True, 4 * G, 5 * G)
+    event = over.event()
+    assert isinstance(event, LedgerDenied)
+    assert (event.shortfall, event.committed_other) == (1, 9 * G)
+    granted = fits.event()
+    assert isinstance(granted, LedgerReserved)
+    assert (granted.bytes, granted.prior, granted.ceiling) == (G, 0, 10 * G)
+
+
+@pytest.mark.parametrize(
+    ("engine", "size", "mmproj", "expected"),
+    [
+        ("llamacpp", 0, 0, 268435456),
+        ("llamacpp", 10, 0, 268435467),  # 11 B + 256 MiB
+        ("llamacpp", 0, 1, 671088641),  # 1.1 -> 1 B, + 256 + 384 MiB
+        ("llama-cpp", 5, 0, 268435462),  # 5.5 B rounds half up to 6
+        ("mlx", 50, 0, 1073741875),  # 51 B + 1 GiB
+        ("ds4", 48 * G, 0, 48 * G),
+        ("ds4", 48 * G + 1, 0, 48 * G),
+        ("ds4", 7, 0, 7),
+        ("other", 10, 0, 268435467),
+        ("other", 10, 10, 268435467),  # only llama.cpp prices a projector
+    ],
+)
+def test_fallback_resident_edges(engine: str, size: int, mmproj: int, expected: int) -> None:
+    assert fallback_resident_bytes(engine, size, mmproj) == expected
+
+
+def test_format_denial_edges() -> None:
+    card = limits_of(_state(), _CARD)
+    assert format_denial("m", 12 * G, card, _CARD, 3 * G) == (
+        "m needs 12.0 GiB, and hostler keeps co-resident models on the graphics card "
+        "(10.0 GiB), where other models hold 3.0 GiB and are busy. Wait for them to finish, "
+        "or allow RAM spillover."
+    )
+    alone = format_denial("m", 50 * G, card, _CARD, 0)
+    assert alone == (
+        "m needs 50.0 GiB but 40.0 GiB is available (budget 40.0 GiB: 10.0 GiB of usable "
+        "VRAM plus a 30.0 GiB share of system RAM). Raise the memory budget "
+        "(HOSTLER_CAPACITY_BUDGET_GB) or unload a model."
+    )
+    ram = limits_of(_state(), _RAMHOST)
+    ram48 = replace(_RAMHOST, system_ram=48 * G)
+    assert format_denial("m", 50 * G, ram, ram48, 45 * G, below_minimum=True) == (
+        "m needs 50.0 GiB but 0.0 GiB is available (budget 40.0 GiB, 83% of 48.0 GiB of RAM); "
+        "other models hold 45.0 GiB; even one slot at the minimum context window does not "
+        "fit. Raise the memory budget (HOSTLER_CAPACITY_BUDGET_GB) or unload a model."
+    )
+    no_ram = replace(_RAMHOST, system_ram=0)
+    assert "% of" not in format_denial("m", 50 * G, ram, no_ram, 0)
+    spill = limits_of(_state(spill=True), _CARD)
+    assert "graphics card" not in format_denial("m", 50 * G, spill, _CARD, 3 * G)
+
+
+def test_committed_snapshot_and_others_edges() -> None:
+    state = _state(("llamacpp:m:0", 2 * G), ("llamacpp:m:1", 2 * G), ("ds4:m:0", 3 * G))
+    state.reservations["junk"] = Held("junk", 3 * G, "o")
+    assert committed_other_for(state, "llamacpp", "m") == 6 * G  # other engine + junk count
+    assert committed_other_for(state, "ds4", "m") == 7 * G
+    assert committed_other_for(state, "llamacpp", "x") == 10 * G
+    snap = committed_snapshot(state, _CARD, ["o"])
+    assert [row["key"] for row in snap["by_key"]] == [
+        "ds4:m:0",
+        "junk",
+        "llamacpp:m:0",
+        "llamacpp:m:1",
+    ]
+    assert snap["by_key"][0]["owner_alive"] is True
+    assert committed_snapshot(state, _CARD, [])["by_key"][0]["owner_alive"] is False
+    assert "owner_alive" not in committed_snapshot(state, _CARD)["by_key"][0]
+    assert (snap["committed"], snap["overridden"], snap["enforced"]) == (10 * G, False, True)
+    assert committed_snapshot(_state(budget=0), _CARD)["overridden"] is True
+    assert committed_snapshot(_state(), replace(_CARD, overridden=True))["overridden"] is True
+    assert committed_snapshot(_state(spill=True), _CARD)["ram_spillover"] == {
+        "allowed": True,
+        "auto": False,
+        "overridden": True,
+        "co_residency_bytes": 40 * G,
+    }
+
+
+@pytest.mark.xfail(
+    reason="ledger.format_denial still uses round() (half to even): 62.5 % reads 62 %; "
+    "ledger.py is being rewritten elsewhere and must round half up (units.round_half_up)",
+    strict=True,
+)
+def test_format_denial_percent_rounds_half_up() -> None:
+    ram = limits_of(_state(), _RAMHOST)  # 40 of 64 GiB: 62.5 %
+    assert "(budget 40.0 GiB, 63% of 64.0 GiB of RAM)" in format_denial(
+        "m", 50 * G, ram, _RAMHOST, 0
+    )
