@@ -514,6 +514,36 @@ def test_clamp_edges(kw: dict[str, object], expected: tuple[int, bool]) -> None:
     assert _clamp(**kw) == expected
 
 
+def test_clamp_edges_of_the_live_half_and_tiny_slopes() -> None:
+    # one byte of card or of RAM above the 2 GiB reserve decides between 1 and 1024 tokens
+    assert _clamp(weights_resident=0, free_ram=2 * G, vram=1280 * 1024, floor=1) == (1024, True)
+    assert _clamp(weights_resident=0, free_ram=2 * G, vram=1280 * 1024 - 1, floor=1) == (1, True)
+    assert _clamp(weights_resident=0, free_ram=2 * G - 5, vram=1280 * 1024, floor=1) == (
+        1024,
+        True,
+    )
+    # an allowance under one byte still holds tokens when a token costs almost nothing
+    assert _clamp(requested=10**6, kv_per_token=0.0001, weights_resident=0, budget=1, floor=1) == (
+        7168,
+        True,
+    )
+
+
+def test_clamp_reason_by_value() -> None:
+    c = clamp_ctx_for_memory(
+        requested=10**7,
+        slots=2,
+        kv_per_token=1024.5,
+        weights_resident=2 * G,
+        budget=10 * G,
+        committed_other=G,
+    )
+    assert c.reason == (
+        "window cut from 10000000 to 2933760 tokens per slot: 2 slot(s) of KV at 1025 B/token "
+        "beside 2.0 GiB of weights fill 80% of the 9.0 GiB left"
+    )
+
+
 def test_clamp_constants_by_value() -> None:
     assert _clamp(requested=8193, budget=0, floor=8192) == (8192, True)
     # the 2 GiB OS reserve of the live half: 2 GiB + 1280 KiB free holds exactly 1024 tokens
@@ -611,6 +641,8 @@ def _grow(**kw: object) -> tuple[int, int, bool]:
         ({"base_ctx": 262144}, (262144, 4, False)),
         ({"base_ctx": 262143}, (262144, 4, True)),
         ({"fixed_per_slot": 64 * M}, (300000, 2, True)),
+        ({"kv_per_token": 1, "target": 2**31}, (536870912, 2, True)),  # 1 B/token still grows
+        ({"kv_per_token": 0.5, "slots": 1, "target": 2**31}, (2147483648, 1, True)),
     ],
 )
 def test_growth_edges(kw: dict[str, object], expected: tuple[int, int, bool]) -> None:
