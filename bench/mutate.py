@@ -95,6 +95,13 @@ EQUIVALENT: dict[tuple[str, int, str], str] = {
     ("context", 259, "const 1 -> 0 @60"): (
         "with one slot the trade loop's range(0, 0, -1) is empty: nothing to trade either way"
     ),
+    ("kv", 134, "const 1 -> 0 @31"): (
+        "an interval of 1 makes every layer full ((i + 1) % 1 == 0): the same count as all"
+    ),
+    ("slots", 45, "compare #0 > -> >= @30"): (
+        "0 is already refused by the truthiness test before it: the heuristic either way"
+    ),
+    ("slots", 45, "const 0 -> -1 @51"): "no int lies between -1 and 0: the heuristic either way",
 }
 
 _COMPARE_SWAPS: dict[type[ast.cmpop], list[type[ast.cmpop]]] = {

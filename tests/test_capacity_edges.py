@@ -389,6 +389,8 @@ def _ceiling(**kw: object) -> int:
         ({"exact_f16_per_slot": None, "ctx": 0}, 1),  # a slot that costs nothing
         ({"cache_type": "q4_0"}, 26),  # 1 GiB x 0.30 per slot
         ({"engine": "llamacpp", "weights_bytes": G}, 6),  # 10 - 1.1 GiB - 256 MiB
+        ({"exact_f16_per_slot": 1, "budget": 10}, 8),  # a 1-byte slot is still priced
+        ({"exact_f16_per_slot": 1, "budget": 1}, 1),
     ],
 )
 def test_slot_ceiling_edges(kw: dict[str, object], slots: int) -> None:
@@ -742,6 +744,9 @@ def test_hybrid_line_edges() -> None:
     assert hybrid_linearization(replace(_HYBRID, shared_kv_layers=4), "q8_0") == KvLinear(
         720.0, 544.0
     )
+    # two owning layers, neither full: layer i is full when (i + 1) % 4 == 0
+    assert hybrid_linearization(replace(_HYBRID, shared_kv_layers=6), "f16") == KvLinear(480.0, 0.0)
+    assert hybrid_linearization(replace(_HYBRID, shared_kv_layers=5), "f16") == KvLinear(720.0, 0.0)
     for broken in (
         replace(_HYBRID, full_attention_interval=1),
         replace(_HYBRID, full_attention_interval=None),
