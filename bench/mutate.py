@@ -102,6 +102,13 @@ EQUIVALENT: dict[tuple[str, int, str], str] = {
         "0 is already refused by the truthiness test before it: the heuristic either way"
     ),
     ("slots", 45, "const 0 -> -1 @51"): "no int lies between -1 and 0: the heuristic either way",
+    ("victims", 53, "compare #0 <= -> < @7"): (
+        "a shortfall of 0 stops the loop before its first pick: the same empty, covering plan"
+    ),
+    ("victims", 53, "const 0 -> -1 @20"): (
+        "a shortfall of 0 stops the loop before its first pick: the same empty, covering plan"
+    ),
+    ("plan", 201, "const 0 -> -1 @40"): "the clamp only ever uses max(0, vram)",
 }
 
 _COMPARE_SWAPS: dict[type[ast.cmpop], list[type[ast.cmpop]]] = {

@@ -1153,3 +1153,38 @@ def test_format_denial_percent_rounds_half_up() -> None:
     assert "(budget 40.0 GiB, 63% of 64.0 GiB of RAM)" in format_denial(
         "m", 50 * G, ram, _RAMHOST, 0
     )
+
+
+def test_plan_operator_floor_reason_only_when_positive() -> None:
+    assert _plan(PlanRequest("m", min_context=0)).reasons[0] == (
+        "window: 65536 requested, 65536 minimum (host floor 65536, native 131072)"
+    )
+    assert _plan(PlanRequest("m", min_context=1)).reasons[0] == (
+        "window: 65536 requested, 1 minimum (host floor 1, set by the operator, native 131072)"
+    )
+
+
+def test_gemma_keeps_f16_when_f16_already_gives_two_slots() -> None:
+    p = _plan(geometry=_GEMMA, auto=compute_budget(HostMemory(40 * G)))  # tier 3, f16 ceiling 2
+    assert (p.kv_type, p.slots, p.context_window) == ("f16", 2, 73728)
+    assert p.reasons[1] == "slots: 2 (tier 3, ceiling 2)"
+
+
+def test_plan_live_ram_by_the_byte() -> None:
+    # 2 GiB OS reserve + weights + 10 x 5 MiB, less one byte: nine 1024-token steps, not ten
+    free = 2 * G + _WEIGHTS + 10 * 5242880 - 1
+    request = PlanRequest("m", slots=1, kv_type="f16", min_context=1024)
+    assert _plan(request, free_ram=free).context_window == 9216
+    assert _plan(request, free_ram=free + 1).context_window == 10240
+
+
+def test_plan_ladder_prices_the_windowed_fixed_block_per_slot() -> None:
+    windowed = replace(_GEO, sliding_window=1024, swa_pattern=(True, False, True, False))
+    p = _plan(
+        PlanRequest("m", ctx=131072, ctx_is_model_override=True, kv_type="f16", slots=2),
+        geometry=windowed,
+        others=int(17.43 * G),
+    )
+    assert p.kv == KvLinear(6291456.0, 2048.0)  # 2 SWA layers x 2 x 256 x 2 B x 3072 cells
+    assert (p.admitted, p.context_window, p.slots) == (True, 84992, 2)
+    assert (p.planned_bytes, p.reserved_bytes) == (1629906534, 1810261606)
