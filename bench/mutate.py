@@ -109,6 +109,9 @@ EQUIVALENT: dict[tuple[str, int, str], str] = {
         "a shortfall of 0 stops the loop before its first pick: the same empty, covering plan"
     ),
     ("plan", 201, "const 0 -> -1 @40"): "the clamp only ever uses max(0, vram)",
+    ("ledger", 135, "const 0 -> -1 @16"): (
+        "others is max(0, ...): at others == 0 the co-residency term is min(0, ...) <= 0"
+    ),
 }
 
 _COMPARE_SWAPS: dict[type[ast.cmpop], list[type[ast.cmpop]]] = {

@@ -1188,3 +1188,21 @@ def test_plan_ladder_prices_the_windowed_fixed_block_per_slot() -> None:
     assert p.kv == KvLinear(6291456.0, 2048.0)  # 2 SWA layers x 2 x 256 x 2 B x 3072 cells
     assert (p.admitted, p.context_window, p.slots) == (True, 84992, 2)
     assert (p.planned_bytes, p.reserved_bytes) == (1629906534, 1810261606)
+
+
+def test_format_denial_one_byte_edges() -> None:
+    card = limits_of(_state(), _CARD)
+    assert "graphics card (10.0 GiB), where other models hold 0.0 GiB" in format_denial(
+        "m", 12 * G, card, _CARD, 1
+    )
+    ram = limits_of(_state(), _RAMHOST)
+    assert "; other models hold 0.0 GiB." in format_denial("m", 50 * G, ram, _RAMHOST, 1)
+    one_byte = replace(_RAMHOST, system_ram=1)
+    assert "(budget 40.0 GiB, 4294967296000% of 0.0 GiB of RAM)" in format_denial(
+        "m", 50 * G, ram, one_byte, 0
+    )
+
+
+def test_state_from_starts_at_version_zero() -> None:
+    assert state_from([]).version == 0
+    assert state_from([], 7).version == 7
