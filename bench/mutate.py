@@ -76,6 +76,14 @@ FUNCTIONS_ONLY = {"ledger"}
 #: Mutants no input can tell apart from the original, by (module, line, mutation). Each is
 #: argued in docs/benchmarks.md; they are reported, and excluded from the score.
 EQUIVALENT: dict[tuple[str, int, str], str] = {
+    ("budget", 95, "const 0 -> -1 @45"): "without a card has_card is False before vram is read",
+    ("budget", 117, "const 0 -> -1 @36"): "a discrete host has vram > 0: the `or` never applies",
+    ("budget", 146, "arith - -> + @42"): (
+        "the fast budget is already at most RAM - 4 GiB, and min(fast, ...) drops the term"
+    ),
+    ("budget", 150, "call min -> max @17"): (
+        "off unified hosts the fast budget IS that term (the VRAM, or the RAM share)"
+    ),
     ("context", 95, "compare #0 < -> <= @57"): (
         "an explicit window equal to the floor lowers the floor to itself"
     ),
