@@ -78,6 +78,7 @@ FUNCTIONS_ONLY = {"ledger"}
 EQUIVALENT: dict[tuple[str, int, str], str] = {
     ("budget", 95, "const 0 -> -1 @45"): "without a card has_card is False before vram is read",
     ("budget", 117, "const 0 -> -1 @36"): "a discrete host has vram > 0: the `or` never applies",
+    ("budget", 117, "const 0 -> 1 @36"): "a discrete host has vram > 0: the `or` never applies",
     ("budget", 146, "arith - -> + @42"): (
         "the fast budget is already at most RAM - 4 GiB, and min(fast, ...) drops the term"
     ),
@@ -94,6 +95,22 @@ EQUIVALENT: dict[tuple[str, int, str], str] = {
         "an allowance in (-1, 0] gives a per-slot window <= 0 either way: the result is the floor"
     ),
     ("context", 179, "const 0 -> -1 @16"): "the clamp only ever uses max(0, vram)",
+    ("context", 143, "const 0 -> -1 @13"): (
+        "with no allowance the result is max(floor, min(requested, 0 or -1)): the floor (>= 0)"
+    ),
+    ("context", 204, "const 1 -> 0 @22"): "the clamp counts 0 slots as max(1, 0) = 1",
+    ("context", 252, "const 0 -> -1 @39"): "the clamp only ever uses max(0, vram)",
+    ("context", 259, "const 1 -> 2 @60"): (
+        "with two slots the trade loop's range(1, 1, -1) is empty too (never below 2 slots)"
+    ),
+    ("context", 260, "const 1 -> 0 @38"): (
+        "a best window starting at 0 instead of -1 only skips a 0-token trade, which is never "
+        "taken (the result is never below the base)"
+    ),
+    ("context", 265, "compare #0 >= -> > @15"): (
+        "windows are capped at the target, so once one reaches it no later count can beat it: "
+        "not breaking changes nothing"
+    ),
     ("context", 251, "const 0 -> -1 @21"): (
         "on a card the live half is vram + max(0, free - 2 GiB): any free <= 2 GiB adds nothing"
     ),

@@ -1206,3 +1206,25 @@ def test_format_denial_one_byte_edges() -> None:
 def test_state_from_starts_at_version_zero() -> None:
     assert state_from([]).version == 0
     assert state_from([], 7).version == 7
+
+
+def test_budget_keeps_the_observed_ram_and_zero_stays_zero() -> None:
+    assert compute_budget(HostMemory(0)).system_ram == 0
+    assert compute_budget(HostMemory(-5)).system_ram == 0
+    assert compute_budget(HostMemory(1)).system_ram == 1
+    assert compute_budget(HostMemory(0)).budget == 0
+
+
+def test_clamp_with_a_zero_floor_can_say_nothing_fits() -> None:
+    assert _clamp(budget=2 * G, floor=0) == (0, True)
+
+
+def test_head_width_is_a_whole_division() -> None:
+    odd = replace(_BASE, embedding_length=1000, head_count=3)  # 333 per head, not 333.3
+    assert full_attention_kv(odd, 1, "f16") == 10656  # 4 x 2 x (333 + 333) x 2
+    assert exact_linearization(odd, "f16") == KvLinear(0.0, 10656.0)
+
+
+def test_hybrid_prices_the_first_layers_kv_heads() -> None:
+    per_layer = replace(_HYBRID, head_count_kv=(2, 2, 2, 2, 2, 2, 2, 4))
+    assert hybrid_linearization(per_layer, "f16") == KvLinear(1440.0, 2048.0)
