@@ -137,6 +137,10 @@ EQUIVALENT: dict[tuple[str, int, str], str] = {
     ("ledger", 135, "const 0 -> -1 @16"): (
         "others is max(0, ...): at others == 0 the co-residency term is min(0, ...) <= 0"
     ),
+    ("ledger", 135, "compare #0 > -> >= @7"): (
+        "at others == 0 the co-residency term is min(0, ...) <= 0: the same max"
+    ),
+    ("ledger", 251, "const 0 -> 1 @20"): "0 and 1 byte both read 0.0 GiB in the denial text",
 }
 
 _COMPARE_SWAPS: dict[type[ast.cmpop], list[type[ast.cmpop]]] = {

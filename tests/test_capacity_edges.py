@@ -1014,6 +1014,7 @@ def test_limits_on_a_ram_host_spill_by_default() -> None:
         (0, 40 * G, 0, 0),  # alone, the whole budget (beyond the 10 GiB card)
         (0, 40 * G + 1, 0, 1),
         (0, 0, 0, 0),
+        (1, 1, 0, 0),  # fits with room on both counts: 0, never negative
         (1, 10 * G - 1, 0, 0),  # others + wanted exactly at the ceiling
         (1, 10 * G, 0, 1),
         (5 * G, 20 * G, 0, 5 * G),  # bigger than the card: needs everyone else out
