@@ -52,7 +52,7 @@ from hostler.capacity.estimate import estimate_llama
 from hostler.capacity.geometry import ModelGeometry
 from hostler.capacity.gguf_header import read_geometry
 from hostler.capacity.learning import Calibration, FootprintMeasured
-from hostler.capacity.units import MIB
+from hostler.capacity.units import MIB, round_half_up
 from hostler.testing.tiny_gguf import TinyModel, write_tiny_llama
 from hostler_llamacpp.adapter import repacked_types
 from hostler_llamacpp.binary import find_llama_server
@@ -297,7 +297,7 @@ def ollama_estimate(geometry: ModelGeometry, ctx: int, parallel: int, kv: str) -
 
 
 def seed_estimate(geometry: ModelGeometry) -> int:
-    return round(geometry.file_size * 1.10) + 256 * MIB
+    return round_half_up(geometry.file_size * 1.10) + 256 * MIB
 
 
 def repack_probe(

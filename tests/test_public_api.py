@@ -91,4 +91,5 @@ def test_the_plugin_contract_is_pinned() -> None:
         "estimate_llama",
         "hookimpl",
         "hookspec",
+        "round_half_up",
     }

@@ -19,6 +19,7 @@ __all__ = [
     "ModelFileError",
     "PluginError",
     "RestartBudgetError",
+    "SettingError",
     "StoreCorruptError",
     "StoreError",
     "StoreLockedError",
@@ -38,6 +39,8 @@ class HostlerError(Exception):
     """
 
     code: ClassVar[str] = "hostler.error"
+    exit_status: ClassVar[int] = 1
+    """The CLI's exit status for this error."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -51,6 +54,13 @@ class UsageError(HostlerError):
     """A caller passed something hostler cannot use (bad option, bad filter)."""
 
     code = "usage.invalid"
+
+
+class SettingError(UsageError):
+    """An environment setting hostler reads is malformed or out of range (exit status 2)."""
+
+    code = "usage.setting"
+    exit_status = 2
 
 
 class StoreError(HostlerError):

@@ -33,6 +33,7 @@ import pluggy
 from hostler.capacity.estimate import estimate_llama
 from hostler.capacity.geometry import ModelGeometry
 from hostler.capacity.gguf_header import read_geometry as read_gguf_geometry
+from hostler.capacity.units import round_half_up
 from hostler.errors import EngineBinaryError, EngineStartError, ModelFileError
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "estimate_llama",
     "hookimpl",
     "hookspec",
+    "round_half_up",
 ]
 
 #: The hook project name, the entry-point group and the distribution prefix.
@@ -155,7 +157,7 @@ class EngineAdapter(ABC):
         The ledger reserves this before a start; the measured figure replaces it once ready.
         """
         del spec
-        return round((geometry.file_size + geometry.mmproj_size) * 1.10) + 256 * 1024**2
+        return round_half_up((geometry.file_size + geometry.mmproj_size) * 1.10) + 256 * 1024**2
 
     def cache_adapter(self) -> object | None:
         """The engine's prompt-cache mechanism (slot save/restore), if it has one."""

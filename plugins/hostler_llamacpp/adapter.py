@@ -23,6 +23,14 @@ __all__ = ["REPACKED_TYPES", "LlamaCppAdapter", "build_metadata", "merge_flags",
 
 _FULL_PRECISION = {"f16", "bf16", "f32"}
 BUILD_SIDECAR = "hostler-llama-build.json"
+#: L14: ``--cache-reuse`` when the config says nothing (at any slot count).
+DEFAULT_CACHE_REUSE = 256
+_DISABLED = {"0", "False"}
+
+
+def _is_cache_reuse(flag: str) -> bool:
+    return flag.lstrip("-") == "cache-reuse"
+
 
 #: Tensor types whose matrix weights llama.cpp's CPU backend repacks into a second buffer
 #: (``CPU_REPACK model buffer``), by machine. x86-64: measured (``bench/estimate.py``: Q4_0,
@@ -134,8 +142,14 @@ class LlamaCppAdapter(EngineAdapter):
             flags += [("--cache-type-k", spec.kv_type), ("--cache-type-v", spec.kv_type)]
             if spec.kv_type.lower() not in _FULL_PRECISION:
                 flags.append(("--flash-attn", "on"))  # quantized V cache needs flash attention
-        flags.append(("--cache-reuse", str(spec.options.get("cache_reuse", 256))))
-        argv = [str(binary), *merge_flags(flags, spec.extra_args)]
+        reuse = spec.options.get("cache_reuse", DEFAULT_CACHE_REUSE)
+        if str(reuse).strip() not in _DISABLED:  # L14: 0 disables (the engine's own default)
+            flags.append(("--cache-reuse", str(reuse)))
+        extra = {
+            flag: False if _is_cache_reuse(flag) and str(value).strip() in _DISABLED else value
+            for flag, value in spec.extra_args.items()
+        }
+        argv = [str(binary), *merge_flags(flags, extra)]
         path = os.environ.get("PATH", "")
         return LaunchCommand(argv, {"PATH": f"{binary.parent}{os.pathsep}{path}"})
 

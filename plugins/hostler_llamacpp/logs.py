@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from hostler.plugin import round_half_up
+
 __all__ = ["BufferSizes", "classify_phase", "parse_buffer_sizes", "parse_build"]
 
 MIB = 1024**2
@@ -50,11 +52,11 @@ def parse_buffer_sizes(text: str) -> BufferSizes:
         seen.add(pair)
         sums[match["kind"]] += float(match["mib"])
     return BufferSizes(
-        model=round(sums["model"] * MIB),
-        kv=round(sums["KV"] * MIB),
-        compute=round(sums["compute"] * MIB),
-        output=round(sums["output"] * MIB),
-        recurrent=round(sums["RS"] * MIB),
+        model=round_half_up(sums["model"] * MIB),
+        kv=round_half_up(sums["KV"] * MIB),
+        compute=round_half_up(sums["compute"] * MIB),
+        output=round_half_up(sums["output"] * MIB),
+        recurrent=round_half_up(sums["RS"] * MIB),
     )
 
 

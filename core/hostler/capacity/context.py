@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hostler.capacity.units import GIB
+from hostler.capacity.units import GIB, format_half_up, round_half_up
 
 __all__ = [
     "CONSTRAINED_FLOOR",
@@ -149,8 +149,9 @@ def clamp_ctx_for_memory(
         result,
         True,
         f"window cut from {requested} to {result} tokens per slot: {slots} slot(s) of KV at "
-        f"{kv_per_token:.0f} B/token beside {weights_resident / GIB:.1f} GiB of weights fill "
-        f"80% of the {cap / GIB:.1f} GiB left",
+        f"{format_half_up(kv_per_token, 0)} B/token beside "
+        f"{format_half_up(weights_resident, 1, per=GIB)} GiB of weights fill "
+        f"80% of the {format_half_up(cap, 1, per=GIB)} GiB left",
     )
 
 
@@ -244,7 +245,7 @@ def plan_adaptive_growth(
             requested=target,
             slots=count,
             kv_per_token=kv_per_token,
-            weights_resident=weights_resident + round(fixed_per_slot * count),
+            weights_resident=weights_resident + round_half_up(fixed_per_slot * count),
             budget=fast_budget,
             committed_other=committed_other,
             free_ram=0 if discrete else free_ram,

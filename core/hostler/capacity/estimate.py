@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from hostler.capacity.geometry import ModelGeometry
 from hostler.capacity.kv import exact_linearization, heuristic_per_slot_kv
-from hostler.capacity.units import MIB
+from hostler.capacity.units import MIB, round_half_up
 
 __all__ = ["LlamaFootprint", "estimate_llama", "kv_cells"]
 
@@ -97,7 +97,7 @@ def estimate_llama(
     line = exact_linearization(geometry, kv_type)
     if line is not None:
         sequences = 1 if unified_kv else max(1, slots)
-        kv = round(line.per_token * cells + line.fixed * sequences)
+        kv = round_half_up(line.per_token * cells + line.fixed * sequences)
     else:
         kv = heuristic_per_slot_kv(geometry.file_size, cells, kv_type)
     runtime = (

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 
 from hostler.capacity.geometry import ModelGeometry
-from hostler.capacity.units import KIB
+from hostler.capacity.units import KIB, round_half_up
 
 __all__ = [
     "KvLinear",
@@ -72,7 +72,7 @@ def kv_scale(cache_type: str | None) -> float:
 def heuristic_per_slot_kv(weights_bytes: int, ctx: int, cache_type: str | None) -> int:
     """S4: per-slot KV when the geometry is unreadable, scaled from the weights."""
     per_token_f16 = min(max(weights_bytes * 5e-6, 40 * KIB), 400 * KIB)
-    return round(ctx * per_token_f16 * kv_scale(cache_type))
+    return round_half_up(ctx * per_token_f16 * kv_scale(cache_type))
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +84,7 @@ class KvLinear:
 
     def at(self, ctx: int) -> int:
         """Bytes of one slot holding ``ctx`` tokens."""
-        return round(self.fixed + self.per_token * ctx)
+        return round_half_up(self.fixed + self.per_token * ctx)
 
 
 def _heads(geometry: ModelGeometry, layer: int) -> int | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from hostler.capacity.units import round_half_up
 from hostler.events.base import Event
 from hostler.events.calibration import CALIBRATION_STREAM, FootprintMeasured
 
@@ -63,11 +64,11 @@ class Calibration:
         point = self.points.get((*family, ctx_total, slots))
         if point is not None and point[0] > 0 and point[1] > 0:
             estimated, measured = point
-            return round(corrected * estimated / measured)
+            return round_half_up(corrected * estimated, measured)
         offsets = self.offsets.get(family)
         if not offsets:
             return corrected
-        return corrected - round(statistics.median(offsets))
+        return corrected - round_half_up(statistics.median(offsets))
 
     def correct(
         self, estimate: int, *, model: str, build: str, kv_type: str, ctx_total: int, slots: int
@@ -77,8 +78,8 @@ class Calibration:
         point = self.points.get((*family, ctx_total, slots))
         if point is not None and point[0] > 0:
             estimated, measured = point
-            return round(estimate * measured / estimated)
+            return round_half_up(estimate * measured, estimated)
         offsets = self.offsets.get(family)
         if not offsets:
             return estimate
-        return max(0, estimate + round(statistics.median(offsets)))
+        return max(0, estimate + round_half_up(statistics.median(offsets)))

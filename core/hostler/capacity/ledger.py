@@ -25,7 +25,7 @@ from hostler.capacity.events import (
     LedgerSpilloverSet,
 )
 from hostler.capacity.keys import parse_key
-from hostler.capacity.units import GIB
+from hostler.capacity.units import GIB, format_half_up, round_half_up
 from hostler.events.base import Event
 
 __all__ = [
@@ -335,16 +335,18 @@ def fallback_resident_bytes(engine: str, size: int, mmproj: int = 0) -> int:
     """CB11: a resident estimate from on-disk size alone (KV excluded), per engine kind."""
     mib = 1024**2
     if engine in {"llamacpp", "llama-cpp"}:
-        return round((size + mmproj) * 1.10) + 256 * mib + (384 * mib if mmproj > 0 else 0)
+        return (
+            round_half_up(11 * (size + mmproj), 10) + 256 * mib + (384 * mib if mmproj > 0 else 0)
+        )
     if engine == "mlx":
-        return round(size * 1.02) + 1024 * mib
+        return round_half_up(102 * size, 100) + 1024 * mib
     if engine == "ds4":
         return min(size, 48 * GIB)
-    return round(size * 1.10) + 256 * mib
+    return round_half_up(11 * size, 10) + 256 * mib
 
 
 def _gib(value: int) -> str:
-    return f"{value / GIB:.1f} GiB"
+    return f"{format_half_up(value, 1, per=GIB)} GiB"
 
 
 def format_denial(
@@ -371,7 +373,7 @@ def format_denial(
             f"{_gib(max(0, limits.budget - auto.vram))} share of system RAM)"
         )
     elif auto.system_ram > 0:
-        percent = round(100 * limits.budget / auto.system_ram)
+        percent = round_half_up(100 * limits.budget, auto.system_ram)
         text += f" (budget {_gib(limits.budget)}, {percent}% of {_gib(auto.system_ram)} of RAM)"
     if committed_other > 0:
         text += f"; other models hold {_gib(committed_other)}"

@@ -8,10 +8,11 @@ engine will need: *planned* (weights + one slot of KV, what one chat costs) and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hostler.capacity.budget import BudgetKind, CapacityBudget
 from hostler.capacity.context import (
+    ContextRequirement,
     host_floor,
     llama_requirement,
     plan_adaptive_growth,
@@ -27,6 +28,7 @@ from hostler.capacity.kv import (
 )
 from hostler.capacity.ledger import LedgerLimits, fallback_resident_bytes, format_denial, shortfall
 from hostler.capacity.slots import default_slots, planned_slots, slot_ceiling
+from hostler.capacity.units import round_half_up
 
 __all__ = ["LaunchPlan", "PlanRequest", "default_kv_type", "plan_llama"]
 
@@ -42,8 +44,11 @@ class PlanRequest:
         slots: An explicit slot count (verbatim, S2).
         kv_type: An explicit KV cache type.
         policy: ``adaptive`` or ``model-max``.
-        min_context: ``HOSTLER_MIN_CONTEXT_TOKENS`` if set.
+        min_context: C1's host floor set by the operator (``HOSTLER_MIN_CONTEXT_TOKENS``);
+            None for the rule's floor (65,536 tokens, 32,768 on a constrained host).
         manifest_context: A catalog's context size for the model.
+        growth_ceiling: C3's ceiling for adaptive growth set by the operator
+            (``HOSTLER_LLAMA_GROWTH_CEILING_TOKENS``); None for unbounded (the native window).
     """
 
     model: str
@@ -54,6 +59,7 @@ class PlanRequest:
     policy: str = "adaptive"
     min_context: int | None = None
     manifest_context: int | None = None
+    growth_ceiling: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +128,20 @@ def _automatic_kv_type(request: PlanRequest, geometry: ModelGeometry, reasons: l
     return kv_type
 
 
+def _window_reasons(
+    request: PlanRequest, requirement: ContextRequirement, floor: int, native: int | None
+) -> list[str]:
+    operator_floor = request.min_context is not None and request.min_context > 0
+    reasons = [
+        f"window: {requirement.requested} requested, {requirement.minimum} minimum "
+        f"(host floor {floor}{', set by the operator' if operator_floor else ''}, "
+        f"native {native or 'unknown'})"
+    ]
+    if request.growth_ceiling is not None:
+        reasons.append(f"growth: at most {request.growth_ceiling} tokens (operator's ceiling)")
+    return reasons
+
+
 def plan_llama(
     request: PlanRequest,
     geometry: ModelGeometry,
@@ -152,11 +172,9 @@ def plan_llama(
         policy=request.policy,
         manifest_context=request.manifest_context,
         override_below_floor=request.ctx_is_model_override,
+        growth_ceiling=request.growth_ceiling,
     )
-    reasons.append(
-        f"window: {requirement.requested} requested, {requirement.minimum} minimum "
-        f"(host floor {floor}, native {geometry.native_context or 'unknown'})"
-    )
+    reasons += _window_reasons(request, requirement, floor, geometry.native_context)
     kv_type = _automatic_kv_type(request, geometry, reasons)
     weights = (
         fallback_resident_bytes("llamacpp", geometry.file_size, geometry.mmproj_size)
@@ -202,7 +220,7 @@ def plan_llama(
         minimum=requirement.minimum,
         slots=slots,
         kv_per_token=line.per_token,
-        weights_resident=weights + round(line.fixed * slots),
+        weights_resident=weights + round_half_up(line.fixed * slots),
         budget=limits.budget,
         committed_other=committed_other,
         free_ram=free_ram,
@@ -255,7 +273,7 @@ def plan_llama(
     auto_window = None
     if request.ctx is not None:  # what the automatic plan (no window asked) would choose
         automatic = plan_llama(
-            PlanRequest(request.model, slots=request.slots, kv_type=request.kv_type),
+            replace(request, ctx=None, ctx_is_model_override=False),
             geometry,
             auto,
             limits,

@@ -6,7 +6,7 @@ import math
 
 from hostler.capacity.kv import heuristic_per_slot_kv, kv_scale
 from hostler.capacity.ledger import fallback_resident_bytes
-from hostler.capacity.units import GIB
+from hostler.capacity.units import GIB, round_half_up
 
 __all__ = ["compute_headroom", "default_slots", "planned_slots", "slot_ceiling"]
 
@@ -43,7 +43,7 @@ def slot_ceiling(
 ) -> int:
     """S6–S7: how many slots of ``ctx`` tokens fit beside the weights (never below 1)."""
     if exact_f16_per_slot and exact_f16_per_slot > 0:
-        per_slot = round(exact_f16_per_slot * kv_scale(cache_type))
+        per_slot = round_half_up(exact_f16_per_slot * kv_scale(cache_type))
     else:
         per_slot = heuristic_per_slot_kv(weights_bytes, ctx, cache_type)
     if per_slot <= 0:

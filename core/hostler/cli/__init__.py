@@ -35,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.run(args))
     except HostlerError as exc:
         print(f"hostler: error [{exc.code}]: {exc.message}", file=sys.stderr)
-        return 1
+        return exc.exit_status
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

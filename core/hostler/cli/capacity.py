@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,9 @@ from hostler.capacity.budget import BudgetKind, CapacityBudget
 from hostler.capacity.gguf_header import read_geometry
 from hostler.capacity.learning import Calibration
 from hostler.capacity.ledger import LedgerState, committed_snapshot, limits_of
+from hostler.capacity.overrides import ContextOverrides, read_context_overrides
 from hostler.capacity.pricing import LaunchPrice
-from hostler.capacity.units import GIB, KIB
+from hostler.capacity.units import GIB, KIB, MIB, format_half_up, round_half_up
 from hostler.drivers.host_ledger import (
     catch_up,
     default_ledger_path,
@@ -92,8 +94,8 @@ def _calibration(path: Path) -> Calibration:
 
 def _gib(value: float) -> str:
     if abs(value) < GIB:
-        return f"{value / (1024 * 1024):.1f} MiB"
-    return f"{value / GIB:.1f} GiB"
+        return f"{format_half_up(value, 1, per=MIB)} MiB"
+    return f"{format_half_up(value, 1, per=GIB)} GiB"
 
 
 def _describe_host(sample: DeviceSampled, budget: CapacityBudget) -> list[str]:
@@ -109,7 +111,7 @@ def _describe_host(sample: DeviceSampled, budget: CapacityBudget) -> list[str]:
     if budget.kind is BudgetKind.DISCRETE:
         split = f"{_gib(budget.vram)} usable VRAM + {_gib(budget.ram_share)} RAM share"
     elif budget.system_ram:
-        split = f"{round(100 * budget.budget / budget.system_ram)}% of RAM"
+        split = f"{round_half_up(100 * budget.budget, budget.system_ram)}% of RAM"
     else:
         split = ""
     lines.append(f"budget   {_gib(budget.budget)} ({split}; {how})")
@@ -161,6 +163,7 @@ def run_preview(args: argparse.Namespace) -> int:
         value = getattr(args, option)
         if value is not None and value < 1:
             raise UsageError(f"--{option} must be at least 1")
+    settings = read_context_overrides(os.environ)  # C1, C3: refused before any work if bad
     model_path = Path(args.model).expanduser()
     geometry = read_geometry(model_path, mmproj=args.mmproj)
     sample = _sample()
@@ -179,18 +182,30 @@ def run_preview(args: argparse.Namespace) -> int:
         state=state,
         calibration=_calibration(path),
         policy=args.policy,
+        overrides=settings,
         free_ram=sample.free_ram if args.live else None,
         standalone=args.standalone,
         geometry=geometry,
     )
     if args.json:
-        print(json.dumps(_plan_dict(price, geometry.architecture), indent=2))
+        print(json.dumps(_plan_dict(price, geometry.architecture, settings), indent=2))
     else:
-        print("\n".join(_describe_plan(name, geometry.architecture, geometry.block_count, price)))
+        lines = _describe_plan(name, geometry.architecture, geometry.block_count, price)
+        print("\n".join(lines[:2] + _describe_settings(settings) + lines[2:]))
     return 0 if price.admitted else 3
 
 
-def _plan_dict(price: LaunchPrice, architecture: str) -> dict[str, Any]:
+def _describe_settings(settings: ContextOverrides) -> list[str]:
+    meaning = {
+        "HOSTLER_MIN_CONTEXT_TOKENS": "host floor: the smallest window admitted",
+        "HOSTLER_LLAMA_GROWTH_CEILING_TOKENS": "ceiling of adaptive growth",
+    }
+    return [
+        f"setting  {name}={value} ({meaning[name]})" for name, value in settings.in_force().items()
+    ]
+
+
+def _plan_dict(price: LaunchPrice, architecture: str, settings: ContextOverrides) -> dict[str, Any]:
     plan = price.plan
     return {
         "admitted": price.admitted,
@@ -209,6 +224,7 @@ def _plan_dict(price: LaunchPrice, architecture: str) -> dict[str, Any]:
         "estimated_bytes": price.estimated,
         "reserved_bytes": price.reserved_bytes,
         "learned": price.learned,
+        "settings": settings.in_force(),
         "committed_other_bytes": plan.committed_other,
         "exact_geometry": plan.exact_geometry,
         "denial": price.denial,
@@ -238,8 +254,8 @@ def _describe_plan(name: str, arch: str, layers: int | None, price: LaunchPrice)
         f"reserved {_gib(price.reserved_bytes)}: what the ledger holds for this launch{learned}",
         f"planned  {_gib(plan.planned_bytes)} (resident + one slot of KV: what one chat costs)",
         f"priced   resident {_gib(plan.weights_bytes)} + KV "
-        f"{plan.kv.fixed / KIB:.0f} KiB fixed/slot + "
-        f"{plan.kv.per_token / KIB:.2f} KiB/token/slot × window ({source})",
+        f"{format_half_up(plan.kv.fixed, 0, per=KIB)} KiB fixed/slot + "
+        f"{format_half_up(plan.kv.per_token, 2, per=KIB)} KiB/token/slot × window ({source})",
         f"others   {_gib(plan.committed_other)} held by other models "
         "(this model's replicas excluded)",
         "why",

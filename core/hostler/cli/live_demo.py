@@ -18,6 +18,7 @@ import anyio
 
 from hostler.capacity.ledger import LedgerState, limits_of
 from hostler.capacity.plan import PlanRequest, plan_llama
+from hostler.capacity.units import GIB, MIB, format_half_up
 from hostler.daemon import daemon_id
 from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
 from hostler.engines.process import terminate_group
@@ -71,7 +72,8 @@ def run_live(store: EventStore, demo_dir: Path, model: Path | None, say: Say) ->
     )
     say(
         f"plan: {plan.context_window} tokens × {plan.slots} slots, KV {plan.kv_type}; expected "
-        f"{plan.expected.total / 2**20:.1f} MiB once ready (budget {budget.budget / 2**30:.1f} GiB)"
+        f"{format_half_up(plan.expected.total, 1, per=MIB)} MiB once ready "
+        f"(budget {format_half_up(budget.budget, 1, per=GIB)} GiB)"
     )
 
     def spec(port: int) -> LaunchSpec:

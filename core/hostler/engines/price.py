@@ -9,6 +9,7 @@ daemon's ledger reserves ``reserved_bytes`` of the result and launches with its 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from hostler.capacity.geometry import ModelGeometry
 from hostler.capacity.keys import parse_key
 from hostler.capacity.learning import Calibration
 from hostler.capacity.ledger import LedgerState, committed_other_for, limits_of
+from hostler.capacity.overrides import ContextOverrides, read_context_overrides
 from hostler.capacity.plan import PlanRequest
 from hostler.capacity.pricing import LaunchPrice, price_launch
 from hostler.drivers.host_ledger import HostLedger
@@ -48,6 +50,7 @@ def price_engine(
     calibration: Calibration,
     extra_args: Mapping[str, str | int | float | bool] | None = None,
     policy: str = "adaptive",
+    overrides: ContextOverrides | None = None,
     free_ram: int | None = None,
     standalone: bool = False,
     geometry: ModelGeometry | None = None,
@@ -98,6 +101,8 @@ def price_engine(
             slots=slots,
             kv_type=kv_type,
             policy=policy,
+            min_context=overrides.min_context if overrides else None,
+            growth_ceiling=overrides.growth_ceiling if overrides else None,
         ),
         geometry,
         budget,
@@ -132,4 +137,5 @@ def price_from_ledger(
         state=ledger.refresh(),
         calibration=load_calibration(ledger.store),
         extra_args=extra_args,
+        overrides=read_context_overrides(os.environ),  # C1, C3: as preview reads them
     )
