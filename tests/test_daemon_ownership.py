@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import shutil
 import signal
 import subprocess
 import time
@@ -220,3 +221,38 @@ def _check_one_owner(data: Path, ledger: Path, daemon: subprocess.Popen[bytes], 
     for h in held:
         assert h.owner.split(":")[1] == str(daemon.pid), f"seed {seed}: {h.owner}"
         assert h.pid == logged[h.key], f"seed {seed}: {h} pays for another process"
+
+
+def test_a_copied_data_directory_never_takes_a_live_daemons_engine(
+    tmp_path: Path, models: Path, datas: list[Path]
+) -> None:
+    """A copy of a running daemon's data directory adopted its engine, then killed it."""
+    original, copy, ledger = datas[0], datas[1], tmp_path / "ledger.db"
+    config = write_config(tmp_path / "a.toml", KEYS[:1], ledger, models)
+    first = start_daemon(config, original, tmp_path / "d1.log")
+    second = None
+    try:
+        wait_for(lambda: count(original, KEYS[0], "engine.ready") == 1)
+        with EventStore.open(original / "events.db") as store:
+            pid = replay(store).engines[KEYS[0]].pid
+        shutil.copytree(original, copy, ignore=shutil.ignore_patterns("*.lock"))
+        second = start_daemon(config, copy, tmp_path / "d2.log")
+        wait_for(lambda: len(daemon_starts(copy)) == 2)  # the copied start + its own
+        started = daemon_starts(copy)[-1]
+        assert started["adopted"] == [] and started["reaped"] == []
+        lost = [p for s, t, p in events(copy) if s == f"engine/{KEYS[0]}" and t == "engine.lost"]
+        assert "held by another live daemon" in lost[-1]["cause"]
+        assert alive(pid)
+        # the original still owns its reservation; the copy runs its own engine beside it
+        wait_for(lambda: count(copy, KEYS[0], "engine.ready") == 2)
+        owners = {h.owner.split(":")[1] for h in ledger_state(ledger).reservations.values()}
+        assert owners == {str(first.pid), str(second.pid)}
+        second.send_signal(signal.SIGTERM)
+        second.wait(30)
+        assert alive(pid)  # the copy's shutdown stopped only its own engine
+    finally:
+        for daemon in (first, second):
+            if daemon is not None and daemon.poll() is None:
+                daemon.send_signal(signal.SIGTERM)
+                daemon.wait(30)
+    assert not alive(pid)

@@ -195,6 +195,27 @@ def test_a_log_owned_by_another_daemon_is_refused(log_path: Path) -> None:
             time.sleep(0.05)
 
 
+def test_deleting_the_lock_file_does_not_admit_a_second_owner(log_path: Path) -> None:
+    """Break found by a hostile test: after ``rm events.db.lock`` two daemons shared a log."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(log_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
+        Path(f"{log_path}.lock").unlink()
+        with pytest.raises(StoreLockedError) as caught:
+            EventStore.open(log_path, owner=True)
+        assert str(caught.value) == (
+            f"{log_path}: the event log is owned by another hostler daemon (its lock file "
+            "events.db.lock was deleted or replaced); stop that daemon first"
+        )
+    finally:
+        holder.kill()
+        holder.communicate()
+    EventStore.open(log_path, owner=True).close()  # nothing stale once the holder is gone
+
+
 def test_two_owners_in_one_process_conflict(log_path: Path) -> None:
     with EventStore.open(log_path, owner=True), pytest.raises(StoreLockedError):
         EventStore.open(log_path, owner=True)

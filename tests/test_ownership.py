@@ -239,3 +239,44 @@ def test_a_ledger_directory_owned_by_someone_else_is_refused(tmp_path: Path) -> 
     if stranger:
         with pytest.raises(StorePathError, match=f"owned by uid {stranger}"):
             check_ledger_directory(LedgerLocation(foreign / "ledger.db", shared=True))
+
+
+def test_a_bound_reservation_whose_engine_is_gone_is_released_whoever_owns_it(
+    tmp_path: Path,
+) -> None:
+    """A live owner whose own release could not be written leaks no bytes (engine-gone)."""
+    engine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    ctime = _create_time(engine.pid)
+    with EventStore.open(tmp_path / "ledger.db") as store:
+        a = ledger_for(store, "daemon-a")  # alive: this very process
+        assert a.reserve(KEY, 6 * GIB, token="tok-a").granted
+        assert a.bind(KEY, engine.pid, ctime)
+        b = ledger_for(store, "daemon-b")
+        assert not b.reserve("llamacpp:other:0", 6 * GIB).granted  # a's engine runs
+        engine.kill()
+        engine.wait()
+        # a never released (its write failed, say): b's next decision finds the process gone
+        assert b.reserve("llamacpp:other:0", 6 * GIB).granted
+        released = [
+            r.event for r in store.read_stream(LEDGER_STREAM) if isinstance(r.event, LedgerReleased)
+        ]
+        assert [(e.key, e.owner, e.cause) for e in released] == [(KEY, a.owner, "engine-gone")]
+        # an owner's unbound reservation (a start in progress) is never taken from a live owner
+        assert a.reserve("llamacpp:starting:0", GIB, token="tok-not-yet").granted
+        assert b.release_dead_owners() == []
+        assert a.refresh().held(a.owner, "llamacpp:starting:0") is not None
+
+
+def test_a_symlinked_ledger_file_is_judged_where_it_really_is(tmp_path: Path) -> None:
+    """The directory check followed the link's parent, not the file's."""
+    if os.geteuid() == 0:
+        foreign = tmp_path / "theirs"
+        foreign.mkdir(mode=0o777)
+        os.chown(foreign, 65534, 65534)
+    else:
+        foreign = Path("/")
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    (mine / "ledger.db").symlink_to(foreign / "ledger.db")
+    with pytest.raises(StorePathError, match="not by you"):
+        check_ledger_directory(LedgerLocation(mine / "ledger.db"))

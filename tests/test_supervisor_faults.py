@@ -28,7 +28,7 @@ from hostler.engines import process as process_module
 from hostler.engines import supervisor as supervisor_module
 from hostler.engines.process import Termination
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
-from hostler.errors import EngineStartError, PluginError, RestartBudgetError
+from hostler.errors import EngineStartError, PluginError, RestartBudgetError, StoreError
 from hostler.plugin import LaunchCommand, LaunchSpec, Panic
 from hostler.probes.nvml import open_nvml
 from hostler.testing.tiny_gguf import write_tiny_llama
@@ -337,3 +337,43 @@ async def test_the_event_loop_never_waits_on_a_sqlite_lock(tiny: Path, tmp_path:
         holder.join()
         await sup.stop()
     assert max(gaps) < 0.25, f"the loop stalled for {max(gaps):.3f} s"
+
+
+async def test_a_log_that_cannot_be_written_never_ends_the_watch_and_shutdown_still_stops(
+    store: EventStore,
+    tiny: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A full disk made recording a crash raise out of watch() and take the daemon down."""
+    sup = make(store, tiny, tmp_path)
+    await sup.ensure_running()
+    pid = sup.pid
+    assert pid is not None
+
+    def full(*_args: object, **_kwargs: object) -> None:
+        raise StoreError(f"{store.name}: database error (database or disk is full)")
+
+    monkeypatch.setattr(store, "append", full)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(sup.watch)
+        await anyio.sleep(0.3)  # several ticks with nothing to record: fine
+        with pytest.raises(StoreError, match="disk is full"):
+            await sup.stop()  # a stop that cannot be recorded is not acted on ...
+        assert not gone(pid)
+        assert await sup.kill_unrecorded()  # ... but a shutdown still stops what it owns
+        assert gone(pid)
+        tasks.cancel_scope.cancel()
+    second = make(store, tiny, tmp_path)
+    monkeypatch.undo()
+    await second.ensure_running()
+    other = second.pid
+    assert other is not None
+    monkeypatch.setattr(store, "append", full)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(second.watch)
+        psutil.Process(other).kill()
+        await anyio.sleep(0.6)  # the crash cannot be recorded: the watch logs and carries on
+        assert "disk is full" in caplog.text
+        tasks.cancel_scope.cancel()  # it was still running: cancelled, not crashed

@@ -90,6 +90,14 @@ class DaemonConfig:
         return default_ledger_location()
 
 
+def _flag(table: dict[str, Any], key: str, default: bool, where: str) -> bool:
+    """A TOML true/false; anything else ("false" as a string, 0) is refused, never guessed."""
+    value = table.get(key, default)
+    if not isinstance(value, bool):
+        raise UsageError(f"{where}: {key} must be true or false, not {value!r}"[:300])
+    return value
+
+
 def load_config(path: str | os.PathLike[str], *, data_dir: Path | None = None) -> DaemonConfig:
     """Read a TOML config (paths relative to the file).
 
@@ -121,7 +129,7 @@ def load_config(path: str | os.PathLike[str], *, data_dir: Path | None = None) -
                 ctx=int(item.get("ctx", 4096)),
                 slots=int(item.get("slots", 1)),
                 kv_type=item.get("kv_type"),
-                autostart=bool(item.get("autostart", True)),
+                autostart=_flag(item, "autostart", True, where),
                 extra_args=dict(item.get("extra_args", {})),
             )
         )
@@ -132,7 +140,7 @@ def load_config(path: str | os.PathLike[str], *, data_dir: Path | None = None) -
         idle_timeout=float(section.get("idle_timeout", 300.0)),
         health_interval=float(section.get("health_interval", 15.0)),
         ledger=(base / ledger).expanduser() if ledger else None,
-        ledger_shared=bool(section.get("ledger_shared", False)),
+        ledger_shared=_flag(section, "ledger_shared", False, f"{file}: [daemon]"),
     )
 
 
@@ -245,6 +253,7 @@ class Daemon:
             readiness_path=readiness_path,
             clock=time.time,
             offloop=io,
+            held_by_other=ledger.held_by_other,
         )
         for engine in config.engines:
             self.supervisors[engine.key] = self._supervisor(
@@ -267,33 +276,63 @@ class Daemon:
                 expected_version=None,
             )
         )
+        configured = sorted(self.supervisors)
         for supervisor in unconfigured:
             # OW5: every live engine has an owner that acts on it; one nobody configured stops.
             with anyio.CancelScope(shield=True):
-                await supervisor.stop(StopReason.UNCONFIGURED, {"cause": "not in the config"})
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(device.run)
-            for key, supervisor in self.supervisors.items():
-                tasks.start_soon(supervisor.watch)
-                engine = next(e for e in config.engines if e.key == key)
-                if engine.autostart and supervisor.state != "running":
-                    tasks.start_soon(self._autostart, supervisor)
-            self.ready.set()
-            async for _ in signals:
-                break
-            with anyio.CancelScope(shield=True):
-                async with anyio.create_task_group() as stopping:
-                    for supervisor in self.supervisors.values():
-                        stopping.start_soon(supervisor.stop, StopReason.SHUTDOWN)
-                await io.run(
-                    lambda: store.append(
-                        DAEMON_STREAM,
-                        [DaemonStopped(time.time(), os.getpid())],
-                        expected_version=None,
-                    )
+                await self._stop_one(
+                    supervisor,
+                    StopReason.UNCONFIGURED,
+                    {"rule": "OW5", "cause": "not in the config", "configured": configured},
                 )
-            tasks.cancel_scope.cancel()
+        received: list[str] = []
+        try:
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(device.run)
+                for key, supervisor in self.supervisors.items():
+                    tasks.start_soon(supervisor.watch)
+                    engine = next(e for e in config.engines if e.key == key)
+                    if engine.autostart and supervisor.state != "running":
+                        tasks.start_soon(self._autostart, supervisor)
+                self.ready.set()
+                async for signum in signals:
+                    received.append(signal.Signals(signum).name)
+                    break
+                tasks.cancel_scope.cancel()
+        finally:
+            # Whatever ended the daemon (a signal, or a bug in a task), it stops what it owns.
+            with anyio.CancelScope(shield=True):
+                await self._shutdown(store, received[0] if received else "error")
         probe.close()
+
+    async def _shutdown(self, store: EventStore, cause: str) -> None:
+        decision = {"cause": cause}
+        async with anyio.create_task_group() as stopping:
+            for supervisor in self.supervisors.values():
+                stopping.start_soon(self._stop_one, supervisor, StopReason.SHUTDOWN, decision)
+        try:
+            await self.offloop.run(
+                lambda: store.append(
+                    DAEMON_STREAM, [DaemonStopped(time.time(), os.getpid())], expected_version=None
+                )
+            )
+        except HostlerError as exc:
+            log.error("hostler: could not record the shutdown: %s", exc.message)  # noqa: TRY400
+
+    async def _stop_one(
+        self, supervisor: Supervisor, reason: StopReason, decision: dict[str, Any]
+    ) -> None:
+        """Stop one engine, recorded; if the log cannot take it, stop it all the same."""
+        try:
+            await supervisor.stop(reason, decision)
+        except HostlerError as exc:
+            log.error(  # noqa: TRY400 - one line is the point
+                "hostler: %s: could not record its stop (%s); stopping it anyway",
+                supervisor.key,
+                exc.message,
+            )
+            if not await supervisor.kill_unrecorded():
+                log.error("hostler: %s: its group outlived KILL", supervisor.key)  # noqa: TRY400
 
     async def _settle_outcomes(
         self,
@@ -335,7 +374,7 @@ class Daemon:
                         create_time=i.create_time,
                     )
                 )
-            elif outcome.result == "lost" and outcome.token:
+            elif outcome.result == "lost" and outcome.token and not outcome.foreign:
                 await io.run(lambda o=outcome: ledger.release_token(o.token, cause="lost"))
         return unconfigured
 

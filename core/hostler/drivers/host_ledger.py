@@ -118,7 +118,9 @@ def check_ledger_directory(location: LedgerLocation) -> None:
     Raises:
         StorePathError: What is wrong, and how to fix it, in one line.
     """
-    directory = location.path.expanduser().parent
+    # where the file really is: a link in a directory of ours to a file in someone else's
+    # would put the ledger in their hands
+    directory = location.path.expanduser().resolve().parent
     if not location.shared:
         try:
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -311,6 +313,16 @@ class HostLedger:
         owners = {h.owner for h in state.reservations.values()}
         return committed_snapshot(state, self._budget(), [o for o in owners if self._alive(o)])
 
+    def held_by_other(self, token: str) -> str | None:
+        """The live owner, other than this daemon, whose reservation pays for ``token``'s engine.
+
+        None when no reservation names the token, or its owner is this daemon or gone.
+        """
+        held = self.refresh().by_token(token)
+        if held is None or held.owner == self.owner or not self._alive(held.owner):
+            return None
+        return held.owner
+
     def mine(self, key: str) -> Held | None:
         """What this daemon holds for ``key`` (as of the last look)."""
         return self.state.held(self.owner, key)
@@ -427,12 +439,24 @@ class HostLedger:
         return keys
 
     def _reap(self, state: LedgerState) -> list[Event]:
+        """OW2: what no live process pays for any more goes back.
+
+        A reservation bound to a pid is stale once that process is gone, whoever owns it (an
+        owner re-reserving for a new start replaces it with an unbound one first): released
+        as ``engine-gone`` — this heals an owner whose own release could not be written. One
+        not yet bound goes back only when its owner is gone too and no process carries its
+        launch token (``owner-gone``).
+        """
         dead = {o for o in state.owners() if o != self.owner and not self._alive(o)}
-        return [
-            LedgerReleased(h.key, h.bytes, h.owner, "owner-gone")
-            for h in sorted(state.reservations.values(), key=lambda h: h.slot)
-            if h.owner in dead and not self._engine_alive(h)
-        ]
+        released: list[Event] = []
+        for held in sorted(state.reservations.values(), key=lambda h: h.slot):
+            bound = held.pid is not None and held.create_time is not None
+            if bound and not self._engine_alive(held):
+                cause = "owner-gone" if held.owner in dead else "engine-gone"
+                released.append(LedgerReleased(held.key, held.bytes, held.owner, cause))
+            elif not bound and held.owner in dead and not self._engine_alive(held):
+                released.append(LedgerReleased(held.key, held.bytes, held.owner, "owner-gone"))
+        return released
 
     def _reserve_events(
         self, state: LedgerState, key: str, wanted: int, token: str | None

@@ -43,6 +43,7 @@ class Outcome:
     detail: str = ""
     identity: ProcessIdentity | None = None
     token: str | None = None
+    foreign: bool = False  # held by another live daemon: nothing of it is ours to release
 
 
 def identity_of(engine: Engine) -> ProcessIdentity | None:
@@ -69,11 +70,17 @@ async def reconcile(
     readiness_path: Callable[[str], str],
     clock: Callable[[], float],
     offloop: OffLoop | None = None,
+    held_by_other: Callable[[str], str | None] | None = None,
 ) -> list[Outcome]:
     """Adopt or lose every engine the log believes alive, then reap strays; record each.
 
+    ``held_by_other(token)`` names the live daemon, other than this one, whose ledger
+    reservation pays for the engine launched with ``token`` (None when none does). Such an
+    engine is somebody else's — a copied data directory, a second daemon that got past the
+    lock — and is neither adopted nor signalled (OW5): it is recorded lost here, untouched.
     Log writes and process-table scans run off the event loop.
     """
+    owner_of = held_by_other or (lambda _token: None)
     io = offloop or OffLoop()
     outcomes: list[Outcome] = []
 
@@ -87,8 +94,14 @@ async def reconcile(
             engine.fire("begin_adoption", at=clock(), daemon_pid=daemon_pid)
             await record(engine)
         identity = identity_of(engine)
+        other = await io.run(owner_of, identity.launch_token) if identity else None
         if identity is None:
             why = "the log has no spawn record for it"
+        elif other is not None:
+            why = (
+                f"pid {identity.pid} is held by another live daemon ({other}); "
+                "left alone (a copied data directory?)"
+            )
         else:
             matches, why = await io.run(identity_matches, identity)
             if matches:
@@ -119,11 +132,14 @@ async def reconcile(
                 identity.pid if identity else None,
                 why,
                 token=identity.launch_token if identity else None,
+                foreign=other is not None,
             )
         )
     kept = {o.pid for o in outcomes if o.result == "adopted"}
     strays = await io.run(lambda: find_strays(token_prefix, exclude=kept))
     for pid, token, command in strays:
+        if await io.run(owner_of, token) is not None:
+            continue  # another live daemon's engine: never ours to reap
         await terminate_group(pid)
         await io.run(
             lambda p=pid, t=token, c=command: store.append(

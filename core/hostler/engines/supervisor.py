@@ -20,6 +20,7 @@ What it guarantees (docs/rules.md, SG1–SG3):
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import socket
@@ -67,6 +68,8 @@ from hostler.replay import commit, load
 from hostler.store.log import EventStore
 
 __all__ = ["Supervisor", "SupervisorPolicy"]
+
+log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 T = TypeVar("T")
@@ -184,6 +187,7 @@ class Supervisor:
         self._pressure = pressure
         self._probe = probe
         self._io = offloop or OffLoop()
+        self._next_health = 0.0
 
     # -- the facts others read ------------------------------------------------------------------
 
@@ -575,36 +579,71 @@ class Supervisor:
     # -- watching ----------------------------------------------------------------------------
 
     async def watch(self) -> None:
-        """Run forever: notice crashes, probe health, stop idle engines. Cancel to end."""
-        next_health = anyio.current_time() + self.policy.health_interval
+        """Run forever: notice crashes, probe health, stop idle engines. Cancel to end.
+
+        A step that cannot be recorded (the log's disk is full, say) is not acted on and is
+        tried again at the next tick; it never ends the watch, so the engine keeps an owner.
+        """
+        self._next_health = anyio.current_time() + self.policy.health_interval
+        complained: str | None = None
         while True:
             await anyio.sleep(self.policy.watch_interval)
-            child = self._child
-            if child is None or self._lock.locked():
-                continue
-            if self.state == EngineState.STOPPING:
-                async with self._lock:
-                    if self._child is child:
-                        await self._stop_locked(StopReason.USER)
-                continue
-            if self.state == EngineState.RUNNING and not self._alive(child):
-                async with self._lock:
-                    if self._child is child and not child.expected_stop:
-                        self._read_lines(child, final=True)
-                        await self._record_crash(child)
-                continue
-            if self.state != EngineState.RUNNING:
-                continue
             try:
-                self._read_lines(child)
-                if anyio.current_time() >= next_health:
-                    next_health = anyio.current_time() + self.policy.health_interval
-                    await self._health_check(child)
-                await self._idle_check()
-            except PluginError as exc:
-                async with self._lock:
-                    if self._child is child:
-                        await self._fail_running(exc)
+                await self._watch_once()
+                complained = None
+            except HostlerError as exc:
+                if exc.message != complained:  # once per distinct trouble, not every tick
+                    log.error("hostler: %s: %s", self.key, exc.message)  # noqa: TRY400
+                    complained = exc.message
+
+    async def _watch_once(self) -> None:
+        child = self._child
+        if child is None or self._lock.locked():
+            return
+        if self.state == EngineState.STOPPING:
+            async with self._lock:
+                if self._child is child:
+                    await self._stop_locked(StopReason.USER)
+            return
+        if self.state == EngineState.RUNNING and not self._alive(child):
+            async with self._lock:
+                if self._child is child and not child.expected_stop:
+                    self._read_lines(child, final=True)
+                    await self._record_crash(child)
+            return
+        if self.state != EngineState.RUNNING:
+            return
+        try:
+            self._read_lines(child)
+            if anyio.current_time() >= self._next_health:
+                self._next_health = anyio.current_time() + self.policy.health_interval
+                await self._health_check(child)
+            await self._idle_check()
+        except PluginError as exc:
+            async with self._lock:
+                if self._child is child:
+                    await self._fail_running(exc)
+
+    async def kill_unrecorded(self) -> bool:
+        """Stop the process group without recording it: for a shutdown whose log is broken.
+
+        A shutdown still stops what it owns even when the decision cannot be written; the
+        next daemon finds the engine gone (``engine.lost``). Returns whether the group is gone.
+        """
+        child = self._child
+        if child is None:
+            return True
+        child.expected_stop = True
+        ended = await terminate_group(
+            child.identity.pid,
+            child=child.process,
+            identity=None if child.process is not None else child.identity,
+            grace=self.policy.stop_grace,
+            kill_wait=self.policy.kill_wait,
+        )
+        if ended.gone:
+            self._child = None
+        return ended.gone
 
     async def _fail_running(self, exc: PluginError) -> None:
         """A plugin raised about a running engine: stop its process, record it failed."""

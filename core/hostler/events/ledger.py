@@ -106,7 +106,8 @@ class LedgerReleased(Event):
     """``owner``'s reservation for ``key`` went back, and why.
 
     ``cause``: ``released`` (its engine stopped), ``lost`` (its engine was found gone),
-    ``owner-gone`` (owner and engine process both gone), ``denied-start`` and the like.
+    ``owner-gone`` (owner and engine process both gone), ``engine-gone`` (the process it paid
+    for is gone though its owner lives: a release that could not be written).
     """
 
     key: str

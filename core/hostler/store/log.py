@@ -194,7 +194,7 @@ class EventStore:
         lock: OwnerLock | None = None
         try:
             if owner and engines.sqlite_file is not None:
-                lock = OwnerLock(Path(f"{engines.sqlite_file}.lock"))
+                lock = OwnerLock(Path(f"{engines.sqlite_file}.lock"), guard=engines.sqlite_file)
             try:
                 upgrade_to_head(engines.writer, where=name)
             except sa.exc.DBAPIError as exc:
