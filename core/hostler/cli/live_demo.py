@@ -16,11 +16,12 @@ from pathlib import Path
 
 import anyio
 
-from hostler.capacity.ledger import LedgerState, limits_of
-from hostler.capacity.plan import PlanRequest, plan_llama
+from hostler.capacity.learning import Calibration
+from hostler.capacity.ledger import LedgerState
 from hostler.capacity.units import GIB, MIB, format_half_up
 from hostler.daemon import daemon_id
 from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
+from hostler.engines.price import price_engine
 from hostler.engines.process import terminate_group
 from hostler.engines.reconcile import DAEMON_STREAM, EngineReaped, find_strays
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
@@ -63,16 +64,23 @@ def run_live(store: EventStore, demo_dir: Path, model: Path | None, say: Say) ->
     sample = sample_device(probe, at=time.time())
     probe.close()
     budget = budget_from(sample)
-    plan = plan_llama(
-        PlanRequest(model.stem, ctx=2048, ctx_is_model_override=True, slots=2, kv_type="f16"),
-        geometry,
-        budget,
-        limits_of(LedgerState(), budget),
-        committed_other=0,
+    # the one price: what `hostler preview` shows and what the ledger will hold
+    price = price_engine(
+        adapter,
+        key=KEY,
+        model=model,
+        ctx=2048,
+        slots=2,
+        kv_type="f16",
+        budget=budget,
+        state=LedgerState(),
+        calibration=Calibration(),
+        geometry=geometry,
     )
+    plan = price.plan
     say(
-        f"plan: {plan.context_window} tokens × {plan.slots} slots, KV {plan.kv_type}; expected "
-        f"{format_half_up(plan.expected.total, 1, per=MIB)} MiB once ready "
+        f"plan: {plan.context_window} tokens × {plan.slots} slots, KV {plan.kv_type}; reserves "
+        f"{format_half_up(price.reserved_bytes, 1, per=MIB)} MiB, as `hostler preview` shows "
         f"(budget {format_half_up(budget.budget, 1, per=GIB)} GiB)"
     )
 
@@ -96,7 +104,7 @@ def run_live(store: EventStore, demo_dir: Path, model: Path | None, say: Say) ->
             token_prefix=token_prefix,
             policy=SupervisorPolicy(watch_interval=0.05, idle_timeout=1.0),
             ledger=ledger,
-            footprint=lambda: adapter.estimate_footprint(geometry, spec(0)),
+            footprint=lambda: price.reserved_bytes,
         )
         anyio.run(_story, supervisor, say)
         held = ledger.snapshot()["committed"]
