@@ -12,6 +12,25 @@ from hostler import Event, event_type, upcaster
 
 REPO = Path(__file__).resolve().parent.parent
 
+#: The capacity modules of the pure core (the rest of capacity/ reads files it is handed).
+PURE_CAPACITY_NAMES = (
+    "budget",
+    "context",
+    "estimate",
+    "events",
+    "geometry",
+    "keys",
+    "kv",
+    "learning",
+    "ledger",
+    "overrides",
+    "plan",
+    "pricing",
+    "slots",
+    "units",
+    "victims",
+)
+
 
 @event_type("test.note")
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from _support import REPO, run_python
+from _support import PURE_CAPACITY_NAMES, REPO, run_python
 
 CORE = REPO / "core" / "hostler"
 
@@ -22,24 +22,7 @@ PURE_MODULES = sorted(
             for path in sorted((CORE / folder).glob("*.py"))
             if path.stem != "__init__"
         ),
-        *(
-            f"hostler.capacity.{name}"
-            for name in (
-                "budget",
-                "context",
-                "estimate",
-                "events",
-                "geometry",
-                "keys",
-                "kv",
-                "learning",
-                "ledger",
-                "plan",
-                "slots",
-                "units",
-                "victims",
-            )
-        ),
+        *(f"hostler.capacity.{name}" for name in PURE_CAPACITY_NAMES),
     ]
 )
 

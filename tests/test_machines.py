@@ -24,6 +24,8 @@ from hostler import (
 from hostler.machines import LIFECYCLES
 from hostler.machines.engine import EngineCrashed, EngineSpawned
 
+from _support import PURE_CAPACITY_NAMES
+
 SPAWN = {
     "pid": 4242,
     "create_time": 100.5,
@@ -234,25 +236,7 @@ def test_every_state_is_reachable_and_every_trigger_has_an_event() -> None:
 
 
 CORE = Path(__file__).resolve().parent.parent / "core" / "hostler"
-PURE_CAPACITY = tuple(
-    f"capacity/{name}.py"
-    for name in (
-        "budget",
-        "context",
-        "estimate",
-        "events",
-        "geometry",
-        "keys",
-        "kv",
-        "learning",
-        "ledger",
-        "plan",
-        "pricing",
-        "slots",
-        "units",
-        "victims",
-    )
-)
+PURE_CAPACITY = tuple(f"capacity/{name}.py" for name in PURE_CAPACITY_NAMES)
 PURE_PACKAGES = ("machines/*.py", "events/*.py", "policies/*.py", *PURE_CAPACITY)
 ALLOWED_IMPORTS = {
     "__future__",

@@ -435,18 +435,25 @@ class Supervisor:
         reason = StopReason.START_CANCELLED if why == "cancelled" else StopReason.START_FAILED
         await self._stop_locked(reason, {"cause": why[:500]})
 
-    async def _kill_child(self) -> Termination | None:
-        child = self._child
-        if child is None:
-            return None
+    async def _terminate(
+        self, child: _Child, *, grace: float, second_grace: float = 1.0
+    ) -> Termination:
+        """TERM, TERM, KILL the child's group (its identity re-checked if we did not spawn it)."""
         child.expected_stop = True
-        ended = await terminate_group(
+        return await terminate_group(
             child.identity.pid,
             child=child.process,
             identity=child.identity,
-            grace=0.5,
+            grace=grace,
+            second_grace=second_grace,
             kill_wait=self.policy.kill_wait,
         )
+
+    async def _kill_child(self, grace: float = 0.5) -> Termination | None:
+        child = self._child
+        if child is None:
+            return None
+        ended = await self._terminate(child, grace=grace)
         if ended.gone:
             self._child = None
         return ended
@@ -504,15 +511,7 @@ class Supervisor:
 
     async def _record_crash(self, child: _Child) -> None:
         """The leader died unasked: make sure its group is gone too, record, then release."""
-        child.expected_stop = True
-        ended = await terminate_group(
-            child.identity.pid,
-            child=child.process,
-            identity=None if child.process is not None else child.identity,
-            grace=0.2,
-            second_grace=0.2,
-            kill_wait=self.policy.kill_wait,
-        )
+        ended = await self._terminate(child, grace=0.2, second_grace=0.2)
         code, sig = _exit_status(child.process)
         self._child = None
         if self.state in (EngineState.STARTING, EngineState.RUNNING):
@@ -560,14 +559,7 @@ class Supervisor:
         child = self._child
         code = sig = None
         if child is not None:
-            child.expected_stop = True
-            ended = await terminate_group(
-                child.identity.pid,
-                child=child.process,
-                identity=None if child.process is not None else child.identity,
-                grace=self.policy.stop_grace,
-                kill_wait=self.policy.kill_wait,
-            )
+            ended = await self._terminate(child, grace=self.policy.stop_grace)
             if not ended.gone:
                 await self._fire("stop_failed", pid=child.identity.pid, detail=ended.detail)
                 return  # still ours, still held: memory in use is never freed on paper
@@ -630,20 +622,8 @@ class Supervisor:
         A shutdown still stops what it owns even when the decision cannot be written; the
         next daemon finds the engine gone (``engine.lost``). Returns whether the group is gone.
         """
-        child = self._child
-        if child is None:
-            return True
-        child.expected_stop = True
-        ended = await terminate_group(
-            child.identity.pid,
-            child=child.process,
-            identity=None if child.process is not None else child.identity,
-            grace=self.policy.stop_grace,
-            kill_wait=self.policy.kill_wait,
-        )
-        if ended.gone:
-            self._child = None
-        return ended.gone
+        ended = await self._kill_child(grace=self.policy.stop_grace)
+        return ended is None or ended.gone
 
     async def _fail_running(self, exc: PluginError) -> None:
         """A plugin raised about a running engine: stop its process, record it failed."""
