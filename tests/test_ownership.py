@@ -280,3 +280,47 @@ def test_a_symlinked_ledger_file_is_judged_where_it_really_is(tmp_path: Path) ->
     (mine / "ledger.db").symlink_to(foreign / "ledger.db")
     with pytest.raises(StorePathError, match="not by you"):
         check_ledger_directory(LedgerLocation(mine / "ledger.db"))
+
+
+def test_a_ledger_file_deleted_in_use_is_reopened_and_what_runs_is_carried_over(
+    tmp_path: Path,
+) -> None:
+    """A hostile test deleted ledger.db under two daemons: both engines then ran over budget."""
+    engine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    location = LedgerLocation(tmp_path / "ledger.db")
+
+    def handle(label: str) -> HostLedger:
+        return HostLedger(
+            open_ledger_store(location),
+            OwnerIdentity.current(label),
+            lambda: BUDGET,
+            reopen=lambda: open_ledger_store(location),
+        )
+
+    a, b = handle("daemon-a"), handle("daemon-b")
+    try:
+        assert a.reserve(KEY, 6 * GIB, token="tok-a").granted
+        assert a.bind(KEY, engine.pid, _create_time(engine.pid))
+        assert b.refresh().committed == 6 * GIB  # b knows what a holds
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{location.path}{suffix}").unlink(missing_ok=True)
+        denied = b.reserve("llamacpp:other:0", 6 * GIB)
+        assert not denied.granted  # a's running engine was carried into the new file
+        assert denied.committed_other == 6 * GIB
+        with EventStore.open(location.path) as fresh:
+            first = fresh.read_stream(LEDGER_STREAM)[0]
+        assert first.type == "ledger.carried"
+        carried = first.payload
+        assert carried["owner"] == a.owner and carried["carried_by"] == b.owner
+        assert carried["pid"] == engine.pid and carried["bytes"] == 6 * GIB
+        # a notices too, finds its reservation already there, and adds nothing twice
+        assert a.check_file() is True
+        assert a.refresh().committed == 6 * GIB
+        engine.kill()
+        engine.wait()
+        assert b.reserve("llamacpp:other:0", 6 * GIB).granted  # gone: engine-gone, then fits
+        assert a.check_file() is False  # nothing replaced since
+    finally:
+        engine.kill()
+        a.store.close()
+        b.store.close()

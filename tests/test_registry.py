@@ -33,6 +33,7 @@ REGISTERED_ON_IMPORT = [
     "ledger.adopted",
     "ledger.bound",
     "ledger.budget_set",
+    "ledger.carried",
     "ledger.denied",
     "ledger.measured",
     "ledger.released",

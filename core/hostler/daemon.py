@@ -229,8 +229,12 @@ class Daemon:
         self.probe = probe
         device = DeviceWatch(store, probe)
         await io.run(device.sample)
+        location = config.ledger_location()
         ledger = HostLedger(
-            ledger_store, OwnerIdentity.current("hostler-daemon"), lambda: device.budget
+            ledger_store,
+            OwnerIdentity.current("hostler-daemon"),
+            lambda: device.budget,
+            reopen=lambda: open_ledger_store(location),
         )
         token_prefix = daemon_id(config.data_dir)
         world = await io.run(replay, store)
@@ -289,6 +293,7 @@ class Daemon:
         try:
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(device.run)
+                tasks.start_soon(self._watch_ledger_file, ledger)
                 for key, supervisor in self.supervisors.items():
                     tasks.start_soon(supervisor.watch)
                     engine = next(e for e in config.engines if e.key == key)
@@ -303,7 +308,17 @@ class Daemon:
             # Whatever ended the daemon (a signal, or a bug in a task), it stops what it owns.
             with anyio.CancelScope(shield=True):
                 await self._shutdown(store, received[0] if received else "error")
+                ledger.store.close()  # the one it reopened, if the file was replaced
         probe.close()
+
+    async def _watch_ledger_file(self, ledger: HostLedger, every: float = 5.0) -> None:
+        """OW6: notice a ledger file deleted or replaced between decisions, and carry over."""
+        while True:
+            await anyio.sleep(every)
+            try:
+                await self.offloop.run(ledger.check_file)
+            except HostlerError as exc:
+                log.error("hostler: the ledger: %s", exc.message)  # noqa: TRY400
 
     async def _shutdown(self, store: EventStore, cause: str) -> None:
         decision = {"cause": cause}

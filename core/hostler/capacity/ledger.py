@@ -18,6 +18,7 @@ from hostler.capacity.events import (
     LedgerAdopted,
     LedgerBound,
     LedgerBudgetSet,
+    LedgerCarried,
     LedgerDenied,
     LedgerMeasured,
     LedgerReleased,
@@ -132,6 +133,10 @@ class LedgerState:
         elif isinstance(event, LedgerAdopted):
             if event.from_owner is not None:
                 self.reservations.pop((event.from_owner, event.key), None)
+            self.reservations[(event.owner, event.key)] = Held(
+                event.key, event.bytes, event.owner, event.token, event.pid, event.create_time
+            )
+        elif isinstance(event, LedgerCarried):
             self.reservations[(event.owner, event.key)] = Held(
                 event.key, event.bytes, event.owner, event.token, event.pid, event.create_time
             )

@@ -21,6 +21,7 @@ with group permissions; hostler refuses a ledger directory that someone else own
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 import threading
@@ -37,6 +38,7 @@ from hostler.capacity.events import (
     LedgerAdopted,
     LedgerBound,
     LedgerBudgetSet,
+    LedgerCarried,
     LedgerMeasured,
     LedgerReleased,
     LedgerSpilloverSet,
@@ -72,6 +74,20 @@ __all__ = [
 ]
 
 _MAX_ATTEMPTS = 200
+log = logging.getLogger(__name__)
+
+
+def _file_id(path: Path | None) -> tuple[int, int] | None:
+    """Which file a path names now (device, inode); None when nothing is there."""
+    if path is None:
+        return None
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino)
+
+
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"", "0", "false", "no", "off"}
 
@@ -269,6 +285,8 @@ class HostLedger:
         budget: Returns the host's automatic budget (from the latest device sample).
         alive: Decides whether an owner string is a live process (injected in tests).
         engine_alive: Decides whether a reservation's engine process runs (injected in tests).
+        reopen: Opens the ledger's file again; given, a ledger file deleted or replaced while
+            in use is noticed before each decision and what is still in use carried over (OW6).
     """
 
     def __init__(
@@ -279,8 +297,11 @@ class HostLedger:
         *,
         alive: Callable[[str], bool] | None = None,
         engine_alive: Callable[[Held], bool] | None = None,
+        reopen: Callable[[], EventStore] | None = None,
     ) -> None:
         self.store = store
+        self._reopen = reopen
+        self._file = _file_id(store.sqlite_file)
         self.owner = owner.text()
         self._budget = budget
         this_boot = owner.boot
@@ -297,7 +318,53 @@ class HostLedger:
     def refresh(self) -> LedgerState:
         """Fold the ledger events written since the last look."""
         with self._lock:
+            self.check_file()
             return catch_up(self.store, self.state)
+
+    def check_file(self) -> bool:
+        """OW6: if the ledger file was deleted or replaced, reopen it and carry over what runs.
+
+        Every reservation this handle knew of whose engine still runs — or, not yet bound,
+        whose owner lives — is written into the new file under its owner
+        (``ledger.carried``), so nobody is granted memory those engines hold. Returns whether
+        the file had been replaced.
+        """
+        with self._lock:
+            path = self.store.sqlite_file
+            if self._reopen is None or path is None or _file_id(path) == self._file:
+                return False
+            log.warning("hostler: %s was deleted or replaced while in use; carrying over", path)
+            known = self.state
+            self.store.close()
+            self.store = self._reopen()
+            self._file = _file_id(path)
+            self.state = LedgerState()
+
+            def carry(state: LedgerState) -> tuple[list[Event], None]:
+                events: list[Event] = []
+                for held in sorted(known.reservations.values(), key=lambda h: h.slot):
+                    if held.slot in state.reservations or not self._still_used(held):
+                        continue
+                    events.append(
+                        LedgerCarried(
+                            held.key,
+                            held.owner,
+                            held.bytes,
+                            held.token,
+                            held.pid,
+                            held.create_time,
+                            self.owner,
+                        )
+                    )
+                return events, None
+
+            self._decide_locked(carry)
+            return True
+
+    def _still_used(self, held: Held) -> bool:
+        if held.pid is not None and held.create_time is not None:
+            return self._engine_alive(held)
+        return held.owner == self.owner or self._alive(held.owner)
 
     def budget(self) -> CapacityBudget:
         """The host's automatic budget now (before any explicit budget in the ledger)."""
@@ -470,6 +537,7 @@ class HostLedger:
 
     def _decide(self, make: Callable[[LedgerState], tuple[list[Event], Any]]) -> Any:
         with self._lock:
+            self.check_file()
             return self._decide_locked(make)
 
     def _decide_locked(self, make: Callable[[LedgerState], tuple[list[Event], Any]]) -> Any:

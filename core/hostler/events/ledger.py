@@ -16,6 +16,7 @@ __all__ = [
     "LedgerAdopted",
     "LedgerBound",
     "LedgerBudgetSet",
+    "LedgerCarried",
     "LedgerDenied",
     "LedgerMeasured",
     "LedgerReleased",
@@ -83,6 +84,24 @@ class LedgerAdopted(Event):
     committed_other: int
     budget: int
     over_budget: int
+
+
+@event_type("ledger.carried")
+@dataclass(frozen=True, slots=True)
+class LedgerCarried(Event):
+    """A reservation carried into a ledger file that replaced a deleted one (OW6).
+
+    Whoever notices the replacement first writes down every reservation it knew of whose
+    engine still runs (or whose start, not yet bound, has a live owner), under its owner.
+    """
+
+    key: str
+    owner: str
+    bytes: int
+    token: str | None
+    pid: int | None
+    create_time: float | None
+    carried_by: str
 
 
 @event_type("ledger.denied")

@@ -206,6 +206,11 @@ class EventStore:
             raise
         return cls(engines, name=name, lock=lock, clock=clock or _utcnow)
 
+    @property
+    def sqlite_file(self) -> Path | None:
+        """The SQLite file behind this log (None on another database)."""
+        return self._engines.sqlite_file
+
     def close(self) -> None:
         """Release the writer connection, the pools and the owner lock (idempotent)."""
         if self._closed:
