@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -324,3 +325,28 @@ def test_a_ledger_file_deleted_in_use_is_reopened_and_what_runs_is_carried_over(
         engine.kill()
         a.store.close()
         b.store.close()
+
+
+def test_an_engine_group_that_outlives_its_leader_still_holds_its_reservation() -> None:
+    """The leader crashed but a child of its group still runs (and holds memory): kept."""
+    leader = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time; "
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+            "time.sleep(0.5)",
+        ],
+        start_new_session=True,
+    )
+    ctime = _create_time(leader.pid)
+    held = Held(KEY, GIB, "a", token="t", pid=leader.pid, create_time=ctime)
+    try:
+        leader.wait(10)  # the leader is gone (and reaped) ...
+        assert engine_alive(held)  # ... its group is not
+    finally:
+        os.killpg(leader.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while engine_alive(held) and time.monotonic() < deadline:
+        time.sleep(0.02)  # init reaps the orphan
+    assert not engine_alive(held)

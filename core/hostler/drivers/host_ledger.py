@@ -53,7 +53,7 @@ from hostler.capacity.ledger import (
     decide_reserve,
     limits_of,
 )
-from hostler.engines.process import LAUNCH_TOKEN_ENV
+from hostler.engines.process import LAUNCH_TOKEN_ENV, group_alive
 from hostler.errors import ConcurrencyError, StoreError, StorePathError, UsageError
 from hostler.events.base import Event
 from hostler.events.fold import fold, fold_step
@@ -245,7 +245,9 @@ def engine_alive(held: Held) -> bool:
     no process at all (written before OW2) pays for nothing we can find.
     """
     if held.pid is not None and held.create_time is not None:
-        return _same_process(held.pid, held.create_time, tolerance=0.05)
+        # the leader, or any process left in its group (an engine's group outlives a leader
+        # that crashed while children hold memory; the kernel reuses no pid that names a group)
+        return _same_process(held.pid, held.create_time, tolerance=0.05) or group_alive(held.pid)
     if held.token:
         return _token_running(held.token)
     return False
