@@ -226,7 +226,8 @@ def test_config_errors_are_one_line(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert result.stderr.strip() == (
-        f"hostler: error [usage.invalid]: {config}: engines[0]: key 'not a key' must look like engine:model:replica"
+        f"hostler: error [usage.invalid]: {config}: engines[0].key: must look like "
+        "engine:model:replica (got 'not a key')"
     )
 
 

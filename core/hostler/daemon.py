@@ -16,9 +16,7 @@ import re
 import secrets
 import signal
 import time
-import tomllib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,22 +27,20 @@ from hostler._version import __version__
 from hostler.capacity.budget import CapacityBudget
 from hostler.capacity.keys import parse_key
 from hostler.capacity.pricing import LaunchPrice
+from hostler.config import DaemonConfig, EngineConfig, load_config
 from hostler.drivers.host_ledger import (
     HostLedger,
-    LedgerLocation,
     OwnerIdentity,
-    default_ledger_location,
     open_ledger_store,
 )
 from hostler.drivers.offloop import OffLoop
 from hostler.engines.price import price_from_ledger
 from hostler.engines.reconcile import DAEMON_STREAM, Outcome, reconcile
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
-from hostler.errors import EngineStartError, HostlerError, UsageError
+from hostler.errors import EngineStartError, HostlerError
 from hostler.events.base import Event
 from hostler.events.daemon import DaemonStarted, DaemonStopped
 from hostler.machines.engine import StopReason
-from hostler.paths import default_data_dir
 from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec
 from hostler.pluginhost import PluginHost
 from hostler.probes.device import DEVICE_STREAM, budget_from, sample_device
@@ -57,91 +53,6 @@ __all__ = ["Daemon", "DaemonConfig", "DaemonStarted", "EngineConfig", "load_conf
 
 log = logging.getLogger(__name__)
 PLUGIN_STREAM = "plugins/host"
-
-
-@dataclass(frozen=True, slots=True)
-class EngineConfig:
-    """One configured engine."""
-
-    key: str
-    model: Path
-    ctx: int = 4096
-    slots: int = 1
-    kv_type: str | None = None
-    autostart: bool = True
-    extra_args: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class DaemonConfig:
-    """The daemon's settings."""
-
-    data_dir: Path
-    engines: tuple[EngineConfig, ...] = ()
-    idle_timeout: float = 300.0
-    health_interval: float = 15.0
-    ledger: Path | None = None
-    ledger_shared: bool = False
-
-    def ledger_location(self) -> LedgerLocation:
-        """The configured ledger, else the environment's (per user by default)."""
-        if self.ledger is not None:
-            return LedgerLocation(self.ledger, self.ledger_shared)
-        return default_ledger_location()
-
-
-def _flag(table: dict[str, Any], key: str, default: bool, where: str) -> bool:
-    """A TOML true/false; anything else ("false" as a string, 0) is refused, never guessed."""
-    value = table.get(key, default)
-    if not isinstance(value, bool):
-        raise UsageError(f"{where}: {key} must be true or false, not {value!r}"[:300])
-    return value
-
-
-def load_config(path: str | os.PathLike[str], *, data_dir: Path | None = None) -> DaemonConfig:
-    """Read a TOML config (paths relative to the file).
-
-    Raises:
-        UsageError: Unreadable TOML, or a setting of the wrong kind, named.
-    """
-    file = Path(path).expanduser()
-    try:
-        raw = tomllib.loads(file.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"{file}: cannot read the config ({exc.strerror})") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{file}: not valid TOML ({exc})") from exc
-    base = file.parent
-    section = raw.get("daemon", {})
-    engines = []
-    for index, item in enumerate(raw.get("engines", [])):
-        where = f"{file}: engines[{index}]"
-        key = item.get("key")
-        if not isinstance(key, str) or parse_key(key) is None:
-            raise UsageError(f"{where}: key {key!r} must look like engine:model:replica")
-        model = item.get("model")
-        if not isinstance(model, str):
-            raise UsageError(f"{where}: model must be a file path")
-        engines.append(
-            EngineConfig(
-                key=key,
-                model=(base / model).expanduser(),
-                ctx=int(item.get("ctx", 4096)),
-                slots=int(item.get("slots", 1)),
-                kv_type=item.get("kv_type"),
-                autostart=_flag(item, "autostart", True, where),
-                extra_args=dict(item.get("extra_args", {})),
-            )
-        )
-    ledger = section.get("ledger")
-    return DaemonConfig(
-        data_dir=(data_dir or Path(section.get("data_dir", default_data_dir()))).expanduser(),
-        engines=tuple(engines),
-        idle_timeout=float(section.get("idle_timeout", 300.0)),
-        health_interval=float(section.get("health_interval", 15.0)),
-        ledger=(base / ledger).expanduser() if ledger else None,
-        ledger_shared=_flag(section, "ledger_shared", False, f"{file}: [daemon]"),
-    )
 
 
 def daemon_id(data_dir: Path) -> str:

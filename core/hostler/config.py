@@ -1,0 +1,204 @@
+"""The daemon's configuration file, validated at the edge (typed models, one-line errors).
+
+A TOML file is read into strict pydantic models: a wrong type, an out-of-range value, an
+unknown key or a misspelled section is refused with one line naming the file, the key and what
+was expected — never a traceback, never a setting silently ignored. Relative paths in the file
+are resolved against the file's directory; a ``--data-dir`` given on the command line against
+the working directory. The result is the plain :class:`DaemonConfig` the daemon runs with.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from hostler.capacity.keys import parse_key
+from hostler.drivers.host_ledger import LedgerLocation, default_ledger_location
+from hostler.errors import UsageError
+from hostler.paths import default_data_dir
+
+__all__ = ["DaemonConfig", "EngineConfig", "load_config"]
+
+#: Bigger than any model's window (2^24 tokens); a value past it is a typo, not a wish.
+MAX_CONTEXT = 16_777_216
+MAX_SLOTS = 1024
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+KvType = Literal["f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl"]
+Seconds = Annotated[float, Field(ge=0, le=365 * 24 * 3600)]
+ExtraValue = str | int | float | bool
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """One configured engine."""
+
+    key: str
+    model: Path
+    ctx: int = 4096
+    slots: int = 1
+    kv_type: str | None = None
+    autostart: bool = True
+    extra_args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonConfig:
+    """The daemon's settings."""
+
+    data_dir: Path
+    engines: tuple[EngineConfig, ...] = ()
+    idle_timeout: float = 300.0
+    health_interval: float = 15.0
+    ledger: Path | None = None
+    ledger_shared: bool = False
+
+    def ledger_location(self) -> LedgerLocation:
+        """The configured ledger, else the environment's (per user by default)."""
+        if self.ledger is not None:
+            return LedgerLocation(self.ledger, self.ledger_shared)
+        return default_ledger_location()
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class _EngineEntry(_Strict):
+    key: str
+    model: Annotated[str, Field(min_length=1, max_length=4096)]
+    ctx: Annotated[int, Field(ge=1, le=MAX_CONTEXT)] = 4096
+    slots: Annotated[int, Field(ge=1, le=MAX_SLOTS)] = 1
+    kv_type: KvType | None = None
+    autostart: bool = True
+    extra_args: Annotated[dict[str, ExtraValue], Field(max_length=256)] = {}
+
+    @field_validator("key")
+    @classmethod
+    def _engine_key(cls, value: str) -> str:
+        if parse_key(value) is None:
+            raise ValueError("must look like engine:model:replica")
+        return value
+
+    @field_validator("extra_args")
+    @classmethod
+    def _finite(cls, value: dict[str, ExtraValue]) -> dict[str, ExtraValue]:
+        for flag, item in value.items():
+            if isinstance(item, float) and not math.isfinite(item):
+                raise ValueError(f"{flag} must be a finite number")
+        return value
+
+
+class _DaemonSection(_Strict):
+    data_dir: Annotated[str, Field(min_length=1)] | None = None
+    idle_timeout: Seconds = 300.0
+    health_interval: Annotated[float, Field(gt=0, le=24 * 3600)] = 15.0
+    ledger: Annotated[str, Field(min_length=1)] | None = None
+    ledger_shared: bool = False
+
+
+class _ConfigFile(_Strict):
+    daemon: _DaemonSection = _DaemonSection()
+    engines: Annotated[list[_EngineEntry], Field(max_length=1024)] = []
+
+
+def load_config(path: str | os.PathLike[str], *, data_dir: Path | None = None) -> DaemonConfig:
+    """Read and validate a TOML config.
+
+    Raises:
+        UsageError: One line: the file, the key, and what is wrong with it.
+    """
+    file = Path(path).expanduser()
+    raw = _read_toml(file)
+    try:
+        parsed = _ConfigFile.model_validate(raw, strict=True)
+    except ValidationError as exc:
+        raise UsageError(_first_problem(file, exc)) from None
+    base = file.resolve().parent
+    section = parsed.daemon
+    names = [e.key for e in parsed.engines]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})[0]
+        raise UsageError(f"{file}: engines: the key {twice!r} is configured twice")
+    engines = tuple(
+        EngineConfig(
+            key=entry.key,
+            model=_resolve(base, entry.model),
+            ctx=entry.ctx,
+            slots=entry.slots,
+            kv_type=entry.kv_type,
+            autostart=entry.autostart,
+            extra_args=dict(entry.extra_args),
+        )
+        for entry in parsed.engines
+    )
+    if data_dir is not None:
+        where = data_dir.expanduser().resolve()  # against the working directory
+    elif section.data_dir is not None:
+        where = _resolve(base, section.data_dir)
+    else:
+        where = default_data_dir().expanduser().resolve()
+    return DaemonConfig(
+        data_dir=where,
+        engines=engines,
+        idle_timeout=section.idle_timeout,
+        health_interval=section.health_interval,
+        ledger=_resolve(base, section.ledger) if section.ledger else None,
+        ledger_shared=section.ledger_shared,
+    )
+
+
+def _read_toml(file: Path) -> dict[str, Any]:
+    try:
+        if not file.is_file():
+            raise UsageError(f"{file}: not a config file (missing, or not a regular file)")
+        if file.stat().st_size > MAX_CONFIG_BYTES:
+            raise UsageError(f"{file}: too large for a config file (over 4 MiB)")
+        text = file.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise UsageError(f"{file}: cannot read the config ({exc.strerror})") from exc
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{file}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{file}: not valid TOML ({exc})") from None
+
+
+def _resolve(base: Path, text: str) -> Path:
+    path = Path(text).expanduser()
+    return path if path.is_absolute() else (base / path).resolve()
+
+
+_KNOWN = {
+    (): set(_ConfigFile.model_fields),
+    ("daemon",): set(_DaemonSection.model_fields),
+    ("engines",): set(_EngineEntry.model_fields),
+}
+
+
+def _first_problem(file: Path, exc: ValidationError) -> str:
+    """The first validation error as one line: file, dotted key, what was expected."""
+    error = exc.errors(include_url=False)[0]
+    loc = tuple(error["loc"])
+    key = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc)
+    key = key.lstrip(".") or "(top level)"
+    if error["type"] == "extra_forbidden":
+        name = str(loc[-1])
+        scope = tuple(p for p in loc[:-1] if not isinstance(p, int))
+        close = difflib.get_close_matches(name, sorted(_KNOWN.get(scope, set())), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        known = ", ".join(sorted(_KNOWN.get(scope, set())))
+        return f"{file}: {key}: unknown setting{hint} (known here: {known})"[:500]
+    got = repr(error.get("input"))
+    if len(got) > 60:
+        got = got[:57] + "..."
+    message = str(error["msg"]).replace("Input should be", "should be")
+    message = message.removeprefix("Value error, ")
+    return f"{file}: {key}: {message} (got {got})"[:500]
