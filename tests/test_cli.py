@@ -94,13 +94,13 @@ def test_state_as_of_a_seq(demo_log: Path) -> None:
     ("args", "message"),
     [
         (("events", "--since", "yesterday-ish"), "time 'yesterday-ish': use ISO-8601"),
-        (("events", "--limit", "0"), "--limit must be at least 1"),
+        (("events", "--limit", "0"), "--limit: 0 is out of range: use a whole number from 1"),
         (("events", "--follow", "--until", "1h"), "contradict"),
     ],
 )
 def test_usage_errors_are_one_line(demo_log: Path, args: tuple[str, ...], message: str) -> None:
     result = run_cli(*args, "--db", str(demo_log))
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert result.stderr.count("\n") == 1
     assert result.stderr.startswith("hostler: error [usage.invalid]: ")
     assert message in result.stderr

@@ -101,7 +101,7 @@ def test_the_daemon_cli_says_it_in_one_line(tmp_path: Path) -> None:
     config = tmp_path / "bad.toml"
     config.write_text(GOOD_ENGINE + 'ctx = "big"\n')
     result = run_cli("daemon", "--config", str(config), "--data-dir", str(tmp_path / "d"))
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr.strip() == (
         f"hostler: error [usage.invalid]: {config}: engines[0].ctx: should be a valid integer "

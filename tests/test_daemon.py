@@ -224,7 +224,7 @@ def test_config_errors_are_one_line(tmp_path: Path) -> None:
         timeout=60,
         check=False,
     )
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert result.stderr.strip() == (
         f"hostler: error [usage.invalid]: {config}: engines[0].key: must look like "
         "engine:model:replica (got 'not a key')"

@@ -16,6 +16,7 @@ from alembic.runtime.migration import MigrationContext
 from hostler import (
     EventStore,
     StoreCorruptError,
+    StoreForeignError,
     StoreLockedError,
     StorePathError,
     StoreSchemaError,
@@ -113,16 +114,24 @@ def test_a_newer_schema_is_refused_with_a_clear_message(log_path: Path) -> None:
         raw.close()
 
 
-def test_an_older_database_is_upgraded(log_path: Path) -> None:
-    """A database at an earlier revision (here: none yet, only data-less) is brought to head."""
+def test_another_applications_database_is_refused_and_left_untouched(log_path: Path) -> None:
+    """hostler writes only into an empty database or its own log (never someone else's)."""
     log_path.parent.mkdir(parents=True)
     raw = sqlite3.connect(log_path)
     raw.execute("CREATE TABLE unrelated (x)")
     raw.commit()
     raw.close()
-    with EventStore.open(log_path) as store:
+    before = log_path.read_bytes()
+    with pytest.raises(
+        StoreForeignError, match=r"another application's database \(tables: unrelated\)"
+    ):
+        EventStore.open(log_path)
+    assert log_path.read_bytes() == before
+    assert _tables(log_path) == {"unrelated"}
+    empty = log_path.parent / "empty.db"
+    sqlite3.connect(empty).close()  # an empty SQLite file is fine: it becomes a log
+    with EventStore.open(empty) as store:
         store.append("s/a", [Note("x")], expected_version=0)
-    assert "unrelated" in _tables(log_path)
 
 
 def test_path_is_a_directory(tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ PUBLIC = {
     "StopReason",
     "StoreCorruptError",
     "StoreError",
+    "StoreForeignError",
     "StoreLockedError",
     "StorePathError",
     "StoreSchemaError",

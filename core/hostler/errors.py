@@ -22,6 +22,7 @@ __all__ = [
     "SettingError",
     "StoreCorruptError",
     "StoreError",
+    "StoreForeignError",
     "StoreLockedError",
     "StorePathError",
     "StoreSchemaError",
@@ -51,16 +52,19 @@ class HostlerError(Exception):
 
 
 class UsageError(HostlerError):
-    """A caller passed something hostler cannot use (bad option, bad filter)."""
+    """A caller passed something hostler cannot use (bad option, bad filter, bad config).
+
+    The CLI exits with status 2 for it, as for a mistyped option.
+    """
 
     code = "usage.invalid"
+    exit_status = 2
 
 
 class SettingError(UsageError):
     """An environment setting hostler reads is malformed or out of range (exit status 2)."""
 
     code = "usage.setting"
-    exit_status = 2
 
 
 class StoreError(HostlerError):
@@ -91,6 +95,12 @@ class StoreSchemaError(StoreError):
     """The log was written by a newer hostler whose schema this version does not know."""
 
     code = "store.schema-too-new"
+
+
+class StoreForeignError(StoreError):
+    """The database holds another application's tables; hostler writes nothing into it."""
+
+    code = "store.foreign"
 
 
 class ConcurrencyError(StoreError):

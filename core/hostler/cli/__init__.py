@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from hostler._version import __version__
 from hostler.cli import capacity, daemon, demo, events, plugins, state
@@ -13,9 +14,17 @@ from hostler.errors import HostlerError
 __all__ = ["main"]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, whose mistakes read like every other hostler error: one line, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``hostler: error [usage.invalid]: PROG: MESSAGE`` and exit 2."""
+        self.exit(2, f"hostler: error [usage.invalid]: {self.prog}: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="hostler",
         description="Keeps local inference engines resident within memory, and says why.",
     )

@@ -16,6 +16,7 @@ from hostler.capacity.ledger import LedgerState, committed_snapshot, limits_of
 from hostler.capacity.overrides import ContextOverrides, read_context_overrides
 from hostler.capacity.pricing import LaunchPrice
 from hostler.capacity.units import GIB, KIB, MIB, format_half_up, round_half_up
+from hostler.cli.numbers import count
 from hostler.drivers.host_ledger import (
     catch_up,
     default_ledger_path,
@@ -52,8 +53,10 @@ def add_parsers(sub: Any) -> None:
         help="plan a model's launch (window, slots, bytes) without loading or evicting anything",
     )
     preview.add_argument("model", help="path of a GGUF model file")
-    preview.add_argument("--ctx", type=int, help="per-slot context window to ask for")
-    preview.add_argument("--slots", type=int, help="concurrent slots (--parallel)")
+    preview.add_argument(
+        "--ctx", type=count(1, 16_777_216), help="per-slot context window to ask for"
+    )
+    preview.add_argument("--slots", type=count(1, 1024), help="concurrent slots (--parallel)")
     preview.add_argument("--kv", help="KV cache type (f16, q8_0, q4_0, ...)")
     preview.add_argument("--mmproj", help="vision projector file, priced with the model")
     preview.add_argument(

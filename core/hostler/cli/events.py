@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hostler.cli.common import add_log_options, open_existing_log
+from hostler.cli.numbers import count, seconds
 from hostler.cli.render import TableWriter, record_json
 from hostler.cli.timeparse import parse_moment
 from hostler.errors import UsageError
@@ -34,13 +35,18 @@ def add_parser(sub: Any) -> None:
     )
     parser.add_argument("--since", help="recorded at or after (ISO-8601 UTC, or 15m, 2h, 1d ago)")
     parser.add_argument("--until", help="recorded at or before (same forms as --since)")
-    parser.add_argument("--after-seq", type=int, default=0, help="only events with seq > N")
-    parser.add_argument("--limit", type=int, help="at most N events (the oldest N)")
-    parser.add_argument("--tail", type=int, metavar="N", help="only the newest N matching events")
+    parser.add_argument("--after-seq", type=count(0), default=0, help="only events with seq > N")
+    parser.add_argument("--limit", type=count(1), help="at most N events (the oldest N)")
+    parser.add_argument(
+        "--tail", type=count(1), metavar="N", help="only the newest N matching events"
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
     parser.add_argument("-f", "--follow", action="store_true", help="keep printing new events")
     parser.add_argument(
-        "--interval", type=float, default=0.5, help="seconds between polls with --follow"
+        "--interval",
+        type=seconds(0.01, 3600),
+        default=0.5,
+        help="seconds between polls with --follow",
     )
     parser.set_defaults(run=run)
 

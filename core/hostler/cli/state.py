@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hostler.cli.common import add_log_options, open_existing_log
+from hostler.cli.numbers import count
 from hostler.cli.timeparse import parse_moment
 from hostler.replay import World, replay
 
@@ -27,7 +28,7 @@ def add_parser(sub: Any) -> None:
         help="replay the log into every machine's state (now, or as of a seq or time)",
     )
     add_log_options(parser)
-    parser.add_argument("--until-seq", type=int, help="replay events up to this seq only")
+    parser.add_argument("--until-seq", type=count(0), help="replay events up to this seq only")
     parser.add_argument("--until", help="replay events recorded up to this time")
     parser.add_argument("--json", action="store_true", help="print the state as JSON")
     parser.set_defaults(run=run)

@@ -17,16 +17,20 @@ def parse_moment(text: str, *, now: datetime) -> datetime:
     """Parse ``text`` into an aware UTC datetime; relative forms count back from ``now``."""
     cleaned = text.strip()
     match = _RELATIVE.match(cleaned)
-    if match:
-        amount, unit = float(match.group(1)), match.group(2)
-        return now - timedelta(**{_UNITS[unit]: amount})
     try:
+        if match:
+            amount, unit = float(match.group(1)), match.group(2)
+            return now - timedelta(**{_UNITS[unit]: amount})
         moment = datetime.fromisoformat(cleaned)
-    except ValueError:
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        return moment.astimezone(UTC)
+    except (OverflowError, ValueError) as exc:
+        if match or isinstance(exc, OverflowError) or "out of range" in str(exc):
+            raise UsageError(
+                f"time {text[:60]!r}: out of range (years 1 to 9999, in UTC)"
+            ) from None
         raise UsageError(
-            f"time {text!r}: use ISO-8601 (2026-11-29T14:02:00, UTC unless an offset is "
+            f"time {text[:60]!r}: use ISO-8601 (2026-11-29T14:02:00, UTC unless an offset is "
             "given) or a relative span like 15m, 2h, 1d"
         ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC)

@@ -7,6 +7,7 @@ dialect-neutral SQLAlchemy Core.
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from hostler.errors import StorePathError
+from hostler.errors import StoreForeignError, StorePathError
 
 __all__ = ["Engines", "make_engines", "sqlite_path_of"]
 
@@ -82,6 +83,7 @@ def make_engines(
 def _prepare_sqlite_file(path: Path, *, shared: bool = False) -> None:
     if path.is_dir():
         raise StorePathError(f"{path}: is a directory, not an event log file")
+    _refuse_foreign(path)
     parent = path.parent
     try:
         if not shared:
@@ -113,6 +115,38 @@ def _prepare_sqlite_file(path: Path, *, shared: bool = False) -> None:
         # A log carries prompts' metadata and pids: keep it to its owner (or, shared, to its
         # group, which must also be able to write it whatever this process's umask said).
         path.chmod(file_mode)
+
+
+def _refuse_foreign(path: Path) -> None:
+    """Refuse, before anything writes to it, a SQLite file holding another application's data.
+
+    Opened read-only: no journal mode, no chmod, no table is touched. A file that is not SQLite
+    at all is left to the open that follows (it reports it as corrupt).
+    """
+    try:
+        if not path.is_file() or path.stat().st_size == 0:
+            return
+    except OSError:
+        return
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+        try:
+            rows = conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            ).fetchall()
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError:
+        return
+    tables = sorted(str(row[0]) for row in rows)
+    if not tables or "alembic_version" in tables:
+        return
+    shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
+    raise StoreForeignError(
+        f"{path}: another application's database (tables: {shown}); hostler writes only into "
+        "an empty database or its own log: choose another file"
+    )
 
 
 def _install_sqlite_hooks(engine: sa.Engine, *, begin: str, synchronous: str) -> None:

@@ -8,7 +8,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from hostler.errors import StoreSchemaError
+from hostler.errors import StoreForeignError, StoreSchemaError
 from hostler_migrations import SCRIPT_LOCATION
 
 __all__ = ["current_revision", "head_revision", "upgrade_to_head"]
@@ -37,7 +37,9 @@ def upgrade_to_head(engine: sa.Engine, *, where: str) -> str:
     """Migrate ``engine``'s database to head in one transaction; return the revision.
 
     Idempotent. A database at a revision this hostler does not know was written by a newer
-    version: it is refused with :class:`StoreSchemaError` and left untouched.
+    version: it is refused with :class:`StoreSchemaError` and left untouched; one that holds
+    tables but no hostler schema belongs to another application: refused with
+    :class:`StoreForeignError`, nothing written.
     """
     cfg = _config()
     scripts = ScriptDirectory.from_config(cfg)
@@ -46,6 +48,14 @@ def upgrade_to_head(engine: sa.Engine, *, where: str) -> str:
         current = current_revision(conn)
         if current == head:
             return str(head)
+        if current is None:
+            foreign = sorted(sa.inspect(conn).get_table_names())
+            if foreign:
+                shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+                raise StoreForeignError(
+                    f"{where}: another application's database (tables: {shown}); hostler "
+                    "writes only into an empty database or its own log: choose another file"
+                )
         if current is not None and current not in {s.revision for s in scripts.walk_revisions()}:
             raise StoreSchemaError(
                 f"{where}: schema revision {current!r} is newer than this hostler knows "
