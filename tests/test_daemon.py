@@ -289,3 +289,33 @@ def test_a_plugin_that_raises_at_run_time_fails_its_engine_and_the_daemon_stays_
     assert daemon.returncode == 0
     with EventStore.open(tmp_path / "ledger.db") as ledger:
         assert catch_up(ledger).committed == 0
+
+
+def test_the_data_directory_and_engine_logs_are_private(tmp_path: Path) -> None:
+    """The data directory was created 0755; run/, work/, engine.log, daemon-id world-readable."""
+    write_tiny_llama(tmp_path / "good.gguf")
+    config = tmp_path / "hostler.toml"
+    config.write_text(
+        '[daemon]\nidle_timeout = 0\nledger = "ledger.db"\n'
+        '\n[[engines]]\nkey = "llamacpp:good:0"\nmodel = "good.gguf"\nctx = 512\n'
+    )
+    data = tmp_path / "data"
+    daemon = start_daemon(config, data, tmp_path / "daemon.log")
+    try:
+        wait_for(lambda: count(data, "llamacpp:good:0", "engine.ready") == 1)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(30)
+    run = data / "run" / "llamacpp_good_0"
+    modes = {
+        path.relative_to(data).as_posix(): path.stat().st_mode & 0o777
+        for path in (data, data / "daemon-id", data / "run", run, run / "work", run / "engine.log")
+    }
+    assert modes == {
+        ".": 0o700,
+        "daemon-id": 0o600,
+        "run": 0o700,
+        "run/llamacpp_good_0": 0o700,
+        "run/llamacpp_good_0/work": 0o700,
+        "run/llamacpp_good_0/engine.log": 0o600,
+    }

@@ -41,6 +41,7 @@ from hostler.errors import EngineStartError, HostlerError
 from hostler.events.base import Event
 from hostler.events.daemon import DaemonStarted, DaemonStopped
 from hostler.machines.engine import StopReason
+from hostler.paths import private_dir, private_file
 from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec
 from hostler.pluginhost import PluginHost
 from hostler.probes.device import DEVICE_STREAM, budget_from, sample_device
@@ -61,9 +62,9 @@ def daemon_id(data_dir: Path) -> str:
     try:
         return path.read_text(encoding="ascii").strip()
     except OSError:
-        data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(data_dir)
         value = f"hostler-{secrets.token_hex(6)}"
-        path.write_text(value + "\n", encoding="ascii")
+        private_file(path, value + "\n")
         return value
 
 
@@ -114,7 +115,7 @@ class Daemon:
     async def run(self) -> None:
         """Run until SIGTERM or SIGINT."""
         config = self.config
-        config.data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(config.data_dir)
         # Listen before taking anything over: a SIGTERM during start-up is a shutdown too.
         with (
             anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals,

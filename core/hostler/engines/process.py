@@ -70,9 +70,10 @@ def spawn_engine(
     Raises:
         OSError: The executable could not be started (missing, not executable).
     """
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     full_env = {**os.environ, **env, LAUNCH_TOKEN_ENV: launch_token}
-    with log_path.open("ab") as log:
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "ab") as log:
         process = subprocess.Popen(  # noqa: S603 - argv built by the adapter, no shell
             list(argv),
             stdin=subprocess.DEVNULL,

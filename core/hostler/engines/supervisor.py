@@ -55,6 +55,7 @@ from hostler.errors import (
     RestartBudgetError,
 )
 from hostler.machines.engine import Engine, EngineState, StopReason
+from hostler.paths import private_dir
 from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec, Panic
 from hostler.policies.supervision import (
     SupervisionPolicy,
@@ -384,9 +385,9 @@ class Supervisor:
             raise EngineStartError(f"{self.key}: model file {spec.model} does not exist")
         command: LaunchCommand = self._plugin("build_command", self.adapter.build_command, spec)
         self._build = self._plugin("build_identity", self.adapter.build_identity, command)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.run_dir)
         if spec.work_dir is not None:
-            spec.work_dir.mkdir(parents=True, exist_ok=True)
+            private_dir(spec.work_dir)
         follower = LogFollower(self.log_path)
         try:
             process, identity = spawn_engine(
