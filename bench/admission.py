@@ -27,11 +27,11 @@ from pathlib import Path
 
 from hostler import EventStore
 from hostler.capacity.budget import CapacityBudget, HostMemory, compute_budget
-from hostler.capacity.events import LEDGER_STREAM, LedgerReserved
 from hostler.capacity.ledger import decide_reserve, limits_of, shortfall, state_from
 from hostler.capacity.units import GIB, MIB
 from hostler.capacity.victims import Resident, choose_victims
 from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
+from hostler.events.ledger import LEDGER_STREAM, LedgerReserved
 
 OUT = Path(__file__).parent / "out"
 OWNER = "d"

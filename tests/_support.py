@@ -17,7 +17,6 @@ PURE_CAPACITY_NAMES = (
     "budget",
     "context",
     "estimate",
-    "events",
     "geometry",
     "keys",
     "kv",

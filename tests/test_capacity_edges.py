@@ -28,7 +28,6 @@ from hostler.capacity.context import (
     plan_ctx_for_memory,
     requirement,
 )
-from hostler.capacity.events import LedgerDenied, LedgerReserved
 from hostler.capacity.geometry import ModelGeometry
 from hostler.capacity.kv import (
     KvLinear,
@@ -58,6 +57,7 @@ from hostler.capacity.ledger import (
 from hostler.capacity.plan import LaunchPlan, PlanRequest, default_kv_type, plan_llama
 from hostler.capacity.slots import compute_headroom, default_slots, planned_slots, slot_ceiling
 from hostler.capacity.victims import DEMAND_WINDOW, Resident, VictimPlan, choose_victims
+from hostler.events.ledger import LedgerDenied, LedgerReserved
 
 G = 1024**3
 M = 1024**2

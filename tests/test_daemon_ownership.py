@@ -23,8 +23,8 @@ from _daemons import (
     wait_for,
 )
 from hostler import EventStore, replay
-from hostler.capacity.events import LEDGER_STREAM
 from hostler.drivers.host_ledger import catch_up
+from hostler.events.ledger import LEDGER_STREAM
 from hostler.testing.tiny_gguf import TinyModel, write_tiny_llama
 
 KEYS = ("llamacpp:alpha:0", "llamacpp:beta:0")

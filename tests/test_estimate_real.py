@@ -14,12 +14,12 @@ import pytest
 from hostler import EventStore
 from hostler.capacity.budget import HostMemory, compute_budget
 from hostler.capacity.estimate import estimate_llama, kv_cells
-from hostler.capacity.events import LEDGER_STREAM, LedgerMeasured
 from hostler.capacity.gguf_header import read_geometry
 from hostler.capacity.units import GIB
 from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
 from hostler.drivers.measure import LaunchFacts, load_calibration, record_launch
 from hostler.engines.supervisor import free_port
+from hostler.events.ledger import LEDGER_STREAM, LedgerMeasured
 from hostler.testing.tiny_gguf import TinyModel, write_tiny_llama
 from hostler_llamacpp.binary import find_llama_server
 from hostler_llamacpp.logs import parse_buffer_sizes, parse_build

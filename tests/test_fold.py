@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hostler import EventStore
-from hostler.capacity.events import LEDGER_STREAM, LedgerReleased, LedgerReserved
 from hostler.capacity.learning import CALIBRATION_STREAM, FootprintMeasured
 from hostler.capacity.ledger import LedgerState
 from hostler.drivers.measure import load_calibration
 from hostler.events.base import Event, decode, event_type, typed_decoder
 from hostler.events.fold import FoldReport, fold
+from hostler.events.ledger import LEDGER_STREAM, LedgerReleased, LedgerReserved
 
 from _support import Note
 

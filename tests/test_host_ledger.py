@@ -13,9 +13,9 @@ import pytest
 
 from hostler import EventStore
 from hostler.capacity.budget import HostMemory, compute_budget
-from hostler.capacity.events import LEDGER_STREAM, LedgerDenied, LedgerReleased, LedgerReserved
 from hostler.capacity.units import GIB
 from hostler.drivers.host_ledger import HostLedger, OwnerIdentity, owner_alive
+from hostler.events.ledger import LEDGER_STREAM, LedgerDenied, LedgerReleased, LedgerReserved
 
 from _support import REPO
 

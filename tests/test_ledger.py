@@ -5,12 +5,6 @@ from __future__ import annotations
 import pytest
 
 from hostler.capacity.budget import HostMemory, compute_budget
-from hostler.capacity.events import (
-    LedgerBudgetSet,
-    LedgerReleased,
-    LedgerReserved,
-    LedgerSpilloverSet,
-)
 from hostler.capacity.ledger import (
     LedgerState,
     decide_reserve,
@@ -21,6 +15,12 @@ from hostler.capacity.ledger import (
     state_from,
 )
 from hostler.capacity.units import GIB, MIB
+from hostler.events.ledger import (
+    LedgerBudgetSet,
+    LedgerReleased,
+    LedgerReserved,
+    LedgerSpilloverSet,
+)
 
 RAM_HOST = compute_budget(HostMemory(system_ram=64 * GIB))  # 38.4 GiB, spillover on
 CARD_HOST = compute_budget(HostMemory(system_ram=64 * GIB, vram=24 * GIB))  # 61.2 / fast 22.8

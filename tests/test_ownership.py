@@ -13,12 +13,6 @@ import pytest
 
 from hostler import EventStore
 from hostler.capacity.budget import HostMemory, compute_budget
-from hostler.capacity.events import (
-    LEDGER_STREAM,
-    LedgerAdopted,
-    LedgerReleased,
-    LedgerReserved,
-)
 from hostler.capacity.ledger import Held, LedgerState, decide_adopt, state_from
 from hostler.capacity.units import GIB
 from hostler.drivers.host_ledger import (
@@ -31,6 +25,12 @@ from hostler.drivers.host_ledger import (
     open_ledger_store,
 )
 from hostler.errors import StorePathError, UsageError
+from hostler.events.ledger import (
+    LEDGER_STREAM,
+    LedgerAdopted,
+    LedgerReleased,
+    LedgerReserved,
+)
 
 BUDGET = compute_budget(HostMemory(system_ram=16 * GIB))  # 9.6 GiB, RAM host
 KEY = "llamacpp:qwen:0"

@@ -13,13 +13,13 @@ import pytest
 from hostler import EventStore
 from hostler.capacity.budget import CapacityBudget, HostMemory, compute_budget
 from hostler.capacity.estimate import estimate_llama
-from hostler.capacity.events import LedgerReserved
 from hostler.capacity.geometry import ModelGeometry
 from hostler.capacity.gguf_header import read_geometry
 from hostler.capacity.ledger import LedgerState, committed_other_for, limits_of, state_from
 from hostler.capacity.plan import LaunchPlan, PlanRequest, default_kv_type, plan_llama
 from hostler.capacity.units import GIB
 from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
+from hostler.events.ledger import LedgerReserved
 
 from _support import run_cli
 

@@ -16,7 +16,6 @@ import pytest
 from hostler import EventStore
 from hostler.capacity.budget import HostMemory, compute_budget
 from hostler.capacity.estimate import estimate_llama
-from hostler.capacity.events import LEDGER_STREAM
 from hostler.capacity.geometry import ModelGeometry
 from hostler.capacity.learning import CALIBRATION_STREAM, Calibration, FootprintMeasured
 from hostler.capacity.ledger import LedgerState, limits_of
@@ -25,6 +24,7 @@ from hostler.capacity.pricing import price_launch
 from hostler.capacity.units import GIB, MIB
 from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
 from hostler.engines.price import engine_build, price_from_ledger
+from hostler.events.ledger import LEDGER_STREAM
 from hostler.plugin import LaunchSpec
 from hostler.probes.device import budget_from, sample_device
 from hostler.probes.nvml import open_nvml

@@ -14,7 +14,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hostler.capacity.budget import BudgetKind, CapacityBudget
-from hostler.capacity.events import (
+from hostler.capacity.keys import parse_key
+from hostler.capacity.units import GIB, format_half_up, round_half_up
+from hostler.events.base import Event
+from hostler.events.ledger import (
     LedgerAdopted,
     LedgerBound,
     LedgerBudgetSet,
@@ -25,9 +28,6 @@ from hostler.capacity.events import (
     LedgerReserved,
     LedgerSpilloverSet,
 )
-from hostler.capacity.keys import parse_key
-from hostler.capacity.units import GIB, format_half_up, round_half_up
-from hostler.events.base import Event
 
 __all__ = [
     "ENFORCE_MINIMUM",

@@ -33,16 +33,6 @@ from typing import Any
 import psutil
 
 from hostler.capacity.budget import CapacityBudget
-from hostler.capacity.events import (
-    LEDGER_STREAM,
-    LedgerAdopted,
-    LedgerBound,
-    LedgerBudgetSet,
-    LedgerCarried,
-    LedgerMeasured,
-    LedgerReleased,
-    LedgerSpilloverSet,
-)
 from hostler.capacity.ledger import (
     Held,
     LedgerLimits,
@@ -57,6 +47,16 @@ from hostler.engines.process import LAUNCH_TOKEN_ENV, group_alive
 from hostler.errors import ConcurrencyError, StoreError, StorePathError, UsageError
 from hostler.events.base import Event
 from hostler.events.fold import fold, fold_step
+from hostler.events.ledger import (
+    LEDGER_STREAM,
+    LedgerAdopted,
+    LedgerBound,
+    LedgerBudgetSet,
+    LedgerCarried,
+    LedgerMeasured,
+    LedgerReleased,
+    LedgerSpilloverSet,
+)
 from hostler.probes.host import boot_id
 from hostler.store.log import EventStore, RecordedEvent
 

@@ -1,7 +1,7 @@
 """Events of the host-wide capacity ledger (stream ``ledger/host``).
 
 Defined here, beside the event base, so that ``import hostler`` registers them without
-importing the capacity package (``hostler.capacity.events`` re-exports them).
+importing the capacity package; the ledger's rules (:mod:`hostler.capacity.ledger`) fold them.
 """
 
 from __future__ import annotations
