@@ -392,12 +392,6 @@ class HostLedger:
             return None
         return held.owner
 
-    def mine(self, key: str) -> Held | None:
-        """What this daemon holds for ``key`` (as of the last look)."""
-        return self.state.held(self.owner, key)
-
-    # -- deciding ----------------------------------------------------------------------------
-
     def reserve(self, key: str, wanted: int, *, token: str | None = None) -> ReserveDecision:
         """Reserve ``wanted`` bytes for ``key`` (replacing this daemon's prior), or be denied.
 

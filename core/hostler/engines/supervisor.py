@@ -281,7 +281,7 @@ class Supervisor:
                 raise  # recorded in the ledger's log, with its inputs; not the engine's fault
             except HostlerError as exc:
                 await self._fire("start", cause=cause)
-                await self._fire("failed", error=exc.message, retry_at=None)
+                await self._fail(exc)
                 raise
             try:
                 port = await self._start(cause, token)
@@ -427,10 +427,7 @@ class Supervisor:
                 await self._release()
             return
         if isinstance(exc, HostlerError):
-            ended = await self._kill_child()
-            await self._fire("failed", error=exc.message, retry_at=None)
-            if ended is None or ended.gone:
-                await self._release()
+            await self._fail(exc)
             return
         why = "cancelled" if isinstance(exc, anyio.get_cancelled_exc_class()) else repr(exc)
         reason = StopReason.START_CANCELLED if why == "cancelled" else StopReason.START_FAILED
@@ -615,7 +612,7 @@ class Supervisor:
         except PluginError as exc:
             async with self._lock:
                 if self._child is child:
-                    await self._fail_running(exc)
+                    await self._fail(exc)
 
     async def kill_unrecorded(self) -> bool:
         """Stop the process group without recording it: for a shutdown whose log is broken.
@@ -626,8 +623,11 @@ class Supervisor:
         ended = await self._kill_child(grace=self.policy.stop_grace)
         return ended is None or ended.gone
 
-    async def _fail_running(self, exc: PluginError) -> None:
-        """A plugin raised about a running engine: stop its process, record it failed."""
+    async def _fail(self, exc: HostlerError) -> None:
+        """Fail the engine (starting or running): its process killed, then ``engine.failed``.
+
+        The reservation goes back only once no process holds it (SG2).
+        """
         ended = await self._kill_child()
         await self._fire("failed", error=exc.message, retry_at=None)
         if ended is None or ended.gone:
