@@ -30,7 +30,7 @@ from hostler.capacity.ledger import LedgerLimits, fallback_resident_bytes, forma
 from hostler.capacity.slots import default_slots, planned_slots, slot_ceiling
 from hostler.capacity.units import round_half_up
 
-__all__ = ["LaunchPlan", "PlanRequest", "default_kv_type", "plan_llama"]
+__all__ = ["LaunchPlan", "PlanRequest", "default_kv_type", "launch_kv_type", "plan_llama"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,11 +119,17 @@ def default_kv_type(geometry: ModelGeometry, model: str) -> str:
     return "f16" if gemma else "q8_0"
 
 
-def _automatic_kv_type(request: PlanRequest, geometry: ModelGeometry, reasons: list[str]) -> str:
-    """L5, except that a quantized cache llama.cpp cannot build (head width) stays f16."""
+def launch_kv_type(
+    request: PlanRequest, geometry: ModelGeometry, reasons: list[str] | None = None
+) -> str:
+    """The KV type a launch starts from: the operator's, else L5's default.
+
+    A quantized cache llama.cpp cannot build (head width) stays f16, said in ``reasons``.
+    """
     kv_type = request.kv_type or default_kv_type(geometry, request.model)
     if request.kv_type is None and (width := unfit_head_width(geometry, kv_type)) is not None:
-        reasons.append(f"KV f16: {kv_type} blocks do not divide the head width {width}")
+        if reasons is not None:
+            reasons.append(f"KV f16: {kv_type} blocks do not divide the head width {width}")
         kv_type = "f16"
     return kv_type
 
@@ -175,7 +181,7 @@ def plan_llama(
         growth_ceiling=request.growth_ceiling,
     )
     reasons += _window_reasons(request, requirement, floor, geometry.native_context)
-    kv_type = _automatic_kv_type(request, geometry, reasons)
+    kv_type = launch_kv_type(request, geometry, reasons)
     weights = (
         fallback_resident_bytes("llamacpp", geometry.file_size, geometry.mmproj_size)
         if resident is None

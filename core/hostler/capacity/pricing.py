@@ -20,7 +20,7 @@ from hostler.capacity.budget import CapacityBudget
 from hostler.capacity.estimate import MIN_CELLS_PER_SEQUENCE
 from hostler.capacity.geometry import ModelGeometry
 from hostler.capacity.ledger import LedgerLimits, format_denial, shortfall
-from hostler.capacity.plan import LaunchPlan, PlanRequest, default_kv_type, plan_llama
+from hostler.capacity.plan import LaunchPlan, PlanRequest, launch_kv_type, plan_llama
 
 __all__ = ["CorrectFn", "EstimateFn", "LaunchPrice", "price_launch"]
 
@@ -91,7 +91,7 @@ def price_launch(
     def learned(value: int, ctx_total: int, slots: int, kv_type: str) -> int:
         return value if correct is None else correct(value, ctx_total, slots, kv_type)
 
-    kv_type = request.kv_type or default_kv_type(geometry, request.model)
+    kv_type = launch_kv_type(request, geometry)  # the planner's own rule, not a second one
     floor = MIN_CELLS_PER_SEQUENCE
     resident = learned(estimate(floor, 1, kv_type), floor, 1, kv_type)
     plan = plan_llama(
