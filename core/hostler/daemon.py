@@ -9,7 +9,6 @@ running; the next daemon on the same data directory adopts them without a reload
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
@@ -152,21 +151,12 @@ class Daemon:
         world = await io.run(replay, store)
         adapters = {e.key: plugins.adapter(parse_key(e.key).engine) for e in config.engines}  # type: ignore[union-attr]
 
-        def readiness_path(key: str) -> str:
-            if key in adapters:
-                return str(adapters[key].readiness_path)
-            engine = parse_key(key)
-            with contextlib.suppress(HostlerError):
-                if engine is not None:
-                    return str(plugins.adapter(engine.engine).readiness_path)
-            return "/health"
-
         outcomes = await reconcile(
             store,
             world.engines,
             token_prefix=token_prefix,
             daemon_pid=os.getpid(),
-            readiness_path=readiness_path,
+            readiness_path=lambda key: str(_adapter_for(plugins, key).readiness_path),
             clock=time.time,
             offloop=io,
             held_by_other=ledger.held_by_other,
@@ -314,11 +304,7 @@ class Daemon:
         token_prefix: str,
     ) -> Supervisor:
         """A supervisor for an adopted engine no config names: it can only stop it."""
-        engine = parse_key(key)
-        try:
-            adapter = plugins.adapter(engine.engine if engine else key)
-        except HostlerError:
-            adapter = _StopOnlyAdapter()
+        adapter = _adapter_for(plugins, key)
 
         def no_spec(_port: int) -> LaunchSpec:
             raise EngineStartError(f"{key}: not in the config; hostler only stops it")
@@ -403,6 +389,15 @@ class Daemon:
             probe=self.probe,
             offloop=self.offloop,
         )
+
+
+def _adapter_for(plugins: PluginHost, key: str) -> EngineAdapter:
+    """The adapter of a key's engine; a stop-only stand-in when its plugin is not loaded."""
+    engine = parse_key(key)
+    try:
+        return plugins.adapter(engine.engine if engine else key)
+    except HostlerError:
+        return _StopOnlyAdapter()
 
 
 class _StopOnlyAdapter(EngineAdapter):
