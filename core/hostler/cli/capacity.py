@@ -81,18 +81,12 @@ def _sample() -> DeviceSampled:
         probe.close()
 
 
-def _ledger_state(path: Path) -> LedgerState:
+def _read_ledger(path: Path) -> tuple[LedgerState, Calibration]:
+    """The ledger's reservations and what its measurements taught, in one open."""
     if not path.exists():
-        return LedgerState()  # a reader never creates the host's ledger
+        return LedgerState(), Calibration()  # a reader never creates the host's ledger
     with EventStore.open(path) as store:
-        return catch_up(store)
-
-
-def _calibration(path: Path) -> Calibration:
-    if not path.exists():
-        return Calibration()
-    with EventStore.open(path) as store:
-        return load_calibration(store)
+        return catch_up(store), load_calibration(store)
 
 
 def _gib(value: float) -> str:
@@ -130,7 +124,7 @@ def run_budget(args: argparse.Namespace) -> int:
     sample = _sample()
     budget = budget_from(sample)
     path = Path(args.ledger).expanduser() if args.ledger else default_ledger_path()
-    state = _ledger_state(path)
+    state, _ = _read_ledger(path)
     this_boot = boot_id()
     owners = {h.owner for h in state.reservations.values()}
     alive = [o for o in owners if owner_alive(o, this_boot=this_boot)]
@@ -172,7 +166,7 @@ def run_preview(args: argparse.Namespace) -> int:
     sample = _sample()
     budget = budget_from(sample)
     path = Path(args.ledger).expanduser() if args.ledger else default_ledger_path()
-    state = _ledger_state(path)
+    state, calibration = _read_ledger(path)
     name = model_path.stem
     price = price_engine(
         PluginHost().load().adapter("llamacpp"),
@@ -183,7 +177,7 @@ def run_preview(args: argparse.Namespace) -> int:
         kv_type=args.kv,
         budget=budget,
         state=state,
-        calibration=_calibration(path),
+        calibration=calibration,
         policy=args.policy,
         overrides=settings,
         free_ram=sample.free_ram if args.live else None,
