@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 
 from hostler import EventStore, replay
+from hostler.engines.process import token_holders as engine_processes
 from hostler.engines.reconcile import DAEMON_STREAM
 
 from _support import REPO
@@ -28,15 +29,7 @@ def kill_leftovers(data: Path) -> list[int]:
 
 def token_holders(prefix: str) -> list[psutil.Process]:
     """Live processes whose launch token starts with ``prefix:`` (zombies excluded)."""
-    found = []
-    for process in psutil.process_iter(["pid"]):
-        try:
-            token = process.environ().get("HOSTLER_LAUNCH_TOKEN", "")
-            if token.startswith(prefix + ":") and process.status() != psutil.STATUS_ZOMBIE:
-                found.append(process)
-        except (psutil.Error, OSError):
-            continue
-    return found
+    return [process for process, _ in engine_processes(lambda t: t.startswith(prefix + ":"))]
 
 
 def _kill(process: psutil.Process) -> bool:

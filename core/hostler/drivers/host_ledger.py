@@ -43,7 +43,7 @@ from hostler.capacity.ledger import (
     decide_reserve,
     limits_of,
 )
-from hostler.engines.process import LAUNCH_TOKEN_ENV, group_alive
+from hostler.engines.process import group_alive, token_holders
 from hostler.errors import ConcurrencyError, StoreError, StorePathError, UsageError
 from hostler.events.base import Event
 from hostler.events.fold import fold, fold_step
@@ -254,13 +254,7 @@ def engine_alive(held: Held) -> bool:
 
 
 def _token_running(token: str) -> bool:
-    for process in psutil.process_iter():
-        try:
-            if process.environ().get(LAUNCH_TOKEN_ENV) == token:
-                return process.status() != psutil.STATUS_ZOMBIE
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return False
+    return next(token_holders(token.__eq__), None) is not None
 
 
 def fold_records(state: LedgerState, records: list[RecordedEvent]) -> LedgerState:

@@ -14,7 +14,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +32,7 @@ __all__ = [
     "identity_matches",
     "spawn_engine",
     "terminate_group",
+    "token_holders",
 ]
 
 #: The environment variable that marks a process as launched by hostler (and by which daemon).
@@ -122,6 +123,21 @@ def identity_matches(identity: ProcessIdentity) -> tuple[bool, str]:  # noqa: PL
     except psutil.AccessDenied:
         return False, f"pid {identity.pid} cannot be inspected (access denied)"
     return True, ""
+
+
+def token_holders(accept: Callable[[str], bool]) -> Iterator[tuple[psutil.Process, str]]:
+    """Live processes whose launch token ``accept`` takes, each with its token.
+
+    A scan of the process table: call it off the event loop. Processes that vanish or hide
+    their environment are skipped.
+    """
+    for process in psutil.process_iter():
+        try:
+            token = process.environ().get(LAUNCH_TOKEN_ENV, "")
+            if token and accept(token) and process.status() != psutil.STATUS_ZOMBIE:
+                yield process, token
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
 
 
 def group_alive(pgid: int) -> bool:

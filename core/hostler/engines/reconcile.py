@@ -18,10 +18,10 @@ import psutil
 from hostler.drivers.offloop import OffLoop
 from hostler.engines.http import probe_status
 from hostler.engines.process import (
-    LAUNCH_TOKEN_ENV,
     ProcessIdentity,
     identity_matches,
     terminate_group,
+    token_holders,
 )
 from hostler.events.daemon import DAEMON_STREAM, EngineReaped
 from hostler.machines.engine import Engine, EngineState
@@ -159,17 +159,11 @@ def find_strays(token_prefix: str, *, exclude: set[int | None]) -> list[tuple[in
     Only session leaders are returned (an engine's children go with its group).
     """
     strays = []
-    for process in psutil.process_iter(["pid"]):
-        pid = process.info["pid"]
-        if pid in exclude:
+    for process, token in token_holders(lambda token: token.startswith(f"{token_prefix}:")):
+        if process.pid in exclude or process.pid != _session_id(process.pid):
             continue
         try:
-            token = process.environ().get(LAUNCH_TOKEN_ENV, "")
-            if not token.startswith(f"{token_prefix}:"):
-                continue
-            if process.pid != _session_id(process.pid):
-                continue
-            strays.append((pid, token, " ".join(process.cmdline())[:500]))
+            strays.append((process.pid, token, " ".join(process.cmdline())[:500]))
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return strays
