@@ -77,8 +77,11 @@ def run_python(
     timeout: float = 60,
     cwd: Path | None = None,
     obey_file_modes: bool = False,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter of this environment (a new process).
+
+    ``env`` is laid over this process's environment.
 
     ``obey_file_modes`` makes a root caller's child obey permission bits, as a normal user's
     would, so tests of unwritable paths mean the same as root and as a user.
@@ -91,12 +94,16 @@ def run_python(
         timeout=timeout,
         check=False,
         cwd=cwd or REPO / "tests",
-        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **(env or {})},
     )
 
 
 def run_cli(
-    *args: str, timeout: float = 60, obey_file_modes: bool = False
+    *args: str,
+    timeout: float = 60,
+    obey_file_modes: bool = False,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run the ``hostler`` CLI as a user would (a real process)."""
     return run_python(
@@ -104,4 +111,6 @@ def run_cli(
         *args,
         timeout=timeout,
         obey_file_modes=obey_file_modes,
+        env=env,
+        cwd=cwd,
     )

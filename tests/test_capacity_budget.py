@@ -11,6 +11,7 @@ from hostler.capacity.budget import (
     parse_budget_override,
 )
 from hostler.capacity.units import GIB
+from hostler.errors import SettingError
 
 
 def gib(value: float) -> int:
@@ -97,11 +98,17 @@ def test_operator_override_on_a_ram_host() -> None:
     assert budget.budget == budget.fast == budget.concurrency_sizing == gib(12.5)
 
 
-@pytest.mark.parametrize("text", [None, "", "0", "-3", "abc", "nan", "inf"])
-def test_bad_overrides_are_ignored(text: str | None) -> None:
-    assert parse_budget_override(text) is None
+@pytest.mark.parametrize("text", [None, "", " \t"])
+def test_unset_override_is_automatic(text: str | None) -> None:
     value = parse_budget_override(text)
+    assert value is None
     assert compute_budget(HostMemory(gib(16)), override_gib=value).overridden is False
+
+
+@pytest.mark.parametrize("text", ["0", "-3", "abc", "nan", "inf"])
+def test_bad_overrides_are_refused(text: str) -> None:
+    with pytest.raises(SettingError, match="HOSTLER_CAPACITY_BUDGET_GB"):
+        parse_budget_override(text)
 
 
 def test_good_override_text() -> None:

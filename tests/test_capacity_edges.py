@@ -57,6 +57,7 @@ from hostler.capacity.ledger import (
 from hostler.capacity.plan import LaunchPlan, PlanRequest, default_kv_type, plan_llama
 from hostler.capacity.slots import compute_headroom, default_slots, planned_slots, slot_ceiling
 from hostler.capacity.victims import DEMAND_WINDOW, Resident, VictimPlan, choose_victims
+from hostler.errors import SettingError
 from hostler.events.ledger import LedgerDenied, LedgerReserved
 
 G = 1024**3
@@ -253,10 +254,31 @@ def test_override_on_a_unified_host_is_the_whole_fast_budget() -> None:
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("1", 1.0), ("0.001", 0.001), ("  2 ", 2.0), ("1e1", 10.0), ("-0", None), ("  ", None)],
+    [
+        ("1", 1.0),
+        ("0.001", 0.001),
+        ("  2 ", 2.0),
+        ("1e1", 10.0),
+        ("  ", None),
+        ("", None),
+        ("1048576", 1048576.0),
+    ],
 )
 def test_budget_override_text_edges(text: str, value: float | None) -> None:
     assert parse_budget_override(text) == value
+
+
+@pytest.mark.parametrize(
+    "text", ["-0", "0", "-3", "abc", "nan", "inf", "-inf", "1048576.5", "1e400", "12 GiB", "1,5"]
+)
+def test_budget_override_malformed_is_one_line_error(text: str) -> None:
+    with pytest.raises(SettingError) as caught:
+        parse_budget_override(text)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"HOSTLER_CAPACITY_BUDGET_GB={text.strip()!r}: expected a positive")
+    assert caught.value.code == "usage.setting"
+    assert caught.value.exit_status == 2
 
 
 # -- PP4: victims --------------------------------------------------------------------------------

@@ -5,12 +5,13 @@ Each case was a traceback on main (issue "Bad input and broken storage").
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
 import pytest
 
-from hostler import EventStore
+from hostler import Engine, EventStore, commit, replay
 
 from _support import Note, run_cli
 
@@ -76,3 +77,190 @@ def test_another_applications_database_is_never_written(tmp_path: Path) -> None:
     with sqlite3.connect(other) as conn:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
     assert tables == {"invoices"}
+
+
+# -- the same shape for the environment, database URLs and paths (exit 1 unless a usage error) --
+
+#: (argv, extra environment, code, exit status, the exact line after "hostler: error [CODE]: ").
+EDGE = [
+    (
+        ["budget"],
+        {"HOSTLER_CAPACITY_BUDGET_GB": "twelve"},
+        "usage.setting",
+        2,
+        "HOSTLER_CAPACITY_BUDGET_GB='twelve': expected a positive number of GiB up to 1048576 "
+        "(e.g. 24 or 12.5); unset it for the automatic budget",
+    ),
+    (
+        ["budget"],
+        {"HOSTLER_CAPACITY_BUDGET_GB": "-5"},
+        "usage.setting",
+        2,
+        "HOSTLER_CAPACITY_BUDGET_GB='-5': expected a positive number of GiB up to 1048576 "
+        "(e.g. 24 or 12.5); unset it for the automatic budget",
+    ),
+    (
+        ["budget"],
+        {"HOSTLER_LEDGER_SHARED": "maybe"},
+        "usage.setting",
+        2,
+        "HOSTLER_LEDGER_SHARED='maybe': use 1 or 0 (yes/no, true/false)",
+    ),
+    (
+        ["preview", "m.gguf", "--kv", "bogus"],
+        {},
+        "usage.invalid",
+        2,
+        "hostler preview: argument --kv: invalid choice: 'bogus' (choose from 'f32', 'f16', "
+        "'bf16', 'q8_0', 'q5_1', 'q5_0', 'q4_1', 'q4_0', 'iq4_nl')",
+    ),
+    (
+        ["events", "--db", "postgresql://alice:s3cret@db.example/hostler"],
+        {},
+        "store.driver-missing",
+        1,
+        "postgresql://alice:***@db.example/hostler: the database driver 'psycopg' is not "
+        "installed; install it next to hostler (pip install 'psycopg[binary]') or name another "
+        "driver in the URL",
+    ),
+    (
+        ["events", "--db", "postgresql+asyncpg://db.example/hostler"],
+        {},
+        "store.driver-missing",
+        1,
+        "postgresql+asyncpg://db.example/hostler: the database driver 'asyncpg' is not "
+        "installed; install it next to hostler (pip install 'asyncpg') or name another driver "
+        "in the URL",
+    ),
+    (
+        ["state", "--db", "foo://bar"],
+        {},
+        "store.url",
+        1,
+        "foo://bar: SQLAlchemy knows no database kind 'foo'; use a file path, sqlite:///PATH or "
+        "a server URL such as postgresql://USER@HOST/DB",
+    ),
+    (
+        ["events", "--db", "postgresql://h:port/d"],
+        {},
+        "store.url",
+        1,
+        "postgresql://h:port/d: not a database URL (invalid literal for int() with base 10: "
+        "'port'); give a file path or sqlite:///PATH, postgresql://USER@HOST/DB ...",
+    ),
+    (
+        ["events", "--db", "sqlite://"],
+        {},
+        "store.path",
+        1,
+        "sqlite://: hostler needs a file for its event log, not memory",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", EDGE)
+def test_environment_urls_and_choices_are_one_line(
+    tmp_path: Path, case: tuple[list[str], dict[str, str], str, int, str]
+) -> None:
+    argv, env, code, status, line = case
+    home = {"HOME": str(tmp_path / "home"), "XDG_STATE_HOME": str(tmp_path / "state")}
+    result = run_cli(*argv, env={**home, **env}, cwd=tmp_path)
+    assert result.stderr == f"hostler: error [{code}]: {line}\n"
+    assert result.returncode == status
+    assert result.stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written, home included
+
+
+def test_a_data_dir_that_is_a_file_is_a_usage_error(tmp_path: Path) -> None:
+    """``--data-dir FILE`` was a FileExistsError."""
+    (tmp_path / "afile").write_text("x")
+    for command in (["events"], ["state"], ["daemon", "--config", "x.toml"], ["demo"]):
+        result = run_cli(*command, "--data-dir", "afile", cwd=tmp_path)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr == (
+            f"hostler: error [usage.invalid]: hostler {command[0]}: argument --data-dir: "
+            f"{tmp_path / 'afile'}: exists and is not a directory\n"
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def _damage(path: Path, *updates: str) -> None:
+    """Damage rows the way a disk or a hand edit could (the append-only triggers dropped)."""
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TRIGGER events_no_update")
+        for sql in updates:
+            conn.execute(sql)
+
+
+def test_damaged_rows_are_named_by_seq_and_the_rest_still_listed(tmp_path: Path) -> None:
+    """A payload that is not JSON or a time that is not a time was a traceback in both."""
+    path = tmp_path / "events.db"
+    with EventStore.open(path) as store:
+        for n in range(6):
+            store.append(f"test/{n}", [Note(f"n{n}")], expected_version=0)
+    _damage(
+        path,
+        "UPDATE events SET payload = '{not json' WHERE seq = 2",
+        "UPDATE events SET recorded_at = 'yesterday' WHERE seq = 3",
+        "UPDATE events SET payload = '[1, 2]' WHERE seq = 4",
+        "UPDATE events SET version = 'x' WHERE seq = 5",
+    )
+    listed = run_cli("events", "--db", str(path), "--json")
+    assert listed.returncode == 1
+    rows = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert [r["seq"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert [r.get("damaged") for r in rows] == [
+        None,
+        "payload is not JSON",
+        "recorded_at 'yesterday' is not a time",
+        "payload is not a JSON object",
+        "version or schema version is not a whole number",
+        None,
+    ]
+    assert rows[5]["payload"] == {"text": "n5", "n": 0}
+    warned = listed.stderr.splitlines()
+    assert warned[0] == (
+        f"hostler: warning [store.damaged-row]: {path}: seq 2: payload is not JSON "
+        "(listed, not folded)"
+    )
+    assert len(warned) == 4
+    assert "Traceback" not in listed.stderr
+    table = run_cli("events", "--db", str(path))
+    assert table.returncode == 1
+    assert "[DAMAGED ROW: payload is not JSON]" in table.stdout
+    assert "n5" in table.stdout
+
+
+def test_replay_skips_damaged_rows_by_seq_and_folds_the_rest(tmp_path: Path) -> None:
+    path = tmp_path / "events.db"
+    with EventStore.open(path) as store:
+        engine = Engine("llamacpp:m:0")
+        engine.fire("start", at=1.0, cause="request")
+        commit(store, engine)
+        engine.fire(
+            "spawned",
+            at=1.1,
+            pid=7,
+            create_time=1.0,
+            boot_id="b",
+            launch_token="t",
+            argv_fingerprint="f",
+            port=1,
+        )
+        commit(store, engine)
+        engine.fire("ready", at=2.0)
+        commit(store, engine)
+    _damage(path, "UPDATE events SET payload = 'garbage' WHERE seq = 3")
+    with EventStore.open(path) as store:
+        world = replay(store)
+    assert world.damaged == [(3, "payload is not JSON")]
+    assert world.engines["llamacpp:m:0"].state == "starting"
+    assert world.engines["llamacpp:m:0"].version == 2
+    assert world.events == 3
+    result = run_cli("state", "--db", str(path))
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"hostler: warning [store.damaged-row]: {path}: seq 3: payload is not JSON "
+        "(listed, not folded)\n"
+    )
+    assert "llamacpp:m:0" in result.stdout

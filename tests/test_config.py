@@ -108,3 +108,12 @@ def test_the_daemon_cli_says_it_in_one_line(tmp_path: Path) -> None:
         "(got 'big')"
     )
     assert not (tmp_path / "d").exists()  # nothing was created for a config it refused
+
+
+def test_config_kv_types_are_the_priced_ones() -> None:
+    from typing import get_args
+
+    from hostler.capacity.kv import KV_CACHE_TYPES
+    from hostler.config import KvType
+
+    assert get_args(KvType) == KV_CACHE_TYPES

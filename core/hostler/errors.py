@@ -91,6 +91,16 @@ class StoreCorruptError(StoreError):
     code = "store.corrupt"
 
 
+class StoreDamagedRowError(StoreCorruptError):
+    """Rows of the log could not be read (payload not JSON, a time that is not a time).
+
+    Readers list and skip them, naming each row's ``seq``; the daemon treats them as a
+    corrupt log and starts no new work.
+    """
+
+    code = "store.damaged-row"
+
+
 class StoreSchemaError(StoreError):
     """The log was written by a newer hostler whose schema this version does not know."""
 
@@ -101,6 +111,18 @@ class StoreForeignError(StoreError):
     """The database holds another application's tables; hostler writes nothing into it."""
 
     code = "store.foreign"
+
+
+class StoreUrlError(StoreError):
+    """The database URL is malformed or names a database kind SQLAlchemy does not know."""
+
+    code = "store.url"
+
+
+class StoreDriverError(StoreError):
+    """The database URL's driver package is not installed in hostler's environment."""
+
+    code = "store.driver-missing"
 
 
 class ConcurrencyError(StoreError):

@@ -14,10 +14,10 @@ def default_data_dir() -> Path:
     """``$HOSTLER_HOME``, else ``$XDG_DATA_HOME/hostler``, else ``~/.local/share/hostler``."""
     home = os.environ.get("HOSTLER_HOME")
     if home:
-        return Path(home).expanduser()
+        return Path(home).expanduser().absolute()
     xdg = os.environ.get("XDG_DATA_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
-    return base / "hostler"
+    return (base / "hostler").absolute()
 
 
 def default_log_path(data_dir: Path | None = None) -> Path:

@@ -48,6 +48,8 @@ class World:
             this hostler does not know, whose payload does not fit, or of another lifecycle.
             Each still moved its model's ``version``.
         other: How many events belonged to streams of no lifecycle (samples, plugins).
+        damaged: ``(seq, why)`` of rows that could not be read at all (payload not JSON, a
+            version that is not a number): listed, never folded, never stopping the replay.
     """
 
     models: dict[type[LifecycleModel], dict[str, LifecycleModel]] = field(
@@ -57,6 +59,7 @@ class World:
     events: int = 0
     unknown: list[int] = field(default_factory=list)
     other: int = 0
+    damaged: list[tuple[int, str]] = field(default_factory=list)
 
     def of(self, cls: type[M]) -> Mapping[str, M]:
         """The instances of one lifecycle class, by key."""
@@ -117,13 +120,23 @@ def replay(
                 typed = decoders[key] = _typed(type_name, schema_version)
             event: Event | UnknownEvent | None = None
             if typed is not None:
-                try:  # noqa: SIM105 - per event: suppress() would cost a context manager
+                try:
                     event = typed(raw)
                 except _SLOW:
                     pass  # a misfit, or a payload the driver decoded already
+                except msgspec.DecodeError:
+                    world.damaged.append((seq, "payload is not JSON"))
+                    continue
             if event is None:
-                # an old schema to upcast, an unknown type, a misfit: decode()'s path
-                event = decode(type_name, schema_version, payload_of(raw))
+                # an old schema to upcast, an unknown type, a misfit, a damaged row: slow path
+                payload = _payload_or_damage(version, schema_version, raw)
+                if isinstance(payload, str):
+                    world.damaged.append((seq, payload))
+                    continue
+                event = decode(type_name, schema_version, payload)
+            if version.__class__ is not int:
+                world.damaged.append((seq, "version is not a whole number"))
+                continue
             if not step(target[0], version, event, target[1]):
                 unknown.append(seq)
         world.last_seq = page[-1][0]
@@ -135,6 +148,17 @@ _UNSEEN: Any = object()
 # A typed decode fails with these when the payload must take decode()'s path: a misfit
 # (ValidationError), or a payload some PostgreSQL drivers decoded already (TypeError).
 _SLOW = (TypeError, msgspec.ValidationError)
+
+
+def _payload_or_damage(version: object, schema_version: object, raw: Any) -> dict[str, Any] | str:
+    """The slow path's payload, or why the row cannot be folded at all."""
+    if type(version) is not int or type(schema_version) is not int:
+        return "version or schema version is not a whole number"
+    try:
+        decoded: object = payload_of(raw)
+    except (msgspec.DecodeError, TypeError):
+        return "payload is not JSON"
+    return decoded if isinstance(decoded, dict) else "payload is not a JSON object"
 
 
 def _typed(type_name: str, schema_version: int) -> Callable[[Any], Any] | None:

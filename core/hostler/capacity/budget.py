@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from hostler.capacity.units import GIB
+from hostler.errors import SettingError
 
 __all__ = [
+    "MAX_BUDGET_OVERRIDE_GIB",
     "BudgetKind",
     "CapacityBudget",
     "HostMemory",
@@ -23,6 +25,8 @@ __all__ = [
 ]
 
 RAM_SHARE_CAP = 96 * GIB
+#: B7: the largest operator budget accepted (1 PiB): a bigger figure is a typo, not a host.
+MAX_BUDGET_OVERRIDE_GIB = 1_048_576
 HIGH_MEMORY = 96 * GIB
 UNIFIED_FRACTION = 0.70
 UNIFIED_FRACTION_HIGH = 0.80
@@ -161,11 +165,22 @@ def compute_budget(host: HostMemory, *, override_gib: float | None = None) -> Ca
 
 
 def parse_budget_override(text: str | None) -> float | None:
-    """Read ``HOSTLER_CAPACITY_BUDGET_GB``: a positive number of GiB, else None (ignored)."""
-    if text is None:
+    """Read ``HOSTLER_CAPACITY_BUDGET_GB``: unset or blank is None, else a positive GiB figure.
+
+    Raises:
+        SettingError: the text is not a finite number in (0, MAX_BUDGET_OVERRIDE_GIB]; a typo
+            in a budget must not silently fall back to the automatic one (B7).
+    """
+    if text is None or not text.strip():
         return None
+    shown = text.strip()[:40]
     try:
         value = float(text.strip())
     except ValueError:
-        return None
-    return value if math.isfinite(value) and value > 0 else None
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value <= MAX_BUDGET_OVERRIDE_GIB):
+        raise SettingError(
+            f"HOSTLER_CAPACITY_BUDGET_GB={shown!r}: expected a positive number of GiB up to "
+            f"{MAX_BUDGET_OVERRIDE_GIB} (e.g. 24 or 12.5); unset it for the automatic budget"
+        )
+    return value

@@ -13,6 +13,7 @@ from hostler.capacity.geometry import ModelGeometry
 from hostler.capacity.units import KIB, round_half_up
 
 __all__ = [
+    "KV_CACHE_TYPES",
     "KvLinear",
     "bytes_per_element",
     "exact_per_slot_f16",
@@ -34,7 +35,10 @@ _BYTES_PER_ELEMENT = {
     "q5_0": 22 / 32,
     "q4_1": 20 / 32,
     "q4_0": 18 / 32,
+    "iq4_nl": 18 / 32,
 }
+#: The KV cache types llama.cpp's ``--cache-type-k/-v`` accept, as hostler prices them.
+KV_CACHE_TYPES: tuple[str, ...] = tuple(_BYTES_PER_ELEMENT)
 SWA_EXTRA_TOKENS = 2048
 #: Elements per block of the quantized cache types (llama.cpp needs the head width divisible).
 _BLOCK = 32

@@ -11,6 +11,7 @@ from typing import Any
 
 from hostler.capacity.budget import BudgetKind, CapacityBudget
 from hostler.capacity.gguf_header import read_geometry
+from hostler.capacity.kv import KV_CACHE_TYPES
 from hostler.capacity.learning import Calibration
 from hostler.capacity.ledger import LedgerState, committed_snapshot, limits_of
 from hostler.capacity.overrides import ContextOverrides, read_context_overrides
@@ -57,7 +58,13 @@ def add_parsers(sub: Any) -> None:
         "--ctx", type=count(1, 16_777_216), help="per-slot context window to ask for"
     )
     preview.add_argument("--slots", type=count(1, 1024), help="concurrent slots (--parallel)")
-    preview.add_argument("--kv", help="KV cache type (f16, q8_0, q4_0, ...)")
+    preview.add_argument(
+        "--kv",
+        type=str.lower,
+        choices=KV_CACHE_TYPES,
+        metavar="TYPE",
+        help=f"KV cache type: {', '.join(KV_CACHE_TYPES)}",
+    )
     preview.add_argument("--mmproj", help="vision projector file, priced with the model")
     preview.add_argument(
         "--policy", choices=["adaptive", "model-max"], default="adaptive", help="context sizing"

@@ -3,14 +3,40 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from hostler.errors import StoreError
+from hostler.errors import StoreDamagedRowError, StoreError
 from hostler.paths import default_log_path
 from hostler.store.connect import sqlite_path_of
 from hostler.store.log import EventStore
 
-__all__ = ["add_log_options", "log_target", "open_existing_log"]
+__all__ = [
+    "DamageReport",
+    "add_log_options",
+    "data_directory",
+    "log_target",
+    "open_existing_log",
+]
+
+#: Damaged rows named one per line before the rest are counted.
+_DAMAGED_SHOWN = 20
+
+#: Longer than any path a kernel accepts (PATH_MAX is 4096 on Linux).
+_MAX_PATH = 4096
+
+
+def data_directory(text: str) -> Path:
+    """An argparse type: a data directory, absolute (engines run in other working directories).
+
+    Refused in one line when it names something that is not a directory.
+    """
+    if not text or len(text) > _MAX_PATH or "\0" in text:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a usable directory path")
+    path = Path(text).expanduser().absolute()
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{path}: exists and is not a directory")
+    return path
 
 
 def add_log_options(parser: argparse.ArgumentParser) -> None:
@@ -19,7 +45,9 @@ def add_log_options(parser: argparse.ArgumentParser) -> None:
         "--db", help="event log file or SQLAlchemy URL (default: DATA_DIR/events.db)"
     )
     parser.add_argument(
-        "--data-dir", help="data directory (default: $HOSTLER_HOME or ~/.local/share/hostler)"
+        "--data-dir",
+        type=data_directory,
+        help="data directory (default: $HOSTLER_HOME or ~/.local/share/hostler)",
     )
 
 
@@ -27,8 +55,7 @@ def log_target(args: argparse.Namespace) -> str:
     """The log a command uses: ``--db`` if given, else the data directory's events.db."""
     if args.db:
         return str(args.db)
-    data_dir = Path(args.data_dir).expanduser() if args.data_dir else None
-    return str(default_log_path(data_dir))
+    return str(default_log_path(args.data_dir))
 
 
 def open_existing_log(args: argparse.Namespace) -> EventStore:
@@ -38,3 +65,30 @@ def open_existing_log(args: argparse.Namespace) -> EventStore:
     if path is not None and not path.exists():
         raise StoreError(f"{path}: no event log here yet (`hostler demo` writes one)")
     return EventStore.open(target)
+
+
+class DamageReport:
+    """Warns about damaged log rows on stderr as they are met, by seq (the first 20 named)."""
+
+    def __init__(self, log_name: str) -> None:
+        self.log_name = log_name
+        self.count = 0
+
+    def note(self, seq: int, why: str) -> None:
+        """Report one damaged row."""
+        self.count += 1
+        if self.count <= _DAMAGED_SHOWN:
+            self._warn(f"seq {seq}: {why} (listed, not folded)")
+
+    def status(self) -> int:
+        """Say how many went unnamed; the exit status (1 when any row was damaged, else 0)."""
+        if self.count > _DAMAGED_SHOWN:
+            self._warn(f"{self.count - _DAMAGED_SHOWN} more damaged rows not named")
+        return 1 if self.count else 0
+
+    def _warn(self, text: str) -> None:
+        print(
+            f"hostler: warning [{StoreDamagedRowError.code}]: {self.log_name}: {text}",
+            file=sys.stderr,
+            flush=True,
+        )

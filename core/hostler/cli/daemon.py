@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 from typing import Any
 
 import anyio
 
+from hostler.cli.common import data_directory
 from hostler.daemon import Daemon, load_config
 
 __all__ = ["add_parser", "run"]
@@ -20,13 +20,15 @@ def add_parser(sub: Any) -> None:
         "daemon", help="keep the configured engines under supervision (until SIGTERM)"
     )
     parser.add_argument("--config", required=True, help="TOML config (see docs/daemon.md)")
-    parser.add_argument("--data-dir", help="data directory (overrides the config)")
+    parser.add_argument(
+        "--data-dir", type=data_directory, help="data directory (overrides the config)"
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the daemon in the foreground."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    config = load_config(args.config, data_dir=Path(args.data_dir) if args.data_dir else None)
+    config = load_config(args.config, data_dir=args.data_dir)
     anyio.run(Daemon(config).run)
     return 0

@@ -48,9 +48,10 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Write the story and print it."""
     if args.db:
-        path = Path(args.db).expanduser()
+        # Absolute: the engine runs elsewhere and is handed paths beside the log.
+        path = Path(args.db).expanduser().absolute()
     else:
-        base = Path(args.data_dir).expanduser() if args.data_dir else default_data_dir()
+        base = args.data_dir or default_data_dir()
         path = base / "demo" / "events.db"
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)

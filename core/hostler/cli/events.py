@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from hostler.cli.common import add_log_options, open_existing_log
+from hostler.cli.common import DamageReport, add_log_options, open_existing_log
 from hostler.cli.numbers import count, seconds
 from hostler.cli.render import TableWriter, record_json
 from hostler.cli.timeparse import parse_moment
@@ -63,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
     if args.follow and until is not None:
         raise UsageError("--follow and --until contradict each other")
     with open_existing_log(args) as store:
-        records = _records(store, args, since, until)
+        damage = DamageReport(store.name)
+        records = _noting_damage(_records(store, args, since, until), damage)
         lines = (record_json(r) for r in records) if args.json else TableWriter().lines(records)
         shown = 0
         for line in lines:
@@ -71,7 +72,16 @@ def run(args: argparse.Namespace) -> int:
             shown += 1
         if shown == 0 and not args.json:
             print("(no events match)", file=sys.stderr)
-    return 0
+        return damage.status()
+
+
+def _noting_damage(
+    records: Iterator[RecordedEvent], damage: DamageReport
+) -> Iterator[RecordedEvent]:
+    for record in records:
+        if record.damage:
+            damage.note(record.seq, record.damage)
+        yield record
 
 
 def _records(

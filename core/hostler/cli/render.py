@@ -17,6 +17,8 @@ _SKIP_IN_SUMMARY = frozenset({"from_state", "to_state", "at"})
 
 def summarize_payload(record: RecordedEvent) -> str:
     """A compact ``from→to k=v ...`` line of a record's payload."""
+    if record.damage:
+        return f"[DAMAGED ROW: {record.damage}]"
     payload = record.payload
     parts: list[str] = []
     if "from_state" in payload and "to_state" in payload:
@@ -51,7 +53,9 @@ def record_json(record: RecordedEvent) -> str:
         "payload": record.payload,
         "metadata": record.metadata,
     }
-    if isinstance(record.event, UnknownEvent):
+    if record.damage:
+        data["damaged"] = record.damage
+    elif isinstance(record.event, UnknownEvent):
         data["unknown"] = record.event.reason
     return json.dumps(data, separators=(",", ":"), sort_keys=False)
 

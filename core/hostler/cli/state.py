@@ -7,7 +7,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from hostler.cli.common import add_log_options, open_existing_log
+from hostler.cli.common import DamageReport, add_log_options, open_existing_log
 from hostler.cli.numbers import count
 from hostler.cli.timeparse import parse_moment
 from hostler.replay import World, replay
@@ -39,11 +39,14 @@ def run(args: argparse.Namespace) -> int:
     until = parse_moment(args.until, now=datetime.now(UTC)) if args.until else None
     with open_existing_log(args) as store:
         world = replay(store, until_seq=args.until_seq, until=until)
+        damage = DamageReport(store.name)
+    for seq, why in world.damaged:
+        damage.note(seq, why)
     if args.json:
         print(json.dumps(world.snapshot(), indent=2, sort_keys=True))
     else:
         print("\n".join(format_world(world)))
-    return 0
+    return damage.status()
 
 
 def format_world(world: World) -> list[str]:

@@ -44,7 +44,12 @@ from hostler.capacity.ledger import (
     limits_of,
 )
 from hostler.engines.process import group_alive, token_holders
-from hostler.errors import ConcurrencyError, StoreError, StorePathError, UsageError
+from hostler.errors import (
+    ConcurrencyError,
+    SettingError,
+    StoreError,
+    StorePathError,
+)
 from hostler.events.base import Event
 from hostler.events.fold import fold, fold_step
 from hostler.events.ledger import (
@@ -109,11 +114,11 @@ def default_ledger_location() -> LedgerLocation:
     """The ledger the environment names: per user unless ``HOSTLER_LEDGER_SHARED`` is set.
 
     Raises:
-        UsageError: ``HOSTLER_LEDGER_SHARED`` is not a yes/no value.
+        SettingError: ``HOSTLER_LEDGER_SHARED`` is not a yes/no value.
     """
     shared_text = os.environ.get("HOSTLER_LEDGER_SHARED", "").strip().lower()
     if shared_text not in _TRUE | _FALSE:
-        raise UsageError(
+        raise SettingError(
             f"HOSTLER_LEDGER_SHARED={shared_text[:40]!r}: use 1 or 0 (yes/no, true/false)"
         )
     configured = os.environ.get("HOSTLER_LEDGER")

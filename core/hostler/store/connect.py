@@ -16,9 +16,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from hostler.errors import StoreForeignError, StorePathError
+from hostler.errors import StoreDriverError, StoreForeignError, StorePathError, StoreUrlError
 
-__all__ = ["Engines", "make_engines", "sqlite_path_of"]
+__all__ = ["Engines", "make_engines", "parse_url", "sqlite_path_of"]
 
 #: How long a writer waits for another process's write transaction before giving up.
 BUSY_TIMEOUT_MS = 30_000
@@ -38,12 +38,34 @@ class Engines:
         self.reader.dispose()
 
 
+#: The package to install for a database kind whose default driver is missing.
+_DRIVER_PACKAGES = {
+    "postgresql": "psycopg[binary]",
+    "mysql": "mysqlclient",
+    "mariadb": "mariadb",
+    "oracle": "oracledb",
+    "mssql": "pyodbc",
+}
+
+
+def parse_url(text: str) -> sa.URL:
+    """A database URL, or :class:`StoreUrlError` in one line (the password never shown)."""
+    try:
+        return sa.make_url(text)
+    except (sa.exc.ArgumentError, ValueError) as exc:
+        shown = text.rsplit("@", maxsplit=1)[-1][:200]
+        raise StoreUrlError(
+            f"{shown}: not a database URL ({exc}); give a file path or "
+            "sqlite:///PATH, postgresql://USER@HOST/DB ..."
+        ) from None
+
+
 def sqlite_path_of(target: str | os.PathLike[str]) -> Path | None:
     """The database file a target names, or None when it is a non-SQLite URL."""
     text = os.fspath(target)
     if "://" not in text:
         return Path(text).expanduser()
-    url = sa.make_url(text)
+    url = parse_url(text)
     if url.get_backend_name() != "sqlite":
         return None
     if not url.database or url.database == ":memory:":
@@ -62,9 +84,9 @@ def make_engines(
     """
     path = sqlite_path_of(target)
     if path is None:
-        url = sa.make_url(os.fspath(target))
-        writer = sa.create_engine(url, pool_pre_ping=True)
-        reader = sa.create_engine(url, pool_pre_ping=True)
+        url = parse_url(os.fspath(target))
+        writer = _server_engine(url)
+        reader = _server_engine(url)
         return Engines(writer, reader, None)
     path = path.resolve()
     _prepare_sqlite_file(path, shared=shared)
@@ -78,6 +100,27 @@ def make_engines(
     _install_sqlite_hooks(writer, begin="BEGIN IMMEDIATE", synchronous=synchronous)
     _install_sqlite_hooks(reader, begin="BEGIN", synchronous=synchronous)
     return Engines(writer, reader, path)
+
+
+def _server_engine(url: sa.URL) -> sa.Engine:
+    """An engine for a database server's URL; a missing dialect or driver said in one line."""
+    shown = url.render_as_string(hide_password=True)
+    try:
+        return sa.create_engine(url, pool_pre_ping=True)
+    except sa.exc.NoSuchModuleError:
+        raise StoreUrlError(
+            f"{shown}: SQLAlchemy knows no database kind {url.drivername!r}; use a file "
+            "path, sqlite:///PATH or a server URL such as postgresql://USER@HOST/DB"
+        ) from None
+    except ImportError as exc:
+        missing = exc.name or url.drivername
+        package = missing
+        if "+" not in url.drivername:  # the kind's default driver: name its usual package
+            package = _DRIVER_PACKAGES.get(url.get_backend_name(), missing)
+        raise StoreDriverError(
+            f"{shown}: the database driver {missing!r} is not installed; install it next to "
+            f"hostler (pip install '{package}') or name another driver in the URL"
+        ) from None
 
 
 def _prepare_sqlite_file(path: Path, *, shared: bool = False) -> None:

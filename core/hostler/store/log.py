@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
+import msgspec
 import sqlalchemy as sa
 
 from hostler._version import __version__
@@ -44,7 +45,16 @@ T = TypeVar("T")
 _PAGE = 5000
 _REPLAY_PAGE = 20_000
 _VERSION_CACHE_LIMIT = 100_000
-_COLUMNS = ROW_COLUMNS
+# Payload and metadata as stored text, decoded per row by _record: one damaged row must not
+# fail the page it is in (SQLAlchemy's JSON result processor would raise for the whole page).
+_COLUMNS = (
+    *ROW_COLUMNS[:5],
+    sa.type_coerce(events.c.payload, sa.Text()).label("payload"),
+    sa.type_coerce(events.c["metadata"], sa.Text()).label("metadata"),
+    ROW_COLUMNS[7],
+)
+#: ``recorded_at`` of a row whose stored time cannot be read (see ``RecordedEvent.damage``).
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Replay needs neither metadata nor time, and decodes the payload itself: the driver's text
 # goes straight to json.loads, without a result processor per row.
 _REPLAY_COLUMNS = (
@@ -88,8 +98,10 @@ class RecordedEvent:
         schema_version: The payload's schema version as stored.
         payload: The payload as stored (before upcasting).
         metadata: Correlation/causation ids, actor, hostler and policy versions.
-        recorded_at: When the log accepted the event (UTC).
+        recorded_at: When the log accepted the event (UTC); the epoch when damaged.
         event: The decoded event, or an :class:`UnknownEvent` keeping the raw record.
+        damage: Empty for a sound row; else why it could not be read (payload not JSON, time
+            not a time...). A damaged row is listed, never folded, and never stops a read.
     """
 
     seq: int
@@ -101,6 +113,7 @@ class RecordedEvent:
     metadata: dict[str, Any]
     recorded_at: datetime
     event: Event | UnknownEvent
+    damage: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -647,17 +660,58 @@ class _ReadContext:
 
 def _record(row: Sequence[Any]) -> RecordedEvent:
     seq, stream_id, version, type_name, schema_version, payload, metadata, recorded_at = row
+    damage: list[str] = []
+    if not isinstance(stream_id, str) or not isinstance(type_name, str):
+        damage.append("stream or type is not text")
+        stream_id, type_name = str(stream_id), str(type_name)
+    if type(version) is not int or type(schema_version) is not int:
+        damage.append("version or schema version is not a whole number")
+        version = version if type(version) is int else 0
+        schema_version = schema_version if type(schema_version) is int else 0
+    payload_dict = _json_object(payload, "payload", damage)
+    metadata_dict = _json_object(metadata, "metadata", damage)
+    try:
+        moment = parse_time(recorded_at)
+    except (TypeError, ValueError):
+        damage.append(f"recorded_at {str(recorded_at)[:40]!r} is not a time")
+        moment = EPOCH
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    if damage:
+        why = "; ".join(damage)
+        event: Event | UnknownEvent = UnknownEvent(
+            type_name, schema_version, payload_dict, f"damaged row: {why}"
+        )
+    else:
+        why = ""
+        event = decode(type_name, schema_version, payload_dict)
     return RecordedEvent(
         seq,
         stream_id,
         version,
         type_name,
         schema_version,
-        payload,
-        metadata,
-        parse_time(recorded_at),
-        decode(type_name, schema_version, payload),
+        payload_dict,
+        metadata_dict,
+        moment,
+        event,
+        why,
     )
+
+
+def _json_object(value: Any, column: str, damage: list[str]) -> dict[str, Any]:
+    """A stored JSON object column, or {} with the reason added to ``damage``."""
+    if isinstance(value, dict):  # drivers that decode JSON themselves
+        return value
+    try:
+        decoded = msgspec.json.decode(value) if value is not None else None
+    except (msgspec.DecodeError, TypeError):
+        damage.append(f"{column} is not JSON")
+        return {}
+    if not isinstance(decoded, dict):
+        damage.append(f"{column} is not a JSON object")
+        return {}
+    return decoded
 
 
 def _translate(exc: sa.exc.DBAPIError, name: str) -> StoreError:
