@@ -241,6 +241,7 @@ PURE_PACKAGES = ("machines/*.py", "events/*.py", "policies/*.py", *PURE_CAPACITY
 ALLOWED_IMPORTS = {
     "__future__",
     "collections",
+    "copy",
     "dataclasses",
     "enum",
     "math",

@@ -38,6 +38,7 @@ PREFIXES = sorted(
         "QA",
         "R",
         "S",
+        "SF",
         "SG",
         "SP",
         "SV",

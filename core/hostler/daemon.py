@@ -15,9 +15,9 @@ import re
 import secrets
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import psutil
@@ -32,13 +32,20 @@ from hostler.drivers.host_ledger import (
     OwnerIdentity,
     open_ledger_store,
 )
-from hostler.drivers.offloop import OffLoop
+from hostler.drivers.loghealth import LogHealth
+from hostler.drivers.offloop import DAEMON_BUSY_TIMEOUT, OffLoop
 from hostler.engines.price import price_from_ledger
+from hostler.engines.process import token_holders
 from hostler.engines.reconcile import DAEMON_STREAM, Outcome, reconcile
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
-from hostler.errors import EngineStartError, HostlerError
+from hostler.errors import EngineStartError, HostlerError, StoreBusyError, StoreCorruptError
 from hostler.events.base import Event
-from hostler.events.daemon import DaemonStarted, DaemonStopped
+from hostler.events.daemon import (
+    DaemonGap,
+    DaemonLogRecovered,
+    DaemonStarted,
+    DaemonStopped,
+)
 from hostler.machines.engine import StopReason
 from hostler.paths import private_dir, private_file
 from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec
@@ -52,6 +59,7 @@ from hostler.store.log import EventStore
 __all__ = ["Daemon", "DaemonConfig", "DaemonStarted", "EngineConfig", "load_config"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 PLUGIN_STREAM = "plugins/host"
 
 
@@ -95,10 +103,17 @@ class DeviceWatch:
         self.budget = budget_from(sample)
 
     async def run(self) -> None:
-        """Sample every ``interval`` seconds until cancelled."""
+        """Sample every ``interval`` seconds until cancelled; a failed sample is tried later."""
+        complained = ""
         while True:
             await anyio.sleep(self.interval)
-            await anyio.to_thread.run_sync(self.sample)
+            try:
+                await anyio.to_thread.run_sync(self.sample)
+                complained = ""
+            except HostlerError as exc:  # the log or the probe: the old budget stands
+                if exc.message != complained:
+                    log.error("hostler: device sample not recorded: %s", exc.message)  # noqa: TRY400
+                    complained = exc.message
 
 
 class Daemon:
@@ -110,77 +125,138 @@ class Daemon:
         self.ready = anyio.Event()
         self.offloop = OffLoop()
         self.probe: NvmlProbe | None = None
+        self.health = LogHealth(str(config.data_dir / "events.db"))
 
     async def run(self) -> None:
         """Run until SIGTERM or SIGINT."""
         config = self.config
         private_dir(config.data_dir)
         # Listen before taking anything over: a SIGTERM during start-up is a shutdown too.
-        with (
-            anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals,
-            EventStore.open(config.data_dir / "events.db", owner=True) as store,
-        ):
-            ledger_store = open_ledger_store(config.ledger_location())
-            try:
-                await self._run(store, ledger_store, signals)
-            finally:
-                ledger_store.close()
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            store = await self.offloop.run(self._open_log)
+            with store:
+                ledger_store = open_ledger_store(
+                    config.ledger_location(), busy_timeout=DAEMON_BUSY_TIMEOUT
+                )
+                try:
+                    await self._run(store, ledger_store, signals)
+                finally:
+                    ledger_store.close()
+
+    def _open_log(self) -> EventStore:
+        """The data directory's log, owned; a corrupt one names the engines it leaves (SF3)."""
+        path = self.config.data_dir / "events.db"
+        try:
+            return EventStore.open(path, owner=True, busy_timeout=DAEMON_BUSY_TIMEOUT)
+        except StoreCorruptError as exc:
+            raise StoreCorruptError(exc.message + self._orphans_note()) from None
+
+    def _orphans_note(self) -> str:
+        prefix = f"{daemon_id(self.config.data_dir)}:"
+        pids = sorted(p.pid for p, _ in token_holders(lambda t: t.startswith(prefix)))
+        if not pids:
+            return "; no engine of this data directory is running"
+        return (
+            f"; engines of this data directory still run unsupervised (pids "
+            f"{', '.join(map(str, pids[:20]))}): stop them (kill -TERM), or move the log aside "
+            "and restart the daemon, which stops them as strays (docs/daemon.md)"
+        )
 
     async def _run(
         self, store: EventStore, ledger_store: EventStore, signals: AsyncIterator[int]
     ) -> None:
+        received: list[str] = []
+        health = self.health
+        ledger: HostLedger | None = None
+        failed: list[HostlerError] = []
+        try:
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(self._listen, signals, tasks.cancel_scope, received)
+                try:
+                    ledger = await self._start_up(store, ledger_store, health, tasks)
+                except HostlerError as exc:
+                    failed.append(exc)  # said in one line once what it took over is stopped
+                    tasks.cancel_scope.cancel()
+                else:
+                    self.ready.set()
+        finally:
+            # Whatever ended the daemon (a signal, or a bug in a task), it stops what it owns.
+            with anyio.CancelScope(shield=True):
+                await self._shutdown(store, received[0] if received else "error")
+                if ledger is not None:
+                    ledger.store.close()  # the one it reopened, if the file was replaced
+            if self.probe is not None:
+                self.probe.close()
+        if failed:
+            raise failed[0]
+
+    @staticmethod
+    async def _listen(
+        signals: AsyncIterator[int], scope: anyio.CancelScope, received: list[str]
+    ) -> None:
+        async for signum in signals:
+            received.append(signal.Signals(signum).name)
+            scope.cancel()
+            return
+
+    async def _start_up(
+        self,
+        store: EventStore,
+        ledger_store: EventStore,
+        health: LogHealth,
+        tasks: anyio.abc.TaskGroup,
+    ) -> HostLedger:
         config = self.config
         io = self.offloop
 
         def record(event: Event) -> None:
             store.append(PLUGIN_STREAM, [event], expected_version=None)
 
-        plugins = await io.run(lambda: PluginHost(record=record).load())
+        plugins = await io.run_patiently(lambda: PluginHost(record=record).load())
         probe = await io.run(open_nvml)
         self.probe = probe
         device = DeviceWatch(store, probe)
-        await io.run(device.sample)
+        await io.run_patiently(device.sample)
         location = config.ledger_location()
         ledger = HostLedger(
             ledger_store,
             OwnerIdentity.current("hostler-daemon"),
             lambda: device.budget,
-            reopen=lambda: open_ledger_store(location),
+            reopen=lambda: open_ledger_store(location, busy_timeout=DAEMON_BUSY_TIMEOUT),
         )
         token_prefix = daemon_id(config.data_dir)
-        world = await io.run(replay, store)
         adapters = {e.key: plugins.adapter(parse_key(e.key).engine) for e in config.engines}  # type: ignore[union-attr]
+        await io.run_patiently(_record_gap, store)
 
-        outcomes = await reconcile(
-            store,
-            world.engines,
-            token_prefix=token_prefix,
-            daemon_pid=os.getpid(),
-            readiness_path=lambda key: str(_adapter_for(plugins, key).readiness_path),
-            clock=time.time,
-            offloop=io,
-            held_by_other=ledger.held_by_other,
-        )
+        async def replay_and_reconcile() -> list[Outcome]:
+            world = await io.run(replay, store)
+            return await reconcile(
+                store,
+                world.engines,
+                token_prefix=token_prefix,
+                daemon_pid=os.getpid(),
+                readiness_path=lambda key: str(_adapter_for(plugins, key).readiness_path),
+                clock=time.time,
+                offloop=io,
+                held_by_other=ledger.held_by_other,
+            )
+
+        outcomes = await _patiently(replay_and_reconcile)
         for engine in config.engines:
             self.supervisors[engine.key] = self._supervisor(
                 engine, adapters[engine.key], store, ledger, token_prefix
             )
         unconfigured = await self._settle_outcomes(outcomes, store, ledger, plugins, token_prefix)
-        await io.run(
-            lambda: store.append(
-                DAEMON_STREAM,
-                [
-                    DaemonStarted(
-                        time.time(),
-                        os.getpid(),
-                        __version__,
-                        [o.key for o in outcomes if o.result == "adopted"],
-                        [o.key for o in outcomes if o.result == "lost"],
-                        [o.pid or 0 for o in outcomes if o.result == "reaped"],
-                    )
-                ],
-                expected_version=None,
-            )
+        started = DaemonStarted(
+            time.time(),
+            os.getpid(),
+            __version__,
+            [o.key for o in outcomes if o.result == "adopted"],
+            [o.key for o in outcomes if o.result == "lost"],
+            [o.pid or 0 for o in outcomes if o.result == "reaped"],
+        )
+        await io.run_patiently(
+            lambda: store.append(DAEMON_STREAM, [started], expected_version=None)
         )
         configured = sorted(self.supervisors)
         for supervisor in unconfigured:
@@ -191,42 +267,73 @@ class Daemon:
                     StopReason.UNCONFIGURED,
                     {"rule": "OW5", "cause": "not in the config", "configured": configured},
                 )
-        received: list[str] = []
-        try:
-            async with anyio.create_task_group() as tasks:
-                tasks.start_soon(device.run)
-                tasks.start_soon(self._watch_ledger_file, ledger)
-                for key, supervisor in self.supervisors.items():
-                    tasks.start_soon(supervisor.watch)
-                    engine = next(e for e in config.engines if e.key == key)
-                    if engine.autostart and supervisor.state != "running":
-                        tasks.start_soon(self._autostart, supervisor)
-                self.ready.set()
-                async for signum in signals:
-                    received.append(signal.Signals(signum).name)
-                    break
-                tasks.cancel_scope.cancel()
-        finally:
-            # Whatever ended the daemon (a signal, or a bug in a task), it stops what it owns.
-            with anyio.CancelScope(shield=True):
-                await self._shutdown(store, received[0] if received else "error")
-                ledger.store.close()  # the one it reopened, if the file was replaced
-        probe.close()
+        tasks.start_soon(device.run)
+        tasks.start_soon(self._tend, ledger, store, health)
+        for key, supervisor in self.supervisors.items():
+            tasks.start_soon(supervisor.watch)
+            engine = next(e for e in config.engines if e.key == key)
+            if engine.autostart and supervisor.state != "running":
+                tasks.start_soon(self._autostart, supervisor)
+        return ledger
 
-    async def _watch_ledger_file(self, ledger: HostLedger, every: float = 5.0) -> None:
-        """OW6: notice a ledger file deleted or replaced between decisions, and carry over."""
+    async def _tend(
+        self, ledger: HostLedger, store: EventStore, health: LogHealth, every: float = 1.0
+    ) -> None:
+        """Each second settle owed ledger releases (OW7) and record ended log outages (SF1).
+
+        Every fifth second, also check the ledger file (OW6).
+        """
+        ticks = 0
+        complained = ""
         while True:
             await anyio.sleep(every)
+            ticks += 1
             try:
-                await self.offloop.run(ledger.check_file)
+                if ledger.owed:
+                    await self.offloop.run(ledger.settle_owed)
+                if ticks % 5 == 0:
+                    await self.offloop.run(ledger.check_file)
+                complained = ""
             except HostlerError as exc:
-                log.error("hostler: the ledger: %s", exc.message)  # noqa: TRY400
+                if exc.message != complained:
+                    log.error("hostler: the ledger: %s", exc.message)  # noqa: TRY400
+                    complained = exc.message
+            await self._record_outages(store, health)
+
+    async def _record_outages(self, store: EventStore, health: LogHealth) -> None:
+        ended = health.take_ended()
+        if not ended:
+            return
+        events = [DaemonLogRecovered(o.since, o.until, o.error, o.code, o.delayed) for o in ended]
+        try:
+            await self.offloop.run(
+                lambda: store.append(DAEMON_STREAM, events, expected_version=None)
+            )
+        except HostlerError:
+            health.requeue(ended)
 
     async def _shutdown(self, store: EventStore, cause: str) -> None:
         decision = {"cause": cause}
         async with anyio.create_task_group() as stopping:
             for supervisor in self.supervisors.values():
                 stopping.start_soon(self._stop_one, supervisor, StopReason.SHUTDOWN, decision)
+        # SF4: what the log refused is tried once more; what still is not in is reported now
+        # and, at the next start, as a gap (daemon.gap).
+        for supervisor in self.supervisors.values():
+            if not await supervisor.flush(force=True):
+                break  # the log still refuses: one more wait per engine would only delay exit
+        unwritten = sum(len(s.engine.pending) for s in self.supervisors.values())
+        health = getattr(self, "health", None)
+        if health is not None:
+            await self._record_outages(store, health)
+        if unwritten:
+            log.error(
+                "hostler: %d events could not be written before exit (%s); every engine was "
+                "stopped all the same, and the next start records the gap",
+                unwritten,
+                health.error if health is not None else "the log refused them",
+            )
+            return  # no daemon.stopped: the next start must see that this end is unrecorded
         try:
             await self.offloop.run(
                 lambda: store.append(
@@ -241,7 +348,7 @@ class Daemon:
     ) -> None:
         """Stop one engine, recorded; if the log cannot take it, stop it all the same."""
         try:
-            await supervisor.stop(reason, decision)
+            await supervisor.stop(reason, decision, unrecorded_ok=True)
         except HostlerError as exc:
             log.error(  # noqa: TRY400 - one line is the point
                 "hostler: %s: could not record its stop (%s); stopping it anyway",
@@ -319,6 +426,7 @@ class Daemon:
             ledger=ledger,
             probe=self.probe,
             offloop=self.offloop,
+            health=self.health,
         )
 
     async def _autostart(self, supervisor: Supervisor) -> None:
@@ -388,6 +496,7 @@ class Daemon:
             footprint=footprint,
             probe=self.probe,
             offloop=self.offloop,
+            health=self.health,
         )
 
 
@@ -408,3 +517,30 @@ class _StopOnlyAdapter(EngineAdapter):
     def build_command(self, spec: LaunchSpec) -> LaunchCommand:
         """Never called: a stop-only supervisor starts nothing."""
         raise EngineStartError(f"{spec.key}: its engine plugin is not loaded")
+
+
+async def _patiently(step: Callable[[], Awaitable[T]], patience: float = 30.0) -> T:
+    """Run an idempotent async ``step`` again while the log is busy.
+
+    For start-up's replay and reconcile; the caller can be cancelled between tries.
+    """
+    deadline = anyio.current_time() + patience
+    while True:
+        try:
+            return await step()
+        except StoreBusyError:
+            if anyio.current_time() > deadline:
+                raise
+        await anyio.sleep(0.2)
+
+
+def _record_gap(store: EventStore) -> None:
+    """SF4: when the last daemon of this log left no ``daemon.stopped``, say so first."""
+    last = store.read_all(
+        streams=[DAEMON_STREAM], types=["daemon.started", "daemon.stopped"], last=1
+    )
+    previous = next(iter(last), None)
+    if previous is None or not isinstance(previous.event, DaemonStarted):
+        return
+    gap = DaemonGap(time.time(), previous.event.pid, previous.event.at, store.last_seq())
+    store.append(DAEMON_STREAM, [gap], expected_version=None)

@@ -85,6 +85,18 @@ class StoreLockedError(StoreError):
     code = "store.locked"
 
 
+class StoreBusyError(StoreError):
+    """Another writer held the database's write lock past hostler's wait; try again later."""
+
+    code = "store.busy"
+
+
+class StoreFullError(StoreError):
+    """The disk (or the database's size limit) is full: nothing more can be written."""
+
+    code = "store.full"
+
+
 class StoreCorruptError(StoreError):
     """The file exists but is not a readable hostler event log."""
 

@@ -21,6 +21,7 @@ with group permissions; hostler refuses a ledger directory that someone else own
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import stat
@@ -183,10 +184,10 @@ def check_ledger_directory(location: LedgerLocation) -> None:
         )
 
 
-def open_ledger_store(location: LedgerLocation) -> EventStore:
+def open_ledger_store(location: LedgerLocation, *, busy_timeout: float | None = None) -> EventStore:
     """Open the ledger's log after checking where it lives (OW4)."""
     check_ledger_directory(location)
-    return EventStore.open(location.path, shared=location.shared)
+    return EventStore.open(location.path, shared=location.shared, busy_timeout=busy_timeout)
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,6 +311,9 @@ class HostLedger:
         self._engine_alive = engine_alive or _engine_alive_default
         self.state = LedgerState()
         self.retries = 0
+        # OW7: releases that could not be recorded (ledger locked, disk full), by key: owed,
+        # retried by settle_owed() and before every decision, never dropped.
+        self.owed: dict[str, str] = {}
         # Several supervisors decide through one handle from worker threads: its state is
         # folded and decided under this lock (never taken on the event loop).
         self._lock = threading.RLock()
@@ -417,15 +421,41 @@ class HostLedger:
 
     def release(self, key: str, *, cause: str = "released") -> bool:
         """Release this daemon's reservation for ``key``; False when it held none (CB9)."""
-
-        def events(state: LedgerState) -> tuple[list[Event], bool]:
-            held = state.held(self.owner, key)
-            if held is None:
-                return [], False
-            return [LedgerReleased(key, held.bytes, held.owner, cause)], True
-
-        released: bool = self._decide(events)
+        released: bool = self._decide(lambda state: self._release_events(state, key, cause))
+        self.owed.pop(key, None)
         return released
+
+    def release_or_owe(self, key: str, *, cause: str = "released") -> bool:
+        """Release ``key`` now, or keep the release owed when the ledger cannot record it (OW7).
+
+        Returns whether it was recorded now. An owed release is retried by
+        :meth:`settle_owed` (the daemon calls it every second) and before any other decision
+        of this handle, so a dead engine's bytes are never held on paper for good.
+        """
+        with self._lock:
+            self.owed[key] = cause
+            try:
+                self.settle_owed()
+            except StoreError as exc:
+                log.warning("hostler: ledger release of %s owed (%s)", key, exc.message)
+                return False
+            return True
+
+    def settle_owed(self) -> int:
+        """Record every owed release (OW7); how many were settled. Raises while it cannot."""
+        with self._lock:
+            settled = 0
+            for key, cause in list(self.owed.items()):
+                self._decide_locked(functools.partial(self._release_events, key=key, cause=cause))
+                del self.owed[key]
+                settled += 1
+            return settled
+
+    def _release_events(self, state: LedgerState, key: str, cause: str) -> tuple[list[Event], bool]:
+        held = state.held(self.owner, key)
+        if held is None:
+            return [], False
+        return [LedgerReleased(key, held.bytes, held.owner, cause)], True
 
     def release_token(self, token: str, *, cause: str) -> bool:
         """Release whichever reservation pays for the engine launched with ``token``.
@@ -533,6 +563,8 @@ class HostLedger:
     def _decide(self, make: Callable[[LedgerState], tuple[list[Event], Any]]) -> Any:
         with self._lock:
             self.check_file()
+            if self.owed:
+                self.settle_owed()  # OW7: what is owed goes first, or nothing is decided
             return self._decide_locked(make)
 
     def _decide_locked(self, make: Callable[[LedgerState], tuple[list[Event], Any]]) -> Any:

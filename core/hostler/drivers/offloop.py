@@ -14,9 +14,15 @@ from typing import TypeVar
 import anyio
 import anyio.to_thread
 
-__all__ = ["OffLoop"]
+from hostler.errors import StoreBusyError
+
+__all__ = ["DAEMON_BUSY_TIMEOUT", "OffLoop"]
 
 T = TypeVar("T")
+
+#: Seconds one daemon write waits for another process's lock: short, so that no worker thread
+#: (which cannot be cancelled) keeps a shutdown waiting; the waiting is done by retrying.
+DAEMON_BUSY_TIMEOUT = 0.25
 
 
 class OffLoop:
@@ -35,3 +41,23 @@ class OffLoop:
         if self._limiter is None:
             self._limiter = anyio.CapacityLimiter(self._threads)
         return await anyio.to_thread.run_sync(func, *args, limiter=self._limiter)
+
+    async def run_patiently(
+        self, func: Callable[..., T], *args: object, patience: float = 30.0
+    ) -> T:
+        """``func(*args)`` off the loop, tried again while the database is busy.
+
+        Each try waits at most the store's short busy timeout; between tries the caller can be
+        cancelled (a signal is never kept waiting by a lock). After ``patience`` seconds the
+        last :class:`~hostler.errors.StoreBusyError` is raised.
+        """
+        deadline = anyio.current_time() + patience
+        pause = 0.05
+        while True:
+            try:
+                return await self.run(func, *args)
+            except StoreBusyError:
+                if anyio.current_time() + pause > deadline:
+                    raise
+            await anyio.sleep(pause)
+            pause = min(pause * 2, 0.5)

@@ -20,6 +20,7 @@ What it guarantees (docs/rules.md, SG1–SG3):
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import os
 import secrets
@@ -37,6 +38,7 @@ import anyio
 import psutil
 
 from hostler.drivers.host_ledger import HostLedger
+from hostler.drivers.loghealth import LogHealth
 from hostler.drivers.measure import LaunchFacts, record_launch
 from hostler.drivers.offloop import OffLoop
 from hostler.engines.http import probe_status
@@ -49,10 +51,13 @@ from hostler.engines.process import (
 )
 from hostler.errors import (
     CapacityDeniedError,
+    ConcurrencyError,
     EngineStartError,
     HostlerError,
     PluginError,
     RestartBudgetError,
+    StoreCorruptError,
+    StoreError,
 )
 from hostler.machines.engine import Engine, EngineState, StopReason
 from hostler.paths import private_dir
@@ -147,6 +152,7 @@ class Supervisor:
         pressure: Whether the host is under memory pressure now.
         probe: NVML, so that measured footprints include GPU memory.
         offloop: Where blocking log and ledger writes run.
+        health: The log's write health, shared with the daemon (SF1–SF3).
     """
 
     def __init__(
@@ -165,6 +171,7 @@ class Supervisor:
         pressure: Callable[[], bool] | None = None,
         probe: NvmlProbe | None = None,
         offloop: OffLoop | None = None,
+        health: LogHealth | None = None,
     ) -> None:
         self.key = key
         self.adapter = adapter
@@ -189,6 +196,8 @@ class Supervisor:
         self._probe = probe
         self._io = offloop or OffLoop()
         self._next_health = 0.0
+        self.health = health or LogHealth(store.name)
+        self._next_flush = 0.0
 
     # -- the facts others read ------------------------------------------------------------------
 
@@ -218,8 +227,55 @@ class Supervisor:
         return self._in_flight > 0
 
     async def _fire(self, trigger: str, **observation: object) -> None:
+        """Record an observation (SF1): what happened is kept even when the log refuses it.
+
+        A write that fails leaves the event pending in the machine, to be written by the
+        next write or :meth:`flush`; the caller goes on (the crash happened, the process is
+        gone, whether or not the log takes it now).
+        """
         self.engine.fire(trigger, at=self._clock(), **observation)
-        await self._io.run(self._commit)
+        # while the log refuses writes, the watcher's once-a-second retry takes it (SF4: a
+        # shutdown never waits on a lock once per event)
+        await self.flush(force=self.health.ok)
+
+    async def _decide(self, trigger: str, **observation: object) -> None:
+        """Record a decision before acting on it (SF2): unrecorded, it is not taken.
+
+        Raises:
+            StoreError: The log refused it; the machine is as it was, nothing is to be done.
+        """
+        before = copy.deepcopy(self.engine.snapshot())
+        event = self.engine.fire(trigger, at=self._clock(), **observation)
+        await self.flush(force=True)
+        if event in self.engine.pending:
+            self.engine.pending.remove(event)
+            self.engine.restore(before)
+            raise StoreError(
+                f"{self.key}: {trigger!r} not done: the event log cannot record it "
+                f"({self.health.error})"
+            )
+
+    async def flush(self, *, force: bool = False) -> bool:
+        """Write the machine's pending events; whether none are left pending.
+
+        While the log fails, tries at most once a second unless ``force``.
+        """
+        if not self.engine.pending:
+            return True
+        now = anyio.current_time()
+        if not force and now < self._next_flush:
+            return False
+        waiting = len(self.engine.pending)
+        try:
+            await self._io.run(self._commit)
+        except ConcurrencyError:
+            raise  # another writer in our stream: a bug or a copied data directory
+        except StoreError as exc:
+            self._next_flush = now + 1.0
+            self.health.failed(exc, self._clock(), pending=waiting)
+            return False
+        self.health.wrote(self._clock(), delayed=waiting - 1)
+        return True
 
     def _commit(self) -> None:
         commit(self.store, self.engine, metadata={"actor": "supervisor"})
@@ -268,11 +324,16 @@ class Supervisor:
         async with self._lock:
             if self.state == EngineState.RUNNING and self._child is not None:
                 return self._child.identity.port
+            if self.health.corrupt is not None:
+                raise StoreCorruptError(
+                    f"{self.key}: not started: the event log is corrupt ({self.health.corrupt}); "
+                    "hostler starts no new work until it is restored (docs/daemon.md)"
+                )
             await self._finish_failed_stop()
             await self._settle_unknown()
             self._check_lockout()
             if self.state == EngineState.FATAL:
-                await self._fire("reset", cause="new request after a failure")
+                await self._decide("reset", cause="new request after a failure")
             await self._check_budget(cause)
             token = f"{self.token_prefix}:{secrets.token_hex(8)}"
             try:
@@ -312,7 +373,7 @@ class Supervisor:
         footprint = self._footprint
         # pricing reads the model's header, the ledger and the calibration: off the loop
         estimate = int(await self._io.run(self._plugin, "estimate_footprint", footprint))
-        decision = await self._io.run(
+        decision = await self._io.run_patiently(
             lambda: self.ledger.reserve(self.key, estimate, token=token)  # type: ignore[union-attr]
         )
         if not decision.granted:
@@ -320,10 +381,10 @@ class Supervisor:
         return estimate
 
     async def _release(self, cause: str = "released") -> None:
+        """Give the reservation back, or leave it owed and retried (OW7), never dropped."""
         if self.ledger is not None:
             ledger = self.ledger
-            with contextlib.suppress(HostlerError):
-                await self._io.run(lambda: ledger.release(self.key, cause=cause))
+            await self._io.run(lambda: ledger.release_or_owe(self.key, cause=cause))
 
     async def _learn(self, estimate: int) -> None:
         """Measure the ready engine (RAM and GPU); the ledger holds the truth, estimates learn."""
@@ -378,7 +439,7 @@ class Supervisor:
             )
 
     async def _start(self, cause: str, token: str) -> int:
-        await self._fire("start", cause=cause)
+        await self._decide("start", cause=cause)  # SF2: no start without its record
         port = free_port()
         spec = self._plugin("the launch spec", self._spec, port)
         if not spec.model.is_file():
@@ -415,7 +476,13 @@ class Supervisor:
         )
         if self.ledger is not None:
             ledger = self.ledger
-            await self._io.run(lambda: ledger.bind(self.key, identity.pid, identity.create_time))
+            try:
+                await self._io.run_patiently(
+                    lambda: ledger.bind(self.key, identity.pid, identity.create_time)
+                )
+            except StoreError as exc:
+                # the reservation still names the launch token, which finds the engine (OW2)
+                log.warning("hostler: %s: ledger bind not recorded (%s)", self.key, exc.message)
         await self._await_ready(child)
         return port
 
@@ -533,25 +600,34 @@ class Supervisor:
     # -- stopping ----------------------------------------------------------------------------
 
     async def stop(
-        self, reason: StopReason | str = StopReason.USER, decision: dict[str, Any] | None = None
+        self,
+        reason: StopReason | str = StopReason.USER,
+        decision: dict[str, Any] | None = None,
+        *,
+        unrecorded_ok: bool = False,
     ) -> None:
         """Stop the engine (TERM, TERM, KILL to its process group) and record why.
 
         A start in progress is aborted at its next readiness poll, not waited for. When the
         group outlives KILL, that is recorded (``engine.stop_failed``) and its reservation is
-        kept; the watch loop tries again.
+        kept; the watch loop tries again. The stop is a decision: when the log cannot record
+        it, it is not taken (StoreError) — unless ``unrecorded_ok`` (a shutdown), when the
+        engine is stopped anyway and its events kept pending for a later write (SF2).
         """
         if self.state == EngineState.STARTING and self._lock.locked():
             self._abort_reason = str(reason)
         async with self._lock:
-            await self._stop_locked(str(reason), decision)
+            await self._stop_locked(str(reason), decision, unrecorded_ok=unrecorded_ok)
 
-    async def _stop_locked(self, reason: str, decision: dict[str, Any] | None = None) -> None:
+    async def _stop_locked(
+        self, reason: str, decision: dict[str, Any] | None = None, *, unrecorded_ok: bool = False
+    ) -> None:
+        record = self._fire if unrecorded_ok else self._decide
         if self.state == EngineState.BACKOFF:
-            await self._fire("stop", reason=reason, decision=decision)
+            await record("stop", reason=reason, decision=decision)
             return
         if self.state in (EngineState.STARTING, EngineState.RUNNING):
-            await self._fire("stop", reason=reason, decision=decision)
+            await record("stop", reason=reason, decision=decision)
         elif self.state != EngineState.STOPPING:
             return
         child = self._child
@@ -579,6 +655,7 @@ class Supervisor:
         while True:
             await anyio.sleep(self.policy.watch_interval)
             try:
+                await self.flush()  # SF1: what the log refused is retried, oldest first
                 await self._watch_once()
                 complained = None
             except HostlerError as exc:

@@ -11,7 +11,14 @@ from dataclasses import dataclass
 
 from hostler.events.base import Event, event_type
 
-__all__ = ["DAEMON_STREAM", "DaemonStarted", "DaemonStopped", "EngineReaped"]
+__all__ = [
+    "DAEMON_STREAM",
+    "DaemonGap",
+    "DaemonLogRecovered",
+    "DaemonStarted",
+    "DaemonStopped",
+    "EngineReaped",
+]
 
 #: The stream of the daemon's own decisions about a data directory.
 DAEMON_STREAM = "daemon/host"
@@ -48,3 +55,35 @@ class EngineReaped(Event):
     pid: int
     launch_token: str
     command: str
+
+
+@event_type("daemon.gap")
+@dataclass(frozen=True, slots=True)
+class DaemonGap(Event):
+    """The previous daemon of this data directory left no record of its end (SF4).
+
+    It was killed, or its last events could not be written (a full disk, a locked log):
+    events after ``last_seq`` may be missing. What survived is in the next ``daemon.started``
+    (adopted, lost).
+    """
+
+    at: float
+    previous_pid: int
+    previous_started_at: float
+    last_seq: int
+
+
+@event_type("daemon.log_recovered")
+@dataclass(frozen=True, slots=True)
+class DaemonLogRecovered(Event):
+    """The log refused writes from ``since`` until ``until`` (SF1).
+
+    The events kept meanwhile (``delayed``) were written late: their ``recorded_at`` is the
+    moment they got in, their observation time ``at`` when they happened.
+    """
+
+    since: float
+    until: float
+    error: str
+    code: str
+    delayed: int

@@ -17,6 +17,7 @@ replay run the same fold, a replayed model equals the live one field for field.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -231,3 +232,10 @@ class LifecycleModel:
         """Every folded field, for comparing a replayed model with a live one."""
         skip = {"pending", "_bound", "_staged", "trigger", "may_trigger"}
         return {k: v for k, v in vars(self).items() if k not in skip and not callable(v)}
+
+    def restore(self, snapshot: Mapping[str, Any]) -> None:
+        """Put back the folded fields of an earlier :meth:`snapshot` (pending is untouched).
+
+        For a decision the log refused: the model returns to where it was before it fired.
+        """
+        vars(self).update(copy.deepcopy(dict(snapshot)))

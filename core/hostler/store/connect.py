@@ -20,7 +20,8 @@ from hostler.errors import StoreDriverError, StoreForeignError, StorePathError, 
 
 __all__ = ["Engines", "make_engines", "parse_url", "sqlite_path_of"]
 
-#: How long a writer waits for another process's write transaction before giving up.
+#: How long a writer waits for another process's write transaction before giving up (the
+#: daemon waits less, see ``busy_timeout``, and retries itself so a signal is never kept waiting).
 BUSY_TIMEOUT_MS = 30_000
 
 
@@ -74,7 +75,11 @@ def sqlite_path_of(target: str | os.PathLike[str]) -> Path | None:
 
 
 def make_engines(
-    target: str | os.PathLike[str], *, synchronous: str = "FULL", shared: bool = False
+    target: str | os.PathLike[str],
+    *,
+    synchronous: str = "FULL",
+    shared: bool = False,
+    busy_timeout: float = BUSY_TIMEOUT_MS / 1000,
 ) -> Engines:
     """Build the writer and reader engines for a path or SQLAlchemy URL.
 
@@ -92,13 +97,14 @@ def make_engines(
     _prepare_sqlite_file(path, shared=shared)
     url = sa.URL.create("sqlite", database=str(path))
     connect_args: dict[str, Any] = {
-        "timeout": BUSY_TIMEOUT_MS / 1000,
+        "timeout": busy_timeout,
         "check_same_thread": False,
     }
     writer = sa.create_engine(url, connect_args=connect_args, pool_size=2, max_overflow=4)
     reader = sa.create_engine(url, connect_args=connect_args, pool_size=4, max_overflow=8)
-    _install_sqlite_hooks(writer, begin="BEGIN IMMEDIATE", synchronous=synchronous)
-    _install_sqlite_hooks(reader, begin="BEGIN", synchronous=synchronous)
+    wait_ms = round(busy_timeout * 1000)
+    _install_sqlite_hooks(writer, begin="BEGIN IMMEDIATE", synchronous=synchronous, wait_ms=wait_ms)
+    _install_sqlite_hooks(reader, begin="BEGIN", synchronous=synchronous, wait_ms=wait_ms)
     return Engines(writer, reader, path)
 
 
@@ -192,13 +198,13 @@ def _refuse_foreign(path: Path) -> None:
     )
 
 
-def _install_sqlite_hooks(engine: sa.Engine, *, begin: str, synchronous: str) -> None:
+def _install_sqlite_hooks(engine: sa.Engine, *, begin: str, synchronous: str, wait_ms: int) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: object) -> None:
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
         cursor = dbapi_conn.cursor()
         try:
-            cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            cursor.execute(f"PRAGMA busy_timeout={int(wait_ms)}")
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute(f"PRAGMA synchronous={synchronous}")
             cursor.execute("PRAGMA foreign_keys=ON")

@@ -182,6 +182,7 @@ class EventStore:
         clock: Clock | None = None,
         synchronous: str = "FULL",
         shared: bool = False,
+        busy_timeout: float | None = None,
     ) -> Self:
         """Open (creating and migrating as needed) the log at a path or SQLAlchemy URL.
 
@@ -193,6 +194,9 @@ class EventStore:
             synchronous: SQLite ``synchronous`` pragma; ``FULL`` makes each commit durable.
             shared: The file is shared with the directory's group (created 0660, its
                 directory must exist); otherwise it is kept to its owner (0600).
+            busy_timeout: Seconds a write waits for another process's write lock before
+                failing with :class:`~hostler.errors.StoreBusyError` (default 30). The daemon
+                waits briefly and retries on its own, so a signal is never kept waiting.
 
         Raises:
             StorePathError: The path is a directory or cannot be written.
@@ -202,14 +206,15 @@ class EventStore:
         """
         if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
             raise UsageError(f"synchronous={synchronous!r}: use OFF, NORMAL, FULL or EXTRA")
-        engines = make_engines(target, synchronous=synchronous.upper(), shared=shared)
+        wait = {} if busy_timeout is None else {"busy_timeout": busy_timeout}
+        engines = make_engines(target, synchronous=synchronous.upper(), shared=shared, **wait)
         name = str(engines.sqlite_file) if engines.sqlite_file else _safe_url(target)
         lock: OwnerLock | None = None
         try:
             if owner and engines.sqlite_file is not None:
                 lock = OwnerLock(Path(f"{engines.sqlite_file}.lock"), guard=engines.sqlite_file)
             try:
-                upgrade_to_head(engines.writer, where=name)
+                upgrade_to_head(engines.writer, where=name, reader=engines.reader)
             except sa.exc.DBAPIError as exc:
                 raise _translate(exc, name) from exc
         except BaseException:

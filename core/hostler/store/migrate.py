@@ -33,17 +33,24 @@ def current_revision(conn: sa.Connection) -> str | None:
     return MigrationContext.configure(conn).get_current_revision()
 
 
-def upgrade_to_head(engine: sa.Engine, *, where: str) -> str:
+def upgrade_to_head(engine: sa.Engine, *, where: str, reader: sa.Engine | None = None) -> str:
     """Migrate ``engine``'s database to head in one transaction; return the revision.
 
     Idempotent. A database at a revision this hostler does not know was written by a newer
     version: it is refused with :class:`StoreSchemaError` and left untouched; one that holds
     tables but no hostler schema belongs to another application: refused with
     :class:`StoreForeignError`, nothing written.
+
+    A log already at head is recognised through ``reader`` (a read transaction), so opening
+    it never waits for another process's write lock.
     """
     cfg = _config()
     scripts = ScriptDirectory.from_config(cfg)
     head = scripts.get_current_head()
+    if reader is not None:
+        with reader.connect() as conn:
+            if current_revision(conn) == head:
+                return str(head)
     with engine.begin() as conn:
         current = current_revision(conn)
         if current == head:

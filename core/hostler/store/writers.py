@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import sqlalchemy as sa
 
-from hostler.errors import StoreCorruptError, StoreError
+from hostler.errors import StoreBusyError, StoreCorruptError, StoreError, StoreFullError
 from hostler.store.schema import ROW_COLUMNS, events
 
 __all__ = [
@@ -88,7 +88,11 @@ def translate(detail: str, name: str) -> StoreError:
     if "not a database" in lowered or "malformed" in lowered or "encrypted" in lowered:
         return StoreCorruptError(f"{name}: not a readable hostler event log ({detail})")
     if "locked" in lowered or "busy" in lowered:
-        return StoreError(f"{name}: the database stayed locked by another writer ({detail})")
+        return StoreBusyError(f"{name}: the database stayed locked by another writer ({detail})")
+    if "full" in lowered or "no space" in lowered:
+        return StoreFullError(
+            f"{name}: the disk is full ({detail}); free space where the log lives"
+        )
     if "readonly" in lowered or "read-only" in lowered:
         return StoreError(f"{name}: the database cannot be written ({detail})")
     return StoreError(f"{name}: database error ({detail})")
