@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from hostler import Engine, EventStore, commit, replay
+from hostler.testing.tiny_gguf import write_tiny_llama
 
 from _support import Note, run_cli
 
@@ -58,6 +59,21 @@ def test_a_preview_window_or_slot_count_past_any_model_is_refused_at_once(tmp_pa
         result = run_cli("preview", str(tmp_path / "m.gguf"), option, value)
         assert result.returncode == 2
         assert f"argument {option}: {value} is out of range" in result.stderr
+
+
+def test_preview_takes_1024_slots_and_refuses_1025(tmp_path: Path) -> None:
+    """The edge of the slot limit (MAX_SLOTS), through the real command."""
+    model = write_tiny_llama(tmp_path / "tiny.gguf")
+    ledger = tmp_path / "ledger.db"
+    at = run_cli("preview", str(model), "--slots", "1024", "--ctx", "256", "--ledger", str(ledger))
+    assert at.returncode in {0, 3}, at.stderr  # fits or not on this host: planned, quickly
+    assert "  - slots: 1024 (configured)" in at.stdout
+    over = run_cli("preview", str(model), "--slots", "1025", "--ledger", str(ledger))
+    assert over.returncode == 2
+    assert over.stderr == (
+        "hostler: error [usage.invalid]: hostler preview: argument --slots: 1025 is out of "
+        "range: use a whole number from 1 to 1024\n"
+    )
 
 
 def test_another_applications_database_is_never_written(tmp_path: Path) -> None:

@@ -43,6 +43,16 @@ BAD = [
     ("[daemon]\nidle_timout = 5\n", "daemon.idle_timout", "did you mean 'idle_timeout'?"),
     ('[[engine]]\nkey = "llamacpp:m:0"\nmodel = "m.gguf"\n', "engine", "did you mean 'engines'?"),
     ("[deamon]\nidle_timeout = 5\n", "deamon", "did you mean 'daemon'?"),
+    # found by tests/test_fuzz.py: a ValueError from the OS, and one from int()
+    (
+        '[[engines]]\nkey = "llamacpp:m:0"\nmodel = "m\\u0000.gguf"\n',
+        "engines[0].model",
+        "a path cannot hold a NUL character",
+    ),
+    ('[daemon]\ndata_dir = "a\\u0000"\n', "daemon.data_dir", "a path cannot hold a NUL"),
+    ('[daemon]\nledger = "\\u0000"\n', "daemon.ledger", "a path cannot hold a NUL"),
+    ('[[engines]]\nkey = "llamacpp:m:²"\nmodel = "m.gguf"\n', "engines[0].key", "engine:model:"),
+    (GOOD_ENGINE + "slots = 1025\n", "engines[0].slots", "less than or equal to 1024"),
 ]
 
 
@@ -117,3 +127,12 @@ def test_config_kv_types_are_the_priced_ones() -> None:
     from hostler.config import KvType
 
     assert get_args(KvType) == KV_CACHE_TYPES
+
+
+def test_a_config_nested_past_what_the_parser_can_follow_is_one_line(tmp_path: Path) -> None:
+    """Found by tests/test_fuzz.py: tomllib recursed into a RecursionError."""
+    config = tmp_path / "hostler.toml"
+    config.write_text("a = " + "[" * 2000 + "]" * 2000 + "\n")
+    with pytest.raises(UsageError) as caught:
+        load_config(config)
+    assert caught.value.message == f"{config}: arrays or tables nested too deeply"

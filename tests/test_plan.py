@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from hostler.capacity.ledger import LedgerState, committed_other_for, limits_of,
 from hostler.capacity.plan import LaunchPlan, PlanRequest, default_kv_type, plan_llama
 from hostler.capacity.units import GIB
 from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
+from hostler.errors import UsageError
 from hostler.events.ledger import LedgerReserved
 
 from _support import run_cli
@@ -110,6 +112,16 @@ def test_override_reports_the_automatic_window_too() -> None:
     assert p.auto_window is not None and p.auto_window >= 65536
 
 
+def test_a_plan_of_1024_slots_is_quick_and_1025_refused() -> None:
+    """The slot ladder (C6) walks down from the count asked: bounded by MAX_SLOTS."""
+    started = time.perf_counter()
+    p = plan(slots=1024, ctx=8192)
+    assert time.perf_counter() - started < 2
+    assert 1 <= p.slots <= 1024
+    with pytest.raises(UsageError, match="slots: 1025 is more than the 1024"):
+        plan(slots=1025)
+
+
 def test_heuristic_when_the_header_lacks_geometry() -> None:
     p = plan(ModelGeometry(architecture="mystery", native_context=32768, file_size=2 * GIB))
     assert not p.exact_geometry
@@ -185,7 +197,7 @@ def test_preview_cli_counts_other_holders_and_denies(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (("preview", "/nonexistent/x.gguf"), "no such model file"),
-        (("preview", "/dev/null"), "too short for a GGUF model"),
+        (("preview", "/dev/null"), "/dev/null: is a character device, not a model file"),
         (("preview", "/dev/null", "--ctx", "0"), "--ctx: 0 is out of range"),
     ],
 )

@@ -27,8 +27,9 @@ from hostler.capacity.kv import (
     windowed_linearization,
 )
 from hostler.capacity.ledger import fallback_resident_bytes
-from hostler.capacity.slots import default_slots, planned_slots, slot_ceiling
+from hostler.capacity.slots import MAX_SLOTS, default_slots, planned_slots, slot_ceiling
 from hostler.capacity.units import GIB, KIB
+from hostler.errors import UsageError
 
 LLAMA_8B = ModelGeometry(
     architecture="llama", block_count=32, head_count=32, head_count_kv=8, embedding_length=4096
@@ -174,6 +175,16 @@ def test_planned_slots_resolver() -> None:
     assert planned_slots(None, ceiling=2, tier_default=3) == 2
     assert planned_slots(None, ceiling=0, tier_default=3) == 1
     assert planned_slots(6, ceiling=2, tier_default=3) == 6  # an operator's count verbatim
+
+
+def test_planned_slots_take_1024_and_refuse_1025_in_one_line() -> None:
+    """The ladder and growth walk the slots: ``--slots 10000000`` took 57 s (issue 8)."""
+    assert MAX_SLOTS == 1024
+    assert planned_slots(MAX_SLOTS, ceiling=2, tier_default=3) == MAX_SLOTS
+    with pytest.raises(UsageError) as caught:
+        planned_slots(MAX_SLOTS + 1, ceiling=2, tier_default=3)
+    assert caught.value.message == "slots: 1025 is more than the 1024 an engine may have"
+    assert caught.value.exit_status == 2
 
 
 def test_slot_ceiling_from_exact_geometry() -> None:

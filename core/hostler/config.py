@@ -17,9 +17,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 from hostler.capacity.keys import parse_key
+from hostler.capacity.slots import MAX_SLOTS
 from hostler.drivers.host_ledger import LedgerLocation, default_ledger_location
 from hostler.errors import UsageError
 from hostler.paths import default_data_dir
@@ -28,11 +36,20 @@ __all__ = ["DaemonConfig", "EngineConfig", "load_config"]
 
 #: Bigger than any model's window (2^24 tokens); a value past it is a typo, not a wish.
 MAX_CONTEXT = 16_777_216
-MAX_SLOTS = 1024
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 KvType = Literal["f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl"]
 Seconds = Annotated[float, Field(ge=0, le=365 * 24 * 3600)]
 ExtraValue = str | int | float | bool
+
+
+def _no_nul(value: str) -> str:
+    """A path the operating system can take: no NUL character (TOML can write one)."""
+    if "\0" in value:
+        raise ValueError("a path cannot hold a NUL character")
+    return value
+
+
+PathText = Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_no_nul)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +89,7 @@ class _Strict(BaseModel):
 
 class _EngineEntry(_Strict):
     key: str
-    model: Annotated[str, Field(min_length=1, max_length=4096)]
+    model: PathText
     ctx: Annotated[int, Field(ge=1, le=MAX_CONTEXT)] = 4096
     slots: Annotated[int, Field(ge=1, le=MAX_SLOTS)] = 1
     kv_type: KvType | None = None
@@ -96,10 +113,10 @@ class _EngineEntry(_Strict):
 
 
 class _DaemonSection(_Strict):
-    data_dir: Annotated[str, Field(min_length=1)] | None = None
+    data_dir: PathText | None = None
     idle_timeout: Seconds = 300.0
     health_interval: Annotated[float, Field(gt=0, le=24 * 3600)] = 15.0
-    ledger: Annotated[str, Field(min_length=1)] | None = None
+    ledger: PathText | None = None
     ledger_shared: bool = False
 
 
@@ -169,6 +186,8 @@ def _read_toml(file: Path) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{file}: not valid TOML ({exc})") from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise UsageError(f"{file}: arrays or tables nested too deeply") from None
 
 
 def _resolve(base: Path, text: str) -> Path:

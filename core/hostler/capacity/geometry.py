@@ -4,12 +4,40 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ModelGeometry"]
+__all__ = [
+    "MAX_CONTEXT_TOKENS",
+    "MAX_EMBEDDING",
+    "MAX_EXPERTS",
+    "MAX_HEADS",
+    "MAX_HEAD_WIDTH",
+    "MAX_LAYERS",
+    "MAX_VOCAB",
+    "ModelGeometry",
+]
+
+#: The most layers a model may have: llama.cpp itself stops at 512 (``LLAMA_MAX_LAYERS``); the
+#: largest released models have under 200. The planner walks the layers, so this bounds it.
+MAX_LAYERS = 4096
+#: The most attention heads (or KV heads) a layer may have (released models: at most 128).
+MAX_HEADS = 4096
+#: The widest a head may be, in elements (released models: at most 576).
+MAX_HEAD_WIDTH = 65_536
+#: The widest a model (and a linear-attention state) may be (released models: under 32,768).
+MAX_EMBEDDING = 1_048_576
+#: The most experts a mixture may route through (llama.cpp stops at 512).
+MAX_EXPERTS = 65_536
+#: The longest native context or sliding window: llama.cpp reads them as 32-bit unsigned.
+MAX_CONTEXT_TOKENS = 2**32 - 1
+#: The largest vocabulary: llama.cpp's token ids are 32-bit signed.
+MAX_VOCAB = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)
 class ModelGeometry:
     """What a model's header says about its shape (None where it says nothing).
+
+    The GGUF reader never yields a geometry past the ``MAX_*`` limits above; the KV pricing
+    treats one built by hand past :data:`MAX_LAYERS` as unreadable (it never walks it).
 
     Attributes:
         architecture: ``general.architecture`` (``llama``, ``gemma3``, ``qwen3moe``...).

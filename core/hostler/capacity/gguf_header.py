@@ -1,9 +1,23 @@
 """Read a model's geometry from its GGUF header, and nothing else (driver: reads the file).
 
-The reader walks the header's key/value section through a read-only memory map with a bounds
-check on every step, so a truncated, non-GGUF or hostile file (a string or array claiming more
-bytes than the file has, absurd counts) fails fast with an error naming the file and the field,
-without allocating anything from the header's claims. Tensors are never read.
+The reader is bounded: whatever a file claims, it allocates and loops only in proportion to the
+file's real size and to the limits of a real model.
+
+* Only a regular file is read: a FIFO, a directory or a device is refused from ``stat``,
+  before it is opened, and the file is opened without blocking and checked again (``fstat``)
+  before it is mapped — ``preview`` on a named pipe never waits for a writer.
+* The header's key/value section is walked through a read-only memory map with a bounds check
+  on every step: a string, an array or a count claiming more bytes than the file has fails
+  fast, without allocating anything from the claim; arrays nest at most
+  :data:`MAX_ARRAY_NESTING` deep; every tensor's data must lie inside the file.
+* Every value the geometry takes is checked for its type (an integer where a count belongs: no
+  string, no array of strings, no NaN or infinity) and its range (the ``MAX_*`` limits of
+  :mod:`hostler.capacity.geometry`: at most 4096 layers, 4096 heads, ...), so the planner's
+  loops over layers are bounded and its arithmetic never overflows a float.
+
+Every failure is a :class:`~hostler.errors.ModelFileError`: one line naming the file and the
+key (or the field of the header), e.g. ``model.gguf: llama.attention.head_count_kv: expected an
+integer or an array of integers, got an array of strings``. Tensors are never read.
 """
 
 from __future__ import annotations
@@ -11,17 +25,28 @@ from __future__ import annotations
 import math
 import mmap
 import os
+import stat
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
-from hostler.capacity.geometry import ModelGeometry
+from hostler.capacity.geometry import (
+    MAX_CONTEXT_TOKENS,
+    MAX_EMBEDDING,
+    MAX_EXPERTS,
+    MAX_HEAD_WIDTH,
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_VOCAB,
+    ModelGeometry,
+)
 from hostler.errors import ModelFileError
 
-__all__ = ["SkippedArray", "read_geometry", "read_metadata"]
+__all__ = ["MAX_ARRAY_NESTING", "SkippedArray", "read_geometry", "read_metadata"]
 
 GGUF_MAGIC = b"GGUF"
 _SCALARS: dict[int, tuple[str, int]] = {
@@ -38,9 +63,17 @@ _SCALARS: dict[int, tuple[str, int]] = {
     GGUFValueType.FLOAT64: ("<d", 8),
 }
 #: Arrays longer than this are skipped, not decoded (tokenizer vocabularies): geometry never
-#: needs them, and a per-layer array is at most a few hundred entries.
-_KEEP_ARRAY = 4096
+#: needs them, and a per-layer array has at most one entry per layer.
+_KEEP_ARRAY = MAX_LAYERS
 _MAX_KEY = 65_536
+#: Arrays of arrays deeper than this are refused (no model writes nested arrays at all).
+MAX_ARRAY_NESTING = 4
+#: ggml tensors have at most 4 dimensions; a little slack for future formats.
+_MAX_DIMS = 8
+#: The most characters of a key or tensor name a message quotes.
+_SHOWN = 80
+#: Keys whose presence marks a recurrent model (Mamba, RWKV): it may have no attention heads.
+_RECURRENT = (".ssm.", ".wkv.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +81,12 @@ class SkippedArray:
     """A long array (a vocabulary) that was stepped over, not decoded: only its length."""
 
     count: int
+
+
+def _printable(text: str) -> str:
+    """``text`` fit for a one-line message: control characters escaped, long names cut."""
+    shown = text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+    return shown if len(shown) <= _SHOWN else shown[: _SHOWN - 3] + "..."
 
 
 class _Header:
@@ -58,7 +97,7 @@ class _Header:
         self.pos = 0
 
     def fail(self, field: str, why: str) -> ModelFileError:
-        return ModelFileError(f"{self.path}: {field}: {why}")
+        return ModelFileError(f"{self.path}: {_printable(field)}: {why}")
 
     def take(self, count: int, field: str) -> int:
         if count < 0 or self.pos + count > self.size:
@@ -85,18 +124,22 @@ class _Header:
         start = self.take(length, field)
         return bytes(self.view[start : start + length]).decode("utf-8", errors="replace")
 
-    def value(self, kind: int, field: str) -> Any:
+    def value(self, kind: int, field: str, depth: int = 0) -> Any:
         if kind in _SCALARS:
             return self.scalar(kind, field)
         if kind == GGUFValueType.STRING:
             return self.string(field)
         if kind == GGUFValueType.ARRAY:
+            if depth >= MAX_ARRAY_NESTING:
+                raise self.fail(field, f"arrays nested more than {MAX_ARRAY_NESTING} deep")
             item = int(self.scalar(GGUFValueType.UINT32, f"{field} (array type)"))
             count = self.u64(f"{field} (array length)")
-            return self.array(item, count, field)
+            return self.array(item, count, field, depth)
         raise self.fail(field, f"unknown value type {kind}")
 
-    def array(self, item: int, count: int, field: str) -> list[Any] | SkippedArray | None:
+    def array(
+        self, item: int, count: int, field: str, depth: int
+    ) -> list[Any] | SkippedArray | None:
         if item in _SCALARS:
             width = _SCALARS[item][1]
             if count > (self.size - self.pos) // width:
@@ -122,27 +165,76 @@ class _Header:
             if count > (self.size - self.pos) // 12:
                 raise self.fail(field, f"claims {count} nested arrays; the file cannot hold them")
             for _ in range(count):
-                self.value(GGUFValueType.ARRAY, field)
+                self.value(GGUFValueType.ARRAY, field, depth + 1)
             return None
         raise self.fail(field, f"unknown array element type {item}")
 
 
-def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The header's key/value metadata (long arrays such as vocabularies left out)."""
-    file = Path(path)
+_NOT_REGULAR: tuple[tuple[Callable[[int], bool], str], ...] = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _refuse_irregular(file: str | os.PathLike[str], mode: int, what: str) -> None:
+    """Raise unless ``mode`` is a regular file's: nothing else is read, or waited on."""
+    if stat.S_ISREG(mode):
+        return
+    kind = next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
+    raise ModelFileError(f"{file}: is {kind}, not {what}")
+
+
+def _unreadable(file: str | os.PathLike[str], exc: OSError | ValueError, what: str) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return f"{file}: no such {what}"
+    if isinstance(exc, PermissionError):
+        return f"{file}: cannot be read (permission denied)"
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return f"{file}: cannot be read ({reason})"
+
+
+def _open_model(file: Path) -> tuple[int, int]:
+    """An open descriptor of the regular file ``file``, and its size; never blocks."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        with file.open("rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            if size < 24:
-                raise ModelFileError(f"{file}: header: {size} bytes is too short for a GGUF model")
-            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
-                return _parse(file, view)
-    except FileNotFoundError:
-        raise ModelFileError(f"{file}: no such model file") from None
-    except IsADirectoryError:
-        raise ModelFileError(f"{file}: is a directory, not a model file") from None
-    except PermissionError:
-        raise ModelFileError(f"{file}: cannot be read (permission denied)") from None
+        _refuse_irregular(file, file.stat().st_mode, "a model file")
+        fd = os.open(file, flags)
+    except (OSError, ValueError) as exc:
+        raise ModelFileError(_unreadable(file, exc, "model file")) from None
+    try:
+        status = os.fstat(fd)
+        _refuse_irregular(file, status.st_mode, "a model file")  # swapped since the stat
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, status.st_size
+
+
+def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The header's key/value metadata (long arrays such as vocabularies left out).
+
+    Raises:
+        ModelFileError: The file is missing, not a regular file, not GGUF, truncated, or
+            claims more than it holds.
+    """
+    file = Path(path)
+    fd, size = _open_model(file)
+    try:
+        if size < 24:
+            raise ModelFileError(f"{file}: header: {size} bytes is too short for a GGUF model")
+        try:
+            view = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError) as exc:
+            raise ModelFileError(_unreadable(file, exc, "model file")) from None
+        with view:
+            metadata = _parse(file, view)
+    finally:
+        os.close(fd)
+    metadata["__file_size__"] = size
+    return metadata
 
 
 def _parse(path: Path, view: mmap.mmap) -> dict[str, Any]:
@@ -177,15 +269,28 @@ def _parse(path: Path, view: mmap.mmap) -> dict[str, Any]:
 _LOOKUP_TENSORS = ("token_embd.", "per_layer_token_embd.", "position_embd.", "token_types.")
 
 
-def _tensor_data_bytes(header: _Header, tensors: int, metadata: dict[str, Any]) -> int | None:
+def _alignment(header: _Header, metadata: dict[str, Any]) -> int:
+    """``general.alignment`` (32 when absent): a power of two, as llama.cpp requires."""
+    if "general.alignment" not in metadata:
+        return 32
+    value = metadata["general.alignment"]
+    number = _whole(value)
+    if number is None or number < 1 or number & (number - 1):
+        raise header.fail("general.alignment", f"expected a power of two, got {_describe(value)}")
+    return number
+
+
+def _tensor_data_bytes(header: _Header, tensors: int, metadata: dict[str, Any]) -> int:
     """Bytes of tensor data: the file minus everything before the (aligned) data section.
 
     On the way, the bytes of matrix-product weights per tensor type go to
     ``metadata["__matmul_bytes__"]`` and every tensor's place in the data section to
-    ``metadata["__layout__"]`` (arithmetic on the header's numbers; nothing allocated).
+    ``metadata["__layout__"]`` (arithmetic on the header's numbers; nothing allocated). A
+    tensor whose data would not lie inside the file is refused, as llama.cpp refuses it.
     """
     matmul: dict[str, int] = {}
     layout: list[tuple[str, int, int, bool]] = []
+    names: list[str] = []
     embedding: int | None = None
     has_output = False
     known = True
@@ -193,8 +298,8 @@ def _tensor_data_bytes(header: _Header, tensors: int, metadata: dict[str, Any]) 
         field = f"tensor #{index}"
         name = header.string(field, limit=_MAX_KEY)
         dims = int(header.scalar(GGUFValueType.UINT32, f"{field} (dims)"))
-        if dims > 8:
-            raise header.fail(field, f"claims {dims} dimensions")
+        if dims > _MAX_DIMS:
+            raise header.fail(field, f"claims {dims} dimensions (at most {_MAX_DIMS})")
         shape = [header.u64(f"{field} (shape)") for _ in range(dims)]
         kind = int(header.scalar(GGUFValueType.UINT32, f"{field} (type)"))
         offset = header.u64(f"{field} (offset)")
@@ -207,18 +312,26 @@ def _tensor_data_bytes(header: _Header, tensors: int, metadata: dict[str, Any]) 
         if dims >= 2 and name == "token_embd.weight":
             embedding = len(layout)
         layout.append((sized[0], offset, sized[1], product))
+        names.append(name)
+    alignment = _alignment(header, metadata)
+    start = -(-header.pos // alignment) * alignment
+    data = max(0, header.size - start)
+    for name, (_, offset, size, _) in zip(names, layout, strict=True):
+        if offset + size > data:
+            raise header.fail(
+                f"tensor {name}",
+                f"claims {size} bytes at offset {offset} of a data section of {data} bytes "
+                "(truncated, or not a model)",
+            )
     if embedding is not None and not has_output:  # tied head: the embedding is a product too
-        type_name, start, size, _ = layout[embedding]
-        layout[embedding] = (type_name, start, size, True)
+        type_name, offset, size, _ = layout[embedding]
+        layout[embedding] = (type_name, offset, size, True)
     for type_name, _, size, product in layout:
         if product:
             matmul[type_name] = matmul.get(type_name, 0) + size
     metadata["__matmul_bytes__"] = tuple(sorted(matmul.items()))
     metadata["__layout__"] = tuple(layout) if known else ()
-    alignment = metadata.get("general.alignment", 32)
-    alignment = alignment if isinstance(alignment, int) and alignment > 0 else 32
-    start = -(-header.pos // alignment) * alignment
-    return max(0, header.size - start)
+    return data
 
 
 def _tensor_size(kind: int, shape: list[int]) -> tuple[str, int] | None:
@@ -234,20 +347,162 @@ def _tensor_size(kind: int, shape: list[int]) -> tuple[str, int] | None:
     return quant.name.lower(), elements // block * size
 
 
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool) or value is None:
+def _flat(value: Any) -> list[Any]:
+    """A decoded array's items (scalars come out of ``struct`` as 1-tuples)."""
+    return [v[0] if isinstance(v, tuple) else v for v in value]
+
+
+def _whole(value: Any) -> int | None:
+    """``value`` as a whole number, or None if it is none (a bool, NaN, 1.5, a string...)."""
+    if isinstance(value, bool):
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, float) and value.is_integer():
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         return int(value)
     return None
 
 
-def _flat(value: Any) -> list[Any] | None:
-    if not isinstance(value, list):
-        return None
-    return [v[0] if isinstance(v, tuple) else v for v in value]
+_KINDS = ((bool, "booleans"), (int, "integers"), (float, "floats"), (str, "strings"))
+
+
+def _describe(value: Any) -> str:
+    """What a header value is, in a few words, for a message."""
+    if isinstance(value, list | SkippedArray) or value is None:
+        return _describe_array(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else "infinity" if value > 0 else "-infinity"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return repr(value)
+    return "a string" if isinstance(value, str) else type(value).__name__
+
+
+def _describe_array(value: list[Any] | SkippedArray | None) -> str:
+    if isinstance(value, SkippedArray):
+        return f"an array of {value.count} entries"
+    if value is None:
+        return "an array of arrays"
+    items = _flat(value)
+    if not items:
+        return "an empty array"
+    kind = next((name for cls, name in _KINDS if isinstance(items[0], cls)), "values")
+    odd = next(
+        (
+            (index, item)
+            for index, item in enumerate(items)
+            if isinstance(item, float) and not math.isfinite(item)
+        ),
+        None,
+    )
+    where = f" (entry {odd[0]} is {_describe(odd[1])})" if odd else ""
+    return f"an array of {kind}{where}"
+
+
+class _Fields:
+    """The header's values, each checked for its type and range before the geometry takes it."""
+
+    def __init__(self, file: Path, meta: dict[str, Any], arch: str) -> None:
+        self.file = file
+        self.meta = meta
+        self.arch = arch
+        self.recurrent = any(
+            key.startswith(f"{arch}.") and any(mark in key for mark in _RECURRENT) for key in meta
+        )
+
+    def fail(self, key: str, why: str) -> ModelFileError:
+        return ModelFileError(f"{self.file}: {_printable(key)}: {why}")
+
+    def key(self, suffix: str) -> str:
+        return f"{self.arch}.{suffix}"
+
+    def count(self, suffix: str, low: int, high: int, zero: str = "") -> int | None:
+        """An integer key of the architecture from ``low`` to ``high``; None when absent."""
+        key = self.key(suffix)
+        if key not in self.meta:
+            return None
+        return self.check(key, self.meta[key], low, high, zero)
+
+    def check(self, key: str, value: Any, low: int, high: int, zero: str = "") -> int:
+        """``value`` as an integer from ``low`` to ``high``; ``zero`` explains a refused 0."""
+        number = _whole(value)
+        if number is None:
+            raise self.fail(key, f"expected an integer, got {_describe(value)}")
+        if not low <= number <= high:
+            shown = value if isinstance(value, int) else _describe(value)
+            why = zero if number == 0 else ""
+            raise self.fail(key, f"{shown} is out of range: expected {low} to {high}{why}")
+        return number
+
+    def per_layer(self, suffix: str, high: int) -> int | tuple[int, ...] | None:
+        """One integer for every layer, or one per layer (at most :data:`MAX_LAYERS`)."""
+        key = self.key(suffix)
+        if key not in self.meta:
+            return None
+        value = self.meta[key]
+        if value is not None and not isinstance(value, list | SkippedArray):
+            return self.check(key, value, 0 if self.recurrent else 1, high, self.no_heads)
+        if isinstance(value, SkippedArray):
+            raise self.too_long(key, value)
+        items = _flat(value) if value is not None else []
+        numbers = [_whole(item) for item in items]
+        if not items or any(number is None for number in numbers):
+            raise self.fail(
+                key, f"expected an integer or an array of integers, got {_describe(value)}"
+            )
+        for index, number in enumerate(numbers):
+            if number is not None and not 0 <= number <= high:
+                raise self.fail(key, f"entry {index} is {number}: expected 0 to {high}")
+        return tuple(number or 0 for number in numbers)
+
+    def too_long(self, key: str, value: SkippedArray) -> ModelFileError:
+        return self.fail(key, f"has {value.count} entries, one per layer of at most {MAX_LAYERS}")
+
+    @property
+    def no_heads(self) -> str:
+        return "" if self.recurrent else " (only a recurrent model, with ssm or wkv keys, has 0)"
+
+    def pattern(self, block_count: int | None) -> tuple[bool, ...] | None:
+        """The sliding-window pattern: an array of flags, or a period (every Pth is global)."""
+        key = self.key("attention.sliding_window_pattern")
+        if key not in self.meta:
+            return None
+        value = self.meta[key]
+        if isinstance(value, SkippedArray):
+            raise self.too_long(key, value)
+        if not isinstance(value, list):
+            period = self.check(key, value, 0, MAX_LAYERS)
+            if not period or not block_count:
+                return None
+            return tuple((layer + 1) % period != 0 for layer in range(block_count))
+        items = _flat(value)
+        if not items or not all(isinstance(item, int) for item in items):
+            raise self.fail(
+                key, f"expected a period or an array of booleans, got {_describe(value)}"
+            )
+        return tuple(bool(item) for item in items)
+
+    def entries(self, key: str) -> int | None:
+        """How many entries an array key (a vocabulary, merge rules) has; None when absent."""
+        if key not in self.meta:
+            return None
+        value = self.meta[key]
+        if isinstance(value, SkippedArray):
+            return value.count
+        if isinstance(value, list):
+            return len(value)
+        raise self.fail(key, f"expected an array, got {_describe(value)}")
+
+
+def _projector_size(mmproj: str | os.PathLike[str]) -> int:
+    try:
+        status = Path(mmproj).stat()
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ModelFileError(f"{mmproj}: projector unreadable ({reason})") from None
+    _refuse_irregular(mmproj, status.st_mode, "a projector file")
+    return status.st_size
 
 
 def read_geometry(
@@ -256,77 +511,51 @@ def read_geometry(
     """The geometry of a GGUF model (and the size of its vision projector, if given).
 
     Raises:
-        ModelFileError: The file is missing, not GGUF, truncated, or claims the impossible.
+        ModelFileError: The file is missing, not a regular file, not GGUF, truncated, claims
+            the impossible, or holds a value of the wrong type or past the ``MAX_*`` limits
+            of :mod:`hostler.capacity.geometry` (one line naming the file and the key).
     """
     file = Path(path)
     meta = read_metadata(file)
     arch = meta.get("general.architecture")
     if not isinstance(arch, str) or not arch:
         raise ModelFileError(f"{file}: general.architecture: missing (not a model GGUF?)")
-
-    def get(suffix: str) -> Any:
-        return meta.get(f"{arch}.{suffix}")
-
-    block_count = _int(get("block_count"))
-    heads_kv_raw = get("attention.head_count_kv")
-    flat = _flat(heads_kv_raw)
-    heads_kv: int | tuple[int, ...] | None = (
-        tuple(int(v) for v in flat) if flat is not None else _int(heads_kv_raw)
-    )
-    pattern_raw = get("attention.sliding_window_pattern")
-    pattern: tuple[bool, ...] | None = None
-    flat_pattern = _flat(pattern_raw)
-    if flat_pattern is not None:
-        pattern = tuple(bool(v) for v in flat_pattern)
-    elif (period := _int(pattern_raw)) and block_count:
-        # a period P: every Pth layer is global, the others slide
-        pattern = tuple((layer + 1) % period != 0 for layer in range(block_count))
-    mmproj_size = 0
-    if mmproj is not None:
-        try:
-            mmproj_size = Path(mmproj).stat().st_size
-        except OSError as exc:
-            raise ModelFileError(f"{mmproj}: projector unreadable ({exc.strerror})") from exc
+    if len(arch) > _SHOWN or not arch.isprintable():
+        raise ModelFileError(
+            f"{file}: general.architecture: '{_printable(arch)}' is not an architecture name"
+        )
+    fields = _Fields(file, meta, arch)
+    count = fields.count
+    block_count = count("block_count", 1, MAX_LAYERS)
+    low = 0 if fields.recurrent else 1  # a recurrent model may have no attention at all
+    mmproj_size = _projector_size(mmproj) if mmproj is not None else 0
+    tokens = fields.entries("tokenizer.ggml.tokens")
+    if tokens is not None and tokens > MAX_VOCAB:
+        raise fields.fail("tokenizer.ggml.tokens", f"has {tokens} tokens (at most {MAX_VOCAB})")
     return ModelGeometry(
         architecture=arch,
         block_count=block_count,
-        head_count=_int(get("attention.head_count")),
-        head_count_kv=heads_kv,
-        key_length=_int(get("attention.key_length")),
-        value_length=_int(get("attention.value_length")),
-        key_length_swa=_int(get("attention.key_length_swa")),
-        value_length_swa=_int(get("attention.value_length_swa")),
-        embedding_length=_int(get("embedding_length")),
-        sliding_window=_int(get("attention.sliding_window")),
-        swa_pattern=pattern,
-        shared_kv_layers=_int(get("attention.shared_kv_layers")) or 0,
-        full_attention_interval=_int(get("full_attention_interval")),
-        ssm_inner_size=_int(get("ssm.inner_size")),
-        ssm_conv_kernel=_int(get("ssm.conv_kernel")),
-        ssm_state_size=_int(get("ssm.state_size")),
-        native_context=_int(get("context_length")),
-        expert_count=_int(get("expert_count")),
-        file_size=file.stat().st_size,
-        tensor_bytes=_int(meta.get("__tensor_data_bytes__")),
-        matmul_bytes=meta.get("__matmul_bytes__", ()),
-        tensor_layout=meta.get("__layout__", ()),
+        head_count=count("attention.head_count", low, MAX_HEADS, fields.no_heads),
+        head_count_kv=fields.per_layer("attention.head_count_kv", MAX_HEADS),
+        key_length=count("attention.key_length", low, MAX_HEAD_WIDTH),
+        value_length=count("attention.value_length", low, MAX_HEAD_WIDTH),
+        key_length_swa=count("attention.key_length_swa", low, MAX_HEAD_WIDTH),
+        value_length_swa=count("attention.value_length_swa", low, MAX_HEAD_WIDTH),
+        embedding_length=count("embedding_length", 1, MAX_EMBEDDING),
+        sliding_window=count("attention.sliding_window", 0, MAX_CONTEXT_TOKENS),
+        swa_pattern=fields.pattern(block_count),
+        shared_kv_layers=count("attention.shared_kv_layers", 0, block_count or MAX_LAYERS) or 0,
+        full_attention_interval=count("full_attention_interval", 0, MAX_LAYERS),
+        ssm_inner_size=count("ssm.inner_size", 0, MAX_EMBEDDING),
+        ssm_conv_kernel=count("ssm.conv_kernel", 0, MAX_EMBEDDING),
+        ssm_state_size=count("ssm.state_size", 0, MAX_EMBEDDING),
+        native_context=count("context_length", 1, MAX_CONTEXT_TOKENS),
+        expert_count=count("expert_count", 0, MAX_EXPERTS),
+        file_size=int(meta["__file_size__"]),
+        tensor_bytes=int(meta["__tensor_data_bytes__"]),
+        matmul_bytes=meta["__matmul_bytes__"],
+        tensor_layout=meta["__layout__"],
         mmproj_size=mmproj_size,
-        vocab_size=_vocab_size(meta, arch),
-        merge_count=_count(meta.get("tokenizer.ggml.merges")),
+        vocab_size=count("vocab_size", 0, MAX_VOCAB) or tokens,
+        merge_count=fields.entries("tokenizer.ggml.merges") or 0,
     )
-
-
-def _vocab_size(meta: dict[str, Any], arch: str) -> int | None:
-    explicit = _int(meta.get(f"{arch}.vocab_size"))
-    if explicit:
-        return explicit
-    tokens = meta.get("tokenizer.ggml.tokens")
-    if isinstance(tokens, SkippedArray):
-        return tokens.count
-    return len(tokens) if isinstance(tokens, list) else None
-
-
-def _count(value: Any) -> int:
-    if isinstance(value, SkippedArray):
-        return value.count
-    return len(value) if isinstance(value, list) else 0

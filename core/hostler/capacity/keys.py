@@ -41,6 +41,10 @@ def parse_key(text: str) -> EngineKey | None:
     engine, sep, model = head.partition(":")
     if not sep or not model or not _ENGINE.match(engine):
         return None
-    if not replica_text.isdigit() or str(int(replica_text)) != replica_text:
+    try:  # isdigit() admits "²", which int() refuses; so does a number of 5000 digits
+        replica = int(replica_text) if replica_text.isdigit() else -1
+    except ValueError:
         return None
-    return EngineKey(engine, model, int(replica_text))
+    if replica < 0 or str(replica) != replica_text:
+        return None
+    return EngineKey(engine, model, replica)

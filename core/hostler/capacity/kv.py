@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hostler.capacity.geometry import ModelGeometry
+from hostler.capacity.geometry import MAX_LAYERS, ModelGeometry
 from hostler.capacity.units import KIB, round_half_up
 
 __all__ = [
@@ -112,7 +112,8 @@ def _dims(geometry: ModelGeometry) -> tuple[int, int] | None:
 
 
 def _owning_layers(geometry: ModelGeometry) -> int | None:
-    if not geometry.block_count:
+    # Past MAX_LAYERS the geometry is not a model's (the reader refuses it): never walk it.
+    if not geometry.block_count or geometry.block_count > MAX_LAYERS:
         return None
     return max(0, min(geometry.block_count, geometry.block_count - geometry.shared_kv_layers))
 

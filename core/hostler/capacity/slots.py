@@ -7,8 +7,14 @@ import math
 from hostler.capacity.kv import heuristic_per_slot_kv, kv_scale
 from hostler.capacity.ledger import fallback_resident_bytes
 from hostler.capacity.units import GIB, round_half_up
+from hostler.errors import UsageError
 
-__all__ = ["compute_headroom", "default_slots", "planned_slots", "slot_ceiling"]
+__all__ = ["MAX_SLOTS", "compute_headroom", "default_slots", "planned_slots", "slot_ceiling"]
+
+#: S2: the most slots (``--parallel``) an engine may be asked for. Each slot keeps at least
+#: 256 KV cells and its own compute state; past a thousand the count is a typo, and the
+#: planner's slot ladder (C6) and growth (C7) walk the slots, so this bounds them.
+MAX_SLOTS = 1024
 
 _HEADROOM = {"llamacpp": 0.20, "llama-cpp": 0.20, "ds4": 0.20, "mlx": 0.35}
 
@@ -58,7 +64,12 @@ def planned_slots(configured: int | None, ceiling: int, tier_default: int) -> in
     """S2: an operator's count verbatim, else the tier default capped by the ceiling.
 
     Preview and launch must both use this one resolver (IN10).
+
+    Raises:
+        UsageError: ``configured`` is more than :data:`MAX_SLOTS`.
     """
+    if configured is not None and configured > MAX_SLOTS:
+        raise UsageError(f"slots: {configured} is more than the {MAX_SLOTS} an engine may have")
     if configured is not None and configured > 0:
         return configured
     return max(1, min(tier_default, ceiling))

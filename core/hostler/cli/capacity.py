@@ -16,6 +16,7 @@ from hostler.capacity.learning import Calibration
 from hostler.capacity.ledger import LedgerState, committed_snapshot, limits_of
 from hostler.capacity.overrides import ContextOverrides, read_context_overrides
 from hostler.capacity.pricing import LaunchPrice
+from hostler.capacity.slots import MAX_SLOTS
 from hostler.capacity.units import GIB, KIB, MIB, format_half_up, round_half_up
 from hostler.cli.numbers import count
 from hostler.drivers.host_ledger import (
@@ -57,7 +58,7 @@ def add_parsers(sub: Any) -> None:
     preview.add_argument(
         "--ctx", type=count(1, 16_777_216), help="per-slot context window to ask for"
     )
-    preview.add_argument("--slots", type=count(1, 1024), help="concurrent slots (--parallel)")
+    preview.add_argument("--slots", type=count(1, MAX_SLOTS), help="concurrent slots (--parallel)")
     preview.add_argument(
         "--kv",
         type=str.lower,
