@@ -41,6 +41,20 @@ BAD = [
     ("[daemon]\nledger = 5\n", "daemon.ledger", "valid string"),
     ('[daemon]\nledger_shared = "false"\n', "daemon.ledger_shared", "valid boolean"),
     ("[daemon]\nidle_timout = 5\n", "daemon.idle_timout", "did you mean 'idle_timeout'?"),
+    (
+        "[daemon]\nengine_log_max_mib = 0\n",
+        "daemon.engine_log_max_mib",
+        "greater than or equal to 1",
+    ),
+    ('[daemon]\nengine_log_max_mib = "8M"\n', "daemon.engine_log_max_mib", "valid integer"),
+    ("[daemon]\nengine_log_max_mib = 2.5\n", "daemon.engine_log_max_mib", "valid integer"),
+    ("[daemon]\nengine_log_keep = -1\n", "daemon.engine_log_keep", "greater than or equal to 0"),
+    ("[daemon]\nengine_log_keep = 101\n", "daemon.engine_log_keep", "less than or equal to 100"),
+    (
+        "[daemon]\nengine_log_kept = 3\n",
+        "daemon.engine_log_kept",
+        "did you mean 'engine_log_keep'?",
+    ),
     ('[[engine]]\nkey = "llamacpp:m:0"\nmodel = "m.gguf"\n', "engine", "did you mean 'engines'?"),
     ("[deamon]\nidle_timeout = 5\n", "deamon", "did you mean 'daemon'?"),
     # found by tests/test_fuzz.py: a ValueError from the OS, and one from int()
@@ -136,3 +150,15 @@ def test_a_config_nested_past_what_the_parser_can_follow_is_one_line(tmp_path: P
     with pytest.raises(UsageError) as caught:
         load_config(config)
     assert caught.value.message == f"{config}: arrays or tables nested too deeply"
+
+
+def test_the_engine_log_cap_is_configurable_and_defaults_to_five_times_8_mib(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "hostler.toml"
+    config.write_text(GOOD_ENGINE)
+    defaults = load_config(config)
+    assert (defaults.engine_log_max_bytes, defaults.engine_log_keep) == (8 * 1024 * 1024, 5)
+    config.write_text("[daemon]\nengine_log_max_mib = 32\nengine_log_keep = 0\n" + GOOD_ENGINE)
+    chosen = load_config(config)
+    assert (chosen.engine_log_max_bytes, chosen.engine_log_keep) == (32 * 1024 * 1024, 0)

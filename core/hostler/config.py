@@ -29,6 +29,7 @@ from pydantic import (
 from hostler.capacity.keys import parse_key
 from hostler.capacity.slots import MAX_SLOTS
 from hostler.drivers.host_ledger import LedgerLocation, default_ledger_location
+from hostler.engines.logs import DEFAULT_LOG_KEEP, DEFAULT_LOG_MAX_BYTES
 from hostler.errors import UsageError
 from hostler.paths import default_data_dir
 
@@ -37,6 +38,10 @@ __all__ = ["DaemonConfig", "EngineConfig", "load_config"]
 #: Bigger than any model's window (2^24 tokens); a value past it is a typo, not a wish.
 MAX_CONTEXT = 16_777_216
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
+MIB = 1024 * 1024
+#: An engine log cap past 1 TiB, or more than 100 rotated copies, is a typo, not a wish.
+MAX_ENGINE_LOG_MIB = 1024 * 1024
+MAX_ENGINE_LOG_KEEP = 100
 KvType = Literal["f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl"]
 Seconds = Annotated[float, Field(ge=0, le=365 * 24 * 3600)]
 ExtraValue = str | int | float | bool
@@ -75,6 +80,8 @@ class DaemonConfig:
     health_interval: float = 15.0
     ledger: Path | None = None
     ledger_shared: bool = False
+    engine_log_max_bytes: int = DEFAULT_LOG_MAX_BYTES
+    engine_log_keep: int = DEFAULT_LOG_KEEP
 
     def ledger_location(self) -> LedgerLocation:
         """The configured ledger, else the environment's (per user by default)."""
@@ -118,6 +125,10 @@ class _DaemonSection(_Strict):
     health_interval: Annotated[float, Field(gt=0, le=24 * 3600)] = 15.0
     ledger: PathText | None = None
     ledger_shared: bool = False
+    engine_log_max_mib: Annotated[int, Field(ge=1, le=MAX_ENGINE_LOG_MIB)] = (
+        DEFAULT_LOG_MAX_BYTES // MIB
+    )
+    engine_log_keep: Annotated[int, Field(ge=0, le=MAX_ENGINE_LOG_KEEP)] = DEFAULT_LOG_KEEP
 
 
 class _ConfigFile(_Strict):
@@ -168,6 +179,8 @@ def load_config(path: str | os.PathLike[str], *, data_dir: Path | None = None) -
         health_interval=section.health_interval,
         ledger=_resolve(base, section.ledger) if section.ledger else None,
         ledger_shared=section.ledger_shared,
+        engine_log_max_bytes=section.engine_log_max_mib * MIB,
+        engine_log_keep=section.engine_log_keep,
     )
 
 

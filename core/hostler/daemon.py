@@ -381,7 +381,7 @@ class Daemon:
                         outcome.key, plugins, store, ledger, token_prefix
                     )
                     unconfigured.append(supervisor)
-                supervisor.adopt(identity)
+                supervisor.adopt(identity, outcome.pidfd)  # SG4: it signals through it
                 try:
                     measured = await io.run(
                         lambda i=identity: measure_process(i.pid, self.probe).total
@@ -423,6 +423,10 @@ class Daemon:
             store,
             run_dir=self.config.data_dir / "run" / _safe(key),
             token_prefix=token_prefix,
+            policy=SupervisorPolicy(
+                log_max_bytes=self.config.engine_log_max_bytes,
+                log_keep=self.config.engine_log_keep,
+            ),
             ledger=ledger,
             probe=self.probe,
             offloop=self.offloop,
@@ -491,6 +495,8 @@ class Daemon:
             policy=SupervisorPolicy(
                 idle_timeout=self.config.idle_timeout,
                 health_interval=self.config.health_interval,
+                log_max_bytes=self.config.engine_log_max_bytes,
+                log_keep=self.config.engine_log_keep,
             ),
             ledger=ledger,
             footprint=footprint,

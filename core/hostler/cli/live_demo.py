@@ -22,8 +22,7 @@ from hostler.capacity.units import GIB, MIB, format_half_up
 from hostler.daemon import daemon_id
 from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
 from hostler.engines.price import price_engine
-from hostler.engines.process import terminate_group
-from hostler.engines.reconcile import DAEMON_STREAM, EngineReaped, find_strays
+from hostler.engines.reconcile import DAEMON_STREAM, EngineReaped, find_strays, reap
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.machines.engine import StopReason
 from hostler.plugin import LaunchSpec
@@ -118,11 +117,11 @@ def run_live(store: EventStore, demo_dir: Path, model: Path | None, say: Say) ->
 async def _reap_earlier_runs(store: EventStore, token_prefix: str) -> int:
     """Stop engines an interrupted earlier demo (Ctrl-C, SIGKILL) left behind; record each."""
     strays = await anyio.to_thread.run_sync(lambda: find_strays(token_prefix, exclude=set()))
-    for pid, token, command in strays:
-        await terminate_group(pid)
+    for stray in strays:
+        await reap(stray)
         store.append(
             DAEMON_STREAM,
-            [EngineReaped(time.time(), pid, token, command)],
+            [EngineReaped(time.time(), stray.pid, stray.token, stray.command)],
             expected_version=None,
             metadata={"actor": "demo"},
         )

@@ -3,12 +3,16 @@
 An engine must outlive the daemon that started it (so a restart can adopt it with its warm
 cache): it gets its own session, its output goes to a file (no pipes), stdin is closed, and no
 ``async with process`` ever ties its life to ours. Only processes that carry our launch token
-and whose recorded identity still matches are ever signalled.
+and whose recorded identity still matches are ever signalled (SG4): the check is made
+immediately before every signal, and where the kernel offers pidfds (Linux ≥ 5.3) the leader
+is held through one from spawn or adoption on, so a pid that was reaped and reused by another
+process can never receive a signal meant for the engine.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import signal
@@ -19,17 +23,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+import anyio.to_thread
 import psutil
 
 from hostler.probes.host import boot_id
 
 __all__ = [
     "LAUNCH_TOKEN_ENV",
+    "USE_PIDFD",
+    "Pidfd",
     "ProcessIdentity",
     "Termination",
     "argv_fingerprint",
     "group_alive",
+    "group_is_ours",
     "identity_matches",
+    "leader_alive",
+    "open_verified",
     "spawn_engine",
     "terminate_group",
     "token_holders",
@@ -37,6 +47,16 @@ __all__ = [
 
 #: The environment variable that marks a process as launched by hostler (and by which daemon).
 LAUNCH_TOKEN_ENV = "HOSTLER_LAUNCH_TOKEN"  # noqa: S105 - a variable name, not a secret
+
+#: Use pidfds where the kernel has them. False runs the fallback (identity re-checked before
+#: each signal, no pidfd held) as on a kernel without ``pidfd_open``: tests set it.
+USE_PIDFD = True
+
+#: How far apart two readings of one process's start time may be (psutil rounds them).
+START_TIME_TOLERANCE = 0.05
+
+#: ``pidfd_open`` errors that mean "no pidfds here" (not built in, refused by a sandbox).
+_NO_PIDFD = {errno.ENOSYS, errno.EPERM, errno.EACCES, errno.EOPNOTSUPP}
 
 
 def argv_fingerprint(argv: Sequence[str]) -> str:
@@ -57,6 +77,77 @@ class ProcessIdentity:
     port: int
 
 
+class Pidfd:
+    """A pidfd on one process, held for that process's life (SG4).
+
+    A pidfd names the process it was opened on, never a pid number: once that process is
+    reaped, signalling through it fails with :class:`ProcessLookupError` instead of reaching
+    whatever process gets the number next. ``fd`` is None where no pidfd could be had (the
+    kernel has none, :data:`USE_PIDFD` is off, or the process it was meant for was not the
+    recorded one); the callers then re-check the recorded identity before each signal.
+    """
+
+    __slots__ = ("fd", "pid")
+
+    def __init__(self, pid: int, fd: int | None) -> None:
+        self.pid = pid
+        self.fd = fd
+
+    @classmethod
+    def open(cls, pid: int) -> Pidfd:
+        """Open a pidfd on ``pid`` (``fd`` None where pidfds are unavailable).
+
+        Raises:
+            ProcessLookupError: No process has that pid.
+        """
+        if not USE_PIDFD:
+            return cls(pid, None)
+        try:
+            fd = os.pidfd_open(pid)
+        except AttributeError:  # a Python or platform without it
+            return cls(pid, None)
+        except ProcessLookupError:
+            raise
+        except OSError as exc:
+            if exc.errno in _NO_PIDFD:
+                return cls(pid, None)
+            raise
+        os.set_inheritable(fd, False)
+        return cls(pid, fd)
+
+    @property
+    def held(self) -> bool:
+        """Whether a pidfd is open."""
+        return self.fd is not None
+
+    def alive(self) -> bool | None:
+        """Whether the process it names still exists (a zombie counts: its pid is still held).
+
+        None when there is no pidfd to ask, or the kernel refuses the question.
+        """
+        if self.fd is None:
+            return None
+        try:
+            signal.pidfd_send_signal(self.fd, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True  # it exists; we may not signal it (never the case for our engines)
+        except OSError:
+            return None
+        return True
+
+    def close(self) -> None:
+        """Close the pidfd (idempotent)."""
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def __repr__(self) -> str:
+        return f"Pidfd(pid={self.pid}, fd={self.fd})"
+
+
 def spawn_engine(
     argv: Sequence[str],
     env: Mapping[str, str],
@@ -65,8 +156,13 @@ def spawn_engine(
     launch_token: str,
     port: int,
     cwd: Path | None = None,
-) -> tuple[subprocess.Popen[bytes], ProcessIdentity]:
+) -> tuple[subprocess.Popen[bytes], ProcessIdentity, Pidfd]:
     """Start an engine in a new session, output appended to ``log_path``.
+
+    The log is opened ``O_APPEND``, so the copy-then-truncate rotation
+    (:func:`hostler.engines.logs.rotate_log`) leaves the engine writing at the new end. A
+    pidfd on the child is opened at once (it is our unreaped child: its pid cannot have been
+    reused); the caller holds it for the engine's life and closes it.
 
     Raises:
         OSError: The executable could not be started (missing, not executable).
@@ -86,6 +182,10 @@ def spawn_engine(
             close_fds=True,
         )
     try:
+        pidfd = Pidfd.open(process.pid)
+    except OSError:
+        pidfd = Pidfd(process.pid, None)
+    try:
         created = psutil.Process(process.pid).create_time()
     except psutil.NoSuchProcess:
         created = time.time()
@@ -97,7 +197,7 @@ def spawn_engine(
         argv_fingerprint=argv_fingerprint(argv),
         port=port,
     )
-    return process, identity
+    return process, identity, pidfd
 
 
 def identity_matches(identity: ProcessIdentity) -> tuple[bool, str]:  # noqa: PLR0911
@@ -111,7 +211,7 @@ def identity_matches(identity: ProcessIdentity) -> tuple[bool, str]:  # noqa: PL
         process = psutil.Process(identity.pid)
         if process.status() == psutil.STATUS_ZOMBIE:
             return False, f"pid {identity.pid} has exited"
-        if abs(process.create_time() - identity.create_time) > 0.05:
+        if abs(process.create_time() - identity.create_time) > START_TIME_TOLERANCE:
             return False, f"pid {identity.pid} is now another process"
         token = process.environ().get(LAUNCH_TOKEN_ENV)
         if token != identity.launch_token:
@@ -123,6 +223,48 @@ def identity_matches(identity: ProcessIdentity) -> tuple[bool, str]:  # noqa: PL
     except psutil.AccessDenied:
         return False, f"pid {identity.pid} cannot be inspected (access denied)"
     return True, ""
+
+
+def open_verified(identity: ProcessIdentity) -> tuple[Pidfd, str]:
+    """A pidfd on the recorded process, and why it is not that process ("" when it is).
+
+    The pidfd is opened *before* the identity is checked: a process that matches the recorded
+    start time afterwards was already running when the pidfd was opened, so the pidfd names
+    it and no later reuse of the pid can redirect it. When the identity does not match, the
+    pidfd is closed (``fd`` None) and every later check re-reads the identity, which fails.
+    Reads ``/proc``: call it off the event loop.
+    """
+    try:
+        pidfd = Pidfd.open(identity.pid)
+    except ProcessLookupError:
+        return Pidfd(identity.pid, None), f"pid {identity.pid} has exited"
+    except OSError:  # out of descriptors, say: fall back to re-checking the identity
+        pidfd = Pidfd(identity.pid, None)
+    matches, why = identity_matches(identity)
+    if not matches:
+        pidfd.close()
+        return pidfd, why
+    return pidfd, ""
+
+
+def leader_alive(identity: ProcessIdentity, pidfd: Pidfd | None = None) -> bool:
+    """Whether the recorded leader still runs (not a zombie, not another process on its pid).
+
+    Through the pidfd when one is held; otherwise the whole recorded identity is re-read
+    (start time, launch token, command line), so a reused pid reads as dead, never as the
+    engine — even one that started within the start time's resolution of the engine.
+    """
+    known = pidfd.alive() if pidfd is not None else None
+    if known is None:
+        return identity_matches(identity)[0]
+    if not known:
+        return False
+    try:
+        return bool(psutil.Process(identity.pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return True
 
 
 def token_holders(accept: Callable[[str], bool]) -> Iterator[tuple[psutil.Process, str]]:
@@ -141,7 +283,7 @@ def token_holders(accept: Callable[[str], bool]) -> Iterator[tuple[psutil.Proces
 
 
 def group_alive(pgid: int) -> bool:
-    """Whether any process of the group is left."""
+    """Whether any process of the group is left (whoever's it is: see :func:`group_is_ours`)."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
@@ -151,9 +293,87 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
-def _signal_group(pgid: int, signum: int) -> None:
+def group_is_ours(
+    pgid: int,
+    identity: ProcessIdentity,
+    *,
+    child: subprocess.Popen[bytes] | None = None,
+    pidfd: Pidfd | None = None,
+) -> tuple[bool, str]:
+    """Whether process group ``pgid`` is still the engine's, and why not (SG4).
+
+    Its leader is ours when the pidfd held since spawn or adoption still reaches it (the pid,
+    and so the group id, cannot have been reused while it exists), when it is our own child
+    not yet reaped, or, without either, when its recorded identity still matches. A group
+    whose leader is gone is ours only while every live member carries the engine's launch
+    token (an engine's children inherit it); any other process in it means the group id now
+    belongs to someone else. Scans the process table in that last case: call it off the loop.
+
+    ``why`` is empty when the group is simply gone and its pid unused (nothing to say); it
+    names what the pid or the group is now otherwise.
+    """
+    alive = pidfd.alive() if pidfd is not None else None
+    if alive:
+        return True, ""
+    if alive is None:
+        if child is not None and child.returncode is None:
+            return True, ""  # not reaped yet: nobody else can have its pid
+        matches, why = identity_matches(identity)
+        if matches:
+            return True, ""
+    else:
+        why = f"pid {identity.pid} has exited"
+    if not group_alive(pgid):
+        return False, why if _taken(identity.pid) else ""
+    return _members_carry(pgid, identity.launch_token, why)
+
+
+def _taken(pid: int) -> bool:
+    """Whether a live process has ``pid`` (one that may not be the engine any more)."""
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return True
+
+
+def _members_carry(pgid: int, token: str, leader: str) -> tuple[bool, str]:
+    """Whether every live member of a leaderless group carries ``token``."""
+    members = 0
+    for process in psutil.process_iter():
+        try:
+            if os.getpgid(process.pid) != pgid or process.status() == psutil.STATUS_ZOMBIE:
+                continue
+            members += 1
+            if process.environ().get(LAUNCH_TOKEN_ENV) != token:
+                return False, (
+                    f"{leader}; process group {pgid} now holds pid {process.pid}, "
+                    "which does not carry the engine's launch token"
+                )
+        except (OSError, psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+        except psutil.AccessDenied:
+            return False, f"{leader}; process group {pgid} holds a process hostler cannot inspect"
+    if members == 0:
+        return False, leader if _taken(pgid) else ""
+    return True, ""
+
+
+def _signal_if_ours(
+    pgid: int,
+    signum: int,
+    identity: ProcessIdentity,
+    child: subprocess.Popen[bytes] | None,
+    pidfd: Pidfd | None,
+) -> tuple[bool, str]:
+    """Check the group (SG4), then signal it; whether it did, and why not."""
+    ours, why = group_is_ours(pgid, identity, child=child, pidfd=pidfd)
+    if not ours:
+        return False, why
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signum)
+    return True, ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +381,8 @@ class Termination:
     """How a stop ended: the leader's exit (when it was our child) and whether the group is gone.
 
     ``gone`` False means the group outlived TERM, TERM and KILL: the caller must keep what it
-    holds for it (its reservation) and say so.
+    holds for it (its reservation) and say so. ``detail`` says why a group counted as gone
+    without being signalled (it was not the engine's any more).
     """
 
     exit_code: int | None
@@ -173,8 +394,9 @@ class Termination:
 async def terminate_group(
     pgid: int,
     *,
+    identity: ProcessIdentity,
     child: subprocess.Popen[bytes] | None = None,
-    identity: ProcessIdentity | None = None,
+    pidfd: Pidfd | None = None,
     grace: float = 2.0,
     second_grace: float = 1.0,
     kill_wait: float = 5.0,
@@ -183,17 +405,21 @@ async def terminate_group(
 
     TERM the group and wait ``grace``; TERM again (llama-server hangs on the first one while a
     request is in flight, and ends at the second), wait ``second_grace``; then KILL and wait
-    ``kill_wait``. A group that is not our child is signalled only after ``identity`` is
-    re-checked (same pid, start time, boot, token and command line): a pid that is now
-    another process's is never signalled, and counts as gone.
+    ``kill_wait``. Immediately before every signal the group is re-checked
+    (:func:`group_is_ours`: the pidfd, the unreaped child or the recorded identity, the
+    launch token of a leaderless group's members): a group that is not the engine's any more
+    is never signalled, and counts as gone, with why in ``detail`` when its pid or group id
+    now names another process (SG4).
     """
-    if child is None and identity is not None:
-        matches, why = identity_matches(identity)
-        if not matches:
-            return Termination(None, None, True, why)
     steps = ((signal.SIGTERM, grace), (signal.SIGTERM, second_grace), (signal.SIGKILL, kill_wait))
     for signum, wait in steps:
-        _signal_group(pgid, signum)
+        if child is not None:
+            child.poll()
+        signalled, why = await anyio.to_thread.run_sync(
+            _signal_if_ours, pgid, signum, identity, child, pidfd
+        )
+        if not signalled:
+            return _status(child, gone=True, detail=why)
         deadline = anyio.current_time() + wait
         while anyio.current_time() < deadline:
             if child is not None:
@@ -205,6 +431,11 @@ async def terminate_group(
         child.poll()
     if not group_alive(pgid):
         return _status(child, gone=True)
+    ours, why = await anyio.to_thread.run_sync(
+        lambda: group_is_ours(pgid, identity, child=child, pidfd=pidfd)
+    )
+    if not ours:
+        return _status(child, gone=True, detail=why)
     return _status(child, gone=False, detail=f"process group {pgid} is still alive after KILL")
 
 

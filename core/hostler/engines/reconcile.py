@@ -5,6 +5,10 @@ table: same boot, same pid, same start time, our launch token, the same command 
 answers its health probe → **adopted** (no reload; its warm cache survives). Otherwise it is
 **lost**. A process carrying a launch token of this data directory that no live log entry owns
 is **reaped**. Processes without our token — or with another daemon's — are never touched.
+
+A pidfd is opened on each recorded process *before* its identity is checked, so the process
+that passed the check is the one the pidfd names; an adopted engine's pidfd goes to its
+supervisor, which signals only through it (SG4). Strays are identified the same way.
 """
 
 from __future__ import annotations
@@ -12,23 +16,35 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import psutil
 
 from hostler.drivers.offloop import OffLoop
 from hostler.engines.http import probe_status
 from hostler.engines.process import (
+    Pidfd,
     ProcessIdentity,
-    identity_matches,
+    argv_fingerprint,
+    open_verified,
     terminate_group,
     token_holders,
 )
 from hostler.events.daemon import DAEMON_STREAM, EngineReaped
 from hostler.machines.engine import Engine, EngineState
+from hostler.probes.host import boot_id
 from hostler.replay import commit
 from hostler.store.log import EventStore
 
-__all__ = ["DAEMON_STREAM", "EngineReaped", "Outcome", "find_strays", "reconcile"]
+__all__ = [
+    "DAEMON_STREAM",
+    "EngineReaped",
+    "Outcome",
+    "Stray",
+    "find_strays",
+    "reap",
+    "reconcile",
+]
 
 _ALIVE = {EngineState.STARTING, EngineState.RUNNING, EngineState.STOPPING, EngineState.ADOPTING}
 
@@ -44,6 +60,16 @@ class Outcome:
     identity: ProcessIdentity | None = None
     token: str | None = None
     foreign: bool = False  # held by another live daemon: nothing of it is ours to release
+    pidfd: Pidfd | None = None  # an adopted engine's, opened before its identity was checked
+
+
+class Stray(NamedTuple):
+    """A process that carries this data directory's launch token, but no live entry owns."""
+
+    pid: int
+    token: str
+    command: str
+    identity: ProcessIdentity  # as found, so that it is re-checked before each signal
 
 
 def identity_of(engine: Engine) -> ProcessIdentity | None:
@@ -78,7 +104,9 @@ async def reconcile(
     reservation pays for the engine launched with ``token`` (None when none does). Such an
     engine is somebody else's — a copied data directory, a second daemon that got past the
     lock — and is neither adopted nor signalled (OW5): it is recorded lost here, untouched.
-    Log writes and process-table scans run off the event loop.
+    Log writes and process-table scans run off the event loop. Each adopted outcome carries
+    the pidfd opened on its engine before the identity check (SG4): the caller hands it to
+    the engine's supervisor, or closes it.
     """
     owner_of = held_by_other or (lambda _token: None)
     io = offloop or OffLoop()
@@ -103,26 +131,25 @@ async def reconcile(
                 "left alone (a copied data directory?)"
             )
         else:
-            matches, why = await io.run(identity_matches, identity)
-            if matches:
-                status = await probe_status(identity.port, readiness_path(key), wait=3)
-                if status is not None and 200 <= status < 300:
+            pidfd, why = await _check(identity, readiness_path(key), io)
+            if pidfd is not None:
+                try:
                     engine.fire("adopted", at=clock(), pid=identity.pid)
                     await record(engine)
-                    outcomes.append(
-                        Outcome(
-                            key,
-                            "adopted",
-                            identity.pid,
-                            identity=identity,
-                            token=identity.launch_token,
-                        )
+                except BaseException:
+                    pidfd.close()
+                    raise
+                outcomes.append(
+                    Outcome(
+                        key,
+                        "adopted",
+                        identity.pid,
+                        identity=identity,
+                        token=identity.launch_token,
+                        pidfd=pidfd,
                     )
-                    continue
-                why = f"pid {identity.pid} is ours but does not answer its health probe"
-                ended = await terminate_group(identity.pid, identity=identity)
-                if not ended.gone:
-                    why += f"; {ended.detail}"
+                )
+                continue
         engine.fire("lost", at=clock(), cause=why)
         await record(engine)
         outcomes.append(
@@ -137,35 +164,88 @@ async def reconcile(
         )
     kept = {o.pid for o in outcomes if o.result == "adopted"}
     strays = await io.run(lambda: find_strays(token_prefix, exclude=kept))
-    for pid, token, command in strays:
-        if await io.run(owner_of, token) is not None:
+    for stray in strays:
+        if await io.run(owner_of, stray.token) is not None:
             continue  # another live daemon's engine: never ours to reap
-        await terminate_group(pid)
+        await reap(stray, io)
         await io.run(
-            lambda p=pid, t=token, c=command: store.append(
+            lambda s=stray: store.append(
                 DAEMON_STREAM,
-                [EngineReaped(clock(), p, t, c)],
+                [EngineReaped(clock(), s.pid, s.token, s.command)],
                 expected_version=None,
                 metadata={"actor": "reconcile"},
             )
         )
-        outcomes.append(Outcome("", "reaped", pid, command, token=token))
+        outcomes.append(Outcome("", "reaped", stray.pid, stray.command, token=stray.token))
     return outcomes
 
 
-def find_strays(token_prefix: str, *, exclude: set[int | None]) -> list[tuple[int, str, str]]:
+async def reap(stray: Stray, io: OffLoop | None = None) -> None:
+    """Stop a stray's group: a pidfd opened, its identity as found re-checked, then signals.
+
+    One that is no longer the process that was found (it exited, its pid was reused) is left
+    alone (SG4).
+    """
+    pidfd, why = await (io or OffLoop()).run(open_verified, stray.identity)
+    try:
+        if not why:
+            await terminate_group(stray.pid, identity=stray.identity, pidfd=pidfd)
+    finally:
+        pidfd.close()
+
+
+async def _check(
+    identity: ProcessIdentity, readiness_path: str, io: OffLoop
+) -> tuple[Pidfd | None, str]:
+    """The pidfd on a recorded engine that is still ours and healthy, else why it is not.
+
+    The pidfd is opened before the identity is checked (SG4). One that is ours but does not
+    answer its health probe is stopped here, through that pidfd.
+    """
+    pidfd, why = await io.run(open_verified, identity)
+    if why:
+        pidfd.close()
+        return None, why
+    healthy = False
+    try:
+        status = await probe_status(identity.port, readiness_path, wait=3)
+        healthy = status is not None and 200 <= status < 300
+        if healthy:
+            return pidfd, ""
+        why = f"pid {identity.pid} is ours but does not answer its health probe"
+        ended = await terminate_group(identity.pid, identity=identity, pidfd=pidfd)
+        if not ended.gone:
+            why += f"; {ended.detail}"
+    finally:
+        if not healthy:
+            pidfd.close()
+    return None, why
+
+
+def find_strays(token_prefix: str, *, exclude: set[int | None]) -> list[Stray]:
     """Processes whose launch token belongs to this data directory, except ``exclude``.
 
-    Only session leaders are returned (an engine's children go with its group).
+    Only session leaders are returned (an engine's children go with its group), each with
+    its identity as found (so that a reaper re-checks it before signalling).
     """
     strays = []
+    host = boot_id()
     for process, token in token_holders(lambda token: token.startswith(f"{token_prefix}:")):
         if process.pid in exclude or process.pid != _session_id(process.pid):
             continue
         try:
-            strays.append((process.pid, token, " ".join(process.cmdline())[:500]))
+            argv = process.cmdline()
+            identity = ProcessIdentity(
+                pid=process.pid,
+                create_time=process.create_time(),
+                boot_id=host,
+                launch_token=token,
+                argv_fingerprint=argv_fingerprint(argv),
+                port=0,
+            )
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
+        strays.append(Stray(process.pid, token, " ".join(argv)[:500], identity))
     return strays
 
 

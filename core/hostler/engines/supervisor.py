@@ -6,13 +6,19 @@ the start request, the spawned process's identity (before ``ensure_running`` can
 readiness, crashes with their snapshot, and stops with their reason and the policy inputs
 that produced them. Every log and ledger write runs off the event loop (:class:`OffLoop`).
 
-What it guarantees (docs/rules.md, SG1–SG3):
+What it guarantees (docs/rules.md, SG1–SG4):
 
 - A start that is cancelled, or whose plugin raises, never leaves a process behind: the group
   is killed (shielded from the cancellation) and the outcome recorded (SG1).
 - A reservation is released only once the process group is verifiably gone; a group that
   outlives KILL is recorded (``engine.stop_failed``) and keeps its reservation (SG2).
 - A raising adapter fails that engine with ``engine.failed`` naming the plugin (SG3).
+- A signal reaches only the engine: its group is re-checked immediately before each one,
+  through the pidfd held since spawn or adoption where the kernel has pidfds, else through
+  the recorded identity; an engine whose pid is now another process's counts as gone and is
+  never signalled (SG4).
+- ``engine.log`` is capped: rotated by copy-then-truncate once over ``log_max_bytes``, the
+  newest ``log_keep`` copies kept (:func:`hostler.engines.logs.rotate_log`).
 - It never restarts a crashed engine by itself: the next request does, within the restart
   budget, whose window is rebuilt from the log (SP1).
 """
@@ -42,10 +48,18 @@ from hostler.drivers.loghealth import LogHealth
 from hostler.drivers.measure import LaunchFacts, record_launch
 from hostler.drivers.offloop import OffLoop
 from hostler.engines.http import probe_status
-from hostler.engines.logs import LogFollower
+from hostler.engines.logs import (
+    DEFAULT_LOG_KEEP,
+    DEFAULT_LOG_MAX_BYTES,
+    LogFollower,
+    rotate_log,
+)
 from hostler.engines.process import (
+    Pidfd,
     ProcessIdentity,
     Termination,
+    leader_alive,
+    open_verified,
     spawn_engine,
     terminate_group,
 )
@@ -101,6 +115,9 @@ class SupervisorPolicy:
     kill_wait: float = 5.0
     watch_interval: float = 0.1
     pressure_idle: float = 60.0
+    log_max_bytes: int = DEFAULT_LOG_MAX_BYTES
+    log_keep: int = DEFAULT_LOG_KEEP
+    log_check_interval: float = 1.0
 
     @property
     def rules(self) -> SupervisionPolicy:
@@ -133,6 +150,7 @@ class _Child:
     reached_ready: bool = False
     expected_stop: bool = False
     lines: deque[str] = field(default_factory=lambda: deque(maxlen=200))
+    pidfd: Pidfd | None = None  # held for the engine's life, closed when it is dropped (SG4)
 
 
 class Supervisor:
@@ -198,6 +216,8 @@ class Supervisor:
         self._next_health = 0.0
         self.health = health or LogHealth(store.name)
         self._next_flush = 0.0
+        self._next_log_check = 0.0
+        self._rotate_trouble: str | None = None
 
     # -- the facts others read ------------------------------------------------------------------
 
@@ -449,9 +469,10 @@ class Supervisor:
         private_dir(self.run_dir)
         if spec.work_dir is not None:
             private_dir(spec.work_dir)
+        await self._rotate_log()  # an earlier run's output may have filled it
         follower = LogFollower(self.log_path)
         try:
-            process, identity = spawn_engine(
+            process, identity, pidfd = spawn_engine(
                 command.argv,
                 command.env,
                 log_path=self.log_path,
@@ -462,7 +483,7 @@ class Supervisor:
         except OSError as exc:
             message = f"{self.key}: cannot run {command.argv[0]} ({exc.strerror or exc})"
             raise EngineStartError(message) from exc
-        child = _Child(identity, process, follower, self._clock(), spec)
+        child = _Child(identity, process, follower, self._clock(), spec, pidfd=pidfd)
         self._child = child
         # Recorded before ensure_running can return: a daemon killed from here on finds it.
         await self._fire(
@@ -503,16 +524,32 @@ class Supervisor:
     async def _terminate(
         self, child: _Child, *, grace: float, second_grace: float = 1.0
     ) -> Termination:
-        """TERM, TERM, KILL the child's group (its identity re-checked if we did not spawn it)."""
+        """TERM, TERM, KILL the child's group, re-checked before each signal (SG4).
+
+        Through the pidfd held since spawn or adoption where there is one, else the unreaped
+        child or the recorded identity: a group that is not the engine's any more is never
+        signalled and counts as gone (the Termination's ``detail`` says why).
+        """
         child.expected_stop = True
-        return await terminate_group(
+        ended = await terminate_group(
             child.identity.pid,
-            child=child.process,
             identity=child.identity,
+            child=child.process,
+            pidfd=child.pidfd,
             grace=grace,
             second_grace=second_grace,
             kill_wait=self.policy.kill_wait,
         )
+        if ended.detail and ended.gone:
+            log.warning("hostler: %s: not signalled: %s", self.key, ended.detail)
+        return ended
+
+    def _drop(self, child: _Child) -> None:
+        """Forget a child that is done with: its pidfd closed, no longer ours to watch."""
+        if child.pidfd is not None:
+            child.pidfd.close()
+        if self._child is child:
+            self._child = None
 
     async def _kill_child(self, grace: float = 0.5) -> Termination | None:
         child = self._child
@@ -520,7 +557,7 @@ class Supervisor:
             return None
         ended = await self._terminate(child, grace=grace)
         if ended.gone:
-            self._child = None
+            self._drop(child)
         return ended
 
     async def _await_ready(self, child: _Child) -> None:
@@ -578,7 +615,7 @@ class Supervisor:
         """The leader died unasked: make sure its group is gone too, record, then release."""
         ended = await self._terminate(child, grace=0.2, second_grace=0.2)
         code, sig = _exit_status(child.process)
-        self._child = None
+        self._drop(child)
         if self.state in (EngineState.STARTING, EngineState.RUNNING):
             panic_kind = child.panic.kind if child.panic else None
             if panic_kind is None and sig == 4:
@@ -632,14 +669,15 @@ class Supervisor:
             return
         child = self._child
         code = sig = None
+        detail = ""
         if child is not None:
             ended = await self._terminate(child, grace=self.policy.stop_grace)
             if not ended.gone:
                 await self._fire("stop_failed", pid=child.identity.pid, detail=ended.detail)
                 return  # still ours, still held: memory in use is never freed on paper
-            code, sig = ended.exit_code, ended.signal
-        self._child = None
-        await self._fire("exited", exit_code=code, signal=sig)
+            code, sig, detail = ended.exit_code, ended.signal, ended.detail
+            self._drop(child)
+        await self._fire("exited", exit_code=code, signal=sig, detail=detail)
         await self._release()
 
     # -- watching ----------------------------------------------------------------------------
@@ -682,6 +720,10 @@ class Supervisor:
             return
         try:
             self._read_lines(child)
+            if anyio.current_time() >= self._next_log_check:
+                self._next_log_check = anyio.current_time() + self.policy.log_check_interval
+                if await self._rotate_log():
+                    self._read_lines(child)  # what it wrote meanwhile, from the rotated copy
             if anyio.current_time() >= self._next_health:
                 self._next_health = anyio.current_time() + self.policy.health_interval
                 await self._health_check(child)
@@ -710,14 +752,30 @@ class Supervisor:
         if ended is None or ended.gone:
             await self._release()
 
+    async def _rotate_log(self) -> bool:
+        """Cap ``engine.log`` (copy-then-truncate, off the loop); whether it rotated.
+
+        A log that cannot be rotated (a full disk, say) is left to grow, and that is said once
+        per distinct error; it never stops the engine or the watch.
+        """
+        path, policy = self.log_path, self.policy
+        try:
+            rotated = await self._io.run(
+                lambda: rotate_log(path, max_bytes=policy.log_max_bytes, keep=policy.log_keep)
+            )
+        except OSError as exc:
+            if str(exc) != self._rotate_trouble:
+                self._rotate_trouble = str(exc)
+                log.warning("hostler: %s: cannot rotate %s: %s", self.key, path, exc)
+            return False
+        self._rotate_trouble = None
+        return rotated
+
     def _alive(self, child: _Child) -> bool:
+        """Whether the leader still runs; a pid now another process's reads as dead (SG4)."""
         if child.process is not None:
             return child.process.poll() is None
-        try:
-            process = psutil.Process(child.identity.pid)
-            return process.status() != psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return False
+        return leader_alive(child.identity, child.pidfd)
 
     async def _health_check(self, child: _Child) -> None:
         status = await probe_status(child.identity.port, self.adapter.readiness_path, wait=2)
@@ -755,9 +813,20 @@ class Supervisor:
 
     # -- adoption ------------------------------------------------------------------------------
 
-    def adopt(self, identity: ProcessIdentity) -> None:
-        """Watch a live process an earlier daemon started (its identity already checked)."""
-        self._child = _Child(identity, None, LogFollower(self.log_path), self._clock())
+    def adopt(self, identity: ProcessIdentity, pidfd: Pidfd | None = None) -> None:
+        """Watch a live process an earlier daemon started (its identity already checked).
+
+        ``pidfd`` is the one reconcile opened before it checked the identity
+        (:func:`hostler.engines.process.open_verified`); the supervisor holds it for the
+        engine's life and signals through it (SG4). Without one, one is opened here and the
+        identity checked again; a process that no longer matches is held without a pidfd,
+        reads as dead to the watcher and is never signalled.
+        """
+        if pidfd is None:
+            pidfd, _why = open_verified(identity)
+        if self._child is not None and self._child.pidfd is not None:
+            self._child.pidfd.close()
+        self._child = _Child(identity, None, LogFollower(self.log_path), self._clock(), pidfd=pidfd)
         self._child.reached_ready = True
 
 

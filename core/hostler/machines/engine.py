@@ -132,13 +132,24 @@ class EngineStopFailed(TransitionEvent):
     detail: str
 
 
-@event_type("engine.stopped")
+@event_type("engine.stopped", schema_version=2)
 @dataclass(frozen=True, slots=True)
 class EngineStopped(TransitionEvent):
-    """The process group is gone after a requested stop."""
+    """The process group is gone after a requested stop.
+
+    ``detail`` (schema v2) says why it counted as gone without being signalled: its pid had
+    become another process's, so hostler let it be (SG4); empty after an ordinary stop.
+    """
 
     exit_code: int | None
     signal: int | None
+    detail: str = ""
+
+
+@upcaster("engine.stopped", from_version=1)
+def _stopped_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    payload.setdefault("detail", "")
+    return payload
 
 
 @event_type("engine.crashed", schema_version=2)
