@@ -162,3 +162,24 @@ def test_the_engine_log_cap_is_configurable_and_defaults_to_five_times_8_mib(
     config.write_text("[daemon]\nengine_log_max_mib = 32\nengine_log_keep = 0\n" + GOOD_ENGINE)
     chosen = load_config(config)
     assert (chosen.engine_log_max_bytes, chosen.engine_log_keep) == (32 * 1024 * 1024, 0)
+
+
+@pytest.mark.parametrize(("text", "key", "words"), BAD)
+def test_the_daemon_refuses_each_bad_config_with_exit_2_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, key: str, words: str
+) -> None:
+    """The same table through ``hostler daemon``: one line, exit 2, no directory, no engine."""
+    from hostler.cli import main
+
+    config = tmp_path / "hostler.toml"
+    config.write_text(text)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    status = main(["daemon", "--config", str(config), "--data-dir", str(tmp_path / "d")])
+    captured = capsys.readouterr()
+    assert status == 2
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith(f"hostler: error [usage.invalid]: {config}: {key}: "), lines[0]
+    assert words in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written, nothing run

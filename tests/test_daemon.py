@@ -319,3 +319,68 @@ def test_the_data_directory_and_engine_logs_are_private(tmp_path: Path) -> None:
         "run/llamacpp_good_0/work": 0o700,
         "run/llamacpp_good_0/engine.log": 0o600,
     }
+
+
+def test_one_bad_engine_stays_one_bad_engine(tmp_path: Path) -> None:
+    """A header with ``head_count_kv`` as strings took the daemon down, orphaning the good one.
+
+    Now every failure while planning, pricing or starting (a hostile header, an option the
+    engine refuses) fails that engine alone, recorded with its cause; the daemon and the good
+    engine go on, and the ledger holds only what runs.
+    """
+    import gguf
+    import numpy as np
+
+    write_tiny_llama(tmp_path / "good.gguf")
+    writer = gguf.GGUFWriter(str(tmp_path / "hostile.gguf"), "llama")
+    writer.add_block_count(2)
+    writer.add_context_length(512)
+    writer.add_embedding_length(64)
+    writer.add_head_count(4)
+    writer.add_array("llama.attention.head_count_kv", ["a", "b"])
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    config = tmp_path / "hostler.toml"
+    config.write_text(
+        '[daemon]\nidle_timeout = 0\nledger = "ledger.db"\n'
+        '\n[[engines]]\nkey = "llamacpp:hostile:0"\nmodel = "hostile.gguf"\nctx = 512\n'
+        '\n[[engines]]\nkey = "llamacpp:flag:0"\nmodel = "good.gguf"\nctx = 512\n'
+        'extra_args = { "no-such-flag" = 1 }\n'
+        '\n[[engines]]\nkey = "llamacpp:good:0"\nmodel = "good.gguf"\nctx = 512\n'
+    )
+    data = tmp_path / "data"
+    daemon = start_daemon(config, data, tmp_path / "daemon.log")
+    try:
+        wait_for(lambda: count(data, "llamacpp:good:0", "engine.ready") == 1)
+        wait_for(lambda: count(data, "llamacpp:flag:0", "engine.crashed") == 1)
+        wait_for(lambda: count(data, "llamacpp:hostile:0", "engine.failed") == 1)
+        failed = {s: p for s, t, p in events(data) if t == "engine.failed"}
+        # priced before anything runs: failed, with the key named
+        assert failed["engine/llamacpp:hostile:0"]["error"] == (
+            f"{tmp_path / 'hostile.gguf'}: llama.attention.head_count_kv: expected an integer "
+            "or an array of integers, got an array of strings"
+        )
+        # spawned, and it exited before ready: a crash with the engine's own words (SP2: never
+        # restarted by itself, only by the next request, within the restart budget)
+        crash = next(
+            p for s, t, p in events(data) if s == "engine/llamacpp:flag:0" and t == "engine.crashed"
+        )
+        assert crash["reached_ready"] is False
+        assert "invalid argument: --no-such-flag" in crash["output_tail"]
+        assert daemon.poll() is None
+        assert engines(data)["llamacpp:good:0"][0] == "running"
+        assert engines(data)["llamacpp:hostile:0"][0] == "fatal"
+        assert engines(data)["llamacpp:flag:0"][0] == "backoff"
+        assert engines(data)["llamacpp:hostile:0"][1] is None  # nothing was ever spawned
+        with EventStore.open(tmp_path / "ledger.db") as store:
+            held = catch_up(store).reservations
+        assert sorted(h.key for h in held.values()) == ["llamacpp:good:0"]
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(30)
+    assert daemon.returncode == 0
+    assert "Traceback" not in (tmp_path / "daemon.log").read_text()
+    kill_leftovers(data)

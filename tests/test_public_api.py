@@ -72,12 +72,19 @@ def test_every_public_name_has_a_docstring() -> None:
 
 def test_errors_form_one_hierarchy_with_unique_documented_codes() -> None:
     classes = [getattr(errors, n) for n in errors.__all__]
+    defined = {c for c in vars(errors).values() if inspect.isclass(c) and issubclass(c, Exception)}
+    assert defined == set(classes), "every error class is exported"
     assert all(issubclass(c, hostler.HostlerError) for c in classes)
     codes = [c.code for c in classes]
     assert len(codes) == len(set(codes))
     text = (REPO / "docs" / "errors.md").read_text(encoding="utf-8")
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
     for cls in classes:
-        assert f"`{cls.code}`" in text, f"{cls.code} is not in docs/errors.md"
+        row = next((r for r in rows if r.startswith(f"| `{cls.__name__}` | `{cls.code}` |")), None)
+        assert row is not None, f"{cls.__name__} ({cls.code}) has no row in docs/errors.md"
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert len(cells) == 4 and all(cells), f"{cls.__name__}: cause and fix both said"
+    assert len(rows) == len(classes)
 
 
 def test_the_plugin_contract_is_pinned() -> None:

@@ -10,6 +10,8 @@ from _support import REPO, run_python
 #: Every type hostler writes, registered by ``import hostler`` alone.
 REGISTERED_ON_IMPORT = [
     "calibration.measured",
+    "daemon.gap",
+    "daemon.log_recovered",
     "daemon.reaped",
     "daemon.started",
     "daemon.stopped",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -218,6 +219,7 @@ def test_a_full_disk_never_kills_the_daemon_and_a_shutdown_on_it_stops_every_eng
         daemon = start_daemon(config, data, tmp_path / "daemon.log")
         try:
             wait_for(lambda: all(count(data, k, "engine.ready") == 1 for k in KEYS))
+            committed = events(data)
             filler = _fill(disk)
             dead = _kill_engine(data, KEYS[0])
             time.sleep(3)
@@ -225,6 +227,7 @@ def test_a_full_disk_never_kills_the_daemon_and_a_shutdown_on_it_stops_every_eng
             assert not alive(dead)
             filler.unlink()
             wait_for(lambda: count(data, KEYS[0], "engine.crashed") == 1, timeout=15)
+            assert events(data)[: len(committed)] == committed  # no committed event lost
             wait_for(
                 lambda: any(
                     p["code"] == "store.full"
@@ -287,6 +290,38 @@ def test_a_corrupt_log_at_start_is_one_line_naming_the_engines_it_leaves(
         "(kill -TERM), or move the log aside and restart the daemon" in lines[0]
     )
     assert alive(pid), "the operator decides: nothing is killed behind their back"
+
+
+def test_a_log_that_turns_corrupt_while_running_stops_new_work_and_keeps_the_rest_watched(
+    tmp_path: Path, data: Path
+) -> None:
+    config = _config(tmp_path)
+    daemon = start_daemon(config, data, tmp_path / "daemon.log")
+    try:
+        wait_for(lambda: all(count(data, k, "engine.ready") == 1 for k in KEYS))
+        survivor = engines(data)[KEYS[1]][1]
+        dead = engines(data)[KEYS[0]][1]
+        db = data / "events.db"
+        with sqlite3.connect(db) as conn:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        size = db.stat().st_size
+        with db.open("r+b") as out:
+            out.seek(4096)
+            out.write(os.urandom(size - 4096))  # every page past the header is garbage now
+        assert dead is not None
+        os.killpg(dead, signal.SIGKILL)
+        wait_for(lambda: "is corrupt" in (tmp_path / "daemon.log").read_text(), timeout=15)
+        time.sleep(1)
+        assert daemon.poll() is None, "a corrupt log never takes the daemon down"
+        assert alive(survivor), "the running engine is left running, still supervised"
+        log = (tmp_path / "daemon.log").read_text()
+        assert "no new work starts; running engines stay supervised" in log
+        assert "Traceback" not in log
+    finally:
+        took = _stop(daemon)
+    assert daemon.returncode == 0
+    assert took < 5
+    assert not alive(survivor), "stopping the daemon stops what it supervised"
 
 
 def test_a_log_that_turns_corrupt_stops_new_work_but_keeps_watching(tmp_path: Path) -> None:
