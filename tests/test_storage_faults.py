@@ -26,6 +26,8 @@ from hostler.drivers.host_ledger import catch_up
 from hostler.engines.reconcile import DAEMON_STREAM
 from hostler.testing.tiny_gguf import TinyModel, write_tiny_llama
 
+from _support import run_cli
+
 KEYS = ("llamacpp:alpha:0", "llamacpp:beta:0")
 
 
@@ -265,22 +267,7 @@ def test_a_corrupt_log_at_start_is_one_line_naming_the_engines_it_leaves(
         Path(f"{data / 'events.db'}{suffix}").unlink(missing_ok=True)
     with (data / "events.db").open("r+b") as db:
         db.write(b"this is not a database, it was overwritten" * 10)
-    second = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys; from hostler.cli import main; sys.exit(main())",
-            "daemon",
-            "--config",
-            str(config),
-            "--data-dir",
-            str(data),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    second = run_cli("daemon", "--config", str(config), "--data-dir", str(data))
     assert second.returncode == 1
     lines = second.stderr.strip().splitlines()
     assert len(lines) == 1, second.stderr
