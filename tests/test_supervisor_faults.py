@@ -377,3 +377,30 @@ async def test_a_log_that_cannot_be_written_never_ends_the_watch_and_shutdown_st
         await anyio.sleep(0.6)  # the crash cannot be recorded: the watch logs and carries on
         assert "disk is full" in caplog.text
         tasks.cancel_scope.cancel()  # it was still running: cancelled, not crashed
+
+
+async def test_a_start_the_log_refused_is_taken_once_the_lock_goes(
+    tiny: Path, tmp_path: Path
+) -> None:
+    """SF2: unrecorded, the start is not taken; then it is, once the log takes writes again.
+
+    Found by a hostile tester: a 3 s lock at autostart and the engine never started.
+    """
+    path = tmp_path / "events.db"
+    with EventStore.open(path, busy_timeout=0.25) as store:
+        supervisor = make(store, tiny, tmp_path)
+        holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN IMMEDIATE")
+        threading.Timer(1.5, lambda: holder.execute("ROLLBACK")).start()
+        started = time.monotonic()
+        try:
+            port = await supervisor.start_when_recordable(cause="config", retry_every=0.2)
+            assert time.monotonic() - started >= 1.4  # nothing ran while the lock was held
+            assert supervisor.state == "running" and port == supervisor.port
+            types = [t for t, _ in stream(store)]
+            assert types == ["engine.start_requested", "engine.spawned", "engine.ready"]
+            assert supervisor.health.ok
+            assert supervisor.health.take_ended()[0].code == "store.busy"
+        finally:
+            await supervisor.stop()
+            holder.close()

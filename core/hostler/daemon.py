@@ -38,7 +38,13 @@ from hostler.engines.price import price_from_ledger
 from hostler.engines.process import token_holders
 from hostler.engines.reconcile import DAEMON_STREAM, Outcome, reconcile
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
-from hostler.errors import EngineStartError, HostlerError, StoreBusyError, StoreCorruptError
+from hostler.errors import (
+    EngineStartError,
+    HostlerError,
+    StoreBusyError,
+    StoreCorruptError,
+    StoreDamagedRowError,
+)
 from hostler.events.base import Event
 from hostler.events.daemon import (
     DaemonGap,
@@ -126,6 +132,8 @@ class Daemon:
         self.offloop = OffLoop()
         self.probe: NvmlProbe | None = None
         self.health = LogHealth(str(config.data_dir / "events.db"))
+        self.ledger: HostLedger | None = None
+        self._started = False
 
     async def run(self) -> None:
         """Run until SIGTERM or SIGINT."""
@@ -224,12 +232,24 @@ class Daemon:
             lambda: device.budget,
             reopen=lambda: open_ledger_store(location, busy_timeout=DAEMON_BUSY_TIMEOUT),
         )
+        self.ledger = ledger
         token_prefix = daemon_id(config.data_dir)
-        adapters = {e.key: plugins.adapter(parse_key(e.key).engine) for e in config.engines}  # type: ignore[union-attr]
+        # One engine whose plugin is missing or raises is one failed engine, not a dead daemon.
+        adapters: dict[str, EngineAdapter] = {}
+        unstartable: dict[str, HostlerError] = {}
+        for engine in config.engines:
+            try:
+                adapters[engine.key] = plugins.adapter(parse_key(engine.key).engine)  # type: ignore[union-attr]
+            except HostlerError as exc:
+                adapters[engine.key] = _StopOnlyAdapter()
+                unstartable[engine.key] = type(exc)(f"{engine.key}: {exc.message}")
         await io.run_patiently(_record_gap, store)
 
         async def replay_and_reconcile() -> list[Outcome]:
             world = await io.run(replay, store)
+            if world.damaged:  # SF3: a damaged history is a corrupt log
+                note = await io.run(self._orphans_note)
+                raise StoreDamagedRowError(_damage_message(store.name, world.damaged) + note)
             return await reconcile(
                 store,
                 world.engines,
@@ -258,6 +278,7 @@ class Daemon:
         await io.run_patiently(
             lambda: store.append(DAEMON_STREAM, [started], expected_version=None)
         )
+        self._started = True
         configured = sorted(self.supervisors)
         for supervisor in unconfigured:
             # OW5: every live engine has an owner that acts on it; one nobody configured stops.
@@ -272,7 +293,9 @@ class Daemon:
         for key, supervisor in self.supervisors.items():
             tasks.start_soon(supervisor.watch)
             engine = next(e for e in config.engines if e.key == key)
-            if engine.autostart and supervisor.state != "running":
+            if key in unstartable:
+                tasks.start_soon(supervisor.fail_unstartable, unstartable[key])
+            elif engine.autostart and supervisor.state != "running":
                 tasks.start_soon(self._autostart, supervisor)
         return ledger
 
@@ -298,7 +321,25 @@ class Daemon:
                 if exc.message != complained:
                     log.error("hostler: the ledger: %s", exc.message)  # noqa: TRY400
                     complained = exc.message
+            if not health.ok and not any(s.engine.pending for s in self.supervisors.values()):
+                await self._probe_log(store, health)
             await self._record_outages(store, health)
+
+    async def _probe_log(self, store: EventStore, health: LogHealth) -> None:
+        """SF1: try a failing log with the outage's own record when nothing else waits.
+
+        Without it, an outage during which nothing was left pending would never be seen to end.
+        """
+        now = time.time()
+        since = health.failing_since or now
+        event = DaemonLogRecovered(since, now, health.error, health.code, health.delayed)
+        try:
+            await self.offloop.run(
+                lambda: store.append(DAEMON_STREAM, [event], expected_version=None)
+            )
+        except HostlerError:
+            return
+        health.wrote(now, recorded=True)
 
     async def _record_outages(self, store: EventStore, health: LogHealth) -> None:
         ended = health.take_ended()
@@ -323,15 +364,27 @@ class Daemon:
             if not await supervisor.flush(force=True):
                 break  # the log still refuses: one more wait per engine would only delay exit
         unwritten = sum(len(s.engine.pending) for s in self.supervisors.values())
-        health = getattr(self, "health", None)
-        if health is not None:
-            await self._record_outages(store, health)
+        health = self.health
+        await self._record_outages(store, health)
+        ledger = self.ledger
+        if ledger is not None and ledger.owed:
+            try:
+                await self.offloop.run(ledger.settle_owed)
+            except HostlerError as exc:
+                log.error(  # noqa: TRY400 - one line is the point
+                    "hostler: ledger releases of %s still owed at exit (%s); the ledger frees "
+                    "them at its next decision, their engines being gone (OW2)",
+                    ", ".join(sorted(ledger.owed)),
+                    exc.message,
+                )
+        if not self._started:
+            return  # no daemon.started of ours: a daemon.stopped would pair with another's
         if unwritten:
             log.error(
                 "hostler: %d events could not be written before exit (%s); every engine was "
                 "stopped all the same, and the next start records the gap",
                 unwritten,
-                health.error if health is not None else "the log refused them",
+                health.error,
             )
             return  # no daemon.stopped: the next start must see that this end is unrecorded
         try:
@@ -435,7 +488,7 @@ class Daemon:
 
     async def _autostart(self, supervisor: Supervisor) -> None:
         try:
-            await supervisor.ensure_running(cause="config")
+            await supervisor.start_when_recordable(cause="config")
         except HostlerError as exc:
             # recorded as an event by the supervisor; the daemon stays up
             log.error("hostler: %s", exc.message)  # noqa: TRY400 - a one-line message is the point
@@ -541,7 +594,10 @@ async def _patiently(step: Callable[[], Awaitable[T]], patience: float = 30.0) -
 
 
 def _record_gap(store: EventStore) -> None:
-    """SF4: when the last daemon of this log left no ``daemon.stopped``, say so first."""
+    """SF4: when the last daemon of this log left no ``daemon.stopped``, say so first.
+
+    Once: a gap already recorded (by a start that itself failed) is not recorded again.
+    """
     last = store.read_all(
         streams=[DAEMON_STREAM], types=["daemon.started", "daemon.stopped"], last=1
     )
@@ -550,3 +606,13 @@ def _record_gap(store: EventStore) -> None:
         return
     gap = DaemonGap(time.time(), previous.event.pid, previous.event.at, store.last_seq())
     store.append(DAEMON_STREAM, [gap], expected_version=None)
+
+
+def _damage_message(name: str, damaged: list[tuple[int, str]]) -> str:
+    shown = "; ".join(f"seq {seq} ({why})" for seq, why in damaged[:5])
+    more = f" and {len(damaged) - 5} more" if len(damaged) > 5 else ""
+    return (
+        f"{name}: rows of the engines' history cannot be read: {shown}{more}; hostler starts "
+        "no work on a damaged log: restore it from a backup, or move it aside (it stays "
+        "readable with `hostler events --db`)"
+    )

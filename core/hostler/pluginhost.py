@@ -18,7 +18,7 @@ from typing import Any
 
 import pluggy
 
-from hostler.errors import UnknownEngineError
+from hostler.errors import HostlerError, PluginError, UnknownEngineError
 from hostler.events.base import Event
 from hostler.events.plugin import PluginFailed, PluginLoaded
 from hostler.plugin import PROJECT, EngineAdapter, Hookspecs
@@ -148,12 +148,21 @@ class PluginHost:
 
         Raises:
             UnknownEngineError: No loaded plugin provides it.
+            PluginError: The plugin's adapter raised while it was built (SG3).
         """
         cls = self.adapters.get(engine)
         if cls is None:
             known = ", ".join(sorted(self.adapters)) or "none"
             raise UnknownEngineError(f"no plugin provides engine {engine!r} (loaded: {known})")
-        return cls(**options)
+        try:
+            return cls(**options)
+        except HostlerError:
+            raise
+        except (Exception, SystemExit) as exc:
+            raise PluginError(
+                f"the {engine!r} engine plugin ({cls.__module__}.{cls.__qualname__}) raised "
+                f"{_describe(exc)} while its adapter was built"
+            ) from exc
 
 
 def _distribution(point: EntryPoint) -> str:

@@ -118,26 +118,20 @@ def replay(
             typed = decoders.get(key, _UNSEEN)
             if typed is _UNSEEN:
                 typed = decoders[key] = _typed(type_name, schema_version)
-            event: Event | UnknownEvent | None = None
+            event: Event | UnknownEvent | str | None = None
             if typed is not None:
                 try:
                     event = typed(raw)
                 except _SLOW:
                     pass  # a misfit, or a payload the driver decoded already
                 except msgspec.DecodeError:
-                    world.damaged.append((seq, "payload is not JSON"))
-                    continue
+                    event = "payload is not JSON"
             if event is None:
                 # an old schema to upcast, an unknown type, a misfit, a damaged row: slow path
-                payload = _payload_or_damage(version, schema_version, raw)
-                if isinstance(payload, str):
-                    world.damaged.append((seq, payload))
-                    continue
-                event = decode(type_name, schema_version, payload)
-            if version.__class__ is not int:
-                world.damaged.append((seq, "version is not a whole number"))
-                continue
-            if not step(target[0], version, event, target[1]):
+                event = _slow_event(type_name, schema_version, version, raw)
+            if isinstance(event, str) or version.__class__ is not int:
+                _damaged(world, target[0], seq, version, event)
+            elif not step(target[0], version, event, target[1]):
                 unknown.append(seq)
         world.last_seq = page[-1][0]
         world.events += len(page)
@@ -150,15 +144,28 @@ _UNSEEN: Any = object()
 _SLOW = (TypeError, msgspec.ValidationError)
 
 
-def _payload_or_damage(version: object, schema_version: object, raw: Any) -> dict[str, Any] | str:
-    """The slow path's payload, or why the row cannot be folded at all."""
+def _damaged(world: World, model: LifecycleModel, seq: int, version: Any, why: Any) -> None:
+    """Note a row that cannot be folded; a readable version still takes its place."""
+    if version.__class__ is int:
+        model.version = version
+        world.damaged.append((seq, str(why)))
+    else:
+        world.damaged.append((seq, "version is not a whole number"))
+
+
+def _slow_event(
+    type_name: str, schema_version: Any, version: Any, raw: Any
+) -> Event | UnknownEvent | str:
+    """The slow path's event (upcast, unknown, misfit), or why the row cannot be folded."""
     if type(version) is not int or type(schema_version) is not int:
         return "version or schema version is not a whole number"
     try:
         decoded: object = payload_of(raw)
     except (msgspec.DecodeError, TypeError):
         return "payload is not JSON"
-    return decoded if isinstance(decoded, dict) else "payload is not a JSON object"
+    if not isinstance(decoded, dict):
+        return "payload is not a JSON object"
+    return decode(type_name, schema_version, decoded)
 
 
 def _typed(type_name: str, schema_version: int) -> Callable[[Any], Any] | None:

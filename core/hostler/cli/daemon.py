@@ -29,7 +29,8 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the daemon in the foreground."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    logging.getLogger("transitions").setLevel(logging.WARNING)  # hostler says what matters
+    for chatty in ("transitions", "alembic"):  # hostler says what matters, in its own words
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     config = load_config(args.config, data_dir=args.data_dir)
     anyio.run(Daemon(config).run)
     return 0

@@ -67,13 +67,17 @@ class LogHealth:
         self.error, self.code = exc.message, exc.code
         self.delayed = max(self.delayed, pending)
 
-    def wrote(self, now: float, *, delayed: int = 0) -> None:
-        """A write went through (``delayed`` of its events had waited for it)."""
+    def wrote(self, now: float, *, delayed: int = 0, recorded: bool = False) -> None:
+        """A write went through (``delayed`` of its events had waited for it).
+
+        ``recorded``: that write was the outage's own record, so it is not queued again.
+        """
         self.delayed = max(self.delayed, delayed)
         if self.failing_since is None:
             return
         outage = Outage(self.failing_since, now, self.error, self.code, self.delayed)
-        self._ended.append(outage)
+        if not recorded:
+            self._ended.append(outage)
         log.warning(
             "hostler: the event log takes writes again after %.1f s; %d delayed events written",
             now - outage.since,

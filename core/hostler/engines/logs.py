@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 from pathlib import Path
 
 __all__ = [
@@ -52,12 +53,13 @@ def rotate_log(path: Path, *, max_bytes: int, keep: int) -> bool:
     File I/O: call it off the event loop. Returns whether it rotated.
     """
     try:
-        if path.stat().st_size <= max_bytes:
-            return False
+        info = os.lstat(path)  # a symlink or FIFO planted in its place is not ours to cut
     except FileNotFoundError:
         return False
+    if not stat.S_ISREG(info.st_mode) or info.st_size <= max_bytes:
+        return False
     if keep <= 0:
-        os.truncate(path, 0)
+        _truncate(path)
         return True
     rotated_path(path, keep).unlink(missing_ok=True)
     for n in range(keep - 1, 0, -1):
@@ -68,12 +70,21 @@ def rotate_log(path: Path, *, max_bytes: int, keep: int) -> bool:
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
     out = os.open(first, flags, 0o600)
     os.fchmod(out, 0o600)  # whatever the umask, and if the name existed with another mode
-    with path.open("rb") as source, os.fdopen(out, "wb") as copy:
+    source_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    with os.fdopen(source_fd, "rb") as source, os.fdopen(out, "wb") as copy:
         shutil.copyfileobj(source, copy)
         copy.write(source.read())  # what landed while it copied
         copy.flush()
-        os.truncate(path, 0)
+        _truncate(path)
     return True
+
+
+def _truncate(path: Path) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)
 
 
 class LogFollower:

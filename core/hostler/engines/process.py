@@ -16,6 +16,7 @@ import errno
 import hashlib
 import os
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -26,6 +27,7 @@ import anyio
 import anyio.to_thread
 import psutil
 
+from hostler.errors import EngineStartError
 from hostler.probes.host import boot_id
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "group_is_ours",
     "identity_matches",
     "leader_alive",
+    "open_engine_log",
     "open_verified",
     "spawn_engine",
     "terminate_group",
@@ -148,6 +151,33 @@ class Pidfd:
         return f"Pidfd(pid={self.pid}, fd={self.fd})"
 
 
+def open_engine_log(path: Path) -> int:
+    """Open an engine's log for appending: a regular file of ours, made 0600, never blocking.
+
+    A symlink is not followed (it could point at a file of someone else's, which rotation
+    would truncate), and a FIFO or device is refused without waiting on it (a FIFO's open
+    blocks until a reader comes).
+
+    Raises:
+        OSError: Not a regular file (``EINVAL``, naming what it is), a symlink (``ELOOP``), or
+            it cannot be opened.
+    """
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    fd = os.open(path, flags, 0o600)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    try:
+        if info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) != 0o600:
+            os.fchmod(fd, 0o600)  # a log left with a looser mode is tightened
+        os.set_blocking(fd, True)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
 def spawn_engine(
     argv: Sequence[str],
     env: Mapping[str, str],
@@ -165,11 +195,18 @@ def spawn_engine(
     reused); the caller holds it for the engine's life and closes it.
 
     Raises:
+        EngineStartError: The log path is not a regular file we can open.
         OSError: The executable could not be started (missing, not executable).
     """
     log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     full_env = {**os.environ, **env, LAUNCH_TOKEN_ENV: launch_token}
-    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fd = open_engine_log(log_path)
+    except OSError as exc:
+        raise EngineStartError(
+            f"{log_path}: cannot open the engine log ({exc.strerror or exc}); remove whatever "
+            "is in its place"
+        ) from exc
     with os.fdopen(fd, "ab") as log:
         process = subprocess.Popen(  # noqa: S603 - argv built by the adapter, no shell
             list(argv),

@@ -306,7 +306,7 @@ class Supervisor:
             return func(*args)
         except HostlerError:
             raise
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # a plugin's sys.exit() must not end hostler
             cls = type(self.adapter)
             raise PluginError(
                 f"{self.key}: the {self.adapter.engine_type!r} engine plugin ({cls.__module__}."
@@ -372,6 +372,35 @@ class Supervisor:
                 raise
             await self._learn(estimate)
             return port
+
+    async def start_when_recordable(self, cause: str, *, retry_every: float = 1.0) -> int:
+        """:meth:`ensure_running`, tried again while the log cannot record the start (SF2).
+
+        A start the log refused was not taken; once the log takes writes again it is. Any
+        other failure (and a corrupt log) ends the attempt with its error.
+        """
+        while True:
+            try:
+                return await self.ensure_running(cause=cause)
+            except (StoreCorruptError, ConcurrencyError):
+                raise
+            except StoreError:
+                await anyio.sleep(retry_every)
+
+    async def fail_unstartable(self, exc: HostlerError, cause: str = "config") -> None:
+        """Record that the engine cannot be started at all (its plugin is missing or broken).
+
+        Through ``starting`` to ``failed``, naming the cause, unless it is running (adopted):
+        then it stays watched, and only a stop can be done to it.
+        """
+        log.error("hostler: %s", exc.message)
+        async with self._lock:
+            if self.state == EngineState.FATAL:
+                return
+            if self.state not in (EngineState.STOPPED, EngineState.BACKOFF):
+                return
+            await self._fire("start", cause=cause)
+            await self._fire("failed", error=exc.message, retry_at=None)
 
     async def _check_budget(self, cause: str) -> None:
         """SP1: refuse (recorded, with the start times counted) past the restart budget."""
@@ -787,7 +816,7 @@ class Supervisor:
         async with self._lock:
             await self._stop_locked(verdict.stop.reason, verdict.stop.decision)
         with contextlib.suppress(HostlerError):
-            await self.ensure_running(cause="health-restart")
+            await self.start_when_recordable(cause="health-restart")
 
     async def _idle_check(self) -> None:
         now = self._clock()
