@@ -105,7 +105,7 @@ def test_unset_override_is_automatic(text: str | None) -> None:
     assert compute_budget(HostMemory(gib(16)), override_gib=value).overridden is False
 
 
-@pytest.mark.parametrize("text", ["0", "-3", "abc", "nan", "inf"])
+@pytest.mark.parametrize("text", ["0", "-3", "abc", "nan", "inf", "0.0009", "1e-300"])
 def test_bad_overrides_are_refused(text: str) -> None:
     with pytest.raises(SettingError, match="HOSTLER_CAPACITY_BUDGET_GB"):
         parse_budget_override(text)
@@ -113,3 +113,14 @@ def test_bad_overrides_are_refused(text: str) -> None:
 
 def test_good_override_text() -> None:
     assert parse_budget_override(" 24.5 ") == 24.5
+
+
+@pytest.mark.parametrize(("text", "accepted"), [("0.001", True), ("0.0009", False)])
+def test_the_smallest_override_is_a_thousandth_of_a_gib(text: str, accepted: bool) -> None:
+    """``1e-300`` was a 0-byte budget: below 0.001 GiB (about 1 MiB) a figure is a typo (B7)."""
+    if accepted:
+        budget = compute_budget(HostMemory(gib(16)), override_gib=parse_budget_override(text))
+        assert budget.budget > 0
+        return
+    with pytest.raises(SettingError, match=r"expected a number of GiB from 0\.001 to 1048576"):
+        parse_budget_override(text)

@@ -257,6 +257,7 @@ def test_override_on_a_unified_host_is_the_whole_fast_budget() -> None:
     [
         ("1", 1.0),
         ("0.001", 0.001),
+        ("1e-3", 0.001),
         ("  2 ", 2.0),
         ("1e1", 10.0),
         ("  ", None),
@@ -269,14 +270,33 @@ def test_budget_override_text_edges(text: str, value: float | None) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["-0", "0", "-3", "abc", "nan", "inf", "-inf", "1048576.5", "1e400", "12 GiB", "1,5"]
+    "text",
+    [
+        "-0",
+        "0",
+        "-3",
+        "abc",
+        "nan",
+        "inf",
+        "-inf",
+        "1048576.5",
+        "1e400",
+        "12 GiB",
+        "1,5",
+        "0.0009",
+        "1e-300",
+        "5e-324",
+    ],
 )
 def test_budget_override_malformed_is_one_line_error(text: str) -> None:
     with pytest.raises(SettingError) as caught:
         parse_budget_override(text)
     message = str(caught.value)
     assert "\n" not in message
-    assert message.startswith(f"HOSTLER_CAPACITY_BUDGET_GB={text.strip()!r}: expected a positive")
+    assert message == (
+        f"HOSTLER_CAPACITY_BUDGET_GB={text.strip()!r}: expected a number of GiB from 0.001 to "
+        "1048576 (e.g. 24 or 12.5); unset it for the automatic budget"
+    )
     assert caught.value.code == "usage.setting"
     assert caught.value.exit_status == 2
 

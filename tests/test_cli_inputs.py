@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -95,6 +97,132 @@ def test_another_applications_database_is_never_written(tmp_path: Path) -> None:
     assert tables == {"invoices"}
 
 
+# -- a database that is neither empty nor hostler's log: refused before anything is written --
+
+ALEMBIC = "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL PRIMARY KEY)"
+
+
+def _sqlite(*statements: str) -> Callable[[Path], None]:
+    """Make a database file with ``statements`` (rollback journal: no WAL files left)."""
+
+    def make(path: Path) -> None:
+        conn = sqlite3.connect(path)
+        try:
+            for statement in statements:
+                conn.execute(statement)
+            conn.commit()
+        finally:
+            conn.close()
+
+    return make
+
+
+def _hostler_log_with(*statements: str) -> Callable[[Path], None]:
+    """A real hostler log that someone then added to (and set back to a rollback journal)."""
+
+    def make(path: Path) -> None:
+        with EventStore.open(path) as store:
+            store.append("test/a", [Note("one")], expected_version=0)
+        _sqlite("PRAGMA journal_mode=DELETE", *statements)(path)
+
+    return make
+
+
+#: (how the file is made, what the refusal names). Each of these was written into before: its
+#: journal switched to WAL and its mode to 0600, or hostler's tables created beside its own.
+FOREIGN = [
+    pytest.param(
+        _sqlite(
+            ALEMBIC,
+            "INSERT INTO alembic_version VALUES ('0001')",
+            "CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)",
+        ),
+        "tables: users",
+        id="another-alembic-app-at-0001",
+    ),
+    pytest.param(
+        _sqlite("CREATE VIEW important AS SELECT 42"), "views: important", id="only-a-view"
+    ),
+    pytest.param(
+        _sqlite(ALEMBIC, "INSERT INTO alembic_version VALUES ('ae1027a6acf')"),
+        "schema revision 'ae1027a6acf', not one of hostler's",
+        id="another-alembic-revision",
+    ),
+    pytest.param(
+        _sqlite(
+            ALEMBIC,
+            "INSERT INTO alembic_version VALUES ('0001')",
+            "CREATE TABLE events (id INTEGER PRIMARY KEY, title TEXT, starts_at TEXT)",
+        ),
+        "a table events that is not hostler's",
+        id="another-apps-events-table",
+    ),
+    pytest.param(
+        _sqlite("CREATE TABLE a (x)", "CREATE TABLE b (x)", "CREATE VIEW c AS SELECT 1"),
+        "tables: a, b; views: c",
+        id="tables-and-a-view",
+    ),
+    pytest.param(
+        _sqlite(*(f"CREATE TABLE t{n} (x)" for n in range(7))),
+        "tables: t0, t1, t2, t3, t4, ...",
+        id="many-tables",
+    ),
+    pytest.param(
+        _hostler_log_with("CREATE INDEX mine ON events (stream_id)"),
+        "indexes: mine",
+        id="hostler-log-plus-an-index",
+    ),
+    pytest.param(
+        _hostler_log_with(
+            "CREATE TABLE audit (seq)",
+            "CREATE TRIGGER copy AFTER INSERT ON events BEGIN INSERT INTO audit VALUES (1); END",
+        ),
+        "tables: audit; triggers: copy",
+        id="hostler-log-plus-a-table-and-trigger",
+    ),
+    pytest.param(
+        _sqlite("CREATE TABLE sqliteXfoo (x)"), "tables: sqliteXfoo", id="not-an-sqlite-internal"
+    ),
+]
+
+
+@pytest.mark.parametrize(("make", "named"), FOREIGN)
+def test_a_database_not_hostlers_is_refused_with_its_bytes_and_mode_unchanged(
+    tmp_path: Path, make: Callable[[Path], None], named: str
+) -> None:
+    other = tmp_path / "other.db"
+    make(other)
+    other.chmod(0o644)
+    before = (other.read_bytes(), stat.S_IMODE(other.stat().st_mode))
+    result = run_cli("events", "--db", str(other), cwd=tmp_path)
+    assert result.stderr == (
+        f"hostler: error [store.foreign]: {other}: another application's database ({named}); "
+        "hostler writes only into an empty database or its own log: choose another file\n"
+    )
+    assert result.returncode == 1
+    assert (other.read_bytes(), stat.S_IMODE(other.stat().st_mode)) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db"]  # no -wal, no -shm
+
+
+@pytest.mark.parametrize(("make", "named"), FOREIGN[:2])
+def test_hostler_ledger_naming_a_foreign_database_is_refused_untouched(
+    tmp_path: Path, make: Callable[[Path], None], named: str
+) -> None:
+    """``HOSTLER_LEDGER=view.db hostler budget`` created hostler's schema inside it."""
+    other = tmp_path / "other.db"
+    make(other)
+    other.chmod(0o644)
+    before = (other.read_bytes(), stat.S_IMODE(other.stat().st_mode))
+    result = run_cli("budget", env={"HOSTLER_LEDGER": str(other)}, cwd=tmp_path)
+    assert result.stderr == (
+        f"hostler: error [store.foreign]: {other}: another application's database ({named}); "
+        "hostler writes only into an empty database or its own log: choose another file\n"
+    )
+    assert result.returncode == 1
+    assert (other.read_bytes(), stat.S_IMODE(other.stat().st_mode)) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db"]
+
+
 # -- the same shape for the environment, database URLs and paths (exit 1 unless a usage error) --
 
 #: (argv, extra environment, code, exit status, the exact line after "hostler: error [CODE]: ").
@@ -104,7 +232,7 @@ EDGE = [
         {"HOSTLER_CAPACITY_BUDGET_GB": "twelve"},
         "usage.setting",
         2,
-        "HOSTLER_CAPACITY_BUDGET_GB='twelve': expected a positive number of GiB up to 1048576 "
+        "HOSTLER_CAPACITY_BUDGET_GB='twelve': expected a number of GiB from 0.001 to 1048576 "
         "(e.g. 24 or 12.5); unset it for the automatic budget",
     ),
     (
@@ -112,7 +240,15 @@ EDGE = [
         {"HOSTLER_CAPACITY_BUDGET_GB": "-5"},
         "usage.setting",
         2,
-        "HOSTLER_CAPACITY_BUDGET_GB='-5': expected a positive number of GiB up to 1048576 "
+        "HOSTLER_CAPACITY_BUDGET_GB='-5': expected a number of GiB from 0.001 to 1048576 "
+        "(e.g. 24 or 12.5); unset it for the automatic budget",
+    ),
+    (
+        ["budget"],
+        {"HOSTLER_CAPACITY_BUDGET_GB": "1e-300"},  # was a budget of 0 bytes
+        "usage.setting",
+        2,
+        "HOSTLER_CAPACITY_BUDGET_GB='1e-300': expected a number of GiB from 0.001 to 1048576 "
         "(e.g. 24 or 12.5); unset it for the automatic budget",
     ),
     (
@@ -282,3 +418,187 @@ def test_replay_skips_damaged_rows_by_seq_and_folds_the_rest(tmp_path: Path) -> 
         "(listed, not folded)\n"
     )
     assert "llamacpp:m:0" in result.stdout
+
+
+# -- paths: a user nobody knows, a symbolic link loop, a directory that cannot be made --------
+
+NOBODY = "~hostler-no-such-user"
+HOMELESS = f"no home directory known for {NOBODY!r}"
+LOOP = "cannot be resolved (Too many levels of symbolic links)"
+
+#: (argv, extra environment, code, exit status, the line after "hostler: error [CODE]: ",
+#: where {tmp} is the working directory). Each was a RuntimeError or OSError traceback.
+PATHS = [
+    (
+        ["events", "--db", f"{NOBODY}/x.db"],
+        {},
+        "usage.invalid",
+        2,
+        f"hostler events: argument --db: '{NOBODY}/x.db': {HOMELESS}",
+    ),
+    (
+        ["events", "--db", "loop/x.db"],
+        {},
+        "usage.invalid",
+        2,
+        f"hostler events: argument --db: 'loop/x.db': {LOOP}",
+    ),
+    (
+        ["events", "--data-dir", f"{NOBODY}/d"],
+        {},
+        "usage.invalid",
+        2,
+        f"hostler events: argument --data-dir: '{NOBODY}/d': {HOMELESS}",
+    ),
+    (
+        ["state", "--data-dir", "loop/d"],
+        {},
+        "usage.invalid",
+        2,
+        f"hostler state: argument --data-dir: 'loop/d': {LOOP}",
+    ),
+    (
+        ["budget", "--ledger", f"{NOBODY}/l.db"],
+        {},
+        "usage.invalid",
+        2,
+        f"hostler budget: argument --ledger: '{NOBODY}/l.db': {HOMELESS}",
+    ),
+    (
+        ["preview", f"{NOBODY}/m.gguf"],
+        {},
+        "usage.invalid",
+        2,
+        f"hostler preview: argument model: '{NOBODY}/m.gguf': {HOMELESS}",
+    ),
+    (
+        ["preview", "m.gguf", "--mmproj", f"{NOBODY}/p.gguf"],
+        {},
+        "usage.invalid",
+        2,
+        f"hostler preview: argument --mmproj: '{NOBODY}/p.gguf': {HOMELESS}",
+    ),
+    (
+        ["preview", "m.gguf", "--ledger", f"{NOBODY}/l.db"],
+        {},
+        "usage.invalid",
+        2,
+        f"hostler preview: argument --ledger: '{NOBODY}/l.db': {HOMELESS}",
+    ),
+    (
+        ["daemon", "--config", f"{NOBODY}/c.toml"],
+        {},
+        "usage.invalid",
+        2,
+        f"hostler daemon: argument --config: '{NOBODY}/c.toml': {HOMELESS}",
+    ),
+    (
+        ["demo", "--scripted", "--model", f"{NOBODY}/m.gguf"],
+        {},
+        "usage.invalid",
+        2,
+        f"hostler demo: argument --model: '{NOBODY}/m.gguf': {HOMELESS}",
+    ),
+    (
+        ["events"],
+        {"HOSTLER_HOME": f"{NOBODY}/h"},
+        "usage.setting",
+        2,
+        f"HOSTLER_HOME='{NOBODY}/h': {HOMELESS}; fix the path or unset the variable",
+    ),
+    (
+        ["state"],
+        {"HOSTLER_HOME": "loop/h"},
+        "usage.setting",
+        2,
+        f"HOSTLER_HOME='loop/h': {LOOP}; fix the path or unset the variable",
+    ),
+    (
+        ["events"],
+        {"XDG_DATA_HOME": NOBODY},
+        "usage.setting",
+        2,
+        f"XDG_DATA_HOME='{NOBODY}': {HOMELESS}; fix the path or unset the variable",
+    ),
+    (
+        ["budget"],
+        {"HOSTLER_LEDGER": f"{NOBODY}/l.db"},
+        "usage.setting",
+        2,
+        f"HOSTLER_LEDGER='{NOBODY}/l.db': {HOMELESS}; fix the path or unset the variable",
+    ),
+    (
+        ["budget"],
+        {"XDG_STATE_HOME": NOBODY},
+        "usage.setting",
+        2,
+        f"XDG_STATE_HOME='{NOBODY}': {HOMELESS}; fix the path or unset the variable",
+    ),
+    (
+        ["daemon", "--config", "empty.toml"],
+        {"HOSTLER_LEDGER": "loop/l.db"},
+        "usage.setting",
+        2,
+        f"HOSTLER_LEDGER='loop/l.db': {LOOP}; fix the path or unset the variable",
+    ),
+    (
+        ["daemon", "--config", "empty.toml", "--data-dir", "afile/sub"],
+        {},
+        "store.path",
+        1,
+        "{tmp}/afile/sub: cannot create directory (Not a directory)",
+    ),
+    (
+        ["daemon", "--config", "empty.toml", "--data-dir", "loop/d"],
+        {},
+        "usage.invalid",
+        2,
+        f"hostler daemon: argument --data-dir: 'loop/d': {LOOP}",
+    ),
+]
+
+
+def _path_playground(tmp_path: Path) -> dict[str, str]:
+    """A working directory with a symbolic link loop, a file and an empty config in it."""
+    (tmp_path / "loop").symlink_to("loop")
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "empty.toml").write_text("")
+    return {
+        "HOME": str(tmp_path / "home"),
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+        "HOSTLER_HOME": "",
+        "HOSTLER_LEDGER": "",
+        "HOSTLER_LEDGER_SHARED": "",
+    }
+
+
+@pytest.mark.parametrize("case", PATHS, ids=lambda case: " ".join(case[0]) + str(case[1]))
+def test_a_path_that_cannot_be_expanded_resolved_or_created_is_one_line(
+    tmp_path: Path, case: tuple[list[str], dict[str, str], str, int, str]
+) -> None:
+    argv, env, code, status, line = case
+    home = _path_playground(tmp_path)
+    result = run_cli(*argv, env={**home, **env}, cwd=tmp_path)
+    assert result.stderr == f"hostler: error [{code}]: {line.format(tmp=tmp_path)}\n"
+    assert result.returncode == status
+    assert result.stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "empty.toml", "loop"]
+
+
+@pytest.mark.parametrize("where", ["/proc/1/hostler", "/sys/hostler"])
+def test_a_data_dir_the_system_will_not_let_us_create_is_one_line(
+    tmp_path: Path, where: str
+) -> None:
+    """``hostler daemon --data-dir /proc/1/d`` was a FileNotFoundError traceback."""
+    home = _path_playground(tmp_path)
+    result = run_cli(
+        "daemon", "--config", "empty.toml", "--data-dir", where, env=home, cwd=tmp_path
+    )
+    assert result.stderr.startswith(
+        f"hostler: error [store.path]: {where}: cannot create directory ("
+    ), result.stderr
+    assert result.stderr.endswith(")\n")
+    assert len(result.stderr.splitlines()) == 1
+    assert result.returncode == 1
+    assert not Path(where).exists()

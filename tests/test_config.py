@@ -67,6 +67,22 @@ BAD = [
     ('[daemon]\nledger = "\\u0000"\n', "daemon.ledger", "a path cannot hold a NUL"),
     ('[[engines]]\nkey = "llamacpp:m:²"\nmodel = "m.gguf"\n', "engines[0].key", "engine:model:"),
     (GOOD_ENGINE + "slots = 1025\n", "engines[0].slots", "less than or equal to 1024"),
+    # a user nobody knows: Path.expanduser() raised RuntimeError (a traceback)
+    (
+        '[[engines]]\nkey = "llamacpp:m:0"\nmodel = "~hostler-no-such-user/m.gguf"\n',
+        "engines[0].model",
+        "no home directory known for '~hostler-no-such-user' (got '~hostler-no-such-user/m",
+    ),
+    (
+        '[daemon]\ndata_dir = "~hostler-no-such-user"\n',
+        "daemon.data_dir",
+        "no home directory known for '~hostler-no-such-user' (got '~hostler-no-such-user')",
+    ),
+    (
+        '[daemon]\nledger = "~hostler-no-such-user/l.db"\n',
+        "daemon.ledger",
+        "no home directory known for '~hostler-no-such-user' (got '~hostler-no-such-user/l.db')",
+    ),
 ]
 
 
@@ -183,3 +199,27 @@ def test_the_daemon_refuses_each_bad_config_with_exit_2_and_writes_nothing(
     assert lines[0].startswith(f"hostler: error [usage.invalid]: {config}: {key}: "), lines[0]
     assert words in lines[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written, nothing run
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "got"),
+    [
+        (GOOD_ENGINE.replace("m.gguf", "loop/m.gguf"), "engines[0].model", "loop/m.gguf"),
+        ('[daemon]\nledger = "loop/x"\n', "daemon.ledger", "loop/x"),
+        ('[daemon]\ndata_dir = "loop/d"\n', "daemon.data_dir", "loop/d"),
+    ],
+)
+def test_a_path_through_a_symbolic_link_loop_is_one_line(
+    tmp_path: Path, text: str, key: str, got: str
+) -> None:
+    """``model = "loop/m.gguf"`` beside ``ln -s loop loop`` was a RuntimeError traceback."""
+    (tmp_path / "loop").symlink_to("loop")
+    config = tmp_path / "hostler.toml"
+    config.write_text(text)
+    result = run_cli("daemon", "--config", str(config), "--data-dir", str(tmp_path / "d"))
+    assert result.stderr == (
+        f"hostler: error [usage.invalid]: {config}: {key}: cannot be resolved (Too many levels "
+        f"of symbolic links) (got {got!r})\n"
+    )
+    assert result.returncode == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hostler.toml", "loop"]

@@ -16,9 +16,11 @@ from hostler import (
     EventStore,
     RecordedEvent,
     StoreError,
+    StoreSchemaError,
     UnknownEvent,
     UsageError,
 )
+from hostler.store.migrate import EVENTS_COLUMNS, SQLITE_OBJECTS
 
 from _support import Note, run_python
 
@@ -399,3 +401,69 @@ def test_transact_rolls_back_when_decide_raises(store: EventStore) -> None:
     assert store.count() == 0
     store.append("s/t", [Note("still works")], expected_version=0)
     assert store.count() == 1
+
+
+# -- whose database it is: hostler's own objects, nothing else --------------------------------
+
+
+def _objects(path: Path) -> set[tuple[str, str]]:
+    raw = sqlite3.connect(path)
+    try:
+        return {
+            (str(kind), str(name))
+            for kind, name in raw.execute("SELECT type, name FROM sqlite_master")
+            if not str(name).lower().startswith("sqlite_")
+        }
+    finally:
+        raw.close()
+
+
+def test_a_fresh_log_holds_exactly_the_objects_hostler_recognises_as_its_own(
+    log_path: Path,
+) -> None:
+    """The list the foreign-database check trusts is what the migrations make (no more)."""
+    EventStore.open(log_path).close()
+    assert _objects(log_path) == SQLITE_OBJECTS
+    raw = sqlite3.connect(log_path)
+    try:
+        columns = {row[1] for row in raw.execute("PRAGMA table_info(events)")}
+    finally:
+        raw.close()
+    assert columns == EVENTS_COLUMNS
+
+
+def test_a_newer_hostlers_log_is_refused_before_anything_is_written(log_path: Path) -> None:
+    """Its journal mode and file mode were switched before the revision was read."""
+    with EventStore.open(log_path) as store:
+        store.append("s/a", [Note("x")], expected_version=0)
+    raw = sqlite3.connect(log_path)
+    try:
+        raw.execute("PRAGMA journal_mode=DELETE")
+        raw.execute("UPDATE alembic_version SET version_num = '0099_future'")
+        raw.execute("CREATE TABLE snapshots (id INTEGER PRIMARY KEY)")  # made by that newer one
+        raw.commit()
+    finally:
+        raw.close()
+    log_path.chmod(0o644)
+    before = (log_path.read_bytes(), stat.S_IMODE(log_path.stat().st_mode))
+    with pytest.raises(StoreSchemaError, match="schema revision '0099_future' is newer"):
+        EventStore.open(log_path)
+    assert (log_path.read_bytes(), stat.S_IMODE(log_path.stat().st_mode)) == before
+    assert sorted(p.name for p in log_path.parent.iterdir()) == ["events.db"]
+
+
+def test_a_database_whose_objects_were_all_dropped_is_empty_and_becomes_a_log(
+    log_path: Path,
+) -> None:
+    log_path.parent.mkdir(parents=True)
+    raw = sqlite3.connect(log_path)
+    try:
+        raw.execute("CREATE TABLE gone (x)")
+        raw.execute("DROP TABLE gone")
+        raw.commit()
+    finally:
+        raw.close()
+    assert log_path.stat().st_size > 0
+    with EventStore.open(log_path) as store:
+        store.append("s/a", [Note("x")], expected_version=0)
+    assert _objects(log_path) == SQLITE_OBJECTS

@@ -23,6 +23,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
 )
 
@@ -31,7 +32,7 @@ from hostler.capacity.slots import MAX_SLOTS
 from hostler.drivers.host_ledger import LedgerLocation, default_ledger_location
 from hostler.engines.logs import DEFAULT_LOG_KEEP, DEFAULT_LOG_MAX_BYTES
 from hostler.errors import UsageError
-from hostler.paths import default_data_dir
+from hostler.paths import default_data_dir, user_path
 
 __all__ = ["DaemonConfig", "EngineConfig", "load_config"]
 
@@ -54,7 +55,19 @@ def _no_nul(value: str) -> str:
     return value
 
 
-PathText = Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_no_nul)]
+def _as_used(value: str, info: ValidationInfo) -> str:
+    """The path the daemon will use: ``~`` expanded, relative ones against the config's folder.
+
+    The folder is ``base`` in the validation context. A path that cannot be used (a ``~user``
+    nobody knows, a symbolic link loop) is refused in the config's usual one line.
+    """
+    base = info.context.get("base") if isinstance(info.context, dict) else None
+    return str(user_path(value, base=base))
+
+
+PathText = Annotated[
+    str, Field(min_length=1, max_length=4096), AfterValidator(_no_nul), AfterValidator(_as_used)
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,13 +155,16 @@ def load_config(path: str | os.PathLike[str], *, data_dir: Path | None = None) -
     Raises:
         UsageError: One line: the file, the key, and what is wrong with it.
     """
-    file = Path(path).expanduser()
-    raw = _read_toml(file)
     try:
-        parsed = _ConfigFile.model_validate(raw, strict=True)
+        file = user_path(path)
+    except ValueError as exc:
+        raise UsageError(f"{os.fspath(path)[:200]!r}: not a usable config path ({exc})") from None
+    raw = _read_toml(file)
+    base = file.resolve().parent  # a regular file by now: no loop to follow
+    try:
+        parsed = _ConfigFile.model_validate(raw, strict=True, context={"base": base})
     except ValidationError as exc:
         raise UsageError(_first_problem(file, exc)) from None
-    base = file.resolve().parent
     section = parsed.daemon
     names = [e.key for e in parsed.engines]
     if len(set(names)) != len(names):
@@ -157,7 +173,7 @@ def load_config(path: str | os.PathLike[str], *, data_dir: Path | None = None) -
     engines = tuple(
         EngineConfig(
             key=entry.key,
-            model=_resolve(base, entry.model),
+            model=Path(entry.model),
             ctx=entry.ctx,
             slots=entry.slots,
             kv_type=entry.kv_type,
@@ -167,17 +183,20 @@ def load_config(path: str | os.PathLike[str], *, data_dir: Path | None = None) -
         for entry in parsed.engines
     )
     if data_dir is not None:
-        where = data_dir.expanduser().resolve()  # against the working directory
+        try:
+            where = user_path(data_dir, resolve=True)  # against the working directory
+        except ValueError as exc:
+            raise UsageError(f"data directory {os.fspath(data_dir)[:200]!r}: {exc}") from None
     elif section.data_dir is not None:
-        where = _resolve(base, section.data_dir)
+        where = Path(section.data_dir)
     else:
-        where = default_data_dir().expanduser().resolve()
+        where = default_data_dir()
     return DaemonConfig(
         data_dir=where,
         engines=engines,
         idle_timeout=section.idle_timeout,
         health_interval=section.health_interval,
-        ledger=_resolve(base, section.ledger) if section.ledger else None,
+        ledger=Path(section.ledger) if section.ledger else None,
         ledger_shared=section.ledger_shared,
         engine_log_max_bytes=section.engine_log_max_mib * MIB,
         engine_log_keep=section.engine_log_keep,
@@ -201,11 +220,6 @@ def _read_toml(file: Path) -> dict[str, Any]:
         raise UsageError(f"{file}: not valid TOML ({exc})") from None
     except RecursionError:  # tomllib recurses once per nested array or inline table
         raise UsageError(f"{file}: arrays or tables nested too deeply") from None
-
-
-def _resolve(base: Path, text: str) -> Path:
-    path = Path(text).expanduser()
-    return path if path.is_absolute() else (base / path).resolve()
 
 
 _KNOWN = {

@@ -138,14 +138,13 @@ class Daemon:
     async def run(self) -> None:
         """Run until SIGTERM or SIGINT."""
         config = self.config
+        location = config.ledger_location()  # a bad setting refused before anything is made
         private_dir(config.data_dir)
         # Listen before taking anything over: a SIGTERM during start-up is a shutdown too.
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             store = await self.offloop.run(self._open_log)
             with store:
-                ledger_store = open_ledger_store(
-                    config.ledger_location(), busy_timeout=DAEMON_BUSY_TIMEOUT
-                )
+                ledger_store = open_ledger_store(location, busy_timeout=DAEMON_BUSY_TIMEOUT)
                 try:
                     await self._run(store, ledger_store, signals)
                 finally:

@@ -1,23 +1,117 @@
-"""Where hostler keeps its files by default (driver layer: reads the environment)."""
+"""Where hostler keeps its files by default, and paths given from outside (driver layer).
+
+Every path a person hands hostler's core — a config key, a command-line argument, an environment
+variable — goes through :func:`user_path`, so that a ``~user`` nobody knows, a symbolic link
+loop or a NUL is one line naming what was given and where, never a traceback.
+"""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
-__all__ = ["default_data_dir", "default_log_path", "private_dir", "private_file"]
+from hostler.errors import SettingError, StorePathError
+
+__all__ = [
+    "default_data_dir",
+    "default_log_path",
+    "env_path",
+    "home_dir",
+    "private_dir",
+    "private_file",
+    "user_path",
+]
 
 EVENTS_FILE = "events.db"
 
 
+def user_path(
+    text: str | os.PathLike[str], *, base: Path | None = None, resolve: bool = False
+) -> Path:
+    """A path given from outside, as hostler will use it.
+
+    ``~`` and ``~user`` are expanded. A relative path is taken against ``base`` when one is
+    given, and then resolved (symbolic links followed); with ``resolve`` every path is resolved
+    (a relative one against the working directory). Otherwise the path is kept as written.
+
+    Raises:
+        ValueError: One line saying why the path is unusable (a ``~user`` with no known home
+            directory, a symbolic link loop, a NUL character, a working directory that is
+            gone). Callers name where the path came from.
+    """
+    raw = os.fspath(text)
+    if "\0" in raw:
+        raise ValueError("a path cannot hold a NUL character")
+    try:
+        path = Path(raw).expanduser()
+    except RuntimeError:  # no such user, or no HOME and no password entry for "~"
+        user = raw.split(os.sep, maxsplit=1)[0]
+        raise ValueError(f"no home directory known for {user!r}") from None
+    if base is not None and not path.is_absolute():
+        path, resolve = base / path, True
+    if not resolve:
+        return path
+    try:
+        return path.resolve()
+    except RuntimeError:  # Python 3.11 and 3.12 report a symbolic link loop this way
+        raise ValueError(f"cannot be resolved ({os.strerror(errno.ELOOP)})") from None
+    except OSError as exc:  # a loop on newer Pythons, a working directory that is gone
+        raise ValueError(f"cannot be resolved ({exc.strerror or exc})") from None
+
+
+def env_path(name: str, *, resolve: bool = False) -> Path | None:
+    """The path an environment variable names (see :func:`user_path`); None when unset or blank.
+
+    Raises:
+        SettingError: The variable names a path that cannot be used (the variable and why).
+    """
+    text = os.environ.get(name, "")
+    if not text:
+        return None
+    try:
+        return user_path(text, resolve=resolve)
+    except ValueError as exc:
+        raise SettingError(
+            f"{name}={text[:200]!r}: {exc}; fix the path or unset the variable"
+        ) from None
+
+
+def home_dir() -> Path:
+    """This user's home directory.
+
+    Raises:
+        SettingError: ``HOME`` is unset and the password database knows no home for this user.
+    """
+    try:
+        return Path.home()
+    except RuntimeError:
+        raise SettingError(
+            "HOME is unset and this user has no home directory in the password database; "
+            "set HOME (or HOSTLER_HOME for the data directory)"
+        ) from None
+
+
 def default_data_dir() -> Path:
-    """``$HOSTLER_HOME``, else ``$XDG_DATA_HOME/hostler``, else ``~/.local/share/hostler``."""
-    home = os.environ.get("HOSTLER_HOME")
-    if home:
-        return Path(home).expanduser().absolute()
-    xdg = os.environ.get("XDG_DATA_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
-    return (base / "hostler").absolute()
+    """``$HOSTLER_HOME``, else ``$XDG_DATA_HOME/hostler``, else ``~/.local/share/hostler``.
+
+    Resolved (absolute, symbolic links followed).
+
+    Raises:
+        SettingError: The variable it came from names an unusable path.
+    """
+    home = env_path("HOSTLER_HOME", resolve=True)
+    if home is not None:
+        return home
+    xdg = env_path("XDG_DATA_HOME")
+    source = "XDG_DATA_HOME" if xdg is not None else "HOME"
+    try:
+        return user_path((xdg or home_dir() / ".local" / "share") / "hostler", resolve=True)
+    except ValueError as exc:
+        shown = os.environ.get(source, "")[:200]
+        raise SettingError(
+            f"{source}={shown!r}: {exc}; fix the path or unset the variable"
+        ) from None
 
 
 def default_log_path(data_dir: Path | None = None) -> Path:
@@ -29,13 +123,22 @@ def private_dir(path: Path) -> Path:
     """Create ``path`` (and its parents) for this user only (0700); tighten one we own.
 
     Engine logs, work directories and launch tokens are nobody else's business.
+
+    Raises:
+        StorePathError: ``FOLDER: cannot create directory (REASON)``, naming the folder the
+            system refused (a file in the way, a read-only or virtual file system, no right).
     """
-    missing = [path, *(parent for parent in path.parents if not parent.exists())]
-    for folder in reversed([p for p in missing if not p.exists()]):
-        folder.mkdir(exist_ok=True, mode=0o700)  # every folder it creates, not just the last
-    info = path.stat()
-    if info.st_uid == os.geteuid() and info.st_mode & 0o077:
-        path.chmod(0o700)
+    folder = path
+    try:
+        missing = [path, *(parent for parent in path.parents if not parent.exists())]
+        for folder in reversed([p for p in missing if not p.exists()]):
+            folder.mkdir(exist_ok=True, mode=0o700)  # every folder it creates, not just the last
+        folder = path
+        info = path.stat()
+        if info.st_uid == os.geteuid() and info.st_mode & 0o077:
+            path.chmod(0o700)
+    except OSError as exc:
+        raise StorePathError(f"{folder}: cannot create directory ({exc.strerror or exc})") from None
     return path
 
 

@@ -17,6 +17,7 @@ from hostler.errors import SettingError
 
 __all__ = [
     "MAX_BUDGET_OVERRIDE_GIB",
+    "MIN_BUDGET_OVERRIDE_GIB",
     "BudgetKind",
     "CapacityBudget",
     "HostMemory",
@@ -27,6 +28,9 @@ __all__ = [
 RAM_SHARE_CAP = 96 * GIB
 #: B7: the largest operator budget accepted (1 PiB): a bigger figure is a typo, not a host.
 MAX_BUDGET_OVERRIDE_GIB = 1_048_576
+#: B7: the smallest (about 1 MiB): below it a figure such as ``1e-300`` is a typo, and would be a
+#: budget of 0 bytes.
+MIN_BUDGET_OVERRIDE_GIB = 0.001
 HIGH_MEMORY = 96 * GIB
 UNIFIED_FRACTION = 0.70
 UNIFIED_FRACTION_HIGH = 0.80
@@ -165,11 +169,12 @@ def compute_budget(host: HostMemory, *, override_gib: float | None = None) -> Ca
 
 
 def parse_budget_override(text: str | None) -> float | None:
-    """Read ``HOSTLER_CAPACITY_BUDGET_GB``: unset or blank is None, else a positive GiB figure.
+    """Read ``HOSTLER_CAPACITY_BUDGET_GB``: unset or blank is None, else a GiB figure.
 
     Raises:
-        SettingError: the text is not a finite number in (0, MAX_BUDGET_OVERRIDE_GIB]; a typo
-            in a budget must not silently fall back to the automatic one (B7).
+        SettingError: the text is not a number in [MIN_BUDGET_OVERRIDE_GIB,
+            MAX_BUDGET_OVERRIDE_GIB]; a typo in a budget must not silently fall back to the
+            automatic one, nor become a budget of 0 bytes (B7).
     """
     if text is None or not text.strip():
         return None
@@ -178,9 +183,10 @@ def parse_budget_override(text: str | None) -> float | None:
         value = float(text.strip())
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and 0 < value <= MAX_BUDGET_OVERRIDE_GIB):
+    if not MIN_BUDGET_OVERRIDE_GIB <= value <= MAX_BUDGET_OVERRIDE_GIB:  # NaN compares false
         raise SettingError(
-            f"HOSTLER_CAPACITY_BUDGET_GB={shown!r}: expected a positive number of GiB up to "
-            f"{MAX_BUDGET_OVERRIDE_GIB} (e.g. 24 or 12.5); unset it for the automatic budget"
+            f"HOSTLER_CAPACITY_BUDGET_GB={shown!r}: expected a number of GiB from "
+            f"{MIN_BUDGET_OVERRIDE_GIB} to {MAX_BUDGET_OVERRIDE_GIB} (e.g. 24 or 12.5); unset it "
+            "for the automatic budget"
         )
     return value

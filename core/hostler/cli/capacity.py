@@ -18,6 +18,7 @@ from hostler.capacity.overrides import ContextOverrides, read_context_overrides
 from hostler.capacity.pricing import LaunchPrice
 from hostler.capacity.slots import MAX_SLOTS
 from hostler.capacity.units import GIB, KIB, MIB, format_half_up, round_half_up
+from hostler.cli.common import path_argument
 from hostler.cli.numbers import count
 from hostler.drivers.host_ledger import (
     catch_up,
@@ -45,6 +46,7 @@ def add_parsers(sub: Any) -> None:
     )
     budget.add_argument(
         "--ledger",
+        type=path_argument,
         help="ledger file (default $HOSTLER_LEDGER, else ~/.local/state/hostler/ledger.db)",
     )
     budget.add_argument("--json", action="store_true", help="print JSON")
@@ -54,7 +56,7 @@ def add_parsers(sub: Any) -> None:
         "preview",
         help="plan a model's launch (window, slots, bytes) without loading or evicting anything",
     )
-    preview.add_argument("model", help="path of a GGUF model file")
+    preview.add_argument("model", type=path_argument, help="path of a GGUF model file")
     preview.add_argument(
         "--ctx", type=count(1, 16_777_216), help="per-slot context window to ask for"
     )
@@ -66,7 +68,9 @@ def add_parsers(sub: Any) -> None:
         metavar="TYPE",
         help=f"KV cache type: {', '.join(KV_CACHE_TYPES)}",
     )
-    preview.add_argument("--mmproj", help="vision projector file, priced with the model")
+    preview.add_argument(
+        "--mmproj", type=path_argument, help="vision projector file, priced with the model"
+    )
     preview.add_argument(
         "--policy", choices=["adaptive", "model-max"], default="adaptive", help="context sizing"
     )
@@ -76,7 +80,9 @@ def add_parsers(sub: Any) -> None:
     preview.add_argument(
         "--live", action="store_true", help="also clamp against live free RAM (system pressure)"
     )
-    preview.add_argument("--ledger", help="ledger file (default as for `hostler budget`)")
+    preview.add_argument(
+        "--ledger", type=path_argument, help="ledger file (default as for `hostler budget`)"
+    )
     preview.add_argument("--json", action="store_true", help="print JSON")
     preview.set_defaults(run=run_preview)
 
@@ -131,7 +137,7 @@ def run_budget(args: argparse.Namespace) -> int:
     """Print the budget and the ledger."""
     sample = _sample()
     budget = budget_from(sample)
-    path = Path(args.ledger).expanduser() if args.ledger else default_ledger_path()
+    path: Path = args.ledger or default_ledger_path()
     state, _ = _read_ledger(path)
     this_boot = boot_id()
     owners = {h.owner for h in state.reservations.values()}
@@ -169,11 +175,11 @@ def run_preview(args: argparse.Namespace) -> int:
         if value is not None and value < 1:
             raise UsageError(f"--{option} must be at least 1")
     settings = read_context_overrides(os.environ)  # C1, C3: refused before any work if bad
-    model_path = Path(args.model).expanduser()
+    model_path: Path = args.model
     geometry = read_geometry(model_path, mmproj=args.mmproj)
     sample = _sample()
     budget = budget_from(sample)
-    path = Path(args.ledger).expanduser() if args.ledger else default_ledger_path()
+    path: Path = args.ledger or default_ledger_path()
     state, calibration = _read_ledger(path)
     name = model_path.stem
     price = price_engine(

@@ -8,7 +8,7 @@ from typing import Any
 
 import anyio
 
-from hostler.cli.common import data_directory
+from hostler.cli.common import data_directory, path_argument
 from hostler.daemon import Daemon, load_config
 
 __all__ = ["add_parser", "run"]
@@ -19,7 +19,9 @@ def add_parser(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
         "daemon", help="keep the configured engines under supervision (until SIGTERM)"
     )
-    parser.add_argument("--config", required=True, help="TOML config (see docs/daemon.md)")
+    parser.add_argument(
+        "--config", required=True, type=path_argument, help="TOML config (see docs/daemon.md)"
+    )
     parser.add_argument(
         "--data-dir", type=data_directory, help="data directory (overrides the config)"
     )

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hostler.capacity.units import GIB, MIB
-from hostler.cli.common import add_log_options
+from hostler.cli.common import add_log_options, path_argument
 from hostler.cli.live_demo import Say, run_live
 from hostler.cli.render import TableWriter
 from hostler.cli.state import format_world
@@ -36,7 +36,9 @@ def add_parser(sub: Any) -> None:
         "idle-stopped; then the events and the state replayed from them are printed.",
     )
     add_log_options(parser)
-    parser.add_argument("--model", help="a GGUF model to use instead of a generated tiny one")
+    parser.add_argument(
+        "--model", type=path_argument, help="a GGUF model to use instead of a generated tiny one"
+    )
     parser.add_argument(
         "--scripted",
         action="store_true",
@@ -49,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     """Write the story and print it."""
     if args.db:
         # Absolute: the engine runs elsewhere and is handed paths beside the log.
-        path = Path(args.db).expanduser().absolute()
+        path = Path(args.db).absolute()  # --db: expanded and resolved already
     else:
         base = args.data_dir or default_data_dir()
         path = base / "demo" / "events.db"
@@ -59,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         if args.scripted:
             run_story(store, start=time.time(), daemon_pid=os.getpid())
         else:
-            model = Path(args.model).expanduser() if args.model else None
+            model: Path | None = args.model
             run_live(store, path.parent, model, Say())
             print()
         print(f"demo event log: {path}\n")

@@ -63,6 +63,7 @@ from hostler.events.ledger import (
     LedgerReleased,
     LedgerSpilloverSet,
 )
+from hostler.paths import env_path, home_dir, user_path
 from hostler.probes.host import boot_id
 from hostler.store.log import EventStore, RecordedEvent
 
@@ -115,19 +116,20 @@ def default_ledger_location() -> LedgerLocation:
     """The ledger the environment names: per user unless ``HOSTLER_LEDGER_SHARED`` is set.
 
     Raises:
-        SettingError: ``HOSTLER_LEDGER_SHARED`` is not a yes/no value.
+        SettingError: ``HOSTLER_LEDGER_SHARED`` is not a yes/no value, or ``HOSTLER_LEDGER``
+            or ``XDG_STATE_HOME`` names a path that cannot be used (``~user`` unknown, a loop).
     """
     shared_text = os.environ.get("HOSTLER_LEDGER_SHARED", "").strip().lower()
     if shared_text not in _TRUE | _FALSE:
         raise SettingError(
             f"HOSTLER_LEDGER_SHARED={shared_text[:40]!r}: use 1 or 0 (yes/no, true/false)"
         )
-    configured = os.environ.get("HOSTLER_LEDGER")
-    if configured:
-        return LedgerLocation(Path(configured).expanduser(), shared_text in _TRUE)
-    state = os.environ.get("XDG_STATE_HOME")
-    base = Path(state).expanduser() if state else Path.home() / ".local" / "state"
-    return LedgerLocation(base / "hostler" / "ledger.db", shared_text in _TRUE)
+    shared = shared_text in _TRUE
+    configured = env_path("HOSTLER_LEDGER", resolve=True)
+    if configured is not None:
+        return LedgerLocation(configured, shared)
+    base = env_path("XDG_STATE_HOME", resolve=True) or home_dir() / ".local" / "state"
+    return LedgerLocation(base / "hostler" / "ledger.db", shared)
 
 
 def check_ledger_directory(location: LedgerLocation) -> None:
@@ -142,7 +144,10 @@ def check_ledger_directory(location: LedgerLocation) -> None:
     """
     # where the file really is: a link in a directory of ours to a file in someone else's
     # would put the ledger in their hands
-    directory = location.path.expanduser().resolve().parent
+    try:
+        directory = user_path(location.path, resolve=True).parent
+    except ValueError as exc:
+        raise StorePathError(f"{location.path}: {exc}") from None
     if not location.shared:
         try:
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -17,6 +17,13 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from hostler.errors import StoreDriverError, StoreForeignError, StorePathError, StoreUrlError
+from hostler.paths import user_path
+from hostler.store.migrate import (
+    EVENTS_COLUMNS,
+    SQLITE_OBJECTS,
+    schema_too_new,
+    shipped_revisions,
+)
 
 __all__ = ["Engines", "make_engines", "parse_url", "sqlite_path_of"]
 
@@ -65,13 +72,21 @@ def sqlite_path_of(target: str | os.PathLike[str]) -> Path | None:
     """The database file a target names, or None when it is a non-SQLite URL."""
     text = os.fspath(target)
     if "://" not in text:
-        return Path(text).expanduser()
+        return _usable(text, text)
     url = parse_url(text)
     if url.get_backend_name() != "sqlite":
         return None
     if not url.database or url.database == ":memory:":
         raise StorePathError(f"{text}: hostler needs a file for its event log, not memory")
-    return Path(url.database).expanduser()
+    return _usable(url.database, text)
+
+
+def _usable(path: str | Path, given: str, *, resolve: bool = False) -> Path:
+    """A log's path, ``~`` expanded (and resolved); one line naming what was given if not."""
+    try:
+        return user_path(path, resolve=resolve)
+    except ValueError as exc:
+        raise StorePathError(f"{given[:200]}: {exc}") from None
 
 
 def make_engines(
@@ -93,7 +108,7 @@ def make_engines(
         writer = _server_engine(url)
         reader = _server_engine(url)
         return Engines(writer, reader, None)
-    path = path.resolve()
+    path = _usable(path, str(path), resolve=True)
     _prepare_sqlite_file(path, shared=shared)
     url = sa.URL.create("sqlite", database=str(path))
     connect_args: dict[str, Any] = {
@@ -167,7 +182,14 @@ def _prepare_sqlite_file(path: Path, *, shared: bool = False) -> None:
 
 
 def _refuse_foreign(path: Path) -> None:
-    """Refuse, before anything writes to it, a SQLite file holding another application's data.
+    """Refuse, before anything writes to it, a SQLite file that is neither empty nor hostler's.
+
+    hostler's own log holds only the schema objects its migrations make (tables, views,
+    indexes, triggers; SQLite's ``sqlite_*`` aside), an ``events`` table with hostler's
+    columns, and an ``alembic_version`` at a revision this hostler ships. A file holding
+    anything else is another application's (:class:`StoreForeignError`, naming some of what
+    is not hostler's); a log of a newer hostler, at a revision not shipped here, is refused as
+    too new (:class:`StoreSchemaError`).
 
     Opened read-only: no journal mode, no chmod, no table is touched. A file that is not SQLite
     at all is left to the open that follows (it reports it as corrupt).
@@ -177,25 +199,81 @@ def _refuse_foreign(path: Path) -> None:
             return
     except OSError:
         return
-    uri = f"{path.resolve().as_uri()}?mode=ro"
+    uri = f"{path.as_uri()}?mode=ro"
     try:
         conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
         try:
-            rows = conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-            ).fetchall()
+            schema = _schema_of(conn)
         finally:
             conn.close()
     except sqlite3.DatabaseError:
         return
-    tables = sorted(str(row[0]) for row in rows)
-    if not tables or "alembic_version" in tables:
+    if schema is None:
+        return  # empty: it becomes a log
+    objects, revisions, columns = schema
+    revision = revisions[0] if revisions is not None and len(revisions) == 1 else None
+    ours = ("table", "events") in objects and columns >= EVENTS_COLUMNS
+    if revision is not None and revision not in shipped_revisions() and ours:
+        raise schema_too_new(str(path), revision)  # what else it holds, that hostler made
+    unknown = objects - SQLITE_OBJECTS
+    if unknown:
+        why = _listing(unknown)
+    elif revisions is None:
+        why = "an alembic_version table that is not hostler's"
+    elif revision is None:
+        why = "no schema revision" if not revisions else "more than one schema revision"
+    elif revision not in shipped_revisions():
+        why = f"schema revision {revision!r}, not one of hostler's"
+    elif not ours:
+        why = "a table events that is not hostler's" if columns else "no events table"
+    else:
         return
-    shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
     raise StoreForeignError(
-        f"{path}: another application's database (tables: {shown}); hostler writes only into "
-        "an empty database or its own log: choose another file"
+        f"{path}: another application's database ({why}); hostler writes only into an empty "
+        "database or its own log: choose another file"
     )
+
+
+_Schema = tuple[set[tuple[str, str]], list[str] | None, set[str]]
+
+
+def _schema_of(conn: sqlite3.Connection) -> _Schema | None:
+    """(objects, alembic revisions, columns of ``events``) of a file; None when it is empty.
+
+    The revisions are None when ``alembic_version`` cannot be read as alembic writes it.
+    """
+    objects = {
+        (str(kind), str(name))
+        for kind, name in conn.execute("SELECT type, name FROM sqlite_master")
+        if not str(name).lower().startswith("sqlite_")  # SQLite's own: no one else can make one
+    }
+    if not objects:
+        return None
+    revisions: list[str] | None = []
+    if ("table", "alembic_version") in objects:
+        try:
+            rows = conn.execute("SELECT version_num FROM alembic_version LIMIT 4").fetchall()
+            revisions = [str(row[0]) for row in rows]
+        except sqlite3.OperationalError:  # no such column: an alembic_version of another kind
+            revisions = None
+    columns: set[str] = set()
+    if ("table", "events") in objects:
+        columns = {str(row[1]) for row in conn.execute("PRAGMA table_info(events)")}
+    return objects, revisions, columns
+
+
+_KINDS = {"table": "tables", "view": "views", "index": "indexes", "trigger": "triggers"}
+
+
+def _listing(objects: set[tuple[str, str]], shown: int = 5) -> str:
+    """``tables: a, b; views: c`` for the first ``shown`` objects, by kind then name."""
+    order = list(_KINDS)
+    ranked = sorted(objects, key=lambda o: (order.index(o[0]) if o[0] in order else 9, o))
+    groups: dict[str, list[str]] = {}
+    for kind, name in ranked[:shown]:
+        groups.setdefault(_KINDS.get(kind, f"{kind}s"), []).append(name)
+    text = "; ".join(f"{kind}: {', '.join(names)}" for kind, names in groups.items())
+    return text + (", ..." if len(ranked) > shown else "")
 
 
 def _install_sqlite_hooks(engine: sa.Engine, *, begin: str, synchronous: str, wait_ms: int) -> None:

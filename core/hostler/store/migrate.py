@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
@@ -11,7 +13,45 @@ from alembic.script import ScriptDirectory
 from hostler.errors import StoreForeignError, StoreSchemaError
 from hostler_migrations import SCRIPT_LOCATION
 
-__all__ = ["current_revision", "head_revision", "upgrade_to_head"]
+__all__ = [
+    "EVENTS_COLUMNS",
+    "SQLITE_OBJECTS",
+    "current_revision",
+    "head_revision",
+    "schema_too_new",
+    "shipped_revisions",
+    "upgrade_to_head",
+]
+
+#: Every schema object hostler's migrations make in a SQLite log, as (type, name), SQLite's own
+#: ``sqlite_*`` objects aside: a file holding anything else is another application's
+#: (``hostler.store.connect``). tests/test_store.py pins it to what a fresh log holds; a
+#: migration that makes a new object adds it here.
+SQLITE_OBJECTS: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("table", "alembic_version"),
+        ("table", "events"),
+        ("index", "ix_events_type_seq"),
+        ("index", "ix_events_recorded_at"),
+        ("trigger", "events_no_update"),
+        ("trigger", "events_no_delete"),
+    }
+)
+
+#: The columns of hostler's ``events`` table (revision 0001): how its log is told from another
+#: application's table of the same name. A later revision may add columns, never remove these.
+EVENTS_COLUMNS = frozenset(
+    {
+        "seq",
+        "stream_id",
+        "version",
+        "type",
+        "schema_version",
+        "payload",
+        "metadata",
+        "recorded_at",
+    }
+)
 
 
 def _config() -> Config:
@@ -26,6 +66,20 @@ def head_revision() -> str:
     if head is None:  # pragma: no cover - the package always ships revisions
         raise RuntimeError("hostler ships no migrations")
     return head
+
+
+@functools.cache
+def shipped_revisions() -> frozenset[str]:
+    """Every schema revision this hostler ships (a log at any other is not this version's)."""
+    return frozenset(s.revision for s in ScriptDirectory.from_config(_config()).walk_revisions())
+
+
+def schema_too_new(where: str, current: str) -> StoreSchemaError:
+    """The refusal of a log at a revision this hostler does not ship (a newer one wrote it)."""
+    return StoreSchemaError(
+        f"{where}: schema revision {current!r} is newer than this hostler knows "
+        f"(newest here: {head_revision()!r}); upgrade hostler to open it"
+    )
 
 
 def current_revision(conn: sa.Connection) -> str | None:
@@ -63,11 +117,8 @@ def upgrade_to_head(engine: sa.Engine, *, where: str, reader: sa.Engine | None =
                     f"{where}: another application's database (tables: {shown}); hostler "
                     "writes only into an empty database or its own log: choose another file"
                 )
-        if current is not None and current not in {s.revision for s in scripts.walk_revisions()}:
-            raise StoreSchemaError(
-                f"{where}: schema revision {current!r} is newer than this hostler knows "
-                f"(newest here: {head!r}); upgrade hostler to open it"
-            )
+        if current is not None and current not in shipped_revisions():
+            raise schema_too_new(where, current)
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
     return str(head)
