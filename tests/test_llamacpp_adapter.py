@@ -153,3 +153,19 @@ def test_startup_phases() -> None:
         == "prefill"
     )
     assert classify_phase("nothing to see") is None
+
+
+def test_a_binary_under_an_unknown_users_home_is_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``HOSTLER_LLAMA_SERVER=~nouser/...`` was a RuntimeError from expanduser()."""
+    from hostler.plugin import EngineBinaryError
+    from hostler_llamacpp.binary import find_llama_server
+
+    monkeypatch.setenv("HOSTLER_LLAMA_SERVER", "~no-such-user-hostler/bin/llama-server")
+    with pytest.raises(EngineBinaryError) as caught:
+        find_llama_server()
+    assert str(caught.value) == (
+        "~no-such-user-hostler/bin/llama-server: llama-server binary not found "
+        "(no such home directory)"
+    )

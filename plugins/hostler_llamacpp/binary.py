@@ -34,7 +34,12 @@ def find_llama_server(configured: str | os.PathLike[str] | None = None) -> Path:
     """
     named = configured or os.environ.get("HOSTLER_LLAMA_SERVER")
     if named:
-        path = Path(named).expanduser()
+        try:
+            path = Path(named).expanduser()
+        except RuntimeError:  # ~user of a user this system does not know
+            raise EngineBinaryError(
+                f"{named[:200]}: llama-server binary not found (no such home directory)"
+            ) from None
         if not path.is_file():
             raise EngineBinaryError(f"{path}: llama-server binary not found")
         if not os.access(path, os.X_OK):
