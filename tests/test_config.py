@@ -49,6 +49,8 @@ BAD = [
     ('[daemon]\nengine_log_max_mib = "8M"\n', "daemon.engine_log_max_mib", "valid integer"),
     ("[daemon]\nengine_log_max_mib = 2.5\n", "daemon.engine_log_max_mib", "valid integer"),
     ("[daemon]\nengine_log_keep = -1\n", "daemon.engine_log_keep", "greater than or equal to 0"),
+    ("[daemon]\nlog_max_mib = 0\n", "daemon.log_max_mib", "greater than or equal to 1"),
+    ('[daemon]\nlog_max_mib = "1G"\n', "daemon.log_max_mib", "valid integer"),
     ("[daemon]\nengine_log_keep = 101\n", "daemon.engine_log_keep", "less than or equal to 100"),
     (
         "[daemon]\nengine_log_kept = 3\n",
@@ -223,3 +225,11 @@ def test_a_path_through_a_symbolic_link_loop_is_one_line(
     )
     assert result.returncode == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hostler.toml", "loop"]
+
+
+def test_the_log_cap_is_read_in_mib(tmp_path: Path) -> None:
+    config = tmp_path / "hostler.toml"
+    config.write_text("[daemon]\nlog_max_mib = 3\n")
+    assert load_config(config).log_max_bytes == 3 * 1024 * 1024
+    config.write_text("[daemon]\n")
+    assert load_config(config).log_max_bytes is None

@@ -467,3 +467,28 @@ def test_a_database_whose_objects_were_all_dropped_is_empty_and_becomes_a_log(
     with EventStore.open(log_path) as store:
         store.append("s/a", [Note("x")], expected_version=0)
     assert _objects(log_path) == SQLITE_OBJECTS
+
+
+def test_a_capped_log_fails_as_a_full_disk_and_keeps_what_it_has(tmp_path: Path) -> None:
+    """``[daemon] log_max_mib``: past the cap, writes fail with ``store.full``, nothing lost."""
+    from hostler.errors import StoreFullError
+
+    path = tmp_path / "capped.db"
+    with EventStore.open(path, max_bytes=256 * 1024) as store:
+
+        def fill() -> int:
+            for n in range(10_000):
+                store.append(f"test/{n}", [Note("x" * 1000)], expected_version=0)
+            return 10_000
+
+        with pytest.raises(StoreFullError) as caught:
+            fill()
+        written = store.count()
+        assert caught.value.code == "store.full"
+        assert "the disk is full" in caught.value.message
+        assert 0 < written < 10_000  # every acknowledged append is still there
+        assert {r.stream_id for r in store.read_all()} == {f"test/{n}" for n in range(written)}
+    assert path.stat().st_size <= 256 * 1024
+    with EventStore.open(path) as uncapped:  # without the cap it takes writes again
+        uncapped.append("test/after", [Note("y")], expected_version=0)
+        assert uncapped.count() == written + 1

@@ -95,6 +95,7 @@ class DaemonConfig:
     ledger_shared: bool = False
     engine_log_max_bytes: int = DEFAULT_LOG_MAX_BYTES
     engine_log_keep: int = DEFAULT_LOG_KEEP
+    log_max_bytes: int | None = None
 
     def ledger_location(self) -> LedgerLocation:
         """The configured ledger, else the environment's (per user by default)."""
@@ -142,6 +143,7 @@ class _DaemonSection(_Strict):
         DEFAULT_LOG_MAX_BYTES // MIB
     )
     engine_log_keep: Annotated[int, Field(ge=0, le=MAX_ENGINE_LOG_KEEP)] = DEFAULT_LOG_KEEP
+    log_max_mib: Annotated[int, Field(ge=1, le=MAX_ENGINE_LOG_MIB)] | None = None
 
 
 class _ConfigFile(_Strict):
@@ -200,6 +202,7 @@ def load_config(path: str | os.PathLike[str], *, data_dir: Path | None = None) -
         ledger_shared=section.ledger_shared,
         engine_log_max_bytes=section.engine_log_max_mib * MIB,
         engine_log_keep=section.engine_log_keep,
+        log_max_bytes=section.log_max_mib * MIB if section.log_max_mib else None,
     )
 
 

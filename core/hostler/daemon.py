@@ -154,7 +154,12 @@ class Daemon:
         """The data directory's log, owned; a corrupt one names the engines it leaves (SF3)."""
         path = self.config.data_dir / "events.db"
         try:
-            return EventStore.open(path, owner=True, busy_timeout=DAEMON_BUSY_TIMEOUT)
+            return EventStore.open(
+                path,
+                owner=True,
+                busy_timeout=DAEMON_BUSY_TIMEOUT,
+                max_bytes=self.config.log_max_bytes,
+            )
         except StoreCorruptError as exc:
             raise StoreCorruptError(exc.message + self._orphans_note()) from None
 

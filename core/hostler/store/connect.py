@@ -95,6 +95,7 @@ def make_engines(
     synchronous: str = "FULL",
     shared: bool = False,
     busy_timeout: float = BUSY_TIMEOUT_MS / 1000,
+    max_bytes: int | None = None,
 ) -> Engines:
     """Build the writer and reader engines for a path or SQLAlchemy URL.
 
@@ -118,7 +119,13 @@ def make_engines(
     writer = sa.create_engine(url, connect_args=connect_args, pool_size=2, max_overflow=4)
     reader = sa.create_engine(url, connect_args=connect_args, pool_size=4, max_overflow=8)
     wait_ms = round(busy_timeout * 1000)
-    _install_sqlite_hooks(writer, begin="BEGIN IMMEDIATE", synchronous=synchronous, wait_ms=wait_ms)
+    _install_sqlite_hooks(
+        writer,
+        begin="BEGIN IMMEDIATE",
+        synchronous=synchronous,
+        wait_ms=wait_ms,
+        max_bytes=max_bytes,
+    )
     _install_sqlite_hooks(reader, begin="BEGIN", synchronous=synchronous, wait_ms=wait_ms)
     return Engines(writer, reader, path)
 
@@ -276,7 +283,9 @@ def _listing(objects: set[tuple[str, str]], shown: int = 5) -> str:
     return text + (", ..." if len(ranked) > shown else "")
 
 
-def _install_sqlite_hooks(engine: sa.Engine, *, begin: str, synchronous: str, wait_ms: int) -> None:
+def _install_sqlite_hooks(
+    engine: sa.Engine, *, begin: str, synchronous: str, wait_ms: int, max_bytes: int | None = None
+) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: object) -> None:
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
@@ -286,6 +295,10 @@ def _install_sqlite_hooks(engine: sa.Engine, *, begin: str, synchronous: str, wa
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute(f"PRAGMA synchronous={synchronous}")
             cursor.execute("PRAGMA foreign_keys=ON")
+            if max_bytes is not None:
+                # a cap on the file: past it, writes fail as on a full disk (store.full)
+                page = int(cursor.execute("PRAGMA page_size").fetchone()[0])
+                cursor.execute(f"PRAGMA max_page_count={max(1, max_bytes // page)}")
         finally:
             cursor.close()
 

@@ -183,6 +183,7 @@ class EventStore:
         synchronous: str = "FULL",
         shared: bool = False,
         busy_timeout: float | None = None,
+        max_bytes: int | None = None,
     ) -> Self:
         """Open (creating and migrating as needed) the log at a path or SQLAlchemy URL.
 
@@ -197,6 +198,8 @@ class EventStore:
             busy_timeout: Seconds a write waits for another process's write lock before
                 failing with :class:`~hostler.errors.StoreBusyError` (default 30). The daemon
                 waits briefly and retries on its own, so a signal is never kept waiting.
+            max_bytes: SQLite only: the largest the file may grow; writes past it fail with
+                :class:`~hostler.errors.StoreFullError`, as on a full disk.
 
         Raises:
             StorePathError: The path is a directory or cannot be written.
@@ -207,7 +210,9 @@ class EventStore:
         if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
             raise UsageError(f"synchronous={synchronous!r}: use OFF, NORMAL, FULL or EXTRA")
         wait = {} if busy_timeout is None else {"busy_timeout": busy_timeout}
-        engines = make_engines(target, synchronous=synchronous.upper(), shared=shared, **wait)
+        engines = make_engines(
+            target, synchronous=synchronous.upper(), shared=shared, max_bytes=max_bytes, **wait
+        )
         name = str(engines.sqlite_file) if engines.sqlite_file else _safe_url(target)
         lock: OwnerLock | None = None
         try:
