@@ -602,3 +602,19 @@ def test_a_data_dir_the_system_will_not_let_us_create_is_one_line(
     assert len(result.stderr.splitlines()) == 1
     assert result.returncode == 1
     assert not Path(where).exists()
+
+
+def test_a_path_name_too_long_for_the_kernel_is_one_line(tmp_path: Path) -> None:
+    """A 300-character folder name was an ENAMETOOLONG traceback."""
+    long = "a" * 300
+    for argv, env in (
+        (["events", "--db", f"{long}/x.db"], {}),
+        (["events", "--data-dir", long], {}),
+        (["budget"], {"HOSTLER_LEDGER": f"{tmp_path}/{long}/l.db"}),
+        (["events"], {"HOSTLER_HOME": f"{tmp_path}/{long}"}),
+    ):
+        result = run_cli(*argv, env=env, cwd=tmp_path)
+        assert result.returncode in (1, 2), result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, result.stderr
+        assert "too long for a path (at most 255 characters a name, 4096 in all)" in lines[0]

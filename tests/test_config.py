@@ -69,6 +69,12 @@ BAD = [
     ('[daemon]\nledger = "\\u0000"\n', "daemon.ledger", "a path cannot hold a NUL"),
     ('[[engines]]\nkey = "llamacpp:m:²"\nmodel = "m.gguf"\n', "engines[0].key", "engine:model:"),
     (GOOD_ENGINE + "slots = 1025\n", "engines[0].slots", "less than or equal to 1024"),
+    # found by a hostile tester: accepted, then a traceback when the engine was started
+    (
+        GOOD_ENGINE + 'extra_args = { alias = "a\\u0000b" }\n',
+        "engines[0].extra_args",
+        "'alias': a command-line argument cannot hold a NUL character",
+    ),
     # a user nobody knows: Path.expanduser() raised RuntimeError (a traceback)
     (
         '[[engines]]\nkey = "llamacpp:m:0"\nmodel = "~hostler-no-such-user/m.gguf"\n',

@@ -44,10 +44,40 @@ class ExitsInBuild(LlamaCppAdapter):
         raise SystemExit(3)
 
 
+class Interrupted(BaseException):
+    pass
+
+
+class BreaksOut(LlamaCppAdapter):
+    engine_type = "breaksout"
+
+    def build_command(self, spec):
+        raise Interrupted("not an Exception at all")
+
+
+class Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("and its message cannot be read either")
+
+
+class BadMessage(LlamaCppAdapter):
+    engine_type = "badmessage"
+
+    def build_command(self, spec):
+        raise Unprintable()
+
+
+class NegativeFootprint(LlamaCppAdapter):
+    engine_type = "negative"
+
+    def estimate_footprint(self, geometry, spec):
+        return -5
+
+
 @hookimpl
 def register_engines(register):
-    register(RaisesAtInit)
-    register(ExitsInBuild)
+    for adapter in (RaisesAtInit, ExitsInBuild, BreaksOut, BadMessage, NegativeFootprint):
+        register(adapter)
 """
 
 
@@ -87,15 +117,32 @@ def test_a_broken_plugin_or_a_typo_fails_its_engine_and_the_adopted_ones_keep_an
     pid = engines(data)[GOOD][1]
     first.send_signal(signal.SIGKILL)
     first.wait(10)
-    keys = (GOOD, "lamacpp:typo:0", "raisesinit:m:0", "exitsbuild:m:0")
+    keys = (
+        GOOD,
+        "lamacpp:typo:0",
+        "raisesinit:m:0",
+        "exitsbuild:m:0",
+        "breaksout:m:0",
+        "badmessage:m:0",
+        "negative:m:0",
+    )
     second = start_daemon(_config(tmp_path, *keys), data, tmp_path / "d2.log", env=env)
     try:
         for key in keys[1:]:
             wait_for(lambda k=key: count(data, k, "engine.failed") == 1)  # type: ignore[misc]
         failed = {s: p["error"] for s, t, p in events(data) if t == "engine.failed"}
         assert failed["engine/lamacpp:typo:0"] == (
-            "lamacpp:typo:0: no plugin provides engine 'lamacpp' (loaded: exitsbuild, "
-            "llamacpp, raisesinit)"
+            "lamacpp:typo:0: no plugin provides engine 'lamacpp' (loaded: badmessage, "
+            "breaksout, exitsbuild, llamacpp, negative, raisesinit)"
+        )
+        assert "raised Interrupted: not an Exception at all in " in failed["engine/breaksout:m:0"]
+        assert (
+            "raised Unprintable: (its message could not be read) in "
+            in failed["engine/badmessage:m:0"]
+        )
+        assert (
+            "returned -5 from estimate_footprint, not a byte count"
+            in (failed["engine/negative:m:0"])
         )
         assert failed["engine/raisesinit:m:0"] == (
             "raisesinit:m:0: the 'raisesinit' engine plugin "
@@ -117,16 +164,29 @@ def test_a_broken_plugin_or_a_typo_fails_its_engine_and_the_adopted_ones_keep_an
     assert "Traceback" not in (tmp_path / "d2.log").read_text()
 
 
-def _damage(path: Path, seq: int) -> None:
-    """A payload that is not JSON, the way a disk or a hand edit could leave it."""
+#: (how the row is damaged, what the daemon says of it)
+DAMAGE = [
+    ("'not json'", "payload is not JSON"),
+    (
+        "json_set(payload, '$.create_time', 'yesterday')",
+        "not an event this hostler can fold: a payload that does not fit its type, an unknown "
+        "type, or a newer schema",
+    ),
+]
+
+
+def _damage(path: Path, seq: int, payload_sql: str) -> None:
+    """Damage one row the way a disk or a hand edit could (the append-only trigger dropped)."""
     with sqlite3.connect(path) as conn:
         conn.execute("DROP TRIGGER events_no_update")
-        conn.execute("UPDATE events SET payload = 'not json' WHERE seq = ?", (seq,))
+        conn.execute(f"UPDATE events SET payload = {payload_sql} WHERE seq = ?", (seq,))  # noqa: S608
 
 
+@pytest.mark.parametrize(("payload_sql", "why"), DAMAGE)
 def test_a_damaged_engine_history_refuses_the_start_naming_the_seq_and_the_engine(
-    tmp_path: Path, setup: tuple[Path, Path]
+    tmp_path: Path, setup: tuple[Path, Path], payload_sql: str, why: str
 ) -> None:
+    """A misfit ``engine.spawned`` was skipped: the live engine was reaped as a stray."""
     _, data = setup
     config = _config(tmp_path, GOOD)
     first = start_daemon(config, data, tmp_path / "d1.log")
@@ -136,15 +196,15 @@ def test_a_damaged_engine_history_refuses_the_start_naming_the_seq_and_the_engin
     first.wait(10)
     with sqlite3.connect(data / "events.db") as conn:
         seq = conn.execute(
-            "SELECT seq FROM events WHERE type = 'engine.ready' AND stream_id = ?",
+            "SELECT seq FROM events WHERE type = 'engine.spawned' AND stream_id = ?",
             (f"engine/{GOOD}",),
         ).fetchone()[0]
-    _damage(data / "events.db", seq)
+    _damage(data / "events.db", seq, payload_sql)
     result = run_cli("daemon", "--config", str(config), "--data-dir", str(data))
     assert result.returncode == 1
     assert result.stderr == (
         f"hostler: error [store.damaged-row]: {data / 'events.db'}: rows of the engines' "
-        f"history cannot be read: seq {seq} (payload is not JSON); hostler starts no work on a "
+        f"history cannot be read: seq {seq} ({why}); hostler starts no work on a "
         "damaged log: restore it from a backup, or move it aside (it stays readable with "
         "`hostler events --db`); engines of this data directory still run unsupervised (pids "
         f"{pid}): stop them (kill -TERM), or move the log aside and restart the daemon, which "
@@ -195,3 +255,40 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_two_keys_never_share_a_run_directory() -> None:
+    """``a/0`` and ``a 0`` both became ``a_0``: one engine read the other's log and was killed."""
+    from hostler.daemon import _safe
+
+    names = {_safe(k) for k in ("llamacpp:tiny/0:0", "llamacpp:tiny 0:0", "llamacpp:tiny_0:0")}
+    assert len(names) == 3
+    assert _safe("llamacpp:qwen2.5-7b:0") == "llamacpp_qwen2.5-7b_0"  # plain keys: readable
+    assert _safe("llamacpp:tiny/0:0").startswith("llamacpp_tiny_0_0-")
+    assert _safe("llamacpp:tiny_0:0").startswith("llamacpp_tiny_0_0-")
+    assert all(len(n) <= 200 for n in names)
+
+
+def test_a_symlinked_run_directory_is_never_followed(
+    tmp_path: Path, setup: tuple[Path, Path]
+) -> None:
+    _, data = setup
+    outside = tmp_path / "outside"
+    outside.mkdir(mode=0o755)
+    (outside / "engine.log.1").write_text("precious")
+    (data / "run").mkdir(parents=True, mode=0o700)
+    (data / "run" / "llamacpp_good_0").symlink_to(outside)
+    daemon = start_daemon(_config(tmp_path, GOOD), data, tmp_path / "d.log")
+    try:
+        wait_for(lambda: count(data, GOOD, "engine.failed") == 1)
+        failed = next(p for s, t, p in events(data) if t == "engine.failed")
+        assert failed["error"] == (
+            f"{GOOD}: {data / 'run' / 'llamacpp_good_0'} is a symbolic link; hostler keeps an "
+            "engine's log and work files only in a directory of its own: remove the link"
+        )
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(30)
+    assert sorted(p.name for p in outside.iterdir()) == ["engine.log.1"]
+    assert (outside / "engine.log.1").read_text() == "precious"
+    assert outside.stat().st_mode & 0o777 == 0o755 & ~_umask()

@@ -130,6 +130,8 @@ class _EngineEntry(_Strict):
         for flag, item in value.items():
             if isinstance(item, float) and not math.isfinite(item):
                 raise ValueError(f"{flag} must be a finite number")
+            if "\0" in flag or (isinstance(item, str) and "\0" in item):
+                raise ValueError(f"{flag!r}: a command-line argument cannot hold a NUL character")
         return value
 
 

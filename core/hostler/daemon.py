@@ -9,6 +9,7 @@ running; the next daemon on the same data directory adopts them without a reload
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -82,7 +83,17 @@ def daemon_id(data_dir: Path) -> str:
 
 
 def _safe(key: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "_", key)
+    """A file name for a key's run directory, one per key (two keys never share one).
+
+    ``:`` becomes ``_`` (``llamacpp:qwen:0`` → ``llamacpp_qwen_0``). A key that holds ``_``
+    itself or any character outside ``[A-Za-z0-9.:-]`` could then meet another's name, so it
+    gets a short hash of itself appended: ``a/0``, ``a 0`` and ``a_0`` stay apart.
+    """
+    safe = key.replace(":", "_")
+    if re.fullmatch(r"[A-Za-z0-9.:-]+", key):
+        return safe
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", key)
+    return f"{safe[:180]}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
 
 
 class DeviceWatch:
@@ -251,9 +262,10 @@ class Daemon:
 
         async def replay_and_reconcile() -> list[Outcome]:
             world = await io.run(replay, store)
-            if world.damaged:  # SF3: a damaged history is a corrupt log
+            unreadable = sorted([*world.damaged, *((seq, _UNFOLDABLE) for seq in world.unknown)])
+            if unreadable:  # SF3: a history it cannot fold is a corrupt log, never guessed at
                 note = await io.run(self._orphans_note)
-                raise StoreDamagedRowError(_damage_message(store.name, world.damaged) + note)
+                raise StoreDamagedRowError(_damage_message(store.name, unreadable) + note)
             return await reconcile(
                 store,
                 world.engines,
@@ -610,6 +622,13 @@ def _record_gap(store: EventStore) -> None:
         return
     gap = DaemonGap(time.time(), previous.event.pid, previous.event.at, store.last_seq())
     store.append(DAEMON_STREAM, [gap], expected_version=None)
+
+
+#: Why a row of a lifecycle stream that decoded was still not folded.
+_UNFOLDABLE = (
+    "not an event this hostler can fold: a payload that does not fit its type, an unknown "
+    "type, or a newer schema"
+)
 
 
 def _damage_message(name: str, damaged: list[tuple[int, str]]) -> str:

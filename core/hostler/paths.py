@@ -26,6 +26,11 @@ __all__ = [
 EVENTS_FILE = "events.db"
 
 
+#: Linux's NAME_MAX and PATH_MAX: longer names fail every system call with ENAMETOOLONG.
+_NAME_MAX = 255
+_PATH_MAX = 4096
+
+
 def user_path(
     text: str | os.PathLike[str], *, base: Path | None = None, resolve: bool = False
 ) -> Path:
@@ -43,6 +48,10 @@ def user_path(
     raw = os.fspath(text)
     if "\0" in raw:
         raise ValueError("a path cannot hold a NUL character")
+    if len(raw) > _PATH_MAX or any(len(part) > _NAME_MAX for part in Path(raw).parts):
+        raise ValueError(
+            f"too long for a path (at most {_NAME_MAX} characters a name, {_PATH_MAX} in all)"
+        )
     try:
         path = Path(raw).expanduser()
     except RuntimeError:  # no such user, or no HOME and no password entry for "~"

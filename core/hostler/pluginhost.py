@@ -23,7 +23,14 @@ from hostler.events.base import Event
 from hostler.events.plugin import PluginFailed, PluginLoaded
 from hostler.plugin import PROJECT, EngineAdapter, Hookspecs
 
-__all__ = ["PluginFailed", "PluginHost", "PluginLoaded", "PluginRecord", "UnknownEngineError"]
+__all__ = [
+    "PluginFailed",
+    "PluginHost",
+    "PluginLoaded",
+    "PluginRecord",
+    "UnknownEngineError",
+    "describe_exception",
+]
 
 log = logging.getLogger(__name__)
 
@@ -83,14 +90,14 @@ class PluginHost:
         try:
             module = point.load()
         except Exception as exc:  # noqa: BLE001 - a plugin's import error must not stop the host
-            self._fail(name, version, "import", _describe(exc))
+            self._fail(name, version, "import", describe_exception(exc))
             return
         try:
             self.manager.register(module, name=name)
             self.manager.check_pending()
         except Exception as exc:  # noqa: BLE001 - invalid hooks disable this plugin only
             self._unregister(name)
-            self._fail(name, version, "validate", _describe(exc))
+            self._fail(name, version, "validate", describe_exception(exc))
             return
         offered: list[Any] = []
         for impl in self.manager.hook.register_engines.get_hookimpls():
@@ -100,7 +107,7 @@ class PluginHost:
                 impl.function(register=offered.append)
             except Exception as exc:  # noqa: BLE001 - one raising hook disables its plugin only
                 self._unregister(name)
-                self._fail(name, version, "register_engines", _describe(exc))
+                self._fail(name, version, "register_engines", describe_exception(exc))
                 return
         problem = self._check(name, offered)
         if problem:
@@ -158,10 +165,10 @@ class PluginHost:
             return cls(**options)
         except HostlerError:
             raise
-        except (Exception, SystemExit) as exc:
+        except BaseException as exc:  # a plugin's sys.exit() or worse: its bug, not ours
             raise PluginError(
                 f"the {engine!r} engine plugin ({cls.__module__}.{cls.__qualname__}) raised "
-                f"{_describe(exc)} while its adapter was built"
+                f"{describe_exception(exc)} while its adapter was built"
             ) from exc
 
 
@@ -175,6 +182,10 @@ def _version(point: EntryPoint) -> str:
     return str(dist.version) if dist is not None else "unknown"
 
 
-def _describe(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+def describe_exception(exc: BaseException) -> str:
+    """``Type: first line of its message``, even for an exception whose ``__str__`` raises."""
+    try:
+        text = str(exc).strip().splitlines()
+    except Exception:  # noqa: BLE001 - a plugin's broken __str__ must not hide its error
+        text = ["(its message could not be read)"]
+    return f"{type(exc).__name__}: {text[0][:500] if text else ''}".rstrip(": ")

@@ -76,6 +76,7 @@ from hostler.errors import (
 from hostler.machines.engine import Engine, EngineState, StopReason
 from hostler.paths import private_dir
 from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec, Panic
+from hostler.pluginhost import describe_exception
 from hostler.policies.supervision import (
     SupervisionPolicy,
     decide_health,
@@ -216,6 +217,7 @@ class Supervisor:
         self._next_health = 0.0
         self.health = health or LogHealth(store.name)
         self._next_flush = 0.0
+        self._writing = anyio.Lock()  # fire-and-commit and flushes, one at a time
         self._next_log_check = 0.0
         self._rotate_trouble: str | None = None
 
@@ -253,33 +255,44 @@ class Supervisor:
         next write or :meth:`flush`; the caller goes on (the crash happened, the process is
         gone, whether or not the log takes it now).
         """
-        self.engine.fire(trigger, at=self._clock(), **observation)
-        # while the log refuses writes, the watcher's once-a-second retry takes it (SF4: a
-        # shutdown never waits on a lock once per event)
-        await self.flush(force=self.health.ok)
+        async with self._writing:
+            self.engine.fire(trigger, at=self._clock(), **observation)
+            # while the log refuses writes, the watcher's once-a-second retry takes it (SF4: a
+            # shutdown never waits on a lock once per event)
+            await self._flush_locked(force=self.health.ok)
 
     async def _decide(self, trigger: str, **observation: object) -> None:
         """Record a decision before acting on it (SF2): unrecorded, it is not taken.
 
+        Held under the write lock from firing to the verdict, so no concurrent flush can
+        write a decision that is then withdrawn.
+
         Raises:
             StoreError: The log refused it; the machine is as it was, nothing is to be done.
         """
-        before = copy.deepcopy(self.engine.snapshot())
-        event = self.engine.fire(trigger, at=self._clock(), **observation)
-        await self.flush(force=True)
-        if event in self.engine.pending:
-            self.engine.pending.remove(event)
-            self.engine.restore(before)
-            raise StoreError(
-                f"{self.key}: {trigger!r} not done: the event log cannot record it "
-                f"({self.health.error})"
-            )
+        async with self._writing:
+            before = copy.deepcopy(self.engine.snapshot())
+            event = self.engine.fire(trigger, at=self._clock(), **observation)
+            await self._flush_locked(force=True)
+            if event in self.engine.pending:
+                self.engine.pending.remove(event)
+                self.engine.restore(before)
+                raise StoreError(
+                    f"{self.key}: {trigger!r} not done: the event log cannot record it "
+                    f"({self.health.error})"
+                )
 
     async def flush(self, *, force: bool = False) -> bool:
         """Write the machine's pending events; whether none are left pending.
 
         While the log fails, tries at most once a second unless ``force``.
         """
+        async with self._writing:
+            return await self._flush_locked(force=force)
+
+    async def _flush_locked(self, *, force: bool) -> bool:
+        # one write at a time per machine: an event fired while a commit of the pending list
+        # is in flight would be cleared with it, unwritten
         if not self.engine.pending:
             return True
         now = anyio.current_time()
@@ -306,11 +319,11 @@ class Supervisor:
             return func(*args)
         except HostlerError:
             raise
-        except (Exception, SystemExit) as exc:  # a plugin's sys.exit() must not end hostler
+        except BaseException as exc:  # sys.exit(), KeyboardInterrupt... from plugin code: its bug
             cls = type(self.adapter)
             raise PluginError(
                 f"{self.key}: the {self.adapter.engine_type!r} engine plugin ({cls.__module__}."
-                f"{cls.__qualname__}) raised {type(exc).__name__}: {exc} in {what}"
+                f"{cls.__qualname__}) raised {describe_exception(exc)} in {what}"
             ) from exc
 
     # -- requests ----------------------------------------------------------------------------
@@ -421,7 +434,15 @@ class Supervisor:
             return 0
         footprint = self._footprint
         # pricing reads the model's header, the ledger and the calibration: off the loop
-        estimate = int(await self._io.run(self._plugin, "estimate_footprint", footprint))
+        raw = await self._io.run(self._plugin, "estimate_footprint", footprint)
+        if type(raw) is not int or raw < 0:  # a plugin's NaN, None or -5 is no byte count
+            cls = type(self.adapter)
+            raise PluginError(
+                f"{self.key}: the {self.adapter.engine_type!r} engine plugin ({cls.__module__}."
+                f"{cls.__qualname__}) returned {repr(raw)[:60]} from estimate_footprint, "
+                "not a byte count"
+            )
+        estimate = raw
         decision = await self._io.run_patiently(
             lambda: self.ledger.reserve(self.key, estimate, token=token)  # type: ignore[union-attr]
         )
@@ -495,6 +516,12 @@ class Supervisor:
             raise EngineStartError(f"{self.key}: model file {spec.model} does not exist")
         command: LaunchCommand = self._plugin("build_command", self.adapter.build_command, spec)
         self._build = self._plugin("build_identity", self.adapter.build_identity, command)
+        linked = self._linked_run_dir()
+        if linked is not None:  # planted: rotation would cut files wherever it points
+            raise EngineStartError(
+                f"{self.key}: {linked} is a symbolic link; hostler keeps an engine's log and "
+                "work files only in a directory of its own: remove the link"
+            )
         private_dir(self.run_dir)
         if spec.work_dir is not None:
             private_dir(spec.work_dir)
@@ -509,8 +536,9 @@ class Supervisor:
                 port=port,
                 cwd=spec.work_dir,
             )
-        except OSError as exc:
-            message = f"{self.key}: cannot run {command.argv[0]} ({exc.strerror or exc})"
+        except (OSError, ValueError) as exc:  # ValueError: a NUL in argv or environment
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            message = f"{self.key}: cannot run {command.argv[0]} ({reason})"
             raise EngineStartError(message) from exc
         child = _Child(identity, process, follower, self._clock(), spec, pidfd=pidfd)
         self._child = child
@@ -781,6 +809,10 @@ class Supervisor:
         if ended is None or ended.gone:
             await self._release()
 
+    def _linked_run_dir(self) -> Path | None:
+        """The run directory or its parent when either is a symbolic link, else None."""
+        return next((d for d in (self.run_dir.parent, self.run_dir) if d.is_symlink()), None)
+
     async def _rotate_log(self) -> bool:
         """Cap ``engine.log`` (copy-then-truncate, off the loop); whether it rotated.
 
@@ -788,6 +820,8 @@ class Supervisor:
         per distinct error; it never stops the engine or the watch.
         """
         path, policy = self.log_path, self.policy
+        if self._linked_run_dir() is not None:
+            return False  # never cut files wherever a planted link points
         try:
             rotated = await self._io.run(
                 lambda: rotate_log(path, max_bytes=policy.log_max_bytes, keep=policy.log_keep)
