@@ -69,6 +69,11 @@ BAD = [
     ('[daemon]\nledger = "\\u0000"\n', "daemon.ledger", "a path cannot hold a NUL"),
     ('[[engines]]\nkey = "llamacpp:m:²"\nmodel = "m.gguf"\n', "engines[0].key", "engine:model:"),
     (GOOD_ENGINE + "slots = 1025\n", "engines[0].slots", "less than or equal to 1024"),
+    (
+        f'[[engines]]\nkey = "llamacpp:{"a" * 120}:0"\nmodel = "m.gguf"\n',
+        "engines[0].key",
+        "at most 128 characters",
+    ),
     # found by a hostile tester: accepted, then a traceback when the engine was started
     (
         GOOD_ENGINE + 'extra_args = { alias = "a\\u0000b" }\n',

@@ -129,7 +129,7 @@ def test_a_broken_plugin_or_a_typo_fails_its_engine_and_the_adopted_ones_keep_an
     second = start_daemon(_config(tmp_path, *keys), data, tmp_path / "d2.log", env=env)
     try:
         for key in keys[1:]:
-            wait_for(lambda k=key: count(data, k, "engine.failed") == 1)  # type: ignore[misc]
+            wait_for(lambda k=key: count(data, k, "engine.failed") == 1)
         failed = {s: p["error"] for s, t, p in events(data) if t == "engine.failed"}
         assert failed["engine/lamacpp:typo:0"] == (
             "lamacpp:typo:0: no plugin provides engine 'lamacpp' (loaded: badmessage, "
@@ -166,12 +166,16 @@ def test_a_broken_plugin_or_a_typo_fails_its_engine_and_the_adopted_ones_keep_an
 
 #: (how the row is damaged, what the daemon says of it)
 DAMAGE = [
-    ("'not json'", "payload is not JSON"),
+    ("'not json'", "seq {seq} (payload is not JSON)"),
     (
         "json_set(payload, '$.create_time', 'yesterday')",
-        "not an event this hostler can fold: a payload that does not fit its type, an unknown "
-        "type, or a newer schema",
+        "seq {seq} (not an event this hostler can fold: a payload that does not fit its type, "
+        "an unknown type, or a newer schema)",
     ),
+    # well typed, but no process's: pid 0 had the live engine reaped, -1 and port 70000 crashed
+    ("json_set(payload, '$.pid', 0)", f"{GOOD} records an impossible pid (0)"),
+    ("json_set(payload, '$.pid', -1)", f"{GOOD} records an impossible pid (-1)"),
+    ("json_set(payload, '$.port', 70000)", f"{GOOD} records an impossible port (70000)"),
 ]
 
 
@@ -204,7 +208,7 @@ def test_a_damaged_engine_history_refuses_the_start_naming_the_seq_and_the_engin
     assert result.returncode == 1
     assert result.stderr == (
         f"hostler: error [store.damaged-row]: {data / 'events.db'}: rows of the engines' "
-        f"history cannot be read: seq {seq} ({why}); hostler starts no work on a "
+        f"history cannot be read: {why.format(seq=seq)}; hostler starts no work on a "
         "damaged log: restore it from a backup, or move it aside (it stays readable with "
         "`hostler events --db`); engines of this data directory still run unsupervised (pids "
         f"{pid}): stop them (kill -TERM), or move the log aside and restart the daemon, which "
@@ -292,3 +296,13 @@ def test_a_symlinked_run_directory_is_never_followed(
     assert sorted(p.name for p in outside.iterdir()) == ["engine.log.1"]
     assert (outside / "engine.log.1").read_text() == "precious"
     assert outside.stat().st_mode & 0o777 == 0o755 & ~_umask()
+
+
+def test_an_exception_whose_message_raises_anything_is_still_described() -> None:
+    from hostler.pluginhost import describe_exception
+
+    class Unreadable(BaseException):
+        def __str__(self) -> str:
+            raise KeyboardInterrupt
+
+    assert describe_exception(Unreadable()) == "Unreadable: (its message could not be read)"

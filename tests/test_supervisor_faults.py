@@ -404,7 +404,9 @@ async def test_a_start_the_log_refused_is_taken_once_the_lock_goes(
             types = [t for t, _ in stream(store)]
             assert types == ["engine.start_requested", "engine.spawned", "engine.ready"]
             assert supervisor.health.ok
-            assert supervisor.health.take_ended()[0].code == "store.busy"
+            outage = supervisor.health.take_ended()[0]
+            assert outage.code == "store.busy"
+            assert outage.delayed == 0  # the refused decision was withdrawn, it never waited
         finally:
             await supervisor.stop()
             holder.close()

@@ -46,6 +46,8 @@ MAX_ENGINE_LOG_KEEP = 100
 KvType = Literal["f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl"]
 Seconds = Annotated[float, Field(ge=0, le=365 * 24 * 3600)]
 ExtraValue = str | int | float | bool
+#: The longest engine key: ``engine/<key>`` is its stream id (200 characters at most).
+MAX_KEY_LENGTH = 128
 
 
 def _no_nul(value: str) -> str:
@@ -120,6 +122,8 @@ class _EngineEntry(_Strict):
     @field_validator("key")
     @classmethod
     def _engine_key(cls, value: str) -> str:
+        if len(value) > MAX_KEY_LENGTH:  # its stream id and run directory must stay valid
+            raise ValueError(f"at most {MAX_KEY_LENGTH} characters")
         if parse_key(value) is None:
             raise ValueError("must look like engine:model:replica")
         return value

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 import re
 import secrets
@@ -263,9 +264,16 @@ class Daemon:
         async def replay_and_reconcile() -> list[Outcome]:
             world = await io.run(replay, store)
             unreadable = sorted([*world.damaged, *((seq, _UNFOLDABLE) for seq in world.unknown)])
-            if unreadable:  # SF3: a history it cannot fold is a corrupt log, never guessed at
+            implausible = [
+                f"{key} records {why}"
+                for key, engine in sorted(world.engines.items())
+                if engine.pid is not None  # what it believes runs; a past run's record is moot
+                and (why := implausible_identity(engine.pid, engine.identity)) is not None
+            ]
+            if unreadable or implausible:  # SF3: a history it cannot trust is a corrupt log
                 note = await io.run(self._orphans_note)
-                raise StoreDamagedRowError(_damage_message(store.name, unreadable) + note)
+                message = _damage_message(store.name, unreadable, implausible)
+                raise StoreDamagedRowError(message + note)
             return await reconcile(
                 store,
                 world.engines,
@@ -631,9 +639,30 @@ _UNFOLDABLE = (
 )
 
 
-def _damage_message(name: str, damaged: list[tuple[int, str]]) -> str:
-    shown = "; ".join(f"seq {seq} ({why})" for seq, why in damaged[:5])
-    more = f" and {len(damaged) - 5} more" if len(damaged) > 5 else ""
+def implausible_identity(pid: object, identity: dict[str, Any] | None) -> str | None:
+    """Why a recorded engine identity cannot be a real process's, or None (SF3).
+
+    A hand-edited or damaged ``engine.spawned`` naming pid 0, 1 or -1, or port 70000, would
+    otherwise have a live engine declared lost and its process reaped as a stray.
+    """
+    if identity is None:
+        return None
+    port, created = identity.get("port"), identity.get("create_time")
+    if type(pid) is not int or not 1 < pid < 2**22:
+        return f"an impossible pid ({str(pid)[:20]})"
+    if type(port) is not int or not 0 < port < 65536:
+        return f"an impossible port ({str(port)[:20]})"
+    if not isinstance(created, int | float) or not math.isfinite(created) or created < 0:
+        return f"an impossible start time ({str(created)[:20]})"
+    return None
+
+
+def _damage_message(
+    name: str, damaged: list[tuple[int, str]], implausible: list[str] | None = None
+) -> str:
+    parts = [f"seq {seq} ({why})" for seq, why in damaged] + (implausible or [])
+    shown = "; ".join(parts[:5])
+    more = f" and {len(parts) - 5} more" if len(parts) > 5 else ""
     return (
         f"{name}: rows of the engines' history cannot be read: {shown}{more}; hostler starts "
         "no work on a damaged log: restore it from a backup, or move it aside (it stays "

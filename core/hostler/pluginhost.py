@@ -186,6 +186,6 @@ def describe_exception(exc: BaseException) -> str:
     """``Type: first line of its message``, even for an exception whose ``__str__`` raises."""
     try:
         text = str(exc).strip().splitlines()
-    except Exception:  # noqa: BLE001 - a plugin's broken __str__ must not hide its error
+    except BaseException:  # noqa: BLE001 - a plugin's broken __str__ must not hide its error
         text = ["(its message could not be read)"]
     return f"{type(exc).__name__}: {text[0][:500] if text else ''}".rstrip(": ")

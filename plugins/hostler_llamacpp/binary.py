@@ -38,7 +38,7 @@ def find_llama_server(configured: str | os.PathLike[str] | None = None) -> Path:
             path = Path(named).expanduser()
         except RuntimeError:  # ~user of a user this system does not know
             raise EngineBinaryError(
-                f"{named[:200]}: llama-server binary not found (no such home directory)"
+                f"{os.fspath(named)[:200]}: llama-server binary not found (no such home directory)"
             ) from None
         if not path.is_file():
             raise EngineBinaryError(f"{path}: llama-server binary not found")

@@ -273,7 +273,7 @@ class Supervisor:
         async with self._writing:
             before = copy.deepcopy(self.engine.snapshot())
             event = self.engine.fire(trigger, at=self._clock(), **observation)
-            await self._flush_locked(force=True)
+            await self._flush_locked(force=True, withdrawable=1)
             if event in self.engine.pending:
                 self.engine.pending.remove(event)
                 self.engine.restore(before)
@@ -290,7 +290,7 @@ class Supervisor:
         async with self._writing:
             return await self._flush_locked(force=force)
 
-    async def _flush_locked(self, *, force: bool) -> bool:
+    async def _flush_locked(self, *, force: bool, withdrawable: int = 0) -> bool:
         # one write at a time per machine: an event fired while a commit of the pending list
         # is in flight would be cleared with it, unwritten
         if not self.engine.pending:
@@ -305,7 +305,8 @@ class Supervisor:
             raise  # another writer in our stream: a bug or a copied data directory
         except StoreError as exc:
             self._next_flush = now + 1.0
-            self.health.failed(exc, self._clock(), pending=waiting)
+            # a decision withdrawn on failure never waited: it is not counted as delayed
+            self.health.failed(exc, self._clock(), pending=waiting - withdrawable)
             return False
         self.health.wrote(self._clock(), delayed=waiting - 1)
         return True
