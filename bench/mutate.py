@@ -68,6 +68,7 @@ TESTS: dict[str, list[str]] = {
         "tests/test_planner.py",
         "tests/test_capacity_edges.py",
     ],
+    "policies.pool": ["tests/test_pool_policy.py"],
 }
 DEFAULT_MODULES = list(TESTS)
 #: ledger.py: only its pure functions (module-level ``def``s) are mutated.
@@ -76,6 +77,9 @@ FUNCTIONS_ONLY = {"ledger"}
 #: Mutants no input can tell apart from the original, by (module, line, mutation). Each is
 #: argued in docs/benchmarks.md; they are reported, and excluded from the score.
 EQUIVALENT: dict[tuple[str, int, str], str] = {
+    ("policies.pool", 176, "const 0 -> -1 @47"): (
+        "a missing session count read as -1 is clamped to 0 by the max() around it"
+    ),
     ("budget", 95, "const 0 -> -1 @45"): "without a card has_card is False before vram is read",
     ("budget", 117, "const 0 -> -1 @36"): "a discrete host has vram > 0: the `or` never applies",
     ("budget", 117, "const 0 -> 1 @36"): "a discrete host has vram > 0: the `or` never applies",
@@ -366,6 +370,15 @@ def _child(fullname: str, path: Path, args: list[str]) -> None:
     os._exit(int(pytest.main(args)))
 
 
+def _dotted(module: str) -> str:
+    """``budget`` is ``hostler.capacity.budget``; ``policies.pool`` is ``hostler.policies.pool``."""
+    return f"hostler.{module}" if "." in module else f"hostler.capacity.{module}"
+
+
+def _source_path(module: str) -> Path:
+    return ROOT / "core" / Path(*_dotted(module).split(".")).with_suffix(".py")
+
+
 def run_tests(module: str, text: str, tests: list[str], timeout: float) -> tuple[bool, str]:
     """Run ``tests`` against ``text`` standing in for ``hostler.capacity.<module>``.
 
@@ -375,10 +388,10 @@ def run_tests(module: str, text: str, tests: list[str], timeout: float) -> tuple
     """
     args = ["-x", "-q", "-p", "no:cacheprovider", "-m", "not static", "-k", "not cli", *tests]
     with tempfile.TemporaryDirectory(prefix="hostler-mutant-") as tmp:
-        path = Path(tmp) / f"{module}.py"
+        path = Path(tmp) / f"{module.rsplit('.', 1)[-1]}.py"
         path.write_text(text, encoding="utf-8")
         context = multiprocessing.get_context("fork")
-        child = context.Process(target=_child, args=(f"hostler.capacity.{module}", path, args))
+        child = context.Process(target=_child, args=(_dotted(module), path, args))
         child.start()
         child.join(timeout)
         if child.is_alive():
@@ -398,7 +411,7 @@ def mutate_module(
     module: str, *, limit: int, seed: int, jobs: int, timeout: float
 ) -> tuple[list[Outcome], int]:
     """Sample and run the mutants of one module; return the outcomes and the points found."""
-    source = (CAPACITY / f"{module}.py").read_text(encoding="utf-8")
+    source = _source_path(module).read_text(encoding="utf-8")
     tests = [t for t in TESTS[module] if (ROOT / t).exists()]
     tree = ast.parse(source)
     points = mutations_of(tree, functions_only=module in FUNCTIONS_ONLY)
@@ -451,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     args.modules = args.modules or DEFAULT_MODULES
     if args.list:
         for module in dict.fromkeys(args.modules):
-            source = (CAPACITY / f"{module}.py").read_text(encoding="utf-8")
+            source = _source_path(module).read_text(encoding="utf-8")
             points = mutations_of(ast.parse(source), functions_only=module in FUNCTIONS_ONLY)
             lines = source.splitlines()
             for m in _sample(points, module, args.seed, args.max):

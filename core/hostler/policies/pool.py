@@ -1,0 +1,179 @@
+"""Pool policy (pure): which resident engines make room, how a drain ends, where a session goes.
+
+The pool (a driver, to come) keeps one entry per resident engine: its bytes in the ledger, when
+it served, the requests of the last minute, whether work runs or waits on it, whether it is
+draining. When a new engine needs room it asks :func:`plan_make_room`; while a busy victim
+drains it asks :func:`drain_verdict`; to place a new session it asks :func:`pick_replica`.
+Every answer carries the policy's name and version and every input it used — the candidates
+considered with their demand figures — so the log explains each eviction and a post-mortem
+can re-derive it. Nothing here reads a clock: ``now`` is an observation.
+
+Rules (docs/rules.md): PP3 demand, PP4 making room (victim order from
+:func:`hostler.capacity.victims.choose_victims`), PP5 drain, PP11 replica choice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from hostler.capacity.victims import DEMAND_WINDOW, Resident, choose_victims
+
+__all__ = [
+    "DRAIN_WAIT",
+    "POLICY_NAME",
+    "POLICY_VERSION",
+    "DrainVerdict",
+    "MakeRoom",
+    "PoolEntry",
+    "demand",
+    "drain_verdict",
+    "pick_replica",
+    "plan_make_room",
+    "touch",
+]
+
+POLICY_NAME = "pool"
+POLICY_VERSION = 1
+
+#: PP5: how long a busy victim may finish its work before the eviction gives up (seconds).
+DRAIN_WAIT = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class PoolEntry:
+    """One resident engine as the pool knows it.
+
+    Attributes:
+        key: Its engine key (``engine:model:replica``).
+        bytes: What it holds in the ledger (measured when known, else the estimate).
+        last_used_at: When it last served (epoch seconds).
+        hits: When it was asked, the newest last, within the demand window (PP3).
+        busy: Requests running or queued on it.
+        draining: On its way out: it takes no new work (PP5).
+    """
+
+    key: str
+    bytes: int
+    last_used_at: float
+    hits: tuple[float, ...] = ()
+    busy: bool = False
+    draining: bool = False
+
+
+def touch(entry: PoolEntry, now: float) -> PoolEntry:
+    """PP3: the entry asked for at ``now``: last used now, the hit kept, old hits dropped."""
+    kept = tuple(t for t in entry.hits if now - t < DEMAND_WINDOW)
+    return PoolEntry(
+        entry.key, entry.bytes, now, (*kept, now), busy=entry.busy, draining=entry.draining
+    )
+
+
+def demand(entry: PoolEntry, now: float) -> int:
+    """PP3: requests in the last :data:`DEMAND_WINDOW` seconds (one exactly that old is out)."""
+    return sum(1 for t in entry.hits if 0 <= now - t < DEMAND_WINDOW)
+
+
+@dataclass(frozen=True, slots=True)
+class MakeRoom:
+    """PP4's answer: evict these idle engines together, or drain one busy engine, or nothing.
+
+    Attributes:
+        evict: Idle engines to evict at once (the least wanted first).
+        drain: A busy engine to drain and then evict, when the idle ones cannot cover it.
+        covers: Whether ``evict`` alone frees the shortfall.
+        decision: The policy, the shortfall and every candidate with its demand, age and bytes.
+    """
+
+    evict: tuple[str, ...]
+    drain: str | None
+    covers: bool
+    decision: dict[str, Any]
+
+
+def plan_make_room(entries: Sequence[PoolEntry], shortfall: int, now: float) -> MakeRoom:
+    """PP4: what to evict so that ``shortfall`` more bytes fit (nothing when it is 0 or less).
+
+    Draining entries are already leaving and count for nothing here. When the idle engines
+    cannot cover the shortfall, the least recently used busy engine is named to drain (it is
+    never killed mid-request: the drain either ends idle or the eviction fails, PP5).
+    """
+    residents = [
+        Resident(e.key, e.bytes, e.busy, e.draining, demand(e, now), e.last_used_at)
+        for e in entries
+    ]
+    plan = choose_victims(residents, shortfall)
+    drain = None if plan.covers else plan.busy_fallback
+    decision: dict[str, Any] = {
+        "policy": POLICY_NAME,
+        "version": POLICY_VERSION,
+        "rule": "PP4",
+        "shortfall": max(shortfall, 0),
+        "now": now,
+        "candidates": [
+            {
+                "key": r.key,
+                "bytes": r.bytes,
+                "recent_hits": r.recent_hits,
+                "idle_for": round(now - r.last_used_at, 3),
+                "busy": r.busy,
+                "draining": r.draining,
+            }
+            for r in sorted(residents, key=lambda r: r.key)
+        ],
+        "evict": list(plan.victims),
+        "freed": plan.freed,
+        "drain": drain,
+    }
+    return MakeRoom(plan.victims, drain, plan.covers, decision)
+
+
+@dataclass(frozen=True, slots=True)
+class DrainVerdict:
+    """PP5's answer while a victim drains: ``evict`` it now, ``wait`` more, or give up ``busy``."""
+
+    action: Literal["evict", "wait", "busy"]
+    decision: dict[str, Any]
+
+
+def drain_verdict(
+    *, busy: bool, started_at: float, now: float, wait: float = DRAIN_WAIT
+) -> DrainVerdict:
+    """PP5: a draining victim is evicted once idle; past ``wait`` seconds still busy, it stays.
+
+    The deadline itself still waits (``now - started_at == wait`` is not yet past); a clock
+    that went backwards counts as no time spent. A negative ``wait`` is taken as 0.
+    """
+    waited = max(now - started_at, 0.0)
+    limit = max(wait, 0.0)
+    if not busy:
+        action: Literal["evict", "wait", "busy"] = "evict"
+    elif waited > limit:
+        action = "busy"
+    else:
+        action = "wait"
+    decision = {
+        "policy": POLICY_NAME,
+        "version": POLICY_VERSION,
+        "rule": "PP5",
+        "busy": busy,
+        "waited": round(waited, 3),
+        "drain_wait": limit,
+    }
+    return DrainVerdict(action, decision)
+
+
+def pick_replica(replicas: Sequence[PoolEntry], sessions: Mapping[str, int]) -> str | None:
+    """PP11: the non-draining replica with the fewest bound sessions (ties: the first given).
+
+    None when every replica drains or there is none: the caller starts replica 0.
+    """
+    best: tuple[int, str] | None = None
+    for entry in replicas:
+        if entry.draining:
+            continue
+        count = max(sessions.get(entry.key) or 0, 0)
+        if best is None or count < best[0]:
+            best = (count, entry.key)
+    return None if best is None else best[1]

@@ -1,0 +1,189 @@
+"""The pool policy (pure, PP3–PP5, PP11): edges pinned by value, no clock, no processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from hostler.policies.pool import (
+    DRAIN_WAIT,
+    POLICY_NAME,
+    POLICY_VERSION,
+    PoolEntry,
+    demand,
+    drain_verdict,
+    pick_replica,
+    plan_make_room,
+    touch,
+)
+
+NOW = 10_000.0
+MIB = 1024 * 1024
+
+
+def entry(
+    key: str, mib: int = 100, *, used: float = NOW, hits: tuple[float, ...] = (), **kw: bool
+) -> PoolEntry:
+    return PoolEntry(key, mib * MIB, used, hits, **kw)
+
+
+def test_constants_by_value() -> None:
+    assert DRAIN_WAIT == 30.0
+    assert (POLICY_NAME, POLICY_VERSION) == ("pool", 1)
+
+
+# -- PP3: demand ------------------------------------------------------------------------------
+
+
+def test_touch_keeps_the_last_minute_and_drops_a_hit_exactly_60_s_old() -> None:
+    old = entry("a", hits=(NOW - 60.0, NOW - 59.999, NOW - 1), busy=True, draining=True)
+    touched = touch(old, NOW)
+    assert touched.hits == (NOW - 59.999, NOW - 1, NOW)
+    assert touched.last_used_at == NOW
+    assert touched.busy and touched.draining and touched.bytes == 100 * MIB
+
+
+def test_demand_counts_the_window_only() -> None:
+    hits = (NOW - 61, NOW - 60.0, NOW - 59.999, NOW - 0.0, NOW + 0.5, NOW + 5)
+    assert demand(entry("a", hits=hits), NOW) == 2  # 59.999 s ago and now; not 60 s, not future
+    assert demand(entry("a"), NOW) == 0
+
+
+# -- PP4: making room -------------------------------------------------------------------------
+
+
+def test_nothing_to_do_without_a_shortfall() -> None:
+    for shortfall in (0, -5):
+        room = plan_make_room([entry("a")], shortfall, NOW)
+        assert room.evict == () and room.drain is None and room.covers
+        assert room.decision["shortfall"] == 0
+
+
+def test_victims_by_demand_then_age_the_shortest_covering_prefix() -> None:
+    entries = [
+        entry("hot", 100, used=NOW - 500, hits=(NOW - 1, NOW - 2)),
+        entry("cold-new", 100, used=NOW - 10),
+        entry("cold-old", 100, used=NOW - 400),
+        entry("warm", 100, used=NOW - 900, hits=(NOW - 30,)),
+    ]
+    assert plan_make_room(entries, 1, NOW).evict == ("cold-old",)
+    assert plan_make_room(entries, 100 * MIB, NOW).evict == ("cold-old",)  # equal covers
+    assert plan_make_room(entries, 100 * MIB + 1, NOW).evict == ("cold-old", "cold-new")
+    room = plan_make_room(entries, 300 * MIB, NOW)
+    assert room.evict == ("cold-old", "cold-new", "warm")
+    assert room.covers and room.drain is None
+
+
+def test_hits_older_than_the_window_are_not_demand() -> None:
+    stale = entry("stale", used=NOW - 100, hits=(NOW - 60.0, NOW - 90))
+    fresh = entry("fresh", used=NOW - 5, hits=(NOW - 59,))
+    assert plan_make_room([fresh, stale], 1, NOW).evict == ("stale",)
+
+
+def test_busy_and_draining_are_never_evicted_and_a_busy_one_is_named_to_drain() -> None:
+    entries = [
+        entry("idle", 50),
+        entry("busy-recent", 500, used=NOW - 1, busy=True),
+        entry("busy-lru", 500, used=NOW - 100, busy=True),
+        entry("leaving", 500, used=NOW - 1000, draining=True),
+    ]
+    room = plan_make_room(entries, 51 * MIB, NOW)
+    assert room.evict == ("idle",)
+    assert not room.covers
+    assert room.drain == "busy-lru"
+    assert plan_make_room(entries, 50 * MIB, NOW).drain is None  # idle ones cover it
+
+
+def test_nothing_evictable_means_no_plan() -> None:
+    room = plan_make_room([entry("leaving", draining=True)], 1, NOW)
+    assert room.evict == () and room.drain is None and not room.covers
+
+
+def test_the_decision_names_every_candidate_with_its_figures() -> None:
+    entries = [entry("b", 10, used=NOW - 2.5, hits=(NOW - 1,)), entry("a", 20, used=NOW - 7)]
+    room = plan_make_room(entries, 5 * MIB, NOW)
+    assert room.decision == {
+        "policy": "pool",
+        "version": 1,
+        "rule": "PP4",
+        "shortfall": 5 * MIB,
+        "now": NOW,
+        "candidates": [
+            {
+                "key": "a",
+                "bytes": 20 * MIB,
+                "recent_hits": 0,
+                "idle_for": 7.0,
+                "busy": False,
+                "draining": False,
+            },
+            {
+                "key": "b",
+                "bytes": 10 * MIB,
+                "recent_hits": 1,
+                "idle_for": 2.5,
+                "busy": False,
+                "draining": False,
+            },
+        ],
+        "evict": ["a"],
+        "freed": 20 * MIB,
+        "drain": None,
+    }
+
+
+# -- PP5: draining ----------------------------------------------------------------------------
+
+
+def test_an_idle_victim_is_evicted_at_once() -> None:
+    verdict = drain_verdict(busy=False, started_at=NOW, now=NOW)
+    assert verdict.action == "evict"
+
+
+@pytest.mark.parametrize(
+    ("waited", "action"),
+    [(0.0, "wait"), (29.999, "wait"), (30.0, "wait"), (30.001, "busy"), (-5.0, "wait")],
+)
+def test_a_busy_victim_waits_the_drain_bound_then_stays(waited: float, action: str) -> None:
+    verdict = drain_verdict(busy=True, started_at=NOW, now=NOW + waited)
+    assert verdict.action == action
+    assert verdict.decision == {
+        "policy": "pool",
+        "version": 1,
+        "rule": "PP5",
+        "busy": True,
+        "waited": max(waited, 0.0),
+        "drain_wait": 30.0,
+    }
+
+
+def test_a_custom_or_negative_drain_wait() -> None:
+    assert drain_verdict(busy=True, started_at=0, now=5, wait=5).action == "wait"
+    assert drain_verdict(busy=True, started_at=0, now=5.5, wait=5).action == "busy"
+    assert drain_verdict(busy=True, started_at=0, now=0, wait=-1).action == "wait"
+    assert drain_verdict(busy=True, started_at=0, now=0.001, wait=-1).action == "busy"
+
+
+# -- PP11: replicas ---------------------------------------------------------------------------
+
+
+def test_a_new_session_goes_to_the_least_bound_replica_first_seen_on_ties() -> None:
+    replicas = [entry("m:0"), entry("m:1"), entry("m:2")]
+    assert pick_replica(replicas, {"m:0": 2, "m:1": 1, "m:2": 1}) == "m:1"
+    assert pick_replica(replicas, {}) == "m:0"
+    assert pick_replica(replicas, {"m:0": 1, "m:1": 0, "m:2": 0}) == "m:1"
+    assert pick_replica(replicas, {"m:0": 0, "m:1": -3}) == "m:0"  # nonsense counts are 0
+    assert pick_replica(replicas[:2], {"m:1": 0}) == "m:0"  # none bound yet is 0
+
+
+def test_draining_replicas_take_no_session() -> None:
+    replicas = [entry("m:0", draining=True), entry("m:1")]
+    assert pick_replica(replicas, {"m:1": 9}) == "m:1"
+    assert pick_replica([entry("m:0", draining=True)], {}) is None
+    assert pick_replica([], {}) is None
+
+
+def test_figures_are_rounded_to_the_millisecond() -> None:
+    room = plan_make_room([entry("a", used=NOW - 2.4567)], 1, NOW)
+    assert room.decision["candidates"][0]["idle_for"] == 2.457
+    verdict = drain_verdict(busy=True, started_at=NOW, now=NOW + 12.3456)
+    assert verdict.decision["waited"] == 12.346
