@@ -68,6 +68,7 @@ TESTS: dict[str, list[str]] = {
         "tests/test_planner.py",
         "tests/test_capacity_edges.py",
     ],
+    "offload": ["tests/test_offload.py"],
     "policies.pool": ["tests/test_pool_policy.py"],
 }
 DEFAULT_MODULES = list(TESTS)
@@ -77,6 +78,7 @@ FUNCTIONS_ONLY = {"ledger"}
 #: Mutants no input can tell apart from the original, by (module, line, mutation). Each is
 #: argued in docs/benchmarks.md; they are reported, and excluded from the score.
 EQUIVALENT: dict[tuple[str, int, str], str] = {
+    ("offload", 77, "const 0 -> -1 @14"): "the kv default of -1 is clamped to 0 by max(kv, 0)",
     ("policies.pool", 176, "const 0 -> -1 @47"): (
         "a missing session count read as -1 is clamped to 0 by the max() around it"
     ),

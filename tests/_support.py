@@ -22,6 +22,7 @@ PURE_CAPACITY_NAMES = (
     "kv",
     "learning",
     "ledger",
+    "offload",
     "overrides",
     "plan",
     "pricing",
