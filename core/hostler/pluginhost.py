@@ -30,6 +30,7 @@ __all__ = [
     "PluginRecord",
     "UnknownEngineError",
     "describe_exception",
+    "plugin_fault",
 ]
 
 log = logging.getLogger(__name__)
@@ -166,9 +167,8 @@ class PluginHost:
         except HostlerError:
             raise
         except BaseException as exc:  # a plugin's sys.exit() or worse: its bug, not ours
-            raise PluginError(
-                f"the {engine!r} engine plugin ({cls.__module__}.{cls.__qualname__}) raised "
-                f"{describe_exception(exc)} while its adapter was built"
+            raise plugin_fault(
+                engine, cls, f"raised {describe_exception(exc)} while its adapter was built"
             ) from exc
 
 
@@ -180,6 +180,11 @@ def _distribution(point: EntryPoint) -> str:
 def _version(point: EntryPoint) -> str:
     dist = getattr(point, "dist", None)
     return str(dist.version) if dist is not None else "unknown"
+
+
+def plugin_fault(engine: str, cls: type, what: str) -> PluginError:
+    """SG3's error: ``the 'ENGINE' engine plugin (module.Class) WHAT``, naming the culprit."""
+    return PluginError(f"the {engine!r} engine plugin ({cls.__module__}.{cls.__qualname__}) {what}")
 
 
 def describe_exception(exc: BaseException) -> str:

@@ -76,7 +76,7 @@ from hostler.errors import (
 from hostler.machines.engine import Engine, EngineState, StopReason
 from hostler.paths import private_dir
 from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec, Panic
-from hostler.pluginhost import describe_exception
+from hostler.pluginhost import describe_exception, plugin_fault
 from hostler.policies.supervision import (
     SupervisionPolicy,
     decide_health,
@@ -321,11 +321,11 @@ class Supervisor:
         except HostlerError:
             raise
         except BaseException as exc:  # sys.exit(), KeyboardInterrupt... from plugin code: its bug
-            cls = type(self.adapter)
-            raise PluginError(
-                f"{self.key}: the {self.adapter.engine_type!r} engine plugin ({cls.__module__}."
-                f"{cls.__qualname__}) raised {describe_exception(exc)} in {what}"
-            ) from exc
+            raise self._plugin_fault(f"raised {describe_exception(exc)} in {what}") from exc
+
+    def _plugin_fault(self, what: str) -> PluginError:
+        fault = plugin_fault(self.adapter.engine_type, type(self.adapter), what)
+        return PluginError(f"{self.key}: {fault.message}")
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -437,11 +437,8 @@ class Supervisor:
         # pricing reads the model's header, the ledger and the calibration: off the loop
         raw = await self._io.run(self._plugin, "estimate_footprint", footprint)
         if type(raw) is not int or raw < 0:  # a plugin's NaN, None or -5 is no byte count
-            cls = type(self.adapter)
-            raise PluginError(
-                f"{self.key}: the {self.adapter.engine_type!r} engine plugin ({cls.__module__}."
-                f"{cls.__qualname__}) returned {repr(raw)[:60]} from estimate_footprint, "
-                "not a byte count"
+            raise self._plugin_fault(
+                f"returned {repr(raw)[:60]} from estimate_footprint, not a byte count"
             )
         estimate = raw
         decision = await self._io.run_patiently(

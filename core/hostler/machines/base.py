@@ -17,7 +17,6 @@ replay run the same fold, a replayed model equals the live one field for field.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -237,5 +236,6 @@ class LifecycleModel:
         """Put back the folded fields of an earlier :meth:`snapshot` (pending is untouched).
 
         For a decision the log refused: the model returns to where it was before it fired.
+        The caller hands over a deep copy taken before firing (folds may mutate in place).
         """
-        vars(self).update(copy.deepcopy(dict(snapshot)))
+        vars(self).update(snapshot)
