@@ -81,7 +81,7 @@ FUNCTIONS_ONLY = {"ledger"}
 #: argued in docs/benchmarks.md; they are reported, and excluded from the score.
 EQUIVALENT: dict[tuple[str, int, str], str] = {
     ("offload", 77, "const 0 -> -1 @14"): "the kv default of -1 is clamped to 0 by max(kv, 0)",
-    ("policies.pool", 176, "const 0 -> -1 @47"): (
+    ("policies.pool", 182, "const 0 -> -1 @47"): (
         "a missing session count read as -1 is clamped to 0 by the max() around it"
     ),
     ("budget", 95, "const 0 -> -1 @45"): "without a card has_card is False before vram is read",

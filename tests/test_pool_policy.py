@@ -128,7 +128,21 @@ def test_the_decision_names_every_candidate_with_its_figures() -> None:
         "evict": ["a"],
         "freed": 20 * MIB,
         "drain": None,
+        "reachable": True,
     }
+
+
+def test_reachable_counts_idle_and_busy_but_not_draining_with_equality_reachable() -> None:
+    entries = [
+        entry("idle", 50),
+        entry("busy", 30, busy=True),
+        entry("leaving", 500, draining=True),
+    ]
+    assert plan_make_room(entries, 80 * MIB, NOW).reachable  # 50 + 30 exactly
+    room = plan_make_room(entries, 80 * MIB + 1, NOW)
+    assert not room.reachable and room.decision["reachable"] is False
+    assert plan_make_room([], 0, NOW).reachable  # nothing needed is always reachable
+    assert not plan_make_room([], 1, NOW).reachable
 
 
 # -- PP5: draining ----------------------------------------------------------------------------

@@ -13,6 +13,8 @@ PUBLIC = {
     "AppendResult",
     "CapacityDeniedError",
     "EngineBinaryError",
+    "EngineBusyError",
+    "RuntimeClosedError",
     "EngineStartError",
     "ModelFileError",
     "RestartBudgetError",

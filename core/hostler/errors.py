@@ -13,12 +13,14 @@ __all__ = [
     "CapacityDeniedError",
     "ConcurrencyError",
     "EngineBinaryError",
+    "EngineBusyError",
     "EngineStartError",
     "HostlerError",
     "IllegalTransitionError",
     "ModelFileError",
     "PluginError",
     "RestartBudgetError",
+    "RuntimeClosedError",
     "SettingError",
     "StoreBusyError",
     "StoreCorruptError",
@@ -214,6 +216,21 @@ class CapacityDeniedError(HostlerError):
     """The host's ledger refused the engine's footprint; nothing was started."""
 
     code = "capacity.denied"
+
+
+class EngineBusyError(HostlerError):
+    """An engine chosen to make room still served requests when its drain time ran out.
+
+    It stays resident and keeps its reservation; nothing else was started in its place.
+    """
+
+    code = "engine.busy"
+
+
+class RuntimeClosedError(HostlerError):
+    """The runtime is closing or closed: it starts no engine and takes no new request."""
+
+    code = "runtime.closed"
 
 
 class PluginError(HostlerError):

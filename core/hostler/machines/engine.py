@@ -315,6 +315,10 @@ class Engine(LifecycleModel):
 
     def _on_stop(self, e: EngineStopRequested) -> None:
         self.stop_reason = e.reason
+        if e.reason == StopReason.EVICTED:
+            # SP1: an evicted engine's next start is a new residency, not a restart: swapping
+            # models in and out must never lock one out (crashes and failures still count)
+            self.start_times = []
         if e.to_state == S.STOPPED:
             self.retry_at = None
 

@@ -83,12 +83,16 @@ class MakeRoom:
         evict: Idle engines to evict at once (the least wanted first).
         drain: A busy engine to drain and then evict, when the idle ones cannot cover it.
         covers: Whether ``evict`` alone frees the shortfall.
+        reachable: Whether evicting every engine not already draining (idle and busy) could
+            free the shortfall at all. When it could not, the caller evicts nothing: unloading
+            models for a start that cannot fit anyway only costs their users a reload.
         decision: The policy, the shortfall and every candidate with its demand, age and bytes.
     """
 
     evict: tuple[str, ...]
     drain: str | None
     covers: bool
+    reachable: bool
     decision: dict[str, Any]
 
 
@@ -105,6 +109,7 @@ def plan_make_room(entries: Sequence[PoolEntry], shortfall: int, now: float) -> 
     ]
     plan = choose_victims(residents, shortfall)
     drain = None if plan.covers else plan.busy_fallback
+    reachable = sum(r.bytes for r in residents if not r.draining) >= shortfall
     decision: dict[str, Any] = {
         "policy": POLICY_NAME,
         "version": POLICY_VERSION,
@@ -125,8 +130,9 @@ def plan_make_room(entries: Sequence[PoolEntry], shortfall: int, now: float) -> 
         "evict": list(plan.victims),
         "freed": plan.freed,
         "drain": drain,
+        "reachable": reachable,
     }
-    return MakeRoom(plan.victims, drain, plan.covers, decision)
+    return MakeRoom(plan.victims, drain, plan.covers, reachable, decision)
 
 
 @dataclass(frozen=True, slots=True)

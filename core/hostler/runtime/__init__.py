@@ -1,6 +1,5 @@
-"""The runtime (anyio drivers): pool, router, request queue, GPU arbiter, device health gate,
-prompt-cache controller, and the :class:`hostler.Runtime` facade over them.
+"""The runtime (anyio drivers): pool, router, queue, GPU arbiter, health gate, prompt cache.
 
 Each driver executes what a pure policy in :mod:`hostler.policies` decides and records the
-decision, with its inputs, as an event.
+decision, with its inputs, as an event; :class:`hostler.Runtime` is the facade over them.
 """

@@ -1,0 +1,627 @@
+"""The engine pool (anyio driver): which engines are resident, built once, evicted with reason.
+
+The pool keeps one :class:`~hostler.engines.supervisor.Supervisor` per engine key and decides,
+through the pure pool policy (:mod:`hostler.policies.pool`), which resident engines make room
+when another must start. What it guarantees (docs/rules.md):
+
+- PP1: concurrent requests for one key join one build; a draining engine is never handed out
+  (its new requests wait for the drain to end, then use it if it stayed, or build it again).
+- PP4: room is made from idle engines, the least wanted first (fewest requests in the last
+  60 s, then the longest unused), evicted together; a start that could not fit even if every
+  evictable engine went is refused before anything is unloaded. The decision, with every
+  candidate's figures, is recorded (``pool.room_planned``) before any engine is stopped, and
+  each victim's stop carries it too.
+- PP5: a busy victim is drained: it takes no new work from that instant and gets a bounded
+  wait (30 s by default); still busy then, the eviction fails with
+  :class:`~hostler.errors.EngineBusyError` and the engine stays, with its reservation. A
+  victim's shutdown completes before its reservation is released (the supervisor's SG2).
+- PP6–PP10: unload one idle engine, release every idle engine, retire, reconcile replicas.
+- PP17: a pinned engine stays resident: it is never a victim, and after a crash it is started
+  again as soon as its restart budget allows, not when the next request comes.
+
+Measured bytes beat estimates: a victim's size is what the ledger holds for it, which is the
+measured footprint once the engine has been measured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from hostler.capacity.keys import parse_key
+from hostler.capacity.ledger import shortfall as ledger_shortfall
+from hostler.drivers.host_ledger import HostLedger
+from hostler.drivers.offloop import OffLoop
+from hostler.engines.supervisor import Supervisor
+from hostler.errors import (
+    CapacityDeniedError,
+    EngineBusyError,
+    HostlerError,
+    RuntimeClosedError,
+)
+from hostler.events.base import Event
+from hostler.events.pool import (
+    POOL_STREAM,
+    PoolDrainEnded,
+    PoolDrainStarted,
+    PoolRoomPlanned,
+)
+from hostler.machines.engine import EngineState, StopReason
+from hostler.policies.pool import (
+    DRAIN_WAIT,
+    PoolEntry,
+    demand,
+    drain_verdict,
+    plan_make_room,
+    touch,
+)
+from hostler.store.log import EventStore
+
+__all__ = ["DRAIN_POLL", "EntryView", "Pool", "ReconcileReport"]
+
+log = logging.getLogger(__name__)
+
+#: How often a draining victim is looked at (seconds; the seed's 500 ms).
+DRAIN_POLL = 0.5
+
+_UP = (EngineState.STARTING, EngineState.RUNNING)
+
+
+@dataclass(frozen=True, slots=True)
+class EntryView:
+    """One engine the pool knows, as a status snapshot shows it (PP16)."""
+
+    key: str
+    state: str
+    bytes: int
+    last_used_at: float
+    recent_hits: int
+    busy: bool
+    draining: bool
+    pinned: bool
+    port: int | None
+    pid: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileReport:
+    """What a reconcile did (PP10): engines evicted, started, and those that failed (why)."""
+
+    evicted: tuple[str, ...]
+    started: tuple[str, ...]
+    failed: Mapping[str, str]
+
+
+class _Flight:
+    """One build of one key that every concurrent caller waits on (PP1)."""
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.port: int | None = None
+        self.error: BaseException | None = None
+
+    async def wait(self) -> int:
+        await self.done.wait()
+        if self.error is not None:
+            raise self.error
+        assert self.port is not None  # noqa: S101 - set before done
+        return self.port
+
+
+@dataclass
+class _Entry:
+    supervisor: Supervisor
+    last_used_at: float
+    hits: tuple[float, ...] = ()
+    in_use: int = 0  # requests past the drain gate (using it or about to)
+    draining: bool = False
+    drained: anyio.Event = field(default_factory=anyio.Event)
+    flight: _Flight | None = None
+
+
+class Pool:
+    """The resident engines of one daemon, made room for by demand and drained with a bound.
+
+    Use it as ``async with Pool(...) as pool:``: builds run in the pool's own task group (a
+    caller that gives up waiting does not cancel a build others wait on), and leaving the
+    block stops every engine the pool started (PP8).
+
+    Args:
+        store: The daemon's event log (pool decisions go to stream ``pool/host``).
+        build: Makes the supervisor for an engine key (called once per key).
+        ledger: The host ledger (None: no accounting, nothing is ever evicted for room).
+        estimate: An engine key's footprint in bytes before it starts (blocking: run off the
+            event loop); the same price its supervisor reserves.
+        clock: Wall-clock seconds (injected in tests).
+        offloop: Where blocking log and ledger work runs.
+        drain_wait: PP5's bound on a busy victim's drain (seconds).
+        drain_poll: How often a draining victim is looked at (seconds).
+        busy_hint: Whether an engine has requests queued for it (the request queue's view).
+        pinned: Engine keys that stay resident (PP17).
+        pin_interval: How often pinned engines are checked (seconds).
+    """
+
+    def __init__(
+        self,
+        store: EventStore,
+        build: Callable[[str], Supervisor],
+        *,
+        ledger: HostLedger | None = None,
+        estimate: Callable[[str], int] | None = None,
+        clock: Callable[[], float] = time.time,
+        offloop: OffLoop | None = None,
+        drain_wait: float = DRAIN_WAIT,
+        drain_poll: float = DRAIN_POLL,
+        busy_hint: Callable[[str], bool] | None = None,
+        pinned: Collection[str] = (),
+        pin_interval: float = 1.0,
+    ) -> None:
+        self.store = store
+        self._build_supervisor = build
+        self.ledger = ledger
+        self._estimate = estimate
+        self._clock = clock
+        self._io = offloop or OffLoop()
+        self.drain_wait = drain_wait
+        self.drain_poll = drain_poll
+        self._busy_hint = busy_hint
+        self.pinned = frozenset(pinned)
+        self.pin_interval = pin_interval
+        self._entries: dict[str, _Entry] = {}
+        self._admission = anyio.Lock()  # one make-room at a time: two never free the same bytes
+        self._tg: TaskGroup | None = None
+        self._closed = False
+        self._pin_trouble: dict[str, str] = {}
+
+    # -- lifetime ------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Pool:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        for entry in self._entries.values():  # made before the pool was entered
+            self._tg.start_soon(entry.supervisor.watch)
+        if self.pinned:
+            self._tg.start_soon(self._keep_pinned)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+        tg, self._tg = self._tg, None
+        if tg is not None:
+            await tg.__aexit__(None, None, None)
+
+    @property
+    def closed(self) -> bool:
+        """Whether the pool takes no new work (closing or closed)."""
+        return self._closed
+
+    async def close(self, cause: str = StopReason.SHUTDOWN) -> None:
+        """PP8: take no new work, cancel builds in flight, stop every engine; idempotent.
+
+        A build in flight is cancelled, which kills its process group and records the stop
+        (``start-cancelled``, SG1); every running engine is stopped (reason ``shutdown``),
+        recorded when the log takes it and stopped all the same when it does not (SF2).
+        """
+        self._closed = True
+        if self._tg is not None:
+            self._tg.cancel_scope.cancel()  # builds, watches, the pin keeper
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as stops:
+                for entry in self._entries.values():
+                    stops.start_soon(self._stop_for_close, entry.supervisor, str(cause))
+
+    @staticmethod
+    async def _stop_for_close(supervisor: Supervisor, cause: str) -> None:
+        try:
+            await supervisor.stop(cause, unrecorded_ok=True)
+        except HostlerError as exc:
+            log.error("hostler: %s: %s", supervisor.key, exc.message)  # noqa: TRY400
+        if supervisor.pid is not None:
+            await supervisor.kill_unrecorded()
+
+    def _check_open(self) -> None:
+        if self._closed or self._tg is None or self._tg.cancel_scope.cancel_called:
+            raise RuntimeClosedError(
+                "the runtime is closed (or was never entered with `async with`); "
+                "it starts no engine and takes no request"
+            )
+
+    # -- what others read ----------------------------------------------------------------------
+
+    def supervisor(self, key: str) -> Supervisor:
+        """The supervisor of ``key``, made on first use (building nothing)."""
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = _Entry(self._build_supervisor(key), last_used_at=self._clock())
+            self._entries[key] = entry
+            if self._tg is not None:
+                self._tg.start_soon(entry.supervisor.watch)
+        return entry.supervisor
+
+    def keys(self) -> list[str]:
+        """Every engine key the pool knows, sorted."""
+        return sorted(self._entries)
+
+    def resident(self, key: str) -> bool:
+        """Whether ``key`` runs (or is starting) and is not on its way out."""
+        entry = self._entries.get(key)
+        return entry is not None and entry.supervisor.state in _UP and not entry.draining
+
+    def peek(self, engine: str, model: str) -> list[str]:
+        """PP12: the running, non-draining replicas of a model, most recently used first.
+
+        Builds nothing and does not count as use.
+        """
+        found = []
+        for key, entry in self._entries.items():
+            parsed = parse_key(key)
+            if parsed is None or (parsed.engine, parsed.model) != (engine, model):
+                continue
+            if entry.supervisor.state == EngineState.RUNNING and not entry.draining:
+                found.append((entry.last_used_at, key))
+        return [key for _, key in sorted(found, key=lambda f: (-f[0], f[1]))]
+
+    def busy(self, key: str) -> bool:
+        """Whether ``key`` serves or waits on requests (the pool's busy, PP4)."""
+        entry = self._entries.get(key)
+        return entry is not None and self._busy(key, entry, queued=True)
+
+    def _busy(self, key: str, entry: _Entry, *, queued: bool) -> bool:
+        if entry.supervisor.busy or entry.in_use > 0 or entry.flight is not None:
+            return True
+        return queued and self._busy_hint is not None and self._busy_hint(key)
+
+    def snapshot(self) -> list[EntryView]:
+        """PP16: every known engine, sorted by key."""
+        now = self._clock()
+        views = []
+        for key in sorted(self._entries):
+            entry = self._entries[key]
+            sup = entry.supervisor
+            views.append(
+                EntryView(
+                    key=key,
+                    state=str(sup.state),
+                    bytes=self._held_cached(key),
+                    last_used_at=entry.last_used_at,
+                    recent_hits=demand(self._as_policy(key, entry, 0), now),
+                    busy=self._busy(key, entry, queued=True),
+                    draining=entry.draining,
+                    pinned=key in self.pinned,
+                    port=sup.port,
+                    pid=sup.pid,
+                )
+            )
+        return views
+
+    def _held_cached(self, key: str) -> int:
+        """What this daemon holds for ``key`` in the ledger as last folded (no I/O)."""
+        if self.ledger is None:
+            return 0
+        held = self.ledger.state.held(self.ledger.owner, key)
+        return held.bytes if held is not None else 0
+
+    # -- using an engine -----------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def use(self, key: str, cause: str = "request") -> AsyncIterator[int]:
+        """Hold ``key``'s engine for one request, building it (and making room) when needed.
+
+        Waits while it drains (PP1: a draining engine takes no new work); while held, the
+        engine counts as busy, so it is neither evicted nor idle-stopped under the request.
+
+        Raises:
+            RuntimeClosedError: The pool is closing.
+            CapacityDeniedError: It cannot fit, even after evicting what could go.
+            EngineBusyError: Room had to be drained from a busy engine that did not finish.
+            EngineStartError, RestartBudgetError, PluginError: From its supervisor.
+        """
+        self._check_open()
+        entry = await self._past_drain(key)
+        entry.in_use += 1
+        try:
+            await self._ensure_entry(key, entry, cause)
+            async with entry.supervisor.request() as port:
+                yield port
+        finally:
+            entry.in_use -= 1
+            entry.last_used_at = self._clock()
+
+    async def ensure(self, key: str, cause: str = "request") -> int:
+        """PP1: ``key``'s engine running (built once however many ask); return its port."""
+        self._check_open()
+        entry = await self._past_drain(key)
+        return await self._ensure_entry(key, entry, cause)
+
+    async def _past_drain(self, key: str) -> _Entry:
+        self.supervisor(key)
+        entry = self._entries[key]
+        while entry.draining:
+            await entry.drained.wait()
+            self._check_open()
+        return entry
+
+    async def _ensure_entry(self, key: str, entry: _Entry, cause: str) -> int:
+        now = self._clock()
+        touched = touch(self._as_policy(key, entry, 0), now)
+        entry.hits, entry.last_used_at = touched.hits, now
+        sup = entry.supervisor
+        if sup.state == EngineState.RUNNING and sup.port is not None and entry.flight is None:
+            return sup.port
+        flight = entry.flight
+        if flight is None:
+            flight = entry.flight = _Flight()
+            assert self._tg is not None  # noqa: S101 - checked open
+            self._tg.start_soon(self._build, key, entry, flight, cause)
+        return await flight.wait()
+
+    async def _build(self, key: str, entry: _Entry, flight: _Flight, cause: str) -> None:
+        try:
+            async with self._admission:
+                await self._make_room(key)
+            try:
+                flight.port = await entry.supervisor.ensure_running(cause)
+            except CapacityDeniedError:
+                # another start took the room between our plan and our reservation: once more
+                async with self._admission:
+                    await self._make_room(key)
+                flight.port = await entry.supervisor.ensure_running(cause)
+        except anyio.get_cancelled_exc_class():
+            flight.error = RuntimeClosedError(f"{key}: not started: the runtime is closing")
+            raise
+        except BaseException as exc:  # noqa: BLE001 - handed to every waiter, who raises it
+            flight.error = exc
+        finally:
+            entry.flight = None
+            flight.done.set()
+
+    # -- making room ---------------------------------------------------------------------------
+
+    async def _make_room(self, key: str) -> None:
+        """PP4: evict what the policy picks until ``key``'s footprint fits, or refuse."""
+        if self.ledger is None or self._estimate is None:
+            return
+        estimate = self._estimate
+        wanted = await self._io.run(estimate, key)
+        tried: set[str] = set()
+        while True:
+            short, held = await self._io.run(self._shortfall, key, wanted)
+            if short <= 0:
+                return
+            now = self._clock()
+            candidates = [
+                self._as_policy(k, e, held.get(k, 0), queued=True)
+                for k, e in self._entries.items()
+                if k != key
+                and k not in self.pinned
+                and k not in tried
+                and e.supervisor.state in _UP  # one still starting is busy: drained, not cut
+            ]
+            room = plan_make_room(candidates, short, now)
+            planned = PoolRoomPlanned(
+                at=now,
+                for_key=key,
+                wanted=wanted,
+                shortfall=short,
+                evict=list(room.evict) if room.reachable else [],
+                drain=room.drain if room.reachable else None,
+                reachable=room.reachable,
+                decision=room.decision,
+            )
+            await self._record(planned)  # SF2: a decision the log cannot take is not taken
+            if not room.reachable or not (room.evict or room.drain):
+                evictable = sum(c.bytes for c in candidates if not c.draining)
+                raise CapacityDeniedError(
+                    f"{key}: needs {_gib(wanted)}, {_gib(short)} more than the budget has free, "
+                    f"and the engines hostler may unload hold only {_gib(evictable)}; nothing "
+                    "was unloaded. Raise the budget (HOSTLER_CAPACITY_BUDGET_GB), or stop what "
+                    "else holds memory (hostler state shows it)"
+                )
+            why = {**room.decision, "for": key}
+            tried.update(room.evict)
+            async with anyio.create_task_group() as evictions:
+                for victim in room.evict:
+                    evictions.start_soon(self._evict_logged, victim, key, why)
+            if room.drain is not None:
+                tried.add(room.drain)
+                await self._drain(room.drain, key, why, self.drain_wait)
+
+    def _shortfall(self, key: str, wanted: int) -> tuple[int, dict[str, int]]:
+        """CB5 against the ledger now, and what this daemon holds per key (blocking)."""
+        ledger = self.ledger
+        assert ledger is not None  # noqa: S101 - only called with a ledger
+        limits = ledger.limits()
+        state = ledger.state
+        mine = {h.key: h.bytes for h in state.reservations.values() if h.owner == ledger.owner}
+        short = ledger_shortfall(limits, state.committed, wanted, mine.get(key, 0))
+        return short, mine
+
+    def _as_policy(self, key: str, entry: _Entry, size: int, *, queued: bool = False) -> PoolEntry:
+        return PoolEntry(
+            key,
+            size,
+            entry.last_used_at,
+            entry.hits,
+            busy=self._busy(key, entry, queued=queued),
+            draining=entry.draining,
+        )
+
+    async def _evict_logged(self, key: str, for_key: str, why: dict[str, Any]) -> None:
+        try:
+            await self._drain(key, for_key, why, self.drain_wait)
+        except HostlerError as exc:
+            log.warning("hostler: %s", exc.message)
+
+    async def _drain(self, key: str, for_key: str | None, why: dict[str, Any], wait: float) -> bool:
+        """PP5: no new work for ``key`` from now; evict it once idle, or give up after ``wait``.
+
+        Returns whether it was evicted (False: it was already gone).
+
+        Raises:
+            EngineBusyError: Still busy after ``wait`` seconds; it stays, with its memory.
+        """
+        entry = self._entries.get(key)
+        if entry is None or entry.supervisor.state not in _UP:
+            return False
+        if entry.draining:  # another eviction drains it already: join it
+            await entry.drained.wait()
+            return entry.supervisor.state not in _UP
+        entry.draining = True
+        entry.drained = anyio.Event()
+        try:
+            started = self._clock()
+            await self._record(PoolDrainStarted(started, key, for_key, wait))
+            while True:
+                busy = self._busy(key, entry, queued=False)
+                verdict = drain_verdict(busy=busy, started_at=started, now=self._clock(), wait=wait)
+                waited = float(verdict.decision["waited"])
+                if verdict.action == "evict":
+                    if entry.supervisor.state not in _UP:
+                        await self._record(PoolDrainEnded(self._clock(), key, "gone", waited, {}))
+                        return False
+                    await entry.supervisor.stop(
+                        StopReason.EVICTED, {**why, "drain": verdict.decision}
+                    )
+                    await self._record(
+                        PoolDrainEnded(self._clock(), key, "evicted", waited, verdict.decision)
+                    )
+                    return True
+                if verdict.action == "busy":
+                    await self._record(
+                        PoolDrainEnded(self._clock(), key, "busy", waited, verdict.decision)
+                    )
+                    raise EngineBusyError(
+                        f"{key} is busy and did not drain within {wait:g} s; not evicting it"
+                        + (f" for {for_key}" if for_key else "")
+                        + ": it stays resident. Retry when its requests end"
+                    )
+                await anyio.sleep(self.drain_poll)
+        finally:
+            entry.draining = False
+            entry.drained.set()
+
+    async def _record(self, event: Event) -> None:
+        store = self.store
+        await self._io.run_patiently(
+            lambda: store.append(POOL_STREAM, [event], expected_version=None)
+        )
+
+    # -- the operator's verbs ------------------------------------------------------------------
+
+    async def unload_idle(self, key: str) -> bool:
+        """PP6: unload ``key`` now if it is idle; False when it is not resident.
+
+        Joins an eviction already draining it.
+
+        Raises:
+            EngineBusyError: It serves or waits on requests (no drain wait: a person asked).
+        """
+        entry = self._entries.get(key)
+        if entry is None or entry.supervisor.state not in _UP:
+            return False
+        if entry.draining:
+            await entry.drained.wait()
+            return entry.supervisor.state not in _UP
+        if self._busy(key, entry, queued=True):
+            raise EngineBusyError(f"{key} is busy; not unloading it (retry when its requests end)")
+        return await self._drain(key, None, {"rule": "PP6", "cause": "unload-idle"}, 0.0)
+
+    async def release_idle(self) -> list[str]:
+        """PP7: unload every idle engine; return the keys that were busy (left resident)."""
+        busy: list[str] = []
+        for key in self.keys():
+            try:
+                await self.unload_idle(key)
+            except EngineBusyError:
+                busy.append(key)
+            except HostlerError as exc:
+                log.warning("hostler: %s: %s", key, exc.message)
+        return busy
+
+    async def retire(self) -> None:
+        """PP9: wait for builds, then evict every engine as its work ends (never cut a request)."""
+        self._closed = True
+        while True:
+            up = [k for k, e in self._entries.items() if e.supervisor.state in _UP or e.flight]
+            if not up:
+                return
+            for key in up:
+                entry = self._entries[key]
+                if entry.flight is not None:
+                    with contextlib.suppress(BaseException):
+                        await entry.flight.wait()
+                with contextlib.suppress(HostlerError):
+                    await self._drain(key, None, {"rule": "PP9", "cause": "retire"}, math.inf)
+
+    async def reconcile(self, targets: Mapping[str, int]) -> ReconcileReport:
+        """PP10: hold exactly ``targets[model]`` replicas of each named ``engine:model``.
+
+        Replicas at or above the target count are evicted (a busy one drains; one that stays
+        busy is reported, left resident); missing replicas ``0..n-1`` are started. Models not
+        named are untouched.
+        """
+        self._check_open()
+        evicted: list[str] = []
+        started: list[str] = []
+        failed: dict[str, str] = {}
+        for key in self.keys():
+            parsed = parse_key(key)
+            if parsed is None:
+                continue
+            want = targets.get(f"{parsed.engine}:{parsed.model}")
+            if want is None or parsed.replica < want:
+                continue
+            try:
+                why = {"rule": "PP10", "target": want}
+                if await self._drain(key, None, why, self.drain_wait):
+                    evicted.append(key)
+            except HostlerError as exc:
+                failed[key] = exc.message
+        for model, want in sorted(targets.items()):
+            for replica in range(max(want, 0)):
+                key = f"{model}:{replica}"
+                if self.resident(key):
+                    continue
+                try:
+                    await self.ensure(key, cause="reconcile")
+                    started.append(key)
+                except HostlerError as exc:
+                    failed[key] = exc.message
+        return ReconcileReport(tuple(evicted), tuple(started), failed)
+
+    # -- pinned engines ------------------------------------------------------------------------
+
+    async def _keep_pinned(self) -> None:
+        """PP17: start every pinned engine that is down, as soon as its restart budget allows."""
+        while not self._closed:
+            for key in sorted(self.pinned):
+                await self._raise_pinned(key)
+            await anyio.sleep(self.pin_interval)
+
+    async def _raise_pinned(self, key: str) -> None:
+        sup = self.supervisor(key)
+        entry = self._entries[key]
+        if sup.state in (*_UP, EngineState.STOPPING) or entry.flight or entry.draining:
+            return
+        retry_at = sup.engine.retry_at
+        if sup.state == EngineState.FATAL and retry_at is not None and self._clock() < retry_at:
+            return  # locked out: the budget says when
+        try:
+            await self.ensure(key, cause="pinned")
+            self._pin_trouble.pop(key, None)
+        except HostlerError as exc:
+            if self._pin_trouble.get(key) != exc.message:
+                self._pin_trouble[key] = exc.message
+                log.error("hostler: pinned %s: %s", key, exc.message)  # noqa: TRY400
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:.2f} GiB"

@@ -1,0 +1,404 @@
+"""The engine pool with real supervisors, real processes of a known size, and a real ledger.
+
+Each engine is :class:`_fake_engine.BallastEngine`: a process that holds a set amount of
+touched memory (so the ledger's measured bytes are real), answers /health, and serves /work/N
+requests that keep it busy for N seconds. The budget (1 GiB, enforced) fits two of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+
+from _fake_engine import BallastEngine
+from hostler import EventStore
+from hostler.capacity.budget import HostMemory, compute_budget
+from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
+from hostler.engines.supervisor import Supervisor, SupervisorPolicy
+from hostler.errors import (
+    CapacityDeniedError,
+    EngineBusyError,
+    HostlerError,
+    RuntimeClosedError,
+)
+from hostler.events.pool import POOL_STREAM
+from hostler.plugin import LaunchSpec
+from hostler.runtime.pool import DRAIN_POLL, Pool
+
+pytestmark = pytest.mark.anyio
+
+GIB = 2**30
+MIB = 2**20
+#: Each engine's price: its ballast plus an interpreter; three of them exceed 1 GiB, two fit.
+BALLAST_MIB = 400
+PRICE = 430 * MIB
+A, B, C = "ballast:a:0", "ballast:b:0", "ballast:c:0"
+
+
+class World:
+    """One daemon's pieces: its log (also holding the ledger), ledger, and engines' folder."""
+
+    def __init__(self, tmp_path: Path, store: EventStore, ledger: HostLedger) -> None:
+        self.tmp_path = tmp_path
+        self.store = store
+        self.ledger = ledger
+        self.model = tmp_path / "model.bin"
+        self.model.write_bytes(b"weights")
+        self.now = time.time()
+        self.token = f"pooltest-{os.getpid()}-{tmp_path.name}"
+
+    def clock(self) -> float:
+        return self.now
+
+    def pool(
+        self,
+        adapter: BallastEngine | None = None,
+        *,
+        clock: Callable[[], float] | None = None,
+        **options: Any,
+    ) -> Pool:
+        engine = adapter or BallastEngine(self.tmp_path, BALLAST_MIB)
+
+        def build(key: str) -> Supervisor:
+            run = self.tmp_path / "run" / key.replace(":", "_")
+            return Supervisor(
+                key,
+                engine,
+                lambda port: LaunchSpec(
+                    key, self.model, port, ctx_per_slot=512, slots=1, work_dir=run
+                ),
+                self.store,
+                run_dir=run,
+                token_prefix=self.token,
+                policy=SupervisorPolicy(watch_interval=0.05, idle_timeout=0, stop_grace=1.0),
+                ledger=self.ledger,
+                footprint=lambda: PRICE,
+            )
+
+        return Pool(
+            self.store,
+            build,
+            ledger=self.ledger,
+            estimate=lambda _key: PRICE,
+            clock=clock or time.time,
+            drain_poll=0.02,
+            **options,
+        )
+
+    def types(self, stream: str) -> list[str]:
+        return [r.type for r in self.store.read_stream(stream)]
+
+    def pool_events(self, kind: str) -> list[dict[str, Any]]:
+        return [
+            dataclasses.asdict(r.event)  # type: ignore[arg-type]
+            for r in self.store.read_stream(POOL_STREAM)
+            if r.type == kind
+        ]
+
+    def stops(self, key: str) -> list[tuple[str, dict[str, Any] | None]]:
+        return [
+            (getattr(r.event, "reason"), getattr(r.event, "decision"))  # noqa: B009
+            for r in self.store.read_stream(f"engine/{key}")
+            if r.type == "engine.stop_requested"
+        ]
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    with EventStore.open(tmp_path / "events.db") as store:
+        ledger = HostLedger(
+            store, OwnerIdentity.current("pooltest"), lambda: compute_budget(HostMemory(64 * GIB))
+        )
+        ledger.set_budget(GIB)
+        ledger.set_spillover(True)
+        yield World(tmp_path, store, ledger)
+
+
+def work(port: int, seconds: float) -> None:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/work/{seconds}", timeout=30) as r:
+        r.read()
+
+
+def engine_processes(prefix: str) -> list[int]:
+    """Pids of live processes carrying a launch token of ours."""
+    found = []
+    for proc in psutil.process_iter(["pid", "environ"]):
+        with_token = (proc.info.get("environ") or {}).get("HOSTLER_LAUNCH_TOKEN", "")
+        if with_token.startswith(prefix) and proc.is_running():
+            found.append(proc.info["pid"])
+    return found
+
+
+def test_constants_by_value() -> None:
+    assert DRAIN_POLL == 0.5
+
+
+async def test_concurrent_ensures_join_one_build(world: World) -> None:
+    async with world.pool() as pool:
+        ports: list[int] = []
+
+        async def one() -> None:
+            ports.append(await pool.ensure(A))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(6):
+                tg.start_soon(one)
+        assert len(set(ports)) == 1 and len(ports) == 6
+        assert world.types(f"engine/{A}").count("engine.start_requested") == 1
+        assert pool.resident(A)
+
+
+async def test_victims_by_demand_then_age_and_the_log_explains(world: World) -> None:
+    async with world.pool(clock=world.clock) as pool:
+        await pool.ensure(A)
+        world.now += 1
+        await pool.ensure(B)
+        world.now += 1
+        await pool.ensure(B)  # B: two requests in the last minute, A one
+        world.now += 1
+        await pool.ensure(C)  # needs room: A goes (fewer hits), B stays
+        assert pool.resident(B) and pool.resident(C) and not pool.resident(A)
+        [(reason, decision)] = world.stops(A)
+        assert reason == "evicted"
+        assert decision is not None and decision["for"] == C and decision["evict"] == [A]
+        figures = {c["key"]: c["recent_hits"] for c in decision["candidates"]}
+        assert figures == {A: 1, B: 2}
+        [planned] = world.pool_events("pool.room_planned")
+        assert planned["for_key"] == C and planned["evict"] == [A] and planned["reachable"]
+        assert planned["shortfall"] > 0 and planned["wanted"] == PRICE
+        # equal demand: the longer unused goes. B (now 2 hits, used at t+2) vs C (1 hit, t+3)
+        world.now += 61  # the last minute's hits are out of the window for both
+        await pool.ensure(C)  # C used last
+        world.now += 1
+        await pool.ensure(A)
+        assert pool.resident(A) and pool.resident(C) and not pool.resident(B)
+
+
+async def test_eviction_releases_only_after_the_engine_exited(world: World) -> None:
+    async with world.pool() as pool:
+        await pool.ensure(A)
+        await pool.ensure(B)
+        pid_a = pool.supervisor(A).pid
+        await pool.ensure(C)
+        assert pid_a is not None and not psutil.pid_exists(pid_a)
+        rows = list(world.store.read_all())
+        exited = next(
+            r.seq for r in rows if r.stream_id == f"engine/{A}" and r.type == "engine.stopped"
+        )
+        released = next(
+            r.seq
+            for r in rows
+            if r.type == "ledger.released" and getattr(r.event, "key") == A  # noqa: B009
+        )
+        assert exited < released
+
+
+async def test_a_busy_victim_drains_then_eviction_fails_with_engine_busy(world: World) -> None:
+    async with world.pool(drain_wait=0.4) as pool:
+        port_a = await pool.ensure(A)
+        await pool.ensure(B)
+
+        async def long_request(key: str, port: int) -> None:
+            async with pool.use(key):
+                await anyio.to_thread.run_sync(work, port, 2.0)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(long_request, A, port_a)
+            tg.start_soon(long_request, B, pool.supervisor(B).port or 0)
+            await anyio.sleep(0.2)
+            started = time.monotonic()
+            with pytest.raises(EngineBusyError, match=r"did not drain within 0\.4 s"):
+                await pool.ensure(C)
+            assert time.monotonic() - started < 1.5
+            assert pool.resident(A) and pool.resident(B)
+        ended = world.pool_events("pool.drain_ended")
+        assert [e["outcome"] for e in ended] == ["busy"] and ended[0]["key"] == A
+        assert ended[0]["waited"] > 0.4
+        assert world.stops(A) == []  # it stays, reservation and all
+
+
+async def test_a_draining_victim_takes_no_new_work(world: World) -> None:
+    order: list[str] = []
+    async with world.pool(drain_wait=10) as pool:
+        port_a = await pool.ensure(A)
+        port_b = await pool.ensure(B)
+        c_started = anyio.Event()
+
+        async def hold(key: str, port: int, seconds: float) -> None:
+            async with pool.use(key):
+                await anyio.to_thread.run_sync(work, port, seconds)
+                order.append(f"{key} request done")
+
+        async def want_c() -> None:
+            await pool.ensure(C)
+            order.append("C started")
+            c_started.set()
+
+        async def late_for_a() -> None:
+            async with pool.use(A):
+                order.append("late A request ran")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hold, A, port_a, 1.0)
+            tg.start_soon(hold, B, port_b, 3.0)
+            await anyio.sleep(0.3)
+            tg.start_soon(want_c)  # both busy: the least recently used one, A, drains
+            await anyio.sleep(0.2)
+            assert [v.key for v in pool.snapshot() if v.draining] == [A]
+            tg.start_soon(late_for_a)
+            await c_started.wait()
+        assert order.index(f"{A} request done") < order.index("C started")
+        assert order.index("C started") < order.index("late A request ran")
+        # the late request never reached the draining engine: A was evicted, then built again
+        assert world.stops(A)[0][0] == "evicted"
+        assert world.types(f"engine/{A}").count("engine.start_requested") == 2
+
+
+async def test_a_flooded_victim_still_gives_way_within_the_drain_bound(world: World) -> None:
+    """The starvation Ollama and llama-swap users report: new work keeps the victim busy."""
+    flood_served = 0
+    async with world.pool(drain_wait=5) as pool:
+        port_a = await pool.ensure(A)
+        port_b = await pool.ensure(B)
+        stop_flood = anyio.Event()
+
+        async def flood(key: str, port: int) -> None:
+            nonlocal flood_served
+            while not stop_flood.is_set():
+                try:
+                    async with pool.use(key) as live:
+                        await anyio.to_thread.run_sync(work, live, 0.05)
+                        flood_served += 1
+                except RuntimeClosedError:
+                    return
+                except HostlerError:  # its own swap back may find every other engine busy
+                    await anyio.sleep(0.05)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(4):
+                tg.start_soon(flood, A, port_a)
+                tg.start_soon(flood, B, port_b)
+            await anyio.sleep(0.5)
+            started = time.monotonic()
+            await pool.ensure(C)  # must not wait forever behind the flood
+            took = time.monotonic() - started
+            stop_flood.set()
+        assert took < 5.0, took
+        assert flood_served > 10
+        assert any(e["outcome"] == "evicted" for e in world.pool_events("pool.drain_ended"))
+
+
+async def test_an_unreachable_start_unloads_nothing(world: World) -> None:
+    async with world.pool() as pool:
+        await pool.ensure(A)
+        huge = world.pool()  # same ledger: a model of 2 GiB can never fit in 1 GiB
+        huge._estimate = lambda _key: 2 * GIB  # the price of one big model
+        async with huge:
+            with pytest.raises(CapacityDeniedError, match="nothing was unloaded"):
+                await huge.ensure(C)
+        [planned] = world.pool_events("pool.room_planned")
+        assert planned["reachable"] is False and planned["evict"] == []
+        assert pool.resident(A)
+
+
+async def test_evictions_do_not_spend_the_restart_budget(world: World) -> None:
+    async with world.pool() as pool:
+        for _ in range(3):  # each round evicts one of the three: 5+ starts each in seconds
+            for key in (A, B, C):
+                await pool.ensure(key)
+        assert world.types(f"engine/{A}").count("engine.start_requested") >= 3
+
+
+async def test_unload_idle_and_release_idle(world: World) -> None:
+    async with world.pool() as pool:
+        assert await pool.unload_idle(A) is False  # not resident
+        port_a = await pool.ensure(A)
+        await pool.ensure(B)
+        async with anyio.create_task_group() as tg:
+
+            async def busy_a() -> None:
+                async with pool.use(A):
+                    await anyio.to_thread.run_sync(work, port_a, 0.6)
+
+            tg.start_soon(busy_a)
+            await anyio.sleep(0.2)
+            with pytest.raises(EngineBusyError, match="busy; not unloading"):
+                await pool.unload_idle(A)
+            assert await pool.release_idle() == [A]
+            assert not pool.resident(B)
+        assert await pool.unload_idle(A) is True
+        assert not pool.resident(A)
+        assert [reason for reason, _ in world.stops(A)] == ["evicted"]
+
+
+async def test_reconcile_to_replica_counts(world: World) -> None:
+    small = BallastEngine(world.tmp_path, 10)
+    async with world.pool(small) as pool:
+        report = await pool.reconcile({"ballast:a": 2})
+        assert report.started == ("ballast:a:0", "ballast:a:1") and not report.failed
+        report = await pool.reconcile({"ballast:a": 1, "ballast:b": 1})
+        assert report.evicted == ("ballast:a:1",)
+        assert report.started == ("ballast:b:0",)
+        assert pool.resident("ballast:a:0") and not pool.resident("ballast:a:1")
+
+
+async def test_a_pinned_engine_comes_back_after_a_crash_and_is_never_a_victim(
+    world: World,
+) -> None:
+    async with world.pool(pinned=[A], pin_interval=0.05) as pool:
+        with anyio.fail_after(10):
+            while not pool.resident(A):
+                await anyio.sleep(0.05)
+        pid = pool.supervisor(A).pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        with anyio.fail_after(10):
+            while pool.supervisor(A).pid in (None, pid) or not pool.resident(A):
+                await anyio.sleep(0.05)
+        assert "engine.crashed" in world.types(f"engine/{A}")
+        await pool.ensure(B)
+        await pool.ensure(C)  # room comes from B, never from the pinned A
+        assert pool.resident(A) and pool.resident(C) and not pool.resident(B)
+
+
+async def test_close_during_a_build_and_a_request_leaves_no_process(world: World) -> None:
+    (world.tmp_path / "slow").mkdir()
+    slow = BallastEngine(world.tmp_path / "slow", 10, load_seconds=30)
+    pool_fast = world.pool(BallastEngine(world.tmp_path, 10))
+    pool_slow = world.pool(slow)
+    async with pool_fast, pool_slow:
+        port = await pool_fast.ensure(A)
+
+        async def streaming() -> None:
+            async with pool_fast.use(A):
+                await anyio.to_thread.run_sync(work, port, 30.0, abandon_on_cancel=True)
+
+        async def building() -> None:
+            with pytest.raises(RuntimeClosedError):
+                await pool_slow.ensure(B)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(streaming)
+            tg.start_soon(building)
+            with anyio.fail_after(10):
+                while pool_slow.supervisor(B).pid is None:
+                    await anyio.sleep(0.05)
+            await anyio.sleep(0.3)
+            await pool_slow.close()
+            await pool_fast.close()
+            tg.cancel_scope.cancel()
+    assert engine_processes(world.token) == []
+    assert [reason for reason, _ in world.stops(A)] == ["shutdown"]
+    assert [reason for reason, _ in world.stops(B)] == ["start-cancelled"]
+    with pytest.raises(RuntimeClosedError):
+        await pool_fast.ensure(A)
