@@ -11,6 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from hostler import EventStore
+from hostler.drivers.host_ledger import catch_up
+from hostler.engines.reconcile import DAEMON_STREAM
+from hostler.engines.supervisor import free_port
+from hostler.testing.tiny_gguf import TinyModel, write_tiny_llama
+from hostler_llamacpp.binary import find_llama_server
+
 from _daemons import (
     alive,
     chat,
@@ -22,13 +29,6 @@ from _daemons import (
     start_daemon,
     wait_for,
 )
-from hostler import EventStore
-from hostler.drivers.host_ledger import catch_up
-from hostler.engines.reconcile import DAEMON_STREAM
-from hostler.engines.supervisor import free_port
-from hostler.testing.tiny_gguf import TinyModel, write_tiny_llama
-from hostler_llamacpp.binary import find_llama_server
-
 from _support import REPO
 
 KEYS = ("llamacpp:alpha:0", "llamacpp:beta:0")

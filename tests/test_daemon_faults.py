@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from _daemons import alive, count, engines, events, kill_leftovers, start_daemon, wait_for
 from hostler.engines.reconcile import DAEMON_STREAM
 from hostler.testing.tiny_gguf import write_tiny_llama
 
+from _daemons import alive, count, engines, events, kill_leftovers, start_daemon, wait_for
 from _support import run_cli
 
 GOOD = "llamacpp:good:0"

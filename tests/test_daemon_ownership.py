@@ -12,6 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from hostler import EventStore, replay
+from hostler.drivers.host_ledger import catch_up
+from hostler.events.ledger import LEDGER_STREAM
+from hostler.testing.tiny_gguf import TinyModel, write_tiny_llama
+
 from _daemons import (
     alive,
     count,
@@ -22,10 +27,6 @@ from _daemons import (
     token_holders,
     wait_for,
 )
-from hostler import EventStore, replay
-from hostler.drivers.host_ledger import catch_up
-from hostler.events.ledger import LEDGER_STREAM
-from hostler.testing.tiny_gguf import TinyModel, write_tiny_llama
 
 KEYS = ("llamacpp:alpha:0", "llamacpp:beta:0")
 

@@ -15,11 +15,12 @@ from pathlib import Path
 import anyio
 import pytest
 
-from _fake_engine import FakeEngine
 from hostler import EventStore
 from hostler.engines.logs import LogFollower, rotate_log, rotated_path
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.plugin import LaunchSpec
+
+from _fake_engine import FakeEngine
 
 KEY = "fake:http:0"
 KIB = 1024

@@ -14,6 +14,7 @@ PUBLIC = {
     "CapacityDeniedError",
     "EngineBinaryError",
     "EngineBusyError",
+    "Runtime",
     "RuntimeClosedError",
     "EngineStartError",
     "ModelFileError",

@@ -50,6 +50,7 @@ REGISTERED_ON_IMPORT = [
     "reservation.granted",
     "reservation.released",
     "reservation.requested",
+    "router.bound",
 ]
 
 REGISTRY_AFTER_IMPORT = """

@@ -7,136 +7,36 @@ requests that keep it busy for N seconds. The budget (1 GiB, enforced) fits two 
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import time
-import urllib.request
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import psutil
 import pytest
 
-from _fake_engine import BallastEngine
-from hostler import EventStore
-from hostler.capacity.budget import HostMemory, compute_budget
-from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
-from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.errors import (
     CapacityDeniedError,
     EngineBusyError,
     HostlerError,
     RuntimeClosedError,
 )
-from hostler.events.pool import POOL_STREAM
-from hostler.plugin import LaunchSpec
-from hostler.runtime.pool import DRAIN_POLL, Pool
+from hostler.runtime.pool import DRAIN_POLL
+
+from _fake_engine import BallastEngine
+from _pools import GIB, PRICE, World, engine_processes, work, world_at
 
 pytestmark = pytest.mark.anyio
 
-GIB = 2**30
-MIB = 2**20
-#: Each engine's price: its ballast plus an interpreter; three of them exceed 1 GiB, two fit.
-BALLAST_MIB = 400
-PRICE = 430 * MIB
 A, B, C = "ballast:a:0", "ballast:b:0", "ballast:c:0"
 
 
-class World:
-    """One daemon's pieces: its log (also holding the ledger), ledger, and engines' folder."""
-
-    def __init__(self, tmp_path: Path, store: EventStore, ledger: HostLedger) -> None:
-        self.tmp_path = tmp_path
-        self.store = store
-        self.ledger = ledger
-        self.model = tmp_path / "model.bin"
-        self.model.write_bytes(b"weights")
-        self.now = time.time()
-        self.token = f"pooltest-{os.getpid()}-{tmp_path.name}"
-
-    def clock(self) -> float:
-        return self.now
-
-    def pool(
-        self,
-        adapter: BallastEngine | None = None,
-        *,
-        clock: Callable[[], float] | None = None,
-        **options: Any,
-    ) -> Pool:
-        engine = adapter or BallastEngine(self.tmp_path, BALLAST_MIB)
-
-        def build(key: str) -> Supervisor:
-            run = self.tmp_path / "run" / key.replace(":", "_")
-            return Supervisor(
-                key,
-                engine,
-                lambda port: LaunchSpec(
-                    key, self.model, port, ctx_per_slot=512, slots=1, work_dir=run
-                ),
-                self.store,
-                run_dir=run,
-                token_prefix=self.token,
-                policy=SupervisorPolicy(watch_interval=0.05, idle_timeout=0, stop_grace=1.0),
-                ledger=self.ledger,
-                footprint=lambda: PRICE,
-            )
-
-        return Pool(
-            self.store,
-            build,
-            ledger=self.ledger,
-            estimate=lambda _key: PRICE,
-            clock=clock or time.time,
-            drain_poll=0.02,
-            **options,
-        )
-
-    def types(self, stream: str) -> list[str]:
-        return [r.type for r in self.store.read_stream(stream)]
-
-    def pool_events(self, kind: str) -> list[dict[str, Any]]:
-        return [
-            dataclasses.asdict(r.event)  # type: ignore[arg-type]
-            for r in self.store.read_stream(POOL_STREAM)
-            if r.type == kind
-        ]
-
-    def stops(self, key: str) -> list[tuple[str, dict[str, Any] | None]]:
-        return [
-            (getattr(r.event, "reason"), getattr(r.event, "decision"))  # noqa: B009
-            for r in self.store.read_stream(f"engine/{key}")
-            if r.type == "engine.stop_requested"
-        ]
-
-
 @pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[World]:
-    with EventStore.open(tmp_path / "events.db") as store:
-        ledger = HostLedger(
-            store, OwnerIdentity.current("pooltest"), lambda: compute_budget(HostMemory(64 * GIB))
-        )
-        ledger.set_budget(GIB)
-        ledger.set_spillover(True)
-        yield World(tmp_path, store, ledger)
-
-
-def work(port: int, seconds: float) -> None:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/work/{seconds}", timeout=30) as r:
-        r.read()
-
-
-def engine_processes(prefix: str) -> list[int]:
-    """Pids of live processes carrying a launch token of ours."""
-    found = []
-    for proc in psutil.process_iter(["pid", "environ"]):
-        with_token = (proc.info.get("environ") or {}).get("HOSTLER_LAUNCH_TOKEN", "")
-        if with_token.startswith(prefix) and proc.is_running():
-            found.append(proc.info["pid"])
-    return found
+def world(tmp_path: Path) -> Iterator[World]:
+    with world_at(tmp_path) as made:
+        yield made
 
 
 def test_constants_by_value() -> None:

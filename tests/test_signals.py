@@ -30,7 +30,6 @@ import anyio
 import psutil
 import pytest
 
-from _fake_engine import FakeEngine
 from hostler import Engine, EventStore, load
 from hostler.engines import process as process_module
 from hostler.engines.process import (
@@ -48,6 +47,8 @@ from hostler.errors import EngineStartError
 from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec
 from hostler.probes.host import boot_id
 from hostler.replay import commit
+
+from _fake_engine import FakeEngine
 
 pytestmark = pytest.mark.anyio
 KEY = "fake:sleeper:0"

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from _daemons import alive, count, engines, events, kill_leftovers, start_daemon, wait_for
 from hostler import EventStore
 from hostler.drivers.host_ledger import catch_up
 from hostler.engines.reconcile import DAEMON_STREAM
 from hostler.testing.tiny_gguf import TinyModel, write_tiny_llama
 
+from _daemons import alive, count, engines, events, kill_leftovers, start_daemon, wait_for
 from _support import run_cli
 
 KEYS = ("llamacpp:alpha:0", "llamacpp:beta:0")

@@ -56,6 +56,7 @@ from hostler.machines import (
 from hostler.replay import World, commit, load, replay
 
 if TYPE_CHECKING:
+    from hostler.runtime.facade import Runtime
     from hostler.store import AppendResult, EventStore, RecordedEvent
 
 #: Public names that live in driver modules, imported on first use.
@@ -63,6 +64,7 @@ _LAZY = {
     "AppendResult": "hostler.store",
     "EventStore": "hostler.store",
     "RecordedEvent": "hostler.store",
+    "Runtime": "hostler.runtime.facade",
 }
 
 
@@ -98,6 +100,7 @@ __all__ = [
     "Reservation",
     "ReservationState",
     "RestartBudgetError",
+    "Runtime",
     "RuntimeClosedError",
     "StopReason",
     "StoreBusyError",

@@ -239,6 +239,11 @@ class Supervisor:
         return self._child.identity.port if self._child else None
 
     @property
+    def launch_spec(self) -> LaunchSpec | None:
+        """What the live process was launched with (None when none runs, or it was adopted)."""
+        return self._child.spec if self._child else None
+
+    @property
     def log_path(self) -> Path:
         """The engine's output file."""
         return self.run_dir / "engine.log"

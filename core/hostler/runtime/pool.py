@@ -29,7 +29,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,7 +65,7 @@ from hostler.policies.pool import (
 )
 from hostler.store.log import EventStore
 
-__all__ = ["DRAIN_POLL", "EntryView", "Pool", "ReconcileReport"]
+__all__ = ["DRAIN_POLL", "DrainProgress", "EntryView", "Pool", "ReconcileReport"]
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +89,23 @@ class EntryView:
     pinned: bool
     port: int | None
     pid: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class DrainProgress:
+    """A busy engine chosen to make room is still draining (told to drain listeners).
+
+    Attributes:
+        key: The draining engine.
+        for_key: The engine the room is for (None for an unload or a reconcile).
+        waited: Seconds since the drain began.
+        limit: Seconds it may take before the eviction gives up (PP5).
+    """
+
+    key: str
+    for_key: str | None
+    waited: float
+    limit: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +197,7 @@ class Pool:
         self._tg: TaskGroup | None = None
         self._closed = False
         self._pin_trouble: dict[str, str] = {}
+        self._drain_listeners: list[Callable[[DrainProgress], None]] = []
 
     # -- lifetime ------------------------------------------------------------------------------
 
@@ -246,7 +264,7 @@ class Pool:
                 self._tg.start_soon(entry.supervisor.watch)
         return entry.supervisor
 
-    def keys(self) -> list[str]:
+    def engine_keys(self) -> list[str]:
         """Every engine key the pool knows, sorted."""
         return sorted(self._entries)
 
@@ -308,6 +326,25 @@ class Pool:
             return 0
         held = self.ledger.state.held(self.ledger.owner, key)
         return held.bytes if held is not None else 0
+
+    @contextlib.contextmanager
+    def drain_listener(self, callback: Callable[[DrainProgress], None] | None) -> Iterator[None]:
+        """Tell ``callback`` how every drain goes while the block runs (NR1's progress)."""
+        if callback is None:
+            yield
+            return
+        self._drain_listeners.append(callback)
+        try:
+            yield
+        finally:
+            self._drain_listeners.remove(callback)
+
+    def _tell_drain(self, progress: DrainProgress) -> None:
+        for listener in list(self._drain_listeners):
+            try:
+                listener(progress)
+            except Exception:  # a caller's progress display never breaks a drain
+                log.exception("hostler: a drain progress listener raised")
 
     # -- using an engine -----------------------------------------------------------------------
 
@@ -503,6 +540,7 @@ class Pool:
                         + (f" for {for_key}" if for_key else "")
                         + ": it stays resident. Retry when its requests end"
                     )
+                self._tell_drain(DrainProgress(key, for_key, waited, wait))
                 await anyio.sleep(self.drain_poll)
         finally:
             entry.draining = False
@@ -537,7 +575,7 @@ class Pool:
     async def release_idle(self) -> list[str]:
         """PP7: unload every idle engine; return the keys that were busy (left resident)."""
         busy: list[str] = []
-        for key in self.keys():
+        for key in self.engine_keys():
             try:
                 await self.unload_idle(key)
             except EngineBusyError:
@@ -572,7 +610,7 @@ class Pool:
         evicted: list[str] = []
         started: list[str] = []
         failed: dict[str, str] = {}
-        for key in self.keys():
+        for key in self.engine_keys():
             parsed = parse_key(key)
             if parsed is None:
                 continue

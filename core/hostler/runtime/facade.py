@@ -1,0 +1,242 @@
+"""``hostler.Runtime``: the embedding facade over the pool, router and host ledger.
+
+It mirrors the seed's ``LocalEngineRuntime`` in Python naming: it owns engine lifetime,
+admission and making room; it knows nothing of chats, tools or users. A program embeds it as::
+
+    async with Runtime(store, build, ledger=ledger, estimate=price) as runtime:
+        key = await runtime.bind("llamacpp", "qwen", session="chat-1")
+        async with runtime.request(key) as port:
+            ...  # talk to http://127.0.0.1:{port}
+
+Leaving the block stops every engine it started, a build still in flight included (NR3).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hostler.capacity.pricing import LaunchPrice
+from hostler.drivers.host_ledger import HostLedger
+from hostler.drivers.offloop import OffLoop
+from hostler.engines.supervisor import Supervisor
+from hostler.errors import UsageError
+from hostler.policies.pool import DRAIN_WAIT
+from hostler.runtime.pool import DRAIN_POLL, DrainProgress, EntryView, Pool, ReconcileReport
+from hostler.runtime.router import Router
+from hostler.store.log import EventStore
+
+__all__ = ["LaunchSummary", "Runtime", "RuntimeStatus"]
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSummary:
+    """How a running engine was launched: its process, port and plan (safe facts only)."""
+
+    key: str
+    pid: int | None
+    port: int | None
+    ctx_per_slot: int | None
+    slots: int | None
+    kv_type: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeStatus:
+    """A status snapshot that builds nothing and touches nothing (a peek).
+
+    Attributes:
+        engines: Every engine the runtime knows (PP16).
+        sessions: Bound sessions per engine key.
+        ledger: The host ledger's budget, limits and reservations (CB10), or None without one.
+        closed: Whether the runtime takes no new work.
+    """
+
+    engines: tuple[EntryView, ...]
+    sessions: Mapping[str, int]
+    ledger: Mapping[str, Any] | None
+    closed: bool
+
+
+class Runtime:
+    """Engine lifetime, admission and routing for one daemon (or one embedding program).
+
+    Args:
+        store: The event log every decision is recorded in.
+        build: Makes the supervisor of an engine key (once per key).
+        ledger: The host ledger that admits engines (None: no accounting).
+        estimate: An engine key's footprint in bytes, the price its supervisor reserves
+            (blocking; run off the event loop).
+        preview: An engine key's launch price without starting anything (``hostler preview``).
+        clock: Wall-clock seconds (injected in tests).
+        offloop: Where blocking log and ledger work runs.
+        drain_wait: How long a busy engine chosen to make room may finish its work (PP5).
+        pinned: Engine keys kept resident (PP17).
+    """
+
+    def __init__(
+        self,
+        store: EventStore,
+        build: Callable[[str], Supervisor],
+        *,
+        ledger: HostLedger | None = None,
+        estimate: Callable[[str], int] | None = None,
+        preview: Callable[[str], LaunchPrice] | None = None,
+        clock: Callable[[], float] = time.time,
+        offloop: OffLoop | None = None,
+        drain_wait: float = DRAIN_WAIT,
+        drain_poll: float = DRAIN_POLL,
+        pinned: Collection[str] = (),
+        pin_interval: float = 1.0,
+    ) -> None:
+        self._io = offloop or OffLoop()
+        self.store = store
+        self.ledger = ledger
+        self._preview = preview
+        self.pool = Pool(
+            store,
+            build,
+            ledger=ledger,
+            estimate=estimate,
+            clock=clock,
+            offloop=self._io,
+            drain_wait=drain_wait,
+            drain_poll=drain_poll,
+            pinned=pinned,
+            pin_interval=pin_interval,
+        )
+        self.router = Router(self.pool, clock=clock, offloop=self._io)
+
+    async def __aenter__(self) -> Runtime:
+        await self.pool.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.pool.__aexit__(*exc_info)
+
+    async def close(self) -> None:
+        """Stop every engine (a build in flight included) and take no new work (NR3, PP8)."""
+        await self.pool.close()
+
+    # -- looking (peeks: never build, never count as use) ----------------------------------------
+
+    def status(self) -> RuntimeStatus:
+        """Every engine, the sessions bound to each, and the ledger as last folded."""
+        ledger = None
+        if self.ledger is not None:
+            ledger = {
+                "committed": self.ledger.state.committed,
+                "explicit_budget": self.ledger.state.explicit_budget,
+                "spillover": self.ledger.state.spillover,
+            }
+        return RuntimeStatus(
+            tuple(self.pool.snapshot()),
+            dict(self.router.session_counts()),
+            ledger,
+            self.pool.closed,
+        )
+
+    def engine_status(self, key: str) -> EntryView | None:
+        """One engine's snapshot, or None when the runtime does not know it."""
+        return next((v for v in self.pool.snapshot() if v.key == key), None)
+
+    def launch_summaries(self) -> list[LaunchSummary]:
+        """How each running engine was launched."""
+        found = []
+        for key in self.pool.engine_keys():
+            sup = self.pool.supervisor(key)
+            spec = sup.launch_spec
+            if sup.pid is None:
+                continue
+            found.append(
+                LaunchSummary(
+                    key,
+                    sup.pid,
+                    sup.port,
+                    spec.ctx_per_slot if spec else None,
+                    spec.slots if spec else None,
+                    spec.kv_type if spec else None,
+                )
+            )
+        return found
+
+    async def budget(self) -> dict[str, Any]:
+        """The ledger's budget, limits and every reservation with its owner (fresh, CB10)."""
+        ledger = self._need_ledger()
+        snapshot: dict[str, Any] = await self._io.run(ledger.snapshot)
+        return snapshot
+
+    async def preview(self, key: str) -> LaunchPrice:
+        """What starting ``key`` would plan and reserve now; starts and evicts nothing (NR6)."""
+        preview = self._preview
+        if preview is None:
+            raise UsageError("this runtime was built without a pricing function")
+        return await self._io.run(preview, key)
+
+    # -- using engines ------------------------------------------------------------------------
+
+    async def bind(
+        self,
+        engine: str,
+        model: str,
+        session: str,
+        *,
+        prior_key: str | None = None,
+        on_drain_wait: Callable[[DrainProgress], None] | None = None,
+    ) -> str:
+        """Bind ``session`` to a replica of ``engine:model`` and have it running (ER2).
+
+        ``on_drain_wait`` is told, about twice a second, how long a busy engine chosen to make
+        room has been draining (NR1); cancelling the call stops the waiting, not the build
+        other callers may share.
+        """
+        with self.pool.drain_listener(on_drain_wait):
+            return await self.router.bind(engine, model, session, prior_key=prior_key)
+
+    async def one_shot(self, engine: str, model: str) -> str:
+        """A running replica of the model for a single call, else replica 0 started (ER3)."""
+        return await self.router.one_shot(engine, model)
+
+    @contextlib.asynccontextmanager
+    async def request(self, key: str) -> AsyncIterator[int]:
+        """Hold ``key``'s engine for one request (started and made room for when needed).
+
+        Yields the engine's loopback port. While held the engine is busy: never evicted,
+        never idle-stopped, and a drain waits for it (PP5).
+        """
+        async with self.pool.use(key) as port:
+            yield port
+
+    async def unload(self, key: str) -> bool:
+        """Unload an idle engine now (PP6); False when not resident; EngineBusy when busy."""
+        return await self.pool.unload_idle(key)
+
+    async def release_idle(self) -> list[str]:
+        """Unload every idle engine (NR4: a live reset); returns the busy keys left resident."""
+        return await self.pool.release_idle()
+
+    async def reconcile(self, targets: Mapping[str, int]) -> ReconcileReport:
+        """Hold ``targets[engine:model]`` replicas of each named model (PP10)."""
+        return await self.pool.reconcile(targets)
+
+    # -- the memory budget, live -----------------------------------------------------------------
+
+    async def set_budget(self, budget: int | None) -> None:
+        """An explicit budget in bytes, or None for the automatic one; never evicts (CB2)."""
+        ledger = self._need_ledger()
+        if budget is not None and (type(budget) is not int or budget < 0):
+            raise UsageError(f"a budget is a number of bytes, not {budget!r}")
+        await self._io.run(ledger.set_budget, budget)
+
+    async def set_spillover(self, allowed: bool | None) -> None:
+        """Allow or forbid RAM spillover, or back to automatic (None); never evicts (CB3)."""
+        ledger = self._need_ledger()
+        await self._io.run(ledger.set_spillover, allowed)
+
+    def _need_ledger(self) -> HostLedger:
+        if self.ledger is None:
+            raise UsageError("this runtime keeps no memory ledger")
+        return self.ledger

@@ -1,0 +1,133 @@
+"""``hostler.Runtime`` and its router, with real processes and a real ledger and log."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+import hostler
+from hostler.errors import RuntimeClosedError, UsageError
+from hostler.events.router import ROUTER_STREAM
+from hostler.runtime.pool import DrainProgress
+
+from _fake_engine import BallastEngine
+from _pools import PRICE, World, work, world_at
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    with world_at(tmp_path) as made:
+        yield made
+
+
+def runtime(world: World, mib: int = 10, **options: object) -> hostler.Runtime:
+    engine = BallastEngine(world.tmp_path, mib)
+    return hostler.Runtime(
+        world.store,
+        world.supervisor_factory(engine),
+        ledger=world.ledger,
+        estimate=lambda _key: PRICE,
+        drain_poll=0.02,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def bindings(world: World) -> list[tuple[str, str, str]]:
+    return [
+        (getattr(r.event, "session"), getattr(r.event, "key"), getattr(r.event, "how"))  # noqa: B009
+        for r in world.store.read_stream(ROUTER_STREAM)
+    ]
+
+
+async def test_new_sessions_balance_across_replicas_and_keep_their_engine(world: World) -> None:
+    async with runtime(world) as rt:
+        await rt.reconcile({"ballast:m": 2})
+        keys = [await rt.bind("ballast", "m", f"s{i}") for i in range(3)]
+        assert keys == ["ballast:m:0", "ballast:m:1", "ballast:m:0"]
+        assert await rt.bind("ballast", "m", "s1") == "ballast:m:1"  # affinity
+        assert rt.status().sessions == {"ballast:m:0": 2, "ballast:m:1": 1}
+        assert [how for _, _, how in bindings(world)] == ["balanced"] * 3  # "kept" adds nothing
+
+
+async def test_a_stopped_sessions_engine_is_respawned_at_the_same_replica(world: World) -> None:
+    async with runtime(world) as rt:
+        await rt.reconcile({"ballast:m": 2})
+        assert await rt.bind("ballast", "m", "a") == "ballast:m:0"
+        assert await rt.bind("ballast", "m", "b") == "ballast:m:1"
+        assert await rt.unload("ballast:m:1")
+        assert await rt.bind("ballast", "m", "b") == "ballast:m:1"
+        assert rt.pool.resident("ballast:m:1")
+        assert bindings(world)[-1] == ("b", "ballast:m:1", "respawned")
+        # a prior key for another model is not affinity: the new model's replica 0
+        assert await rt.bind("ballast", "n", "b", prior_key="ballast:m:1") == "ballast:n:0"
+
+
+async def test_a_one_shot_reuses_a_running_replica(world: World) -> None:
+    async with runtime(world) as rt:
+        await rt.reconcile({"ballast:m": 2})
+        assert await rt.unload("ballast:m:0")
+        assert await rt.one_shot("ballast", "m") == "ballast:m:1"
+        assert not rt.pool.resident("ballast:m:0")  # no second copy just for a one-shot
+        assert await rt.one_shot("ballast", "z") == "ballast:z:0"
+
+
+async def test_binding_reports_drain_progress(world: World) -> None:
+    seen: list[DrainProgress] = []
+    async with runtime(world, mib=400, drain_wait=5) as rt:
+        a = await rt.bind("ballast", "a", "one")
+        b = await rt.bind("ballast", "b", "two")
+        async with anyio.create_task_group() as tg:
+
+            async def hold(key: str, seconds: float) -> None:
+                async with rt.request(key) as port:
+                    await anyio.to_thread.run_sync(work, port, seconds)
+
+            tg.start_soon(hold, a, 0.6)
+            tg.start_soon(hold, b, 3.0)
+            await anyio.sleep(0.2)
+            key = await rt.bind("ballast", "c", "three", on_drain_wait=seen.append)
+        assert key == "ballast:c:0"
+        assert seen and {p.key for p in seen} == {a} and seen[0].for_key == key
+        assert seen[0].limit == 5 and 0 <= seen[0].waited < seen[-1].waited < 5
+
+
+async def test_status_is_a_peek_and_launches_are_summarised(world: World) -> None:
+    async with runtime(world) as rt:
+        status = rt.status()
+        assert status.engines == () and not status.closed
+        assert rt.engine_status("ballast:m:0") is None
+        assert list(world.store.read_all()) == [
+            r for r in world.store.read_all() if "ledger" in r.stream_id
+        ]
+        key = await rt.one_shot("ballast", "m")
+        [summary] = rt.launch_summaries()
+        assert (summary.key, summary.ctx_per_slot, summary.slots) == (key, 512, 1)
+        assert summary.pid == rt.pool.supervisor(key).pid and summary.port
+        view = rt.engine_status(key)
+        assert view is not None and view.state == "running" and view.bytes > 0
+    assert rt.status().closed
+    with pytest.raises(RuntimeClosedError):
+        async with rt.request(key):
+            pass
+
+
+async def test_the_budget_is_live_and_validated(world: World) -> None:
+    async with runtime(world) as rt:
+        with pytest.raises(UsageError, match="number of bytes"):
+            await rt.set_budget(-1)
+        await rt.set_budget(3 * 2**30)
+        snapshot = await rt.budget()
+        assert snapshot["budget"] == 3 * 2**30 and snapshot["overridden"] is True
+        await rt.set_spillover(False)
+        assert rt.status().ledger == {
+            "committed": 0,
+            "explicit_budget": 3 * 2**30,
+            "spillover": False,
+        }
+        with pytest.raises(UsageError, match="pricing function"):
+            await rt.preview("ballast:m:0")
