@@ -45,7 +45,9 @@ class World:
     def clock(self) -> float:
         return self.now
 
-    def supervisor_factory(self, engine: BallastEngine) -> Callable[[str], Supervisor]:
+    def supervisor_factory(
+        self, engine: BallastEngine, price: int = PRICE
+    ) -> Callable[[str], Supervisor]:
         def build(key: str) -> Supervisor:
             run = self.tmp_path / "run" / key.replace(":", "_")
             return Supervisor(
@@ -59,7 +61,7 @@ class World:
                 token_prefix=self.token,
                 policy=SupervisorPolicy(watch_interval=0.05, idle_timeout=0, stop_grace=1.0),
                 ledger=self.ledger,
-                footprint=lambda: PRICE,
+                footprint=lambda: price,
             )
 
         return build
@@ -69,15 +71,16 @@ class World:
         adapter: BallastEngine | None = None,
         *,
         clock: Callable[[], float] | None = None,
+        price: int = PRICE,
         **options: Any,
     ) -> Pool:
         engine = adapter or BallastEngine(self.tmp_path, BALLAST_MIB)
-        build = self.supervisor_factory(engine)
+        build = self.supervisor_factory(engine, price)
         return Pool(
             self.store,
             build,
             ledger=self.ledger,
-            estimate=lambda _key: PRICE,
+            estimate=lambda _key: price,
             clock=clock or time.time,
             drain_poll=0.02,
             **options,

@@ -201,11 +201,12 @@ async def test_a_flooded_victim_still_gives_way_within_the_drain_bound(world: Wo
 async def test_an_unreachable_start_unloads_nothing(world: World) -> None:
     async with world.pool() as pool:
         await pool.ensure(A)
-        huge = world.pool()  # same ledger: a model of 2 GiB can never fit in 1 GiB
-        huge._estimate = lambda _key: 2 * GIB  # the price of one big model
+        huge = world.pool(price=2 * GIB)  # same ledger: 2 GiB never fits in 1 GiB
         async with huge:
-            with pytest.raises(CapacityDeniedError, match="nothing was unloaded"):
+            with pytest.raises(CapacityDeniedError, match="nothing was unloaded") as denied:
                 await huge.ensure(C)
+        assert "the ledger: " in str(denied.value)  # and the ledger recorded its refusal
+        assert "ledger.denied" in world.types("ledger/host")
         [planned] = world.pool_events("pool.room_planned")
         assert planned["reachable"] is False and planned["evict"] == []
         assert pool.resident(A)
@@ -302,3 +303,15 @@ async def test_close_during_a_build_and_a_request_leaves_no_process(world: World
     assert [reason for reason, _ in world.stops(B)] == ["start-cancelled"]
     with pytest.raises(RuntimeClosedError):
         await pool_fast.ensure(A)
+
+
+async def test_a_price_that_raises_anything_is_left_to_the_start_to_record(world: World) -> None:
+    """A plugin's SystemExit while the pool prices an engine must not end the daemon."""
+
+    def exits(_key: str) -> int:
+        raise SystemExit(3)
+
+    async with world.pool() as pool:
+        pool.estimate = exits
+        assert await pool.ensure(A) > 0  # its supervisor priced it itself, and started it
+        assert world.pool_events("pool.room_planned") == []

@@ -83,6 +83,7 @@ class EngineConfig:
     kv_type: str | None = None
     autostart: bool = True
     extra_args: dict[str, Any] = field(default_factory=dict)
+    pinned: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +119,7 @@ class _EngineEntry(_Strict):
     kv_type: KvType | None = None
     autostart: bool = True
     extra_args: Annotated[dict[str, ExtraValue], Field(max_length=256)] = {}
+    pinned: bool = False
 
     @field_validator("key")
     @classmethod
@@ -187,6 +189,7 @@ def load_config(path: str | os.PathLike[str], *, data_dir: Path | None = None) -
             kv_type=entry.kv_type,
             autostart=entry.autostart,
             extra_args=dict(entry.extra_args),
+            pinned=entry.pinned,
         )
         for entry in parsed.engines
     )

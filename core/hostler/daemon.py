@@ -9,6 +9,7 @@ running; the next daemon on the same data directory adopts them without a reload
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import math
@@ -41,11 +42,14 @@ from hostler.engines.process import token_holders
 from hostler.engines.reconcile import DAEMON_STREAM, Outcome, reconcile
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.errors import (
+    ConcurrencyError,
     EngineStartError,
     HostlerError,
+    RuntimeClosedError,
     StoreBusyError,
     StoreCorruptError,
     StoreDamagedRowError,
+    StoreError,
 )
 from hostler.events.base import Event
 from hostler.events.daemon import (
@@ -62,6 +66,7 @@ from hostler.probes.device import DEVICE_STREAM, budget_from, sample_device
 from hostler.probes.nvml import NvmlProbe, open_nvml
 from hostler.probes.process import measure_process
 from hostler.replay import replay
+from hostler.runtime.facade import Runtime
 from hostler.store.log import EventStore
 
 __all__ = ["Daemon", "DaemonConfig", "DaemonStarted", "EngineConfig", "load_config"]
@@ -139,13 +144,25 @@ class Daemon:
 
     def __init__(self, config: DaemonConfig) -> None:
         self.config = config
-        self.supervisors: dict[str, Supervisor] = {}
+        self.runtime: Runtime | None = None
         self.ready = anyio.Event()
         self.offloop = OffLoop()
         self.probe: NvmlProbe | None = None
         self.health = LogHealth(str(config.data_dir / "events.db"))
         self.ledger: HostLedger | None = None
         self._started = False
+        self._store: EventStore | None = None
+        self._adapters: dict[str, EngineAdapter] = {}
+        self._plugins: PluginHost | None = None
+        self._token_prefix = daemon_id(config.data_dir)
+
+    @property
+    def supervisors(self) -> dict[str, Supervisor]:
+        """The engines this daemon owns (its runtime's pool), by key."""
+        if self.runtime is None:
+            return {}
+        pool = self.runtime.pool
+        return {key: pool.supervisor(key) for key in pool.engine_keys()}
 
     async def run(self) -> None:
         """Run until SIGTERM or SIGINT."""
@@ -190,9 +207,31 @@ class Daemon:
         self, store: EventStore, ledger_store: EventStore, signals: AsyncIterator[int]
     ) -> None:
         received: list[str] = []
+        failed: list[HostlerError] = []
+        self._store = store
+        runtime = Runtime(
+            store,
+            self._build_supervisor,
+            offloop=self.offloop,
+            pinned=[e.key for e in self.config.engines if e.pinned],
+        )
+        self.runtime = runtime
+        # the runtime's pool outlives the daemon's tasks: it is left after the shutdown
+        async with runtime:
+            await self._run_tasks(store, ledger_store, signals, received, failed)
+        if failed:
+            raise failed[0]
+
+    async def _run_tasks(
+        self,
+        store: EventStore,
+        ledger_store: EventStore,
+        signals: AsyncIterator[int],
+        received: list[str],
+        failed: list[HostlerError],
+    ) -> None:
         health = self.health
         ledger: HostLedger | None = None
-        failed: list[HostlerError] = []
         try:
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(self._listen, signals, tasks.cancel_scope, received)
@@ -211,8 +250,6 @@ class Daemon:
                     ledger.store.close()  # the one it reopened, if the file was replaced
             if self.probe is not None:
                 self.probe.close()
-        if failed:
-            raise failed[0]
 
     @staticmethod
     async def _listen(
@@ -223,7 +260,7 @@ class Daemon:
             scope.cancel()
             return
 
-    async def _start_up(
+    async def _start_up(  # noqa: PLR0915 - the start-up sequence, in order, in one place
         self,
         store: EventStore,
         ledger_store: EventStore,
@@ -249,7 +286,12 @@ class Daemon:
             reopen=lambda: open_ledger_store(location, busy_timeout=DAEMON_BUSY_TIMEOUT),
         )
         self.ledger = ledger
-        token_prefix = daemon_id(config.data_dir)
+        self._plugins = plugins
+        token_prefix = self._token_prefix
+        runtime = self.runtime
+        assert runtime is not None  # noqa: S101 - made by _run
+        runtime.ledger = runtime.pool.ledger = ledger
+        runtime.pool.estimate = self._estimate
         # One engine whose plugin is missing or raises is one failed engine, not a dead daemon.
         adapters: dict[str, EngineAdapter] = {}
         unstartable: dict[str, HostlerError] = {}
@@ -286,10 +328,9 @@ class Daemon:
             )
 
         outcomes = await _patiently(replay_and_reconcile)
+        self._adapters = adapters
         for engine in config.engines:
-            self.supervisors[engine.key] = self._supervisor(
-                engine, adapters[engine.key], store, ledger, token_prefix
-            )
+            runtime.pool.supervisor(engine.key)  # made, and watched by the pool
         unconfigured = await self._settle_outcomes(outcomes, store, ledger, plugins, token_prefix)
         started = DaemonStarted(
             time.time(),
@@ -303,7 +344,7 @@ class Daemon:
             lambda: store.append(DAEMON_STREAM, [started], expected_version=None)
         )
         self._started = True
-        configured = sorted(self.supervisors)
+        configured = sorted(e.key for e in config.engines)
         for supervisor in unconfigured:
             # OW5: every live engine has an owner that acts on it; one nobody configured stops.
             with anyio.CancelScope(shield=True):
@@ -314,13 +355,12 @@ class Daemon:
                 )
         tasks.start_soon(device.run)
         tasks.start_soon(self._tend, ledger, store, health)
-        for key, supervisor in self.supervisors.items():
-            tasks.start_soon(supervisor.watch)
-            engine = next(e for e in config.engines if e.key == key)
-            if key in unstartable:
-                tasks.start_soon(supervisor.fail_unstartable, unstartable[key])
-            elif engine.autostart and supervisor.state != "running":
-                tasks.start_soon(self._autostart, supervisor)
+        for engine in config.engines:
+            supervisor = runtime.pool.supervisor(engine.key)
+            if engine.key in unstartable:
+                tasks.start_soon(supervisor.fail_unstartable, unstartable[engine.key])
+            elif (engine.autostart or engine.pinned) and supervisor.state != "running":
+                tasks.start_soon(self._autostart, engine.key)
         return ledger
 
     async def _tend(
@@ -452,11 +492,9 @@ class Daemon:
         for outcome in outcomes:
             identity = outcome.identity
             if outcome.result == "adopted" and identity is not None:
-                supervisor = self.supervisors.get(outcome.key)
-                if supervisor is None:
-                    supervisor = self._bare_supervisor(
-                        outcome.key, plugins, store, ledger, token_prefix
-                    )
+                assert self.runtime is not None  # noqa: S101 - made by _run
+                supervisor = self.runtime.pool.supervisor(outcome.key)
+                if not any(e.key == outcome.key for e in self.config.engines):
                     unconfigured.append(supervisor)
                 supervisor.adopt(identity, outcome.pidfd)  # SG4: it signals through it
                 try:
@@ -510,15 +548,70 @@ class Daemon:
             health=self.health,
         )
 
-    async def _autostart(self, supervisor: Supervisor) -> None:
+    async def _autostart(self, key: str, retry_every: float = 1.0) -> None:
+        """Start a configured engine through the pool (making room like any start).
+
+        A start the log cannot record is not taken (SF2) and is tried again once a second.
+        """
+        assert self.runtime is not None  # noqa: S101 - made by _run
+        pool = self.runtime.pool
         try:
-            await supervisor.start_when_recordable(cause="config")
+            while True:
+                try:
+                    await pool.ensure(key, cause="config")
+                except (StoreCorruptError, ConcurrencyError):
+                    raise
+                except StoreError:
+                    await anyio.sleep(retry_every)
+                else:
+                    return
         except HostlerError as exc:
             # recorded as an event by the supervisor; the daemon stays up
             log.error("hostler: %s", exc.message)  # noqa: TRY400 - a one-line message is the point
         except Exception:
             # a bug, not a decision: keep serving the other engines, and say where it was
-            log.exception("hostler: %s: unexpected error while starting", supervisor.key)
+            log.exception("hostler: %s: unexpected error while starting", key)
+
+    def _build_supervisor(self, key: str) -> Supervisor:
+        """The pool's factory: a configured engine's supervisor, else a stop-only one (OW5)."""
+        store, ledger, plugins = self._store, self.ledger, self._plugins
+        if store is None or ledger is None or plugins is None:
+            raise RuntimeClosedError(f"{key}: the daemon is not started yet")
+        engine = self._engine_config(key)
+        if engine is None:
+            return self._bare_supervisor(key, plugins, store, ledger, self._token_prefix)
+        adapter = self._adapters.get(engine.key) or _adapter_for(plugins, key)
+        return self._supervisor(engine, adapter, store, ledger, self._token_prefix)
+
+    def _engine_config(self, key: str) -> EngineConfig | None:
+        """The config of ``key``; another replica of a configured model shares its settings."""
+        for engine in self.config.engines:
+            if engine.key == key:
+                return engine
+        parsed = parse_key(key)
+        for engine in self.config.engines:
+            other = parse_key(engine.key)
+            if parsed and other and (other.engine, other.model) == (parsed.engine, parsed.model):
+                return dataclasses.replace(engine, key=key)
+        return None
+
+    def _estimate(self, key: str) -> int:
+        """What starting ``key`` would reserve now (blocking): the pool's make-room price."""
+        engine, ledger, plugins = self._engine_config(key), self.ledger, self._plugins
+        if engine is None or ledger is None or plugins is None:
+            return 0
+        adapter = self._adapters.get(engine.key) or _adapter_for(plugins, key)
+        priced = price_from_ledger(
+            adapter,
+            ledger,
+            key=engine.key,
+            model=engine.model,
+            ctx=engine.ctx,
+            slots=engine.slots,
+            kv_type=engine.kv_type,
+            extra_args=engine.extra_args,
+        )
+        return int(priced.reserved_bytes)
 
     def _supervisor(
         self,
@@ -570,7 +663,8 @@ class Daemon:
             run_dir=run_dir,
             token_prefix=token_prefix,
             policy=SupervisorPolicy(
-                idle_timeout=self.config.idle_timeout,
+                # PP17: a pinned engine is never idle-stopped
+                idle_timeout=0.0 if engine.pinned else self.config.idle_timeout,
                 health_interval=self.config.health_interval,
                 log_max_bytes=self.config.engine_log_max_bytes,
                 log_keep=self.config.engine_log_keep,

@@ -156,7 +156,8 @@ class Pool:
         build: Makes the supervisor for an engine key (called once per key).
         ledger: The host ledger (None: no accounting, nothing is ever evicted for room).
         estimate: An engine key's footprint in bytes before it starts (blocking: run off the
-            event loop); the same price its supervisor reserves.
+            event loop); the same price its supervisor reserves. Settable later (``estimate``
+            and ``ledger`` are attributes), for a daemon that opens its ledger after entering.
         clock: Wall-clock seconds (injected in tests).
         offloop: Where blocking log and ledger work runs.
         drain_wait: PP5's bound on a busy victim's drain (seconds).
@@ -184,7 +185,7 @@ class Pool:
         self.store = store
         self._build_supervisor = build
         self.ledger = ledger
-        self._estimate = estimate
+        self.estimate = estimate
         self._clock = clock
         self._io = offloop or OffLoop()
         self.drain_wait = drain_wait
@@ -403,10 +404,12 @@ class Pool:
     async def _build(self, key: str, entry: _Entry, flight: _Flight, cause: str) -> None:
         try:
             async with self._admission:
-                await self._make_room(key)
+                hopeless = await self._make_room(key)
             try:
                 flight.port = await entry.supervisor.ensure_running(cause)
-            except CapacityDeniedError:
+            except CapacityDeniedError as exc:
+                if hopeless is not None:  # the ledger refused it, recorded: say why in full
+                    raise CapacityDeniedError(f"{hopeless} (the ledger: {exc.message})") from None
                 # another start took the room between our plan and our reservation: once more
                 async with self._admission:
                     await self._make_room(key)
@@ -422,17 +425,28 @@ class Pool:
 
     # -- making room ---------------------------------------------------------------------------
 
-    async def _make_room(self, key: str) -> None:
-        """PP4: evict what the policy picks until ``key``'s footprint fits, or refuse."""
-        if self.ledger is None or self._estimate is None:
-            return
-        estimate = self._estimate
-        wanted = await self._io.run(estimate, key)
+    async def _make_room(self, key: str) -> str | None:
+        """PP4: evict what the policy picks until ``key``'s footprint fits.
+
+        Returns None once it fits (or when there is nothing to decide); when even evicting
+        everything evictable could not make it fit, evicts nothing and returns why, for the
+        denial the ledger then records (the start is still asked of the ledger, so every
+        daemon sharing it sees the refusal with its inputs).
+        """
+        if self.ledger is None or self.estimate is None:
+            return None
+        estimate = self.estimate
+        try:
+            wanted = await self._io.run(estimate, key)
+        except anyio.get_cancelled_exc_class():
+            raise
+        except BaseException:  # noqa: BLE001 - even SystemExit from a plugin: not ours to
+            return None  # report; the start prices again and records it as engine.failed (SG3)
         tried: set[str] = set()
         while True:
             short, held = await self._io.run(self._shortfall, key, wanted)
             if short <= 0:
-                return
+                return None
             now = self._clock()
             candidates = [
                 self._as_policy(k, e, held.get(k, 0), queued=True)
@@ -456,7 +470,7 @@ class Pool:
             await self._record(planned)  # SF2: a decision the log cannot take is not taken
             if not room.reachable or not (room.evict or room.drain):
                 evictable = sum(c.bytes for c in candidates if not c.draining)
-                raise CapacityDeniedError(
+                return (
                     f"{key}: needs {_gib(wanted)}, {_gib(short)} more than the budget has free, "
                     f"and the engines hostler may unload hold only {_gib(evictable)}; nothing "
                     "was unloaded. Raise the budget (HOSTLER_CAPACITY_BUDGET_GB), or stop what "

@@ -1,0 +1,221 @@
+"""The runtime with real ``llama-server`` processes and tiny real models: a budget fits two of three.
+
+The budget is set from one engine's real footprint (reserved, then measured), so that two fit
+and three never do. Requests alternate across the three models; a long streaming request runs
+through swaps. What must hold: only idle engines are evicted, the stream is never cut, no more
+than two engines ever run, and the log explains every eviction (victim, shortfall, the
+candidates considered with their demand figures).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import hostler
+from hostler import EventStore
+from hostler.capacity.budget import HostMemory, compute_budget
+from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
+from hostler.engines.price import price_from_ledger
+from hostler.engines.process import token_holders
+from hostler.engines.supervisor import Supervisor, SupervisorPolicy
+from hostler.events.pool import POOL_STREAM
+from hostler.plugin import LaunchSpec
+from hostler.testing.tiny_gguf import write_tiny_llama
+from hostler_llamacpp import LlamaCppAdapter
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+GIB = 2**30
+MODELS = ("alpha", "beta", "gamma")
+
+
+class Rig:
+    """Three tiny models, one log, one ledger whose budget is set once one engine is measured."""
+
+    def __init__(self, tmp_path: Path, store: EventStore) -> None:
+        self.tmp_path = tmp_path
+        self.store = store
+        self.models = {name: write_tiny_llama(tmp_path / f"{name}.gguf") for name in MODELS}
+        self.budget_gib: float | None = None
+        self.ledger = HostLedger(
+            store,
+            OwnerIdentity.current("llamatest"),
+            lambda: compute_budget(HostMemory(64 * GIB), override_gib=self.budget_gib),
+        )
+        self.adapter = LlamaCppAdapter()
+        self.token = f"llamatest-{os.getpid()}-{tmp_path.name}"
+
+    def price(self, key: str) -> int:
+        name = key.split(":")[1]
+        priced = price_from_ledger(
+            self.adapter,
+            self.ledger,
+            key=key,
+            model=self.models[name],
+            ctx=512,
+            slots=1,
+            kv_type=None,
+        )
+        return int(priced.reserved_bytes)
+
+    def build(self, key: str) -> Supervisor:
+        name = key.split(":")[1]
+        run = self.tmp_path / "run" / name
+        return Supervisor(
+            key,
+            self.adapter,
+            lambda port: LaunchSpec(
+                key, self.models[name], port, ctx_per_slot=512, slots=1, work_dir=run / "work"
+            ),
+            self.store,
+            run_dir=run,
+            token_prefix=self.token,
+            policy=SupervisorPolicy(watch_interval=0.05, idle_timeout=0),
+            ledger=self.ledger,
+            footprint=lambda: self.price(key),
+        )
+
+    def runtime(self) -> hostler.Runtime:
+        return hostler.Runtime(
+            self.store,
+            self.build,
+            ledger=self.ledger,
+            estimate=self.price,
+            drain_poll=0.05,
+            drain_wait=30,
+        )
+
+    def running(self) -> int:
+        return len(list(token_holders(lambda t: t.startswith(self.token))))
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[Rig]:
+    with EventStore.open(tmp_path / "events.db") as store:
+        yield Rig(tmp_path, store)
+
+
+def key_of(name: str) -> str:
+    return f"llamacpp:{name}:0"
+
+
+def chat(port: int, n: int = 4) -> str:
+    body = json.dumps(
+        {"messages": [{"role": "user", "content": "hi"}], "max_tokens": n, "temperature": 0}
+    ).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/chat/completions", body, {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return str(json.loads(response.read())["choices"][0]["finish_reason"])
+
+
+def stream(port: int, n: int, gaps: list[float]) -> list[str]:
+    """A streaming completion read line by line; the pause between chunks is recorded."""
+    body = json.dumps(
+        {
+            "messages": [{"role": "user", "content": "tell a long story"}],
+            "max_tokens": n,
+            "temperature": 0,
+            "stream": True,
+            "ignore_eos": True,
+        }
+    ).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/chat/completions", body, {"Content-Type": "application/json"}
+    )
+    lines = []
+    last = time.monotonic()
+    with urllib.request.urlopen(request, timeout=120) as response:
+        for raw in response:
+            line = raw.decode().strip()
+            if line:
+                lines.append(line)
+                time.sleep(0.01)  # a slow reader: the stream spans the swaps
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+    return lines
+
+
+def evictions(store: EventStore) -> list[tuple[str, dict[str, Any]]]:
+    found = []
+    for record in store.read_all():
+        if record.type == "engine.stop_requested" and record.payload.get("reason") == "evicted":
+            found.append((record.stream_id.removeprefix("engine/"), record.payload["decision"]))
+    return found
+
+
+async def test_a_budget_for_two_of_three_evicts_idle_engines_and_explains_each(rig: Rig) -> None:
+    async with rig.runtime() as rt:
+        # one engine alone, to learn what one costs here (reserved, then measured)
+        async with rt.request(key_of("alpha")) as port:
+            await anyio.to_thread.run_sync(chat, port)
+        one = max(rig.price(key_of("alpha")), (await rt.budget())["committed"])
+        rig.budget_gib = 2.5 * one / GIB  # room for two engines, never three
+        most = 0
+        for name in ("beta", "gamma", "alpha", "beta", "gamma", "beta"):
+            async with rt.request(key_of(name)) as port:
+                assert await anyio.to_thread.run_sync(chat, port) in {"length", "stop"}
+            most = max(most, rig.running())
+        assert most <= 2
+    assert rig.running() == 0
+    found = evictions(rig.store)
+    assert len(found) >= 3
+    planned = [
+        r.payload for r in rig.store.read_stream(POOL_STREAM) if r.type == "pool.room_planned"
+    ]
+    assert len(planned) == len(found)
+    for (victim, decision), plan in zip(found, planned, strict=True):
+        assert decision["rule"] == "PP4" and decision["for"] == plan["for_key"]
+        assert decision["evict"] == [victim] == plan["evict"]
+        assert decision["shortfall"] == plan["shortfall"] > 0
+        candidates = {c["key"]: c for c in decision["candidates"]}
+        assert victim in candidates and plan["for_key"] not in candidates
+        for figures in candidates.values():
+            assert {"bytes", "recent_hits", "idle_for", "busy"} <= set(figures)
+            assert figures["bytes"] > 0
+        # the victim was the least wanted: fewest recent hits, then the longest unused
+        rank = sorted(
+            candidates.values(), key=lambda c: (c["recent_hits"], -c["idle_for"], c["key"])
+        )
+        assert rank[0]["key"] == victim
+
+
+async def test_a_long_stream_is_never_cut_by_swaps(rig: Rig) -> None:
+    gaps: list[float] = []
+    async with rig.runtime() as rt:
+        async with rt.request(key_of("alpha")) as port:
+            await anyio.to_thread.run_sync(chat, port)
+        one = max(rig.price(key_of("alpha")), (await rt.budget())["committed"])
+        rig.budget_gib = 2.5 * one / GIB
+        lines: list[str] = []
+        streamed = anyio.Event()
+
+        async def long_stream() -> None:
+            async with rt.request(key_of("alpha")) as port:
+                streamed.set()
+                lines.extend(await anyio.to_thread.run_sync(stream, port, 300, gaps))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(long_stream)
+            await streamed.wait()
+            for name in ("beta", "gamma", "beta", "gamma"):  # each swap needs room
+                async with rt.request(key_of(name)) as port:
+                    await anyio.to_thread.run_sync(chat, port)
+                assert rig.running() <= 2
+        assert lines[-1] == "data: [DONE]"
+        finish = json.loads(lines[-2].removeprefix("data: "))["choices"][0]["finish_reason"]
+        assert finish == "length"
+    victims = [victim for victim, _ in evictions(rig.store)]
+    assert key_of("alpha") not in victims  # the streaming engine was never chosen
+    assert set(victims) <= {key_of("beta"), key_of("gamma")} and len(victims) >= 3
