@@ -358,3 +358,4 @@ def test_effective_values_reads_the_last_occurrence() -> None:
     assert effective_values([]) == {}
     assert effective_values(["--a", "--b"]) == {"--a": None, "--b": None}
     assert effective_values(["-v", "3"]) == {"-v": "3"}
+    assert effective_values(["stray", "--a", "1"]) == {"--a": "1"}  # a leading value is skipped
