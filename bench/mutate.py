@@ -69,6 +69,17 @@ TESTS: dict[str, list[str]] = {
         "tests/test_capacity_edges.py",
     ],
     "offload": ["tests/test_offload.py"],
+    "kvtrade": [
+        "tests/test_planner_rules.py",
+        "tests/test_plan.py",
+        "tests/test_capacity_edges.py",
+    ],
+    "swa": ["tests/test_planner_rules.py"],
+    "hostler_llamacpp.flags": [
+        "tests/test_llamacpp_flags.py",
+        "tests/test_llamacpp_adapter.py",
+        "tests/test_llamacpp_cache_reuse.py",
+    ],
     "policies.pool": ["tests/test_pool_policy.py"],
     "policies.arbiter": ["tests/test_arbiter_policy.py"],
     "policies.queue": ["tests/test_queue_policy.py"],
@@ -375,12 +386,18 @@ def _child(fullname: str, path: Path, args: list[str]) -> None:
 
 
 def _dotted(module: str) -> str:
-    """``budget`` is ``hostler.capacity.budget``; ``policies.pool`` is ``hostler.policies.pool``."""
+    """``budget`` is ``hostler.capacity.budget``; ``policies.pool`` is ``hostler.policies.pool``.
+
+    A plugin's module is named in full (``hostler_llamacpp.flags``).
+    """
+    if module.startswith("hostler_"):
+        return module
     return f"hostler.{module}" if "." in module else f"hostler.capacity.{module}"
 
 
 def _source_path(module: str) -> Path:
-    return ROOT / "core" / Path(*_dotted(module).split(".")).with_suffix(".py")
+    top = "plugins" if module.startswith("hostler_") else "core"
+    return ROOT / top / Path(*_dotted(module).split(".")).with_suffix(".py")
 
 
 def run_tests(module: str, text: str, tests: list[str], timeout: float) -> tuple[bool, str]:

@@ -20,6 +20,7 @@ PURE_CAPACITY_NAMES = (
     "geometry",
     "keys",
     "kv",
+    "kvtrade",
     "learning",
     "ledger",
     "offload",
@@ -27,6 +28,7 @@ PURE_CAPACITY_NAMES = (
     "plan",
     "pricing",
     "slots",
+    "swa",
     "units",
     "victims",
 )

@@ -960,9 +960,11 @@ def test_plan_below_the_minimum_is_denied_with_the_reason() -> None:
     assert (p.admitted, p.slots, p.context_window) == (False, 1, 1)
     assert p.reasons[-1] == "needs a window of 65536 tokens; one slot could hold 1"
     assert p.committed_other == 18 * G
-    assert p.denial.endswith(
+    assert p.window_denial == "needs a window of 65536 tokens; one slot could hold 1"
+    assert p.denial.endswith(  # C6: the window required and what one slot could hold
         "other models hold 18.0 GiB; even one slot at the minimum context window does not "
-        "fit. Raise the memory budget (HOSTLER_CAPACITY_BUDGET_GB) or unload a model."
+        "fit (needs a window of 65536 tokens; one slot could hold 1). Raise the memory budget "
+        "(HOSTLER_CAPACITY_BUDGET_GB) or unload a model."
     )
 
 

@@ -17,19 +17,19 @@ from hostler.plugin import (
     estimate_llama,
 )
 from hostler_llamacpp.binary import find_llama_server
+from hostler_llamacpp.flags import DEFAULT_CACHE_REUSE, llama_flags, merge_flags
 from hostler_llamacpp.panic import classify_line
 
-__all__ = ["REPACKED_TYPES", "LlamaCppAdapter", "build_metadata", "merge_flags", "repacked_types"]
+__all__ = [
+    "DEFAULT_CACHE_REUSE",
+    "REPACKED_TYPES",
+    "LlamaCppAdapter",
+    "build_metadata",
+    "merge_flags",
+    "repacked_types",
+]
 
-_FULL_PRECISION = {"f16", "bf16", "f32"}
 BUILD_SIDECAR = "hostler-llama-build.json"
-#: L14: ``--cache-reuse`` when the config says nothing (at any slot count).
-DEFAULT_CACHE_REUSE = 256
-_DISABLED = {"0", "False"}
-
-
-def _is_cache_reuse(flag: str) -> bool:
-    return flag.lstrip("-") == "cache-reuse"
 
 
 #: Tensor types whose matrix weights llama.cpp's CPU backend repacks into a second buffer
@@ -66,33 +66,6 @@ def repacked_types(
     return REPACKED_TYPES.get(machine.lower(), frozenset())
 
 
-def merge_flags(
-    base: list[tuple[str, str | None]], extra: Mapping[str, str | int | float | bool]
-) -> list[str]:
-    """Flags in order, with operator extras last; a flag given again replaces the earlier one.
-
-    ``True`` is a bare flag, ``False`` removes the flag, anything else is its value. Keys are
-    normalised to ``--key``.
-    """
-    merged: dict[str, str | None] = {}
-    value: str | int | float | bool | None
-    for flag, value in base:
-        merged.pop(flag, None)
-        merged[flag] = value
-    for raw, value in extra.items():
-        flag = raw if raw.startswith("-") else f"--{raw}"
-        merged.pop(flag, None)
-        if value is False:
-            continue
-        merged[flag] = None if value is True else str(value)
-    argv: list[str] = []
-    for flag, value in merged.items():
-        argv.append(flag)
-        if value is not None:
-            argv.append(value)
-    return argv
-
-
 def build_metadata(binary: Path) -> dict[str, object] | None:
     """L18: the JSON sidecar next to the binary (schemaVersion 1), or None if absent/invalid."""
     sidecar = binary.parent / BUILD_SIDECAR
@@ -126,30 +99,23 @@ class LlamaCppAdapter(EngineAdapter):
         return find_llama_server(self._configured)
 
     def build_command(self, spec: LaunchSpec) -> LaunchCommand:
-        """§3.1: model, loopback host/port, total context, slots, cache types, then extras."""
+        """§3.1 and L14: the plan, the config's engine settings, then the extras, which win.
+
+        The flags are :func:`hostler_llamacpp.flags.llama_flags` over the spec; its
+        ``options`` are the operator's config (``flash_attn``, ``cache_reuse``...).
+        """
         binary = self.binary()
-        flags: list[tuple[str, str | None]] = [
-            ("--model", str(spec.model)),
-            ("--host", "127.0.0.1"),
-            ("--port", str(spec.port)),
-            ("--jinja", None),
-            ("--ctx-size", str(spec.ctx_per_slot * spec.slots)),
-            ("--parallel", str(spec.slots)),
-        ]
-        if spec.work_dir is not None:
-            flags.append(("--slot-save-path", str(spec.work_dir)))
-        if spec.kv_type:
-            flags += [("--cache-type-k", spec.kv_type), ("--cache-type-v", spec.kv_type)]
-            if spec.kv_type.lower() not in _FULL_PRECISION:
-                flags.append(("--flash-attn", "on"))  # quantized V cache needs flash attention
-        reuse = spec.options.get("cache_reuse", DEFAULT_CACHE_REUSE)
-        if str(reuse).strip() not in _DISABLED:  # L14: 0 disables (the engine's own default)
-            flags.append(("--cache-reuse", str(reuse)))
-        extra = {
-            flag: False if _is_cache_reuse(flag) and str(value).strip() in _DISABLED else value
-            for flag, value in spec.extra_args.items()
-        }
-        argv = [str(binary), *merge_flags(flags, extra)]
+        flags = llama_flags(
+            model=str(spec.model),
+            port=spec.port,
+            ctx_per_slot=spec.ctx_per_slot,
+            slots=spec.slots,
+            kv_type=spec.kv_type,
+            slot_save_path=None if spec.work_dir is None else str(spec.work_dir),
+            config=spec.options,
+            extra_args=spec.extra_args,
+        )
+        argv = [str(binary), *flags.argv]
         path = os.environ.get("PATH", "")
         return LaunchCommand(argv, {"PATH": f"{binary.parent}{os.pathsep}{path}"})
 

@@ -24,6 +24,7 @@ __all__ = [
     "plan_adaptive_growth",
     "plan_ctx_for_memory",
     "requirement",
+    "window_denial",
 ]
 
 CONTEXT_FLOOR = 65_536
@@ -155,6 +156,11 @@ def clamp_ctx_for_memory(
     )
 
 
+def window_denial(minimum: int, one_slot: int) -> str:
+    """C6: what a denial below the minimum states: the window required, what one slot holds."""
+    return f"needs a window of {minimum} tokens; one slot could hold {one_slot}"
+
+
 @dataclass(frozen=True, slots=True)
 class LadderResult:
     """The slots and window the admission ladder settled on."""
@@ -207,7 +213,7 @@ def plan_ctx_for_memory(
         1,
         False,
         True,
-        f"needs a window of {minimum} tokens; one slot could hold {one.ctx}",
+        window_denial(minimum, one.ctx),
     )
 
 

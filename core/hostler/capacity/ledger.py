@@ -362,8 +362,13 @@ def format_denial(
     committed_other: int,
     *,
     below_minimum: bool = False,
+    window: str = "",
 ) -> str:
-    """CB12: the denial a person reads (GiB with one decimal, never raw byte counts)."""
+    """CB12: the denial a person reads (GiB with one decimal, never raw byte counts).
+
+    ``window`` is C6's statement of the window required and what one slot could hold
+    (:func:`hostler.capacity.context.window_denial`), added when ``below_minimum``.
+    """
     if limits.enforced and limits.ceiling < limits.budget and committed_other > 0:
         return (
             f"{model} needs {_gib(wanted)}, and hostler keeps co-resident models on the graphics "
@@ -384,6 +389,7 @@ def format_denial(
         text += f"; other models hold {_gib(committed_other)}"
     if below_minimum:
         text += "; even one slot at the minimum context window does not fit"
+        text += f" ({window})" if window else ""
     return text + ". Raise the memory budget (HOSTLER_CAPACITY_BUDGET_GB) or unload a model."
 
 

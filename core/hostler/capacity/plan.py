@@ -17,6 +17,7 @@ from hostler.capacity.context import (
     llama_requirement,
     plan_adaptive_growth,
     plan_ctx_for_memory,
+    window_denial,
 )
 from hostler.capacity.estimate import LlamaFootprint, estimate_llama
 from hostler.capacity.geometry import ModelGeometry
@@ -26,11 +27,25 @@ from hostler.capacity.kv import (
     heuristic_per_slot_kv,
     unfit_head_width,
 )
+from hostler.capacity.kvtrade import (
+    KvChoice,
+    KvStep,
+    default_kv_choice,
+    gemma_trade,
+    is_gemma,
+)
 from hostler.capacity.ledger import LedgerLimits, fallback_resident_bytes, format_denial, shortfall
 from hostler.capacity.slots import default_slots, planned_slots, slot_ceiling
 from hostler.capacity.units import round_half_up
 
-__all__ = ["LaunchPlan", "PlanRequest", "default_kv_type", "launch_kv_type", "plan_llama"]
+__all__ = [
+    "LaunchPlan",
+    "PlanRequest",
+    "default_kv_type",
+    "launch_choice",
+    "launch_kv_type",
+    "plan_llama",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +102,8 @@ class LaunchPlan:
         denial: The human denial text when not admitted.
         reasons: Why each figure is what it is, in order.
         minimum_satisfied: Even one slot at the minimum window fits (C6); False: deny.
+        window_denial: When the minimum is unmet, C6's statement of the window required and
+            what one slot could hold (part of ``denial``); else empty.
     """
 
     admitted: bool
@@ -106,6 +123,7 @@ class LaunchPlan:
     denial: str = ""
     reasons: list[str] = field(default_factory=list)
     minimum_satisfied: bool = True
+    window_denial: str = ""
 
     @property
     def total_ctx(self) -> int:
@@ -115,8 +133,16 @@ class LaunchPlan:
 
 def default_kv_type(geometry: ModelGeometry, model: str) -> str:
     """L5: Gemma keeps f16 KV; every other model quantizes it to q8_0."""
-    gemma = geometry.architecture.startswith("gemma") or "gemma" in model.lower()
-    return "f16" if gemma else "q8_0"
+    return "f16" if is_gemma(geometry.architecture, model) else "q8_0"
+
+
+def launch_choice(request: PlanRequest, geometry: ModelGeometry) -> KvChoice:
+    """L5 steps 1–3 for this launch (:func:`hostler.capacity.kvtrade.default_kv_choice`)."""
+    return default_kv_choice(
+        explicit=request.kv_type,
+        gemma=is_gemma(geometry.architecture, request.model),
+        q8_unfit_width=unfit_head_width(geometry, "q8_0"),
+    )
 
 
 def launch_kv_type(
@@ -126,12 +152,10 @@ def launch_kv_type(
 
     A quantized cache llama.cpp cannot build (head width) stays f16, said in ``reasons``.
     """
-    kv_type = request.kv_type or default_kv_type(geometry, request.model)
-    if request.kv_type is None and (width := unfit_head_width(geometry, kv_type)) is not None:
-        if reasons is not None:
-            reasons.append(f"KV f16: {kv_type} blocks do not divide the head width {width}")
-        kv_type = "f16"
-    return kv_type
+    choice = launch_choice(request, geometry)
+    if choice.step is KvStep.HEAD_WIDTH and reasons is not None:
+        reasons.append(choice.reason)
+    return choice.kv_type
 
 
 def _window_reasons(
@@ -210,13 +234,17 @@ def plan_llama(
 
     ceiling = ceiling_at(kv_type)
     tier = default_slots(limits.fast_budget)
-    if request.kv_type is None and request.slots is None and kv_type == "f16" and tier >= 2:
-        # L5: Gemma keeps f16 KV unless that alone leaves it one slot where q8_0 gives two.
-        q8_ceiling = ceiling_at("q8_0")
-        if ceiling < 2 <= q8_ceiling and unfit_head_width(geometry, "q8_0") is None:
-            reasons.append(f"KV f16 → q8_0: f16 leaves {ceiling} slot, q8_0 allows {q8_ceiling}")
-            kv_type, ceiling = "q8_0", q8_ceiling
-            line = exact_linearization(geometry, kv_type) or line
+    traded = gemma_trade(
+        launch_choice(request, geometry),
+        slots_configured=request.slots is not None,
+        tier=tier,
+        f16_ceiling=ceiling,
+        q8_ceiling=lambda: ceiling_at("q8_0"),
+    )
+    if traded.slot_ceiling is not None:  # L5: f16 alone leaves one slot, q8_0 gives two
+        reasons.append(traded.reason)
+        kv_type, ceiling = traded.kv_type, traded.slot_ceiling
+        line = exact_linearization(geometry, kv_type) or line
     slots = planned_slots(request.slots, ceiling, tier)
     reasons.append(
         f"slots: {slots} ({'configured' if request.slots else f'tier {tier}, ceiling {ceiling}'})"
@@ -267,6 +295,9 @@ def plan_llama(
     short = shortfall(limits, committed_other, reserved)
     admitted = ladder.minimum_satisfied and short <= 0
     denial = ""
+    short_window = (
+        "" if ladder.minimum_satisfied else window_denial(requirement.minimum, ladder.ctx)
+    )
     if not admitted:
         denial = format_denial(
             request.model,
@@ -275,6 +306,7 @@ def plan_llama(
             auto,
             committed_other,
             below_minimum=not ladder.minimum_satisfied,
+            window=short_window,
         )
     auto_window = None
     if request.ctx is not None:  # what the automatic plan (no window asked) would choose
@@ -306,4 +338,5 @@ def plan_llama(
         denial=denial,
         reasons=reasons,
         minimum_satisfied=ladder.minimum_satisfied,
+        window_denial=short_window,
     )

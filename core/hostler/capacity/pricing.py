@@ -115,6 +115,7 @@ def price_launch(
             auto,
             committed_other,
             below_minimum=not plan.minimum_satisfied,
+            window=plan.window_denial,
         )
     return LaunchPrice(
         plan=plan, estimated=estimated, reserved_bytes=reserved, admitted=admitted, denial=denial
