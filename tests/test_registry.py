@@ -41,6 +41,7 @@ REGISTERED_ON_IMPORT = [
     "ledger.released",
     "ledger.reserved",
     "ledger.spillover_set",
+    "offload.degraded",
     "plugin.failed",
     "plugin.loaded",
     "pool.drain_ended",

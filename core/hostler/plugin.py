@@ -33,6 +33,7 @@ import pluggy
 from hostler.capacity.estimate import estimate_llama
 from hostler.capacity.geometry import ModelGeometry
 from hostler.capacity.gguf_header import read_geometry as read_gguf_geometry
+from hostler.capacity.offload import OffloadPlan
 from hostler.capacity.units import round_half_up
 from hostler.errors import EngineBinaryError, EngineStartError, ModelFileError
 
@@ -76,6 +77,9 @@ class LaunchSpec:
         extra_args: Operator flags appended last (they win): a value of True is a bare flag,
             False omits it, anything else is passed as its text.
         options: Engine-specific settings from the config.
+        offload: The planner's GPU offload plan (L12; after a start that died of GPU
+            out-of-memory, the next step of the L13 ladder), or None to leave it to the engine.
+            The operator's own offload settings in ``options`` or ``extra_args`` win over it.
     """
 
     key: str
@@ -87,6 +91,7 @@ class LaunchSpec:
     work_dir: Path | None = None
     extra_args: Mapping[str, str | int | float | bool] = field(default_factory=dict)
     options: Mapping[str, object] = field(default_factory=dict)
+    offload: OffloadPlan | None = None
 
 
 @dataclass(frozen=True, slots=True)

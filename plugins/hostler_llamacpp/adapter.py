@@ -8,6 +8,7 @@ import platform
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
+from hostler.capacity.offload import Offload, OffloadPlan
 from hostler.plugin import (
     EngineAdapter,
     LaunchCommand,
@@ -17,7 +18,7 @@ from hostler.plugin import (
     estimate_llama,
 )
 from hostler_llamacpp.binary import find_llama_server
-from hostler_llamacpp.flags import DEFAULT_CACHE_REUSE, llama_flags, merge_flags
+from hostler_llamacpp.flags import DEFAULT_CACHE_REUSE, Planned, llama_flags, merge_flags
 from hostler_llamacpp.panic import classify_line
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "LlamaCppAdapter",
     "build_metadata",
     "merge_flags",
+    "planned_offload",
     "repacked_types",
 ]
 
@@ -64,6 +66,19 @@ def repacked_types(
     if configured is not None:
         return frozenset(kind.lower() for kind in configured)
     return REPACKED_TYPES.get(machine.lower(), frozenset())
+
+
+def planned_offload(plan: OffloadPlan | None) -> Planned:
+    """L12/L14: an offload plan as the planner's (lowest-precedence) flag values."""
+    if plan is None:
+        return Planned()
+    if plan.kind is Offload.FULL_GPU:
+        return Planned(n_gpu_layers="all")
+    if plan.kind is Offload.PARTIAL:
+        return Planned(n_gpu_layers="all", n_cpu_moe=plan.n_cpu_moe)
+    if plan.kind is Offload.ALL_EXPERTS_CPU:
+        return Planned(n_gpu_layers="all", cpu_moe=True)
+    return Planned(cpu_moe=True)  # the layer count left to the engine
 
 
 def build_metadata(binary: Path) -> dict[str, object] | None:
@@ -113,6 +128,7 @@ class LlamaCppAdapter(EngineAdapter):
             kv_type=spec.kv_type,
             slot_save_path=None if spec.work_dir is None else str(spec.work_dir),
             config=spec.options,
+            planned=planned_offload(spec.offload),
             extra_args=spec.extra_args,
         )
         argv = [str(binary), *flags.argv]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import logging
 import os
 import secrets
@@ -43,6 +44,7 @@ from typing import Any, TypeVar
 import anyio
 import psutil
 
+from hostler.capacity.offload import OffloadPlan, next_oom_plan
 from hostler.drivers.host_ledger import HostLedger
 from hostler.drivers.loghealth import LogHealth
 from hostler.drivers.measure import LaunchFacts, record_launch
@@ -73,6 +75,7 @@ from hostler.errors import (
     StoreCorruptError,
     StoreError,
 )
+from hostler.events.offload import OffloadDegraded, offload_stream
 from hostler.machines.engine import Engine, EngineState, StopReason
 from hostler.paths import private_dir
 from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec, Panic
@@ -172,6 +175,9 @@ class Supervisor:
         probe: NVML, so that measured footprints include GPU memory.
         offloop: Where blocking log and ledger writes run.
         health: The log's write health, shared with the daemon (SF1–SF3).
+        offload: A GPU offload plan every start uses instead of the spec's own (None: the
+            spec's); set by the OOM ladder (L13) once a start died of GPU out-of-memory.
+        offload_pinned: The operator pinned every offload setting: no ladder.
     """
 
     def __init__(
@@ -191,8 +197,14 @@ class Supervisor:
         probe: NvmlProbe | None = None,
         offloop: OffLoop | None = None,
         health: LogHealth | None = None,
+        offload: OffloadPlan | None = None,
+        offload_pinned: bool = False,
     ) -> None:
         self.key = key
+        self.offload = offload
+        self._offload_pinned = offload_pinned
+        self._launched_offload: OffloadPlan | None = None
+        self._start_panic: str | None = None
         self.adapter = adapter
         self._spec = spec
         self.store = store
@@ -358,39 +370,82 @@ class Supervisor:
             EngineStartError: It could not start or become ready; the message carries the
                 engine's own error line when it printed one.
             PluginError: Its plugin raised; the engine is recorded failed, naming it.
+
+        A start that dies of GPU out-of-memory is tried again at once with the next offload
+        plan down the L13 ladder (recorded as ``offload.degraded``), within the restart budget.
         """
         self.last_used = self._clock()
         async with self._lock:
-            if self.state == EngineState.RUNNING and self._child is not None:
-                return self._child.identity.port
-            if self.health.corrupt is not None:
-                raise StoreCorruptError(
-                    f"{self.key}: not started: the event log is corrupt ({self.health.corrupt}); "
-                    "hostler starts no new work until it is restored (docs/daemon.md)"
-                )
-            await self._finish_failed_stop()
-            await self._settle_unknown()
-            self._check_lockout()
-            if self.state == EngineState.FATAL:
-                await self._decide("reset", cause="new request after a failure")
-            await self._check_budget(cause)
-            token = f"{self.token_prefix}:{secrets.token_hex(8)}"
-            try:
-                estimate = await self._reserve(token)
-            except CapacityDeniedError:
-                raise  # recorded in the ledger's log, with its inputs; not the engine's fault
-            except HostlerError as exc:
-                await self._fire("start", cause=cause)
-                await self._fail(exc)
-                raise
-            try:
-                port = await self._start(cause, token)
-            except BaseException as exc:
-                with anyio.CancelScope(shield=True):
-                    await self._abandon(exc)
-                raise
-            await self._learn(estimate)
-            return port
+            while True:
+                port = await self._attempt(cause)
+                if port is not None:
+                    return port
+                cause = "oom-retry"
+
+    async def _attempt(self, cause: str) -> int | None:
+        """One start (under the lock): the port, or None when L13 says to try the next plan."""
+        if self.state == EngineState.RUNNING and self._child is not None:
+            return self._child.identity.port
+        if self.health.corrupt is not None:
+            raise StoreCorruptError(
+                f"{self.key}: not started: the event log is corrupt ({self.health.corrupt}); "
+                "hostler starts no new work until it is restored (docs/daemon.md)"
+            )
+        await self._finish_failed_stop()
+        await self._settle_unknown()
+        self._check_lockout()
+        if self.state == EngineState.FATAL:
+            await self._decide("reset", cause="new request after a failure")
+        await self._check_budget(cause)
+        token = f"{self.token_prefix}:{secrets.token_hex(8)}"
+        try:
+            estimate = await self._reserve(token)
+        except CapacityDeniedError:
+            raise  # recorded in the ledger's log, with its inputs; not the engine's fault
+        except HostlerError as exc:
+            await self._fire("start", cause=cause)
+            await self._fail(exc)
+            raise
+        try:
+            port = await self._start(cause, token)
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                await self._abandon(exc)
+            if await self._degrade(exc):
+                return None
+            raise
+        await self._learn(estimate)
+        return port
+
+    async def _degrade(self, exc: BaseException) -> bool:
+        """L13: after a start that died of GPU out-of-memory, step down the offload ladder.
+
+        Returns whether there is a next plan to try (recorded first: unrecorded, not taken).
+        """
+        launched, panic = self._launched_offload, self._start_panic
+        if not isinstance(exc, EngineStartError) or launched is None or panic is None:
+            return False
+        plan = next_oom_plan(launched, panic, pinned=self._offload_pinned)
+        if plan is None:
+            return False
+        event = OffloadDegraded(
+            self._clock(), self.key, panic, _plan_dict(launched), _plan_dict(plan)
+        )
+        store = self.store
+        try:
+            await self._io.run(
+                lambda: store.append(offload_stream(self.key), [event], expected_version=None)
+            )
+        except HostlerError:
+            return False
+        log.warning(
+            "hostler: %s: out of GPU memory as %s; retrying as %s",
+            self.key,
+            launched.kind,
+            plan.kind,
+        )
+        self.offload = plan  # kept for its later starts too
+        return True
 
     async def start_when_recordable(self, cause: str, *, retry_every: float = 1.0) -> int:
         """:meth:`ensure_running`, tried again while the log cannot record the start (SF2).
@@ -515,6 +570,9 @@ class Supervisor:
         await self._decide("start", cause=cause)  # SF2: no start without its record
         port = free_port()
         spec = self._plugin("the launch spec", self._spec, port)
+        if self.offload is not None:  # a degraded plan (L13) outlives the start that chose it
+            spec = dataclasses.replace(spec, offload=self.offload)
+        self._launched_offload, self._start_panic = spec.offload, None
         if not spec.model.is_file():
             raise EngineStartError(f"{self.key}: model file {spec.model} does not exist")
         command: LaunchCommand = self._plugin("build_command", self.adapter.build_command, spec)
@@ -646,6 +704,7 @@ class Supervisor:
         self, child: _Child, *, exited: bool, timed_out: bool = False
     ) -> None:
         self._read_lines(child, final=True)
+        self._start_panic = child.panic.kind if child.panic is not None else None
         if child.panic is not None:
             reason = child.panic.line
         elif timed_out:
@@ -894,6 +953,10 @@ class Supervisor:
             self._child.pidfd.close()
         self._child = _Child(identity, None, LogFollower(self.log_path), self._clock(), pidfd=pidfd)
         self._child.reached_ready = True
+
+
+def _plan_dict(plan: OffloadPlan) -> dict[str, Any]:
+    return {"kind": str(plan.kind), "n_cpu_moe": plan.n_cpu_moe, "reason": plan.reason}
 
 
 def _exit_status(process: subprocess.Popen[bytes] | None) -> tuple[int | None, int | None]:
