@@ -53,7 +53,9 @@ class Temps:
         return HealthSample((Reading("0", temperature_c=temp, total_mib=1000.0, used_mib=10.0),))
 
 
-def gate(policy: HealthPolicy, temps: Iterable[float | None]) -> tuple[DeviceHealthGate, Temps, FakeTime]:
+def gate(
+    policy: HealthPolicy, temps: Iterable[float | None]
+) -> tuple[DeviceHealthGate, Temps, FakeTime]:
     fake, sampler = FakeTime(), Temps(temps)
     return DeviceHealthGate(policy, sampler, clock=fake, sleep=fake.sleep), sampler, fake
 
@@ -250,9 +252,7 @@ class _Probe:
 async def test_nvml_sampler_reads_the_probe_off_the_loop() -> None:
     card = GpuSample("GPU-1", "H", 4 * 1024**3, 1024**3, 66, False, True)
     sample = await nvml_sampler(cast(NvmlProbe, _Probe([card])))()
-    assert sample == HealthSample(
-        (Reading("GPU-1", 66.0, None, False, True, 4096.0, 1024.0),), ""
-    )
+    assert sample == HealthSample((Reading("GPU-1", 66.0, None, False, True, 4096.0, 1024.0),), "")
     sample = await nvml_sampler(cast(NvmlProbe, _Probe([], "libnvidia-ml missing")))()
     assert sample == HealthSample((), "libnvidia-ml missing")
     sample = await nvml_sampler(cast(NvmlProbe, _Probe([])))()

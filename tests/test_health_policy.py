@@ -85,7 +85,9 @@ def test_every_setting_from_env() -> None:
         "HOSTLER_DEVICE_MAX_WAIT_MS": "30000",
         "HOSTLER_DEVICE_HEALTHY_SAMPLES": "5",
     }
-    assert resolve_health_policy(env) == HealthPolicy("guard", "block", 85.0, 70.0, 4.5, 2.5, 30.0, 5)
+    assert resolve_health_policy(env) == HealthPolicy(
+        "guard", "block", 85.0, 70.0, 4.5, 2.5, 30.0, 5
+    )
 
 
 @pytest.mark.parametrize(
@@ -141,9 +143,7 @@ def test_resume_is_at_most_max_start() -> None:
         ("HOSTLER_DEVICE_HEALTHY_SAMPLES", "three", "samples"),
     ],
 )
-def test_malformed_env_is_refused_naming_the_variable(
-    variable: str, text: str, words: str
-) -> None:
+def test_malformed_env_is_refused_naming_the_variable(variable: str, text: str, words: str) -> None:
     with pytest.raises(SettingError) as caught:
         resolve_health_policy({variable: text})
     assert caught.value.code == "usage.setting"
@@ -192,7 +192,7 @@ def test_policy_as_dict_carries_every_setting() -> None:
 
 
 def test_readings_from_device_sample_gpus() -> None:
-    gpus = [
+    gpus: list[dict[str, object]] = [
         {"uuid": "GPU-a", "name": "x", "total": 2 * 1024**3, "used": 512 * 1024**2,
          "temperature_c": 70, "thermal_slowdown": False, "power_brake": True},
         {"uuid": "", "name": "y", "total": None, "used": None, "temperature_c": None},
