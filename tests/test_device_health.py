@@ -148,22 +148,46 @@ async def test_concurrent_callers_each_get_the_error_with_their_own_context() ->
 
 
 async def test_a_cancelled_runner_hands_the_admission_to_a_waiter() -> None:
-    g, sampler, _ = gate(GUARD, [90, 74, 74, 74])
-    done: list[str] = []
+    stuck = anyio.Event()  # never set: the first sample hangs until its caller is cancelled
+    calls: list[str] = []
+
+    async def sampler() -> HealthSample:
+        calls.append("sample")
+        if len(calls) == 1:
+            await stuck.wait()
+        return HealthSample((Reading("0", temperature_c=70.0),))
+
+    fake = FakeTime()
+    g = DeviceHealthGate(GUARD, sampler, clock=fake, sleep=fake.sleep)
+    outcome: list[str] = []
+    runner_scope = anyio.CancelScope()
+
+    async def runner() -> None:
+        with runner_scope:
+            await g.admit("llm workload")
+            outcome.append("llm admitted")  # pragma: no cover - must not happen
+        outcome.append("llm cancelled")
 
     async def waiter() -> None:
         await g.admit("image workload")
-        done.append("image")
+        outcome.append("image admitted")
 
-    async with anyio.create_task_group() as tg:
-        with anyio.CancelScope() as scope:
+    with anyio.fail_after(2):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(runner)
+            await settle()
+            assert calls == ["sample"]  # the runner's sample hangs
             tg.start_soon(waiter)
-            await anyio.lowlevel.checkpoint()
-            # the runner (this task) is cancelled on its first sample
-            scope.cancel()
-            await g.admit("llm workload")
-    assert done == ["image"]
-    assert sampler.calls >= 4
+            await settle()
+            assert outcome == [] and calls == ["sample"]  # the waiter joined, sampled nothing
+            runner_scope.cancel()
+    assert outcome == ["llm cancelled", "image admitted"]
+    assert calls == ["sample", "sample"]  # the waiter ran a fresh admission
+
+
+async def settle(rounds: int = 10) -> None:
+    for _ in range(rounds):
+        await anyio.lowlevel.checkpoint()
 
 
 async def test_off_admits_without_sampling_and_status_still_reads() -> None:
