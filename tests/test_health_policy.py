@@ -412,3 +412,20 @@ def test_status_states() -> None:
     assert _state(GUARD, hot(81)) == "warm"
     assert _state(OBSERVE, hot(81)) == "warm"
     assert _state(GUARD, hot(80)) == "healthy"
+
+
+def test_a_long_env_value_is_shown_clipped_to_40_characters() -> None:
+    text = "9" * 39 + "xyz"
+    with pytest.raises(SettingError) as caught:
+        resolve_health_policy({"HOSTLER_DEVICE_POLL_MS": text})
+    assert f"HOSTLER_DEVICE_POLL_MS={text[:40]!r}:" in caught.value.message
+
+
+def test_observe_and_bad_guard_steps_record_the_requirement() -> None:
+    step = admission_step(AdmissionState(), hot(106), OBSERVE, 0.0)
+    assert step.decision["required"] == 1
+    step = admission_step(AdmissionState(2, True), hot(90), GUARD, 0.0)
+    assert step.decision["required"] == 3  # what this sample would have needed
+    assert step.decision["healthy"] == 0
+    step = admission_step(AdmissionState(), hot(90), GUARD, 0.0)
+    assert step.decision["required"] == 1

@@ -335,12 +335,13 @@ def admission_step(
     elif policy.mode == "observe":
         ok = not evaluation.hard_blocked
         nxt = AdmissionState(0, state.cooling or evaluation.hard_blocked)
-    elif evaluation.admissible:
-        required = policy.healthy_samples if state.cooling else 1
-        nxt = AdmissionState(state.healthy + 1, state.cooling)
-        ok = nxt.healthy >= required
     else:
-        ok, nxt = False, AdmissionState(0, True)
+        required = policy.healthy_samples if state.cooling else 1
+        if evaluation.admissible:
+            nxt = AdmissionState(state.healthy + 1, state.cooling)
+            ok = nxt.healthy >= required
+        else:
+            ok, nxt = False, AdmissionState(0, True)
     action: Literal["admit", "wait", "blocked"]
     sleep = 0.0
     if ok:
