@@ -414,7 +414,7 @@ def test_status_states() -> None:
     assert _state(GUARD, hot(80)) == "healthy"
 
 
-def test_a_long_env_value_is_shown_clipped_to_40_characters() -> None:
+def test_a_long_env_value_is_shown_cut_to_40_characters() -> None:
     text = "9" * 39 + "xyz"
     with pytest.raises(SettingError) as caught:
         resolve_health_policy({"HOSTLER_DEVICE_POLL_MS": text})
