@@ -83,6 +83,7 @@ TESTS: dict[str, list[str]] = {
     "policies.pool": ["tests/test_pool_policy.py"],
     "policies.arbiter": ["tests/test_arbiter_policy.py"],
     "policies.queue": ["tests/test_queue_policy.py"],
+    "policies.health": ["tests/test_health_policy.py"],
 }
 DEFAULT_MODULES = list(TESTS)
 #: ledger.py: only its pure functions (module-level ``def``s) are mutated.

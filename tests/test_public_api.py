@@ -109,3 +109,12 @@ def test_the_plugin_contract_is_pinned() -> None:
         "hookspec",
         "round_half_up",
     }
+
+
+def test_device_unhealthy_error_is_pinned() -> None:
+    err = errors.DeviceUnhealthyError("image workload", 12.0, ["GPU 0 at 90 °C"], "guard")
+    assert errors.DeviceUnhealthyError.code == "device.unhealthy"
+    assert errors.DeviceUnhealthyError.exit_status == 1
+    assert not isinstance(err, errors.UsageError)
+    assert str(err).startswith("image workload blocked after 12.0 s by the device health gate")
+    assert "GPU 0 at 90 °C" in str(err) and "HOSTLER_DEVICE_SAFETY_MODE" in str(err)

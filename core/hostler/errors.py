@@ -12,6 +12,7 @@ from typing import ClassVar
 __all__ = [
     "CapacityDeniedError",
     "ConcurrencyError",
+    "DeviceUnhealthyError",
     "EngineBinaryError",
     "EngineBusyError",
     "EngineStartError",
@@ -240,3 +241,25 @@ class PluginError(HostlerError):
     """
 
     code = "plugin.raised"
+
+
+class DeviceUnhealthyError(HostlerError):
+    """The device health gate held GPU work for its whole wait: a card stayed too hot (DH4).
+
+    The message names the work, how long it waited, each reason, and how to change the mode.
+    """
+
+    code = "device.unhealthy"
+
+    def __init__(self, context: str, waited: float, reasons: list[str], mode: str) -> None:
+        because = "; ".join(reasons) or "no reason recorded"
+        super().__init__(
+            f"{context} blocked after {waited:.1f} s by the device health gate (mode {mode}): "
+            f"{because}. Let the card cool, raise HOSTLER_DEVICE_MAX_WAIT_MS to wait longer, or "
+            "set HOSTLER_DEVICE_SAFETY_MODE=observe (only the hard 105 °C limit holds work) or "
+            "off"
+        )
+        self.context = context
+        self.waited = waited
+        self.reasons = reasons
+        self.mode = mode
