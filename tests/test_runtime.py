@@ -11,6 +11,7 @@ import pytest
 import hostler
 from hostler.errors import RuntimeClosedError, UsageError
 from hostler.events.router import ROUTER_STREAM
+from hostler.runtime.arbiter import GpuArbiter
 from hostler.runtime.pool import DrainProgress
 
 from _fake_engine import BallastEngine
@@ -131,3 +132,30 @@ async def test_the_budget_is_live_and_validated(world: World) -> None:
         }
         with pytest.raises(UsageError, match="pricing function"):
             await rt.preview("ballast:m:0")
+
+
+async def test_an_image_lease_holds_llm_requests_and_unloads_idle_engines(world: World) -> None:
+    arbiter = GpuArbiter("swap", store=world.store)
+    async with runtime(world, arbiter=arbiter) as rt:
+        key = await rt.one_shot("ballast", "m")
+        release = await rt.acquire_lease("image", "render-1")
+        assert not rt.pool.resident(key)  # GA2/GA3: the other slot's engines were evicted
+        assert [lease["holder"] for lease in rt.leases()] == ["render-1"]
+        entered = anyio.Event()
+
+        async def chat() -> None:
+            async with rt.request(key):
+                entered.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(chat)
+            await anyio.sleep(0.3)
+            assert not entered.is_set()  # waits while the image job holds the card
+            await release()
+            with anyio.fail_after(10):
+                await entered.wait()
+        types = [r.type for r in world.store.read_all() if r.stream_id.startswith("lease/")]
+        assert types[:2] == ["lease.requested", "lease.granted"] and "lease.released" in types
+        rt.set_gpu_policy("coexist")
+        assert rt.arbiter.mode == "coexist"
+        assert await rt.device_health() is None

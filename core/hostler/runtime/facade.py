@@ -14,6 +14,7 @@ Leaving the block stops every engine it started, a build still in flight include
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -23,13 +24,17 @@ from hostler.capacity.pricing import LaunchPrice
 from hostler.drivers.host_ledger import HostLedger
 from hostler.drivers.offloop import OffLoop
 from hostler.engines.supervisor import Supervisor
-from hostler.errors import UsageError
+from hostler.errors import HostlerError, UsageError
 from hostler.policies.pool import DRAIN_WAIT
+from hostler.runtime.arbiter import GpuArbiter, Release
+from hostler.runtime.health import DeviceHealthGate, HealthStatus
 from hostler.runtime.pool import DRAIN_POLL, DrainProgress, EntryView, Pool, ReconcileReport
 from hostler.runtime.router import Router
 from hostler.store.log import EventStore
 
 __all__ = ["LaunchSummary", "Runtime", "RuntimeStatus"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +80,9 @@ class Runtime:
         offloop: Where blocking log and ledger work runs.
         drain_wait: How long a busy engine chosen to make room may finish its work (PP5).
         pinned: Engine keys kept resident (PP17).
+        arbiter: The GPU arbiter (GA1–GA7); by default one in ``coexist`` mode with no health
+            gate, so that nothing waits on a card nobody configured. Every request acquires
+            its ``llm`` slot first (EG4), and every engine registers an evictor for it.
     """
 
     def __init__(
@@ -91,14 +99,31 @@ class Runtime:
         drain_poll: float = DRAIN_POLL,
         pinned: Collection[str] = (),
         pin_interval: float = 1.0,
+        arbiter: GpuArbiter | None = None,
     ) -> None:
         self._io = offloop or OffLoop()
+        self.arbiter = arbiter or GpuArbiter("coexist", store=store, clock=clock)
         self.store = store
         self.ledger = ledger
         self._preview = preview
+
+        def build_registered(key: str) -> Supervisor:
+            supervisor = build(key)
+
+            async def evict() -> None:  # GA1: a swap to another slot unloads it when idle
+                try:
+                    await self.pool.unload_idle(key)
+                except HostlerError as exc:
+                    log.warning(
+                        "hostler: %s: not unloaded for another GPU slot: %s", key, exc.message
+                    )
+
+            self.arbiter.register_evictor("llm", evict, owner=key)
+            return supervisor
+
         self.pool = Pool(
             store,
-            build,
+            build_registered,
             ledger=ledger,
             estimate=estimate,
             clock=clock,
@@ -207,8 +232,33 @@ class Runtime:
         Yields the engine's loopback port. While held the engine is busy: never evicted,
         never idle-stopped, and a drain waits for it (PP5).
         """
+        await self.arbiter.acquire("llm")  # EG4: the GPU slot, then the engine
         async with self.pool.use(key) as port:
             yield port
+
+    # -- the GPU ---------------------------------------------------------------------------------
+
+    async def acquire_lease(self, slot: str, holder: str) -> Release:
+        """An exclusive GPU lease for a long job (GA3); call the returned release when done.
+
+        In ``swap`` mode it waits for any other lease (breaking one held past the 90-minute
+        ceiling, GA4) and evicts the other slots' engines; in ``coexist`` it only runs the
+        device health gate.
+        """
+        return await self.arbiter.acquire_lease(slot, holder)
+
+    def leases(self) -> list[dict[str, Any]]:
+        """The lease held and the leases waiting, with their holders and ages."""
+        return self.arbiter.leases()
+
+    def set_gpu_policy(self, policy: str) -> None:
+        """``swap``, ``coexist`` or ``auto``, live (GA5): a flip to coexist wakes waiters."""
+        self.arbiter.set_policy(policy)
+
+    async def device_health(self) -> HealthStatus | None:
+        """The device health gate's status (DH5), or None when no gate is configured."""
+        gate: DeviceHealthGate | None = self.arbiter.health_gate
+        return None if gate is None else await gate.status()
 
     async def unload(self, key: str) -> bool:
         """Unload an idle engine now (PP6); False when not resident; EngineBusy when busy."""
