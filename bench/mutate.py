@@ -71,7 +71,7 @@ TESTS: dict[str, list[str]] = {
     "offload": ["tests/test_offload.py"],
     "policies.pool": ["tests/test_pool_policy.py"],
     "policies.arbiter": ["tests/test_arbiter_policy.py"],
-    "policies.queue": ["tests/test_queue_policy.py"],
+    "policies.queue": ["tests/test_queue_policy.py", "tests/test_request_queue.py"],
 }
 DEFAULT_MODULES = list(TESTS)
 #: ledger.py: only its pure functions (module-level ``def``s) are mutated.
