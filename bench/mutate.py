@@ -84,6 +84,18 @@ EQUIVALENT: dict[tuple[str, int, str], str] = {
     ("policies.pool", 176, "const 0 -> -1 @47"): (
         "a missing session count read as -1 is clamped to 0 by the max() around it"
     ),
+    ("policies.queue", 156, "const 1 -> 2 @44"): (
+        "a configured width of 1 or 2 is below W + 1 >= 2 for every engine: max() drops it"
+    ),
+    ("policies.queue", 156, "const 1 -> 0 @44"): (
+        "a configured width of 0 or 1 is below W + 1 >= 2 for every engine: max() drops it"
+    ),
+    ("policies.queue", 237, "compare #0 > -> >= @45"): (
+        "with cap 0 the slice kept[len(kept):] is empty too"
+    ),
+    ("policies.queue", 237, "const 0 -> -1 @51"): (
+        "with cap 0 the slice kept[len(kept):] is empty too"
+    ),
     ("budget", 95, "const 0 -> -1 @45"): "without a card has_card is False before vram is read",
     ("budget", 117, "const 0 -> -1 @36"): "a discrete host has vram > 0: the `or` never applies",
     ("budget", 117, "const 0 -> 1 @36"): "a discrete host has vram > 0: the `or` never applies",

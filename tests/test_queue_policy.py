@@ -404,3 +404,21 @@ def test_engine_queue_shape() -> None:
     assert engine_queue_caps(4, single_lane=True) == LaneCaps(1, 1, 1)
     with pytest.raises(ValueError, match="an engine's width must be at least 1, not 0"):
         engine_queue_caps(0)
+
+
+def test_pick_edges_pinned_by_the_mutation_run() -> None:
+    # a group match alone (score 1) is still an affinity pick
+    chosen, decision = pick([item(1), item(2, group="g")], running=(run(9, group="g"),))
+    assert (chosen, decision["rule"], decision["score"]) == (2, "affinity", 1)
+    # opting out scores exactly 0
+    opted = [item(1, session_id="s", affinity=False)]
+    assert pick(opted, running=(run(9, session_id="s"),))[1]["scores"] == {"1": 0}
+    # waited is rounded to the millisecond
+    assert pick([item(1, at=0.0)], now=1.23456)[1]["waited"] == 1.235
+    # a background lane with room beside one running background request
+    caps = LaneCaps(4, 4, 2)
+    assert pick([item(1, "background")], running=(run(9, "background"),), caps=caps)[0] == 1
+    assert pick([], caps=caps)[1]["eligible"] == 0
+    # the newest single run is kept with a cap of 1
+    runs = [RecentRun("s", None, 1.0), RecentRun("s", None, 2.0)]
+    assert prune_recent(runs, 2.0, cap=1) == (RecentRun("s", None, 2.0),)
