@@ -82,7 +82,7 @@ TESTS: dict[str, list[str]] = {
     ],
     "policies.pool": ["tests/test_pool_policy.py"],
     "policies.arbiter": ["tests/test_arbiter_policy.py"],
-    "policies.queue": ["tests/test_queue_policy.py"],
+    "policies.queue": ["tests/test_queue_policy.py", "tests/test_request_queue.py"],
     "policies.health": ["tests/test_health_policy.py"],
 }
 DEFAULT_MODULES = list(TESTS)
@@ -95,6 +95,18 @@ EQUIVALENT: dict[tuple[str, int, str], str] = {
     ("offload", 77, "const 0 -> -1 @14"): "the kv default of -1 is clamped to 0 by max(kv, 0)",
     ("policies.pool", 182, "const 0 -> -1 @47"): (
         "a missing session count read as -1 is clamped to 0 by the max() around it"
+    ),
+    ("policies.queue", 156, "const 1 -> 2 @44"): (
+        "a configured width of 1 or 2 is below W + 1 >= 2 for every engine: max() drops it"
+    ),
+    ("policies.queue", 156, "const 1 -> 0 @44"): (
+        "a configured width of 0 or 1 is below W + 1 >= 2 for every engine: max() drops it"
+    ),
+    ("policies.queue", 237, "compare #0 > -> >= @45"): (
+        "with cap 0 the slice kept[len(kept):] is empty too"
+    ),
+    ("policies.queue", 237, "const 0 -> -1 @51"): (
+        "with cap 0 the slice kept[len(kept):] is empty too"
     ),
     ("budget", 95, "const 0 -> -1 @45"): "without a card has_card is False before vram is read",
     ("budget", 117, "const 0 -> -1 @36"): "a discrete host has vram > 0: the `or` never applies",

@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 import hostler
-from hostler.errors import RuntimeClosedError, UsageError
+from hostler.errors import QueueCancelledError, RuntimeClosedError, UsageError
 from hostler.events.router import ROUTER_STREAM
 from hostler.runtime.arbiter import GpuArbiter
 from hostler.runtime.pool import DrainProgress
@@ -159,3 +159,39 @@ async def test_an_image_lease_holds_llm_requests_and_unloads_idle_engines(world:
         rt.set_gpu_policy("coexist")
         assert rt.arbiter.mode == "coexist"
         assert await rt.device_health() is None
+
+
+async def test_requests_queue_with_positions_cancel_and_are_recorded(world: World) -> None:
+    async with runtime(world) as rt:
+        key = await rt.one_shot("ballast", "m")
+        port_seen: list[int] = []
+        outcomes: list[str] = []
+
+        async def ask(name: str, seconds: float) -> None:
+            try:
+                async with rt.request(key, session=name, label=name) as port:
+                    port_seen.append(port)
+                    await anyio.to_thread.run_sync(work, port, seconds)
+                    outcomes.append(f"{name} ran")
+            except QueueCancelledError:
+                outcomes.append(f"{name} cancelled")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ask, "first", 0.8)
+            await anyio.sleep(0.2)
+            tg.start_soon(ask, "second", 0.0)
+            tg.start_soon(ask, "third", 0.0)
+            await anyio.sleep(0.2)
+            summary = rt.queues()[key]
+            assert summary.width == 2  # one launched slot, plus the extra logical lane (Q12)
+            assert [a.label for a in summary.active] == ["first"]
+            waiting = sorted(summary.pending, key=lambda p: p.position)
+            assert [p.label for p in waiting] == ["second", "third"]
+            assert rt.cancel(key, waiting[1].id)
+            assert not rt.cancel(key, 999) and not rt.cancel("ballast:none:0", 1)
+        assert outcomes == ["third cancelled", "first ran", "second ran"]
+        with pytest.raises(UsageError, match="up or down"):
+            rt.move(key, 1, "sideways")
+    kinds = [r.type for r in world.store.read_stream(f"queue/{key}")]
+    assert kinds.count("queue.enqueued") == 3 and "queue.cancelled" in kinds
+    assert kinds.count("queue.dispatched") == 2

@@ -20,6 +20,8 @@ __all__ = [
     "IllegalTransitionError",
     "ModelFileError",
     "PluginError",
+    "QueueCancelledError",
+    "QueueTimeoutError",
     "RestartBudgetError",
     "RuntimeClosedError",
     "SettingError",
@@ -263,3 +265,41 @@ class DeviceUnhealthyError(HostlerError):
         self.waited = waited
         self.reasons = reasons
         self.mode = mode
+
+
+class QueueCancelledError(HostlerError):
+    """A queued request was cancelled (by an operator or a program) before it got a slot.
+
+    Nothing of it ran; the slot it would have used went to the next request.
+    """
+
+    code = "queue.cancelled"
+
+    def __init__(self, engine: str, request_id: int, waited: float) -> None:
+        super().__init__(
+            f"request {request_id} was cancelled while queued for {engine!r} after waiting "
+            f"{waited:.1f} s; nothing of it ran: send it again if it is still wanted"
+        )
+        self.engine = engine
+        self.request_id = request_id
+        self.waited = waited
+
+
+class QueueTimeoutError(HostlerError):
+    """A queued request did not get a slot within the caller's timeout; nothing of it ran.
+
+    ``ahead`` is how many requests were ahead of it when it gave up (Q10).
+    """
+
+    code = "queue.timeout"
+
+    def __init__(self, engine: str, request_id: int, waited: float, ahead: int) -> None:
+        super().__init__(
+            f"request {request_id} waited {waited:.1f} s in {engine!r}'s queue with {ahead} "
+            f"ahead of it and did not start; nothing of it ran: retry later, or allow a "
+            f"longer timeout"
+        )
+        self.engine = engine
+        self.request_id = request_id
+        self.waited = waited
+        self.ahead = ahead

@@ -4,9 +4,9 @@ An event's identity in the log is its ``TYPE`` string and ``SCHEMA_VERSION``, ne
 import path, so a log stays readable after modules move or plugins are uninstalled.
 
 Importing this package registers the event types hostler writes outside the lifecycle machines
-(ledger, calibration, plugin host, device samples, the daemon), so that a post-mortem reader
-decodes them rather than seeing :class:`UnknownEvent`: their classes live in its submodules for
-that reason.
+(ledger, calibration, plugin host, device samples, the daemon, the request queue), so that a
+post-mortem reader decodes them rather than seeing :class:`UnknownEvent`: their classes live in
+its submodules for that reason.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from hostler.events.base import (
 )
 
 # Imported for their registrations (after base, which they need).
-from hostler.events import calibration, daemon, device, ledger, offload, plugin, pool, router  # noqa: F401  # isort: skip
+from hostler.events import calibration, daemon, device, ledger, offload, plugin, pool, queue, router  # noqa: F401  # isort: skip
 
 __all__ = [
     "Event",

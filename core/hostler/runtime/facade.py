@@ -20,15 +20,21 @@ from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
+
 from hostler.capacity.pricing import LaunchPrice
 from hostler.drivers.host_ledger import HostLedger
 from hostler.drivers.offloop import OffLoop
 from hostler.engines.supervisor import Supervisor
-from hostler.errors import HostlerError, UsageError
+from hostler.errors import HostlerError, RuntimeClosedError, UsageError
+from hostler.events.base import Event
 from hostler.policies.pool import DRAIN_WAIT
+from hostler.policies.queue import Lane, engine_queue_caps
 from hostler.runtime.arbiter import GpuArbiter, Release
+from hostler.runtime.gate import RequestGate
 from hostler.runtime.health import DeviceHealthGate, HealthStatus
 from hostler.runtime.pool import DRAIN_POLL, DrainProgress, EntryView, Pool, ReconcileReport
+from hostler.runtime.queue import QueueSummary, RequestQueue
 from hostler.runtime.router import Router
 from hostler.store.log import EventStore
 
@@ -103,6 +109,9 @@ class Runtime:
     ) -> None:
         self._io = offloop or OffLoop()
         self.arbiter = arbiter or GpuArbiter("coexist", store=store, clock=clock)
+        self._queues: dict[str, RequestQueue] = {}
+        self._gates: dict[str, RequestGate] = {}
+        self._unwritten: list[tuple[str, Event]] = []  # queue events, written off the loop
         self.store = store
         self.ledger = ledger
         self._preview = preview
@@ -132,15 +141,44 @@ class Runtime:
             drain_poll=drain_poll,
             pinned=pinned,
             pin_interval=pin_interval,
+            busy_hint=lambda key: key in self._queues and self._queues[key].busy,
         )
         self.router = Router(self.pool, clock=clock, offloop=self._io)
 
     async def __aenter__(self) -> Runtime:
         await self.pool.__aenter__()
+        assert self.pool._tg is not None  # noqa: S101 - entered just now
+        self.pool._tg.start_soon(self._write_queue_events)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.pool.__aexit__(*exc_info)
+        with anyio.CancelScope(shield=True):
+            await self._flush_queue_events()
+
+    async def _write_queue_events(self, every: float = 0.5) -> None:
+        while True:
+            await anyio.sleep(every)
+            await self._flush_queue_events()
+
+    async def _flush_queue_events(self) -> None:
+        """Write what the queues recorded, per engine stream, off the event loop."""
+        batch, self._unwritten = self._unwritten, []
+        if not batch:
+            return
+        store = self.store
+
+        def write() -> None:
+            streams: dict[str, list[Event]] = {}
+            for key, event in batch:
+                streams.setdefault(f"queue/{key}", []).append(event)
+            for stream, events in streams.items():
+                store.append(stream, events, expected_version=None)
+
+        try:
+            await self._io.run(write)
+        except HostlerError as exc:  # a queue's history is not worth a request: said, dropped
+            log.warning("hostler: %d queue events not recorded: %s", len(batch), exc.message)
 
     async def close(self) -> None:
         """Stop every engine (a build in flight included) and take no new work (NR3, PP8)."""
@@ -226,15 +264,85 @@ class Runtime:
         return await self.router.one_shot(engine, model)
 
     @contextlib.asynccontextmanager
-    async def request(self, key: str) -> AsyncIterator[int]:
+    async def request(
+        self,
+        key: str,
+        *,
+        lane: Lane = "interactive",
+        session: str | None = None,
+        group: str | None = None,
+        ambient: bool = False,
+        label: str | None = None,
+        queue_timeout: float | None = None,
+        on_wait: Callable[[int], None] | None = None,
+    ) -> AsyncIterator[int]:
         """Hold ``key``'s engine for one request (started and made room for when needed).
 
-        Yields the engine's loopback port. While held the engine is busy: never evicted,
-        never idle-stopped, and a drain waits for it (PP5).
+        In order (EG4): the engine's request queue (lanes, affinity, the starvation bound,
+        Q1–Q12; ``on_wait`` is told how many are ahead once it has waited 0.2 s), the GPU's
+        ``llm`` slot, the engine itself (built, and room made, if needed), and the physical
+        gate as wide as its launched slots (EG1). Yields the engine's loopback port. While
+        held the engine is busy: never evicted, never idle-stopped, and a drain waits for it.
+
+        Raises:
+            QueueTimeoutError: No slot within ``queue_timeout`` seconds; nothing ran.
+            QueueCancelledError: An operator cancelled it while queued.
         """
-        await self.arbiter.acquire("llm")  # EG4: the GPU slot, then the engine
-        async with self.pool.use(key) as port:
-            yield port
+        if self.pool.closed:
+            raise RuntimeClosedError("the runtime is closed; it takes no request")
+        queue = self._queue(key)
+        async with queue.acquire(
+            lane=lane,
+            session_id=session,
+            group=group,
+            ambient=ambient,
+            label=label,
+            queue_timeout=queue_timeout,
+            on_wait=on_wait,
+        ):
+            await self.arbiter.acquire("llm")  # the GPU slot, then the engine
+            async with self.pool.use(key) as port:
+                self._fit_width(key)
+                async with self._gates[key].slot():
+                    yield port
+
+    def _queue(self, key: str) -> RequestQueue:
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = RequestQueue.for_engine(
+                key, 1, record=lambda event: self._unwritten.append((key, event))
+            )
+            self._queues[key] = queue
+            self._gates[key] = RequestGate(1)
+        return queue
+
+    def _fit_width(self, key: str) -> None:
+        """PP14: the queue and the gate as wide as the engine's launched slot count."""
+        spec = self.pool.supervisor(key).launch_spec
+        width = spec.slots if spec is not None else 1
+        gate = self._gates[key]
+        if gate.width != width:
+            gate.set_width(width)
+            caps = engine_queue_caps(width)
+            self._queues[key].set_width(
+                caps.width, interactive_cap=caps.interactive, background_cap=caps.background
+            )
+
+    def queues(self) -> dict[str, QueueSummary]:
+        """Q9/PP14: every engine's queue — what runs, what waits, positions, the live width."""
+        return {key: queue.describe() for key, queue in sorted(self._queues.items())}
+
+    def cancel(self, key: str, request_id: int) -> bool:
+        """Q7: cancel a queued request of ``key``'s queue; False when it is not queued."""
+        queue = self._queues.get(key)
+        return queue is not None and queue.cancel(request_id)
+
+    def move(self, key: str, request_id: int, direction: str) -> bool:
+        """Q8: move a queued request up or down its lane; False at an edge or unknown."""
+        if direction not in ("up", "down"):
+            raise UsageError(f"a queued request moves up or down, not {direction[:20]!r}")
+        queue = self._queues.get(key)
+        return queue is not None and queue.move(request_id, direction)  # type: ignore[arg-type]
 
     # -- the GPU ---------------------------------------------------------------------------------
 
