@@ -54,9 +54,9 @@ def session_filename(session_id: str) -> str:
 def _http(url: str, method: str, body: bytes | None, timeout: float) -> tuple[int, Any]:
     """One request: the status and the decoded JSON body (None when it is not JSON)."""
     headers = {"Content-Type": "application/json"} if body is not None else {}
-    request = urllib.request.Request(url, body, headers, method=method)  # noqa: S310 (http:// built here)
+    request = urllib.request.Request(url, body, headers, method=method)  # noqa: S310 - loopback only
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - loopback only
             status, raw = int(response.status), response.read()
     except urllib.error.HTTPError as error:
         status, raw = error.code, error.read()
