@@ -72,6 +72,7 @@ TESTS: dict[str, list[str]] = {
     "policies.pool": ["tests/test_pool_policy.py"],
     "policies.arbiter": ["tests/test_arbiter_policy.py"],
     "policies.queue": ["tests/test_queue_policy.py"],
+    "policies.cache": ["tests/test_cache_policy.py"],
 }
 DEFAULT_MODULES = list(TESTS)
 #: ledger.py: only its pure functions (module-level ``def``s) are mutated.
