@@ -194,6 +194,16 @@ async def test_evict_erases_bound_slots_and_deletes_files(
     assert cache.request_extras("c")["id_slot"] == 0  # the erased slot is free again
 
 
+async def test_a_file_that_cannot_be_deleted_does_not_stop_the_others(
+    server: FakeServer, tmp_path: Path
+) -> None:
+    cache = adapter(server, tmp_path)
+    (tmp_path / "sess-stuck.bin").mkdir()  # unlink fails on a directory
+    (tmp_path / "sess-a.bin").write_bytes(b"kv")
+    await cache.evict(["stuck", "a"])
+    assert os.listdir(tmp_path) == ["sess-stuck.bin"]
+
+
 async def test_flush_saves_every_bound_slot(server: FakeServer, tmp_path: Path) -> None:
     cache = adapter(server, tmp_path, slots=3)
     await cache.prepare("a")

@@ -173,6 +173,10 @@ class LlamaCacheAdapter:
 
     async def save(self, session_id: str) -> bool:
         """Save the session's slot to its file (for a freeze or a shutdown); False if not done."""
+        async with self._lock:
+            return await self._save(session_id)
+
+    async def _save(self, session_id: str) -> bool:
         slot = self.slot_of(session_id)
         if slot is None:
             return False
@@ -181,21 +185,29 @@ class LlamaCacheAdapter:
     async def flush(self) -> int:
         """Save every bound slot to its session's file; how many were saved."""
         saved = 0
-        for session_id in [s for s in self._bound if s is not None]:
-            saved += await self.save(session_id)
+        async with self._lock:
+            for session_id in [s for s in self._bound if s is not None]:
+                saved += await self._save(session_id)
         return saved
 
     async def evict(self, ids: Sequence[str]) -> None:
-        """Erase the sessions' slots and delete their files (a later turn starts fresh)."""
-        for session_id in ids:
-            slot = self.slot_of(session_id)
-            if slot is not None:
-                self._bound[slot] = None
-                self._tokens[slot] = None
-                await self._slot_action(slot, "erase", None)
-            if self._save_dir is not None:
-                path = self._save_dir / session_filename(session_id)
-                await anyio.to_thread.run_sync(partial(path.unlink, missing_ok=True))
+        """Erase the sessions' slots and delete their files (a later turn starts fresh).
+
+        Serialized with :meth:`prepare`, so a slot is never erased while it is being bound.
+        """
+        async with self._lock:
+            for session_id in ids:
+                slot = self.slot_of(session_id)
+                if slot is not None:
+                    self._bound[slot] = None
+                    self._tokens[slot] = None
+                    await self._slot_action(slot, "erase", None)
+                if self._save_dir is not None:
+                    path = self._save_dir / session_filename(session_id)
+                    try:
+                        await anyio.to_thread.run_sync(partial(path.unlink, missing_ok=True))
+                    except OSError as error:
+                        log.info("could not delete %s: %s", path, error)
 
     async def report_usage(self) -> list[CacheEntry] | None:
         """The bound sessions' caches as ``GET /slots`` tells them; None if it cannot.
