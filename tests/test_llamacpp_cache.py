@@ -81,6 +81,10 @@ def server() -> Iterator[FakeServer]:
     fake.close()
 
 
+def names(folder: Path) -> list[str]:
+    return sorted(path.name for path in folder.iterdir())
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 100.0
@@ -190,7 +194,7 @@ async def test_evict_erases_bound_slots_and_deletes_files(
     await cache.evict(["a", "gone", "never"])
     assert server.posts() == [("/slots/0?action=erase", None)]
     assert cache.slot_of("a") is None and cache.slot_of("b") == 1
-    assert os.listdir(tmp_path) == []
+    assert names(tmp_path) == []
     assert cache.request_extras("c")["id_slot"] == 0  # the erased slot is free again
 
 
@@ -201,7 +205,7 @@ async def test_a_file_that_cannot_be_deleted_does_not_stop_the_others(
     (tmp_path / "sess-stuck.bin").mkdir()  # unlink fails on a directory
     (tmp_path / "sess-a.bin").write_bytes(b"kv")
     await cache.evict(["stuck", "a"])
-    assert os.listdir(tmp_path) == ["sess-stuck.bin"]
+    assert names(tmp_path) == ["sess-stuck.bin"]
 
 
 async def test_flush_saves_every_bound_slot(server: FakeServer, tmp_path: Path) -> None:
@@ -362,9 +366,9 @@ async def test_real_llama_server_saves_and_restores_a_session_across_one_slot(
         assert await cache.prepare("alice") == "disk"  # bob saved, alice restored
         again = await anyio.to_thread.run_sync(_chat, launch.port, 0, "tell me about cats")
         assert again["timings"]["cache_n"] > 0  # the restored prompt was reused
-        assert sorted(p.name for p in slots_dir.iterdir()) == ["sess-alice.bin", "sess-bob.bin"]
+        assert names(slots_dir) == ["sess-alice.bin", "sess-bob.bin"]
         await cache.evict(["alice", "bob"])
-        assert list(slots_dir.iterdir()) == []
+        assert names(slots_dir) == []
         assert cache.slot_actions is True
     finally:
         process.kill()
