@@ -84,6 +84,7 @@ TESTS: dict[str, list[str]] = {
     "policies.arbiter": ["tests/test_arbiter_policy.py"],
     "policies.queue": ["tests/test_queue_policy.py", "tests/test_request_queue.py"],
     "policies.health": ["tests/test_health_policy.py"],
+    "policies.cache": ["tests/test_cache_policy.py"],
 }
 DEFAULT_MODULES = list(TESTS)
 #: ledger.py: only its pure functions (module-level ``def``s) are mutated.
@@ -92,6 +93,12 @@ FUNCTIONS_ONLY = {"ledger"}
 #: Mutants no input can tell apart from the original, by (module, line, mutation). Each is
 #: argued in docs/benchmarks.md; they are reported, and excluded from the score.
 EQUIVALENT: dict[tuple[str, int, str], str] = {
+    ("policies.cache", 101, "const 0 -> -1 @12"): (
+        "the priority rank only has to put normal before low: -1 < 1 orders them the same"
+    ),
+    ("policies.cache", 101, "const 1 -> 2 @49"): (
+        "the priority rank only has to put normal before low: 0 < 2 orders them the same"
+    ),
     ("offload", 77, "const 0 -> -1 @14"): "the kv default of -1 is clamped to 0 by max(kv, 0)",
     ("policies.pool", 182, "const 0 -> -1 @47"): (
         "a missing session count read as -1 is clamped to 0 by the max() around it"

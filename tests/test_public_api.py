@@ -95,6 +95,8 @@ def test_the_plugin_contract_is_pinned() -> None:
 
     assert set(hostler.plugin.__all__) == {
         "PROJECT",
+        "CacheAdapter",
+        "CacheEntry",
         "EngineAdapter",
         "EngineBinaryError",
         "EngineStartError",

@@ -9,6 +9,8 @@ from _support import REPO, run_python
 
 #: Every type hostler writes, registered by ``import hostler`` alone.
 REGISTERED_ON_IMPORT = [
+    "cache.budget_set",
+    "cache.evicted",
     "calibration.measured",
     "daemon.gap",
     "daemon.log_recovered",

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import pluggy
 
@@ -36,9 +36,12 @@ from hostler.capacity.gguf_header import read_geometry as read_gguf_geometry
 from hostler.capacity.offload import OffloadPlan
 from hostler.capacity.units import round_half_up
 from hostler.errors import EngineBinaryError, EngineStartError, ModelFileError
+from hostler.policies.cache import CacheEntry
 
 __all__ = [
     "PROJECT",
+    "CacheAdapter",
+    "CacheEntry",
     "EngineAdapter",
     "EngineBinaryError",
     "EngineStartError",
@@ -119,6 +122,27 @@ class Panic:
     fatal_at_startup: bool = True
 
 
+@runtime_checkable
+class CacheAdapter(Protocol):
+    """CC12: an engine's prompt-cache mechanism, driven by hostler's cache controller.
+
+    Every call is best effort: the controller bounds the async ones with a timeout and logs
+    what they raise, so a failing engine never breaks it.
+    """
+
+    def request_extras(self, session_id: str) -> dict[str, Any]:
+        """Fields to add to the session's next request body (synchronous, no I/O)."""
+        ...
+
+    async def evict(self, ids: Sequence[str]) -> None:
+        """Drop these sessions' caches from the engine (unknown ids are ignored)."""
+        ...
+
+    async def report_usage(self) -> list[CacheEntry] | None:
+        """The engine's own view of its cache entries, or None when it cannot tell."""
+        ...
+
+
 class EngineAdapter(ABC):
     """The facts of one engine kind. Subclass it, set ``engine_type``, and register it.
 
@@ -164,8 +188,13 @@ class EngineAdapter(ABC):
         del spec
         return round_half_up((geometry.file_size + geometry.mmproj_size) * 1.10) + 256 * 1024**2
 
-    def cache_adapter(self) -> object | None:
-        """The engine's prompt-cache mechanism (slot save/restore), if it has one."""
+    def cache_adapter(self, spec: LaunchSpec) -> CacheAdapter | None:
+        """The prompt-cache mechanism of the engine launched for ``spec``, if it has one.
+
+        One per launch: its state (slot bindings, a latched-off feature) lives as long as the
+        process does (default: none).
+        """
+        del spec
         return None
 
     def build_identity(self, command: LaunchCommand) -> str:

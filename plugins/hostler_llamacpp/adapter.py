@@ -10,6 +10,7 @@ from pathlib import Path
 
 from hostler.capacity.offload import Offload, OffloadPlan
 from hostler.plugin import (
+    CacheAdapter,
     EngineAdapter,
     LaunchCommand,
     LaunchSpec,
@@ -18,6 +19,7 @@ from hostler.plugin import (
     estimate_llama,
 )
 from hostler_llamacpp.binary import find_llama_server
+from hostler_llamacpp.cache import LlamaCacheAdapter
 from hostler_llamacpp.flags import DEFAULT_CACHE_REUSE, Planned, llama_flags, merge_flags
 from hostler_llamacpp.panic import classify_line
 
@@ -156,6 +158,22 @@ class LlamaCppAdapter(EngineAdapter):
     def classify_line(self, line: str) -> Panic | None:
         """SV14 and llama-server's startup failures."""
         return classify_line(line)
+
+    def cache_adapter(self, spec: LaunchSpec) -> CacheAdapter | None:
+        """L16: slot binding and save/restore for the engine launched for ``spec``.
+
+        Sized by the slots the engine is LAUNCHED with and pointed at the save directory it
+        is launched with: an operator's ``--parallel`` / ``--slot-save-path`` extra wins, as it
+        does on the command line.
+        """
+        slots, save_dir = spec.slots, spec.work_dir
+        for raw, value in spec.extra_args.items():
+            flag = raw if raw.startswith("-") else f"--{raw}"
+            if flag in {"--parallel", "-np"} and str(value).strip().isdigit():
+                slots = int(str(value).strip())
+            elif flag == "--slot-save-path":
+                save_dir = None if isinstance(value, bool) else Path(str(value))
+        return LlamaCacheAdapter(spec.port, max(slots, 1), save_dir)
 
     def build_identity(self, command: LaunchCommand) -> str:
         """The sidecar's revision when present, else the binary's path and size."""

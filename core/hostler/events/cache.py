@@ -1,0 +1,56 @@
+"""Events of the prompt-cache controller (stream ``cache/<engine key>``).
+
+Defined here, beside the event base, so that ``import hostler`` registers them without
+importing the runtime (:mod:`hostler.runtime.cache` records them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hostler.events.base import Event, event_type
+
+__all__ = ["CacheBudgetSet", "CacheEvicted", "cache_stream"]
+
+
+def cache_stream(key: str) -> str:
+    """The stream of one engine's cache decisions."""
+    return f"cache/{key}"
+
+
+@event_type("cache.evicted")
+@dataclass(frozen=True, slots=True)
+class CacheEvicted(Event):
+    """Sessions' prompt caches were dropped from an engine.
+
+    Attributes:
+        key: The engine key.
+        ids: The sessions evicted, in eviction order.
+        reason: ``watermark`` (the budget was reached, CC9), ``invalidate`` (one session was
+            invalidated, CC5) or ``clear`` (the engine's whole cache was cleared, CC6).
+        decision: The decision with every input it used (the eviction plan for ``watermark``).
+    """
+
+    key: str
+    ids: list[str]
+    reason: str
+    decision: dict[str, Any]
+
+
+@event_type("cache.budget_set")
+@dataclass(frozen=True, slots=True)
+class CacheBudgetSet(Event):
+    """An engine's cache budget was set (CC3), or remembered until it registers (CC2).
+
+    Attributes:
+        key: The engine key.
+        bytes: The new budget.
+        previous: The budget it replaces (the default when none was set).
+        applied: Whether the engine was registered, so that it took effect at once.
+    """
+
+    key: str
+    bytes: int
+    previous: int
+    applied: bool

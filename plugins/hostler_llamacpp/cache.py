@@ -1,0 +1,270 @@
+"""The llama.cpp prompt-cache adapter (L16): sessions bound to slots, slots saved to disk.
+
+``llama-server --parallel N`` keeps one KV cache per slot. Each session is bound to a slot of
+the launched engine (``id_slot`` and ``cache_prompt`` in its requests), so its next turn finds
+its prompt still cached. With more sessions than slots, the least recently used slot is
+recycled: its session's KV is first saved to ``sess-<id>.bin`` in the engine's
+``--slot-save-path`` directory, and a session coming back is restored from its file
+(``POST /slots/{id}?action=save|restore|erase``). A server that answers 501 to a slot action
+(started without ``--slot-save-path``, or with a projector) has none: the adapter stops asking
+for the rest of the process's life and says so once. Usage comes from ``GET /slots``.
+
+Every HTTP call is made with ``urllib`` in a worker thread and is best effort: a failure is
+logged and answered as "not done".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+import anyio.to_thread
+
+from hostler.plugin import CacheEntry
+from hostler.policies.cache import entry_bytes
+
+__all__ = ["LlamaCacheAdapter", "session_filename"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds one slot action or ``/slots`` read may take.
+HTTP_TIMEOUT = 30.0
+_SAFE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+Source = Literal["memory", "disk", "fresh"]
+
+
+def session_filename(session_id: str) -> str:
+    """``sess-<id>.bin``; an id llama-server would refuse as a file name is hashed instead."""
+    if _SAFE_ID.match(session_id):
+        return f"sess-{session_id}.bin"
+    return f"sess-{hashlib.sha256(session_id.encode()).hexdigest()[:32]}.bin"
+
+
+def _http(url: str, method: str, body: bytes | None, timeout: float) -> tuple[int, Any]:
+    """One request: the status and the decoded JSON body (None when it is not JSON)."""
+    headers = {"Content-Type": "application/json"} if body is not None else {}
+    request = urllib.request.Request(url, body, headers, method=method)  # noqa: S310 - loopback only
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - loopback only
+            status, raw = int(response.status), response.read()
+    except urllib.error.HTTPError as error:
+        status, raw = error.code, error.read()
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, None
+
+
+class LlamaCacheAdapter:
+    """L16: the cache mechanism of one ``llama-server`` process.
+
+    Args:
+        port: The engine's loopback port.
+        slots: The LAUNCHED slot count (``--parallel``), never a queue's concurrency.
+        save_dir: The engine's ``--slot-save-path``; None: no saving (slots still bind).
+        clock: Epoch seconds, for least-recently-used recycling and reports.
+        timeout: Seconds one HTTP call may take.
+    """
+
+    def __init__(
+        self,
+        port: int,
+        slots: int,
+        save_dir: Path | None,
+        *,
+        clock: Callable[[], float] = time.time,
+        timeout: float = HTTP_TIMEOUT,
+    ) -> None:
+        if slots < 1:
+            raise ValueError(f"a llama-server has at least one slot, not {slots}")
+        self._base = f"http://127.0.0.1:{port}"
+        self._save_dir = save_dir
+        self._clock = clock
+        self._timeout = timeout
+        self._bound: list[str | None] = [None] * slots
+        self._used: list[float] = [0.0] * slots
+        self._tokens: list[int | None] = [None] * slots
+        self._actions = save_dir is not None
+        self._lock = anyio.Lock()
+
+    @property
+    def slots(self) -> int:
+        """How many slots the engine was launched with."""
+        return len(self._bound)
+
+    @property
+    def slot_actions(self) -> bool:
+        """Whether save/restore/erase are still tried (off without a save dir, or after a 501)."""
+        return self._actions
+
+    def slot_of(self, session_id: str) -> int | None:
+        """The slot the session is bound to, if any."""
+        try:
+            return self._bound.index(session_id)
+        except ValueError:
+            return None
+
+    def _bind(self, session_id: str) -> tuple[int, str | None, bool]:
+        """Bind (slot, victim whose slot it took, whether it was bound already); no I/O."""
+        now = self._clock()
+        slot = self.slot_of(session_id)
+        if slot is not None:
+            self._used[slot] = now
+            return slot, None, True
+        free = [i for i, bound in enumerate(self._bound) if bound is None]
+        slot = free[0] if free else min(range(self.slots), key=lambda i: (self._used[i], i))
+        victim = self._bound[slot]
+        self._bound[slot] = session_id
+        self._used[slot] = now
+        self._tokens[slot] = None
+        return slot, victim, False
+
+    def request_extras(self, session_id: str) -> dict[str, Any]:
+        """``cache_prompt`` and the session's ``id_slot`` (binding it now if it has none).
+
+        Binding here does no I/O, so a recycled slot's session is not saved: call
+        :meth:`prepare` before the request for that.
+        """
+        slot, _, _ = self._bind(session_id)
+        return {"cache_prompt": True, "id_slot": slot}
+
+    async def prepare(self, session_id: str) -> Source:
+        """Bind the session to a slot before its request; where its prompt cache comes from.
+
+        ``memory``: it was bound already. Otherwise a recycled slot's session is saved first,
+        then the session's own file (if any) is restored: ``disk``; else ``fresh``.
+        Allocations are serialized, so two sessions never race for one slot.
+        """
+        async with self._lock:
+            slot, victim, bound = self._bind(session_id)
+            if bound:
+                return "memory"
+            if victim is not None:
+                await self._slot_action(slot, "save", session_filename(victim))
+            restored = await self._restore(slot, session_id)
+            if restored is None:
+                return "fresh"
+            self._tokens[slot] = restored
+            return "disk"
+
+    async def _restore(self, slot: int, session_id: str) -> int | None:
+        """Tokens restored from the session's file, or None (no file, or it failed)."""
+        name = session_filename(session_id)
+        if not self._actions or self._save_dir is None:
+            return None
+        if not await anyio.to_thread.run_sync((self._save_dir / name).is_file):
+            return None
+        reply = await self._slot_action(slot, "restore", name)
+        if reply is None:
+            return None
+        restored = reply.get("n_restored")
+        return restored if isinstance(restored, int) else 0
+
+    async def save(self, session_id: str) -> bool:
+        """Save the session's slot to its file (for a freeze or a shutdown); False if not done."""
+        async with self._lock:
+            return await self._save(session_id)
+
+    async def _save(self, session_id: str) -> bool:
+        slot = self.slot_of(session_id)
+        if slot is None:
+            return False
+        return await self._slot_action(slot, "save", session_filename(session_id)) is not None
+
+    async def flush(self) -> int:
+        """Save every bound slot to its session's file; how many were saved."""
+        saved = 0
+        async with self._lock:
+            for session_id in [s for s in self._bound if s is not None]:
+                saved += await self._save(session_id)
+        return saved
+
+    async def evict(self, ids: Sequence[str]) -> None:
+        """Erase the sessions' slots and delete their files (a later turn starts fresh).
+
+        Serialized with :meth:`prepare`, so a slot is never erased while it is being bound.
+        """
+        async with self._lock:
+            for session_id in ids:
+                slot = self.slot_of(session_id)
+                if slot is not None:
+                    self._bound[slot] = None
+                    self._tokens[slot] = None
+                    await self._slot_action(slot, "erase", None)
+                if self._save_dir is not None:
+                    path = self._save_dir / session_filename(session_id)
+                    try:
+                        await anyio.to_thread.run_sync(partial(path.unlink, missing_ok=True))
+                    except OSError as error:
+                        log.info("could not delete %s: %s", path, error)
+
+    async def report_usage(self) -> list[CacheEntry] | None:
+        """The bound sessions' caches as ``GET /slots`` tells them; None if it cannot.
+
+        A slot's tokens are its ``n_cache_tokens`` (older servers), else ``n_prompt_tokens``,
+        else what its last restore brought back; a slot that tells nothing is left out.
+        """
+        reply = await self._request("GET", "/slots", None)
+        if reply is None or reply[0] != 200 or not isinstance(reply[1], list):
+            return None
+        told: dict[int, int] = {}
+        for item in reply[1]:
+            if isinstance(item, dict) and isinstance(item.get("id"), int):
+                tokens = item.get("n_cache_tokens", item.get("n_prompt_tokens"))
+                if isinstance(tokens, int):
+                    told[item["id"]] = tokens
+        entries = []
+        for slot, session_id in enumerate(self._bound):
+            tokens = told.get(slot) or self._tokens[slot]
+            if session_id is None or tokens is None:
+                continue
+            entries.append(
+                CacheEntry(session_id, tokens, entry_bytes(tokens), last_used_at=self._used[slot])
+            )
+        return entries
+
+    async def _slot_action(
+        self, slot: int, action: str, filename: str | None
+    ) -> dict[str, Any] | None:
+        """One slot action; its JSON reply when it succeeded, else None (501 latches off)."""
+        if not self._actions:
+            return None
+        body = None if filename is None else json.dumps({"filename": filename}).encode()
+        reply = await self._request("POST", f"/slots/{slot}?action={action}", body)
+        if reply is None:
+            return None
+        status, data = reply
+        if status == 501:
+            if self._actions:
+                self._actions = False
+                log.warning(
+                    "llama-server on %s has no slot save/restore (HTTP 501 to %s): prompt "
+                    "caches stay in memory only for this process",
+                    self._base,
+                    action,
+                )
+            return None
+        if not 200 <= status < 300:
+            log.info("llama-server slot %d %s answered %d: %s", slot, action, status, data)
+            return None
+        return data if isinstance(data, dict) else {}
+
+    async def _request(self, method: str, path: str, body: bytes | None) -> tuple[int, Any] | None:
+        """The status and JSON of one call, or None when the engine did not answer."""
+        call = partial(_http, self._base + path, method, body, self._timeout)
+        try:
+            return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+        except (OSError, ValueError) as error:
+            log.info("llama-server %s %s failed: %s", method, path, error)
+            return None

@@ -1,0 +1,388 @@
+"""L16: the llama.cpp cache adapter against a tiny HTTP server, then against llama-server."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from hostler.plugin import CacheAdapter, CacheEntry, EngineAdapter, LaunchSpec
+from hostler.testing.tiny_gguf import write_tiny_llama
+from hostler_llamacpp import LlamaCppAdapter
+from hostler_llamacpp.cache import LlamaCacheAdapter, session_filename
+
+pytestmark = pytest.mark.anyio
+UNIT = 102_400
+
+
+class FakeServer:
+    """Answers ``/slots`` actions with a canned status and records every call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, Any]] = []
+        self.status = 200
+        self.slots: Any = [{"id": 0, "n_ctx": 512}, {"id": 1, "n_ctx": 512}]
+        self.slots_status = 200
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _reply(self, status: int, data: Any) -> None:
+                raw = json.dumps(data).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def do_GET(self) -> None:
+                server.calls.append(("GET", self.path, None))
+                self._reply(server.slots_status, server.slots)
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length)) if length else None
+                server.calls.append(("POST", self.path, body))
+                if server.status == 200 and "restore" in self.path:
+                    self._reply(200, {"n_restored": 37})
+                else:
+                    self._reply(server.status, {"error": {"code": server.status}})
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def posts(self) -> list[tuple[str, Any]]:
+        return [(path, body) for method, path, body in self.calls if method == "POST"]
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server() -> Iterator[FakeServer]:
+    fake = FakeServer()
+    yield fake
+    fake.close()
+
+
+def names(folder: Path) -> list[str]:
+    return sorted(path.name for path in folder.iterdir())
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        self.now += 1
+        return self.now
+
+
+def adapter(server: FakeServer, save_dir: Path | None, slots: int = 2) -> LlamaCacheAdapter:
+    return LlamaCacheAdapter(server.port, slots, save_dir, clock=Clock(), timeout=5)
+
+
+def test_it_is_a_cache_adapter_and_refuses_zero_slots() -> None:
+    assert isinstance(LlamaCacheAdapter(1, 1, None), CacheAdapter)
+    with pytest.raises(ValueError, match="at least one slot, not 0"):
+        LlamaCacheAdapter(1, 0, None)
+
+
+def test_session_file_names() -> None:
+    assert session_filename("abc-1_X") == "sess-abc-1_X.bin"
+    hashed = session_filename("../etc/passwd")
+    assert hashed.startswith("sess-") and hashed.endswith(".bin") and len(hashed) == 41
+    assert "/" not in hashed
+    assert session_filename("x" * 65) != f"sess-{'x' * 65}.bin"
+    assert session_filename("x" * 64) == f"sess-{'x' * 64}.bin"
+
+
+def test_request_extras_bind_sessions_to_launched_slots_then_recycle_lru() -> None:
+    cache = LlamaCacheAdapter(1, 2, None, clock=Clock())
+    assert cache.request_extras("a") == {"cache_prompt": True, "id_slot": 0}
+    assert cache.request_extras("b") == {"cache_prompt": True, "id_slot": 1}
+    assert cache.request_extras("a")["id_slot"] == 0  # touches a: b is now the LRU
+    assert cache.request_extras("c")["id_slot"] == 1
+    assert (cache.slot_of("a"), cache.slot_of("b"), cache.slot_of("c")) == (0, None, 1)
+    assert cache.slots == 2
+
+
+def test_one_slot_engine_shares_its_only_slot() -> None:
+    cache = LlamaCacheAdapter(1, 1, None, clock=Clock())
+    assert [cache.request_extras(s)["id_slot"] for s in ("a", "b", "a")] == [0, 0, 0]
+    assert cache.slot_of("a") == 0 and cache.slot_of("b") is None
+
+
+async def test_prepare_saves_the_victim_then_restores_the_session(
+    server: FakeServer, tmp_path: Path
+) -> None:
+    cache = adapter(server, tmp_path, slots=1)
+    assert await cache.prepare("a") == "fresh"  # no file: no restore asked
+    assert server.posts() == []
+    assert await cache.prepare("a") == "memory"
+    (tmp_path / "sess-b.bin").write_bytes(b"kv")
+    assert await cache.prepare("b") == "disk"
+    assert server.posts() == [
+        ("/slots/0?action=save", {"filename": "sess-a.bin"}),
+        ("/slots/0?action=restore", {"filename": "sess-b.bin"}),
+    ]
+    assert cache.slot_of("b") == 0 and cache.slot_of("a") is None
+
+
+async def test_a_failed_restore_is_a_fresh_start(server: FakeServer, tmp_path: Path) -> None:
+    cache = adapter(server, tmp_path)
+    (tmp_path / "sess-a.bin").write_bytes(b"kv")
+    server.status = 400
+    assert await cache.prepare("a") == "fresh"
+    assert cache.slot_actions is True  # only 501 latches
+    assert server.posts() == [("/slots/0?action=restore", {"filename": "sess-a.bin"})]
+
+
+async def test_a_501_latches_slot_actions_off_and_says_so_once(
+    server: FakeServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cache = adapter(server, tmp_path, slots=1)
+    server.status = 501
+    await cache.prepare("a")
+    with caplog.at_level(logging.WARNING, logger="hostler_llamacpp.cache"):
+        assert await cache.prepare("b") == "fresh"  # save a -> 501
+        assert cache.slot_actions is False
+        (tmp_path / "sess-a.bin").write_bytes(b"kv")
+        assert await cache.prepare("a") == "fresh"  # neither save nor restore tried
+        assert await cache.save("a") is False
+        await cache.evict(["a"])
+    assert server.posts() == [("/slots/0?action=save", {"filename": "sess-a.bin"})]
+    assert caplog.text.count("has no slot save/restore (HTTP 501 to save)") == 1
+    assert cache.request_extras("b") == {"cache_prompt": True, "id_slot": 0}
+    assert not (tmp_path / "sess-a.bin").exists()  # evict still deletes the file
+
+
+async def test_without_a_save_dir_nothing_is_ever_saved(server: FakeServer) -> None:
+    cache = adapter(server, None, slots=1)
+    assert cache.slot_actions is False
+    await cache.prepare("a")
+    await cache.prepare("b")
+    await cache.flush()
+    await cache.evict(["b"])
+    assert server.posts() == []
+
+
+async def test_evict_erases_bound_slots_and_deletes_files(
+    server: FakeServer, tmp_path: Path
+) -> None:
+    cache = adapter(server, tmp_path)
+    await cache.prepare("a")
+    await cache.prepare("b")
+    (tmp_path / "sess-a.bin").write_bytes(b"kv")
+    (tmp_path / "sess-gone.bin").write_bytes(b"kv")
+    await cache.evict(["a", "gone", "never"])
+    assert server.posts() == [("/slots/0?action=erase", None)]
+    assert cache.slot_of("a") is None and cache.slot_of("b") == 1
+    assert names(tmp_path) == []
+    assert cache.request_extras("c")["id_slot"] == 0  # the erased slot is free again
+
+
+async def test_a_file_that_cannot_be_deleted_does_not_stop_the_others(
+    server: FakeServer, tmp_path: Path
+) -> None:
+    cache = adapter(server, tmp_path)
+    (tmp_path / "sess-stuck.bin").mkdir()  # unlink fails on a directory
+    (tmp_path / "sess-a.bin").write_bytes(b"kv")
+    await cache.evict(["stuck", "a"])
+    assert names(tmp_path) == ["sess-stuck.bin"]
+
+
+async def test_flush_saves_every_bound_slot(server: FakeServer, tmp_path: Path) -> None:
+    cache = adapter(server, tmp_path, slots=3)
+    await cache.prepare("a")
+    await cache.prepare("b")
+    assert await cache.flush() == 2
+    assert server.posts() == [
+        ("/slots/0?action=save", {"filename": "sess-a.bin"}),
+        ("/slots/1?action=save", {"filename": "sess-b.bin"}),
+    ]
+    assert await cache.save("unbound") is False
+
+
+async def test_report_usage_from_slots(server: FakeServer, tmp_path: Path) -> None:
+    cache = adapter(server, tmp_path, slots=3)
+    await cache.prepare("a")
+    (tmp_path / "sess-b.bin").write_bytes(b"kv")
+    await cache.prepare("b")  # restored 37 tokens
+    await cache.prepare("c")
+    server.slots = [
+        {"id": 0, "n_prompt_tokens": 12},
+        {"id": 1},  # says nothing: the restore's count
+        {"id": 2, "n_cache_tokens": 5, "n_prompt_tokens": 99},  # the older field wins
+        "junk",
+        {"id": "x"},
+    ]
+    usage = await cache.report_usage()
+    assert usage == [
+        CacheEntry("a", 12, 12 * UNIT, 101.0),
+        CacheEntry("b", 37, 37 * UNIT, 102.0),
+        CacheEntry("c", 5, 5 * UNIT, 103.0),
+    ]
+    server.slots = [{"id": 0}, {"id": 1}, {"id": 2}]
+    assert [e.session_id for e in await cache.report_usage() or []] == ["b"]
+
+
+@pytest.mark.parametrize(("status", "body"), [(501, []), (404, []), (200, {"slots": []})])
+async def test_report_usage_is_none_when_the_engine_cannot_tell(
+    server: FakeServer, status: int, body: Any
+) -> None:
+    server.slots_status, server.slots = status, body
+    assert await adapter(server, None).report_usage() is None
+
+
+async def test_an_engine_that_is_not_there_is_not_an_error(tmp_path: Path) -> None:
+    cache = LlamaCacheAdapter(1, 1, tmp_path, timeout=2)  # nothing listens on port 1
+    assert await cache.report_usage() is None
+    await cache.prepare("a")
+    (tmp_path / "sess-b.bin").write_bytes(b"kv")
+    assert await cache.prepare("b") == "fresh"
+    assert cache.slot_actions is True
+
+
+def spec(**kw: Any) -> LaunchSpec:
+    return LaunchSpec(key="llamacpp:m:0", model=Path("m.gguf"), port=4321, ctx_per_slot=512, **kw)
+
+
+def test_the_llamacpp_adapter_builds_one_sized_by_the_launched_slots(tmp_path: Path) -> None:
+    made = LlamaCppAdapter().cache_adapter(spec(slots=3, work_dir=tmp_path))
+    assert isinstance(made, LlamaCacheAdapter)
+    assert made.slots == 3 and made.slot_actions is True
+    overridden = LlamaCppAdapter().cache_adapter(
+        spec(slots=3, work_dir=tmp_path, extra_args={"parallel": 1, "--slot-save-path": False})
+    )
+    assert isinstance(overridden, LlamaCacheAdapter)
+    assert overridden.slots == 1 and overridden.slot_actions is False
+    short = LlamaCppAdapter().cache_adapter(spec(slots=2, extra_args={"-np": "4"}))
+    assert isinstance(short, LlamaCacheAdapter)
+    assert short.slots == 4 and short.slot_actions is False  # no work dir, no saving
+    moved = LlamaCppAdapter().cache_adapter(spec(extra_args={"slot-save-path": str(tmp_path)}))
+    assert isinstance(moved, LlamaCacheAdapter) and moved.slot_actions is True
+
+
+def test_the_default_engine_adapter_has_no_cache() -> None:
+    class Bare(EngineAdapter):
+        engine_type = "bare"
+
+        def build_command(self, spec: LaunchSpec) -> Any:
+            raise NotImplementedError
+
+    assert Bare().cache_adapter(spec()) is None
+
+
+# -- the real llama-server ---------------------------------------------------------------------
+
+
+def _chat(port: int, slot: int, text: str) -> dict[str, Any]:
+    body = json.dumps(
+        {
+            "messages": [{"role": "user", "content": text}],
+            "temperature": 0,
+            "max_tokens": 2,
+            "cache_prompt": True,
+            "id_slot": slot,
+        }
+    ).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/chat/completions", body, {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return json.loads(response.read())  # type: ignore[no-any-return]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _serve(tmp_path: Path, work_dir: Path | None) -> tuple[subprocess.Popen[bytes], LaunchSpec]:
+    model = write_tiny_llama(tmp_path / "tiny.gguf")
+    launch = LaunchSpec(
+        "llamacpp:tiny:0", model, _free_port(), ctx_per_slot=512, slots=1, work_dir=work_dir
+    )
+    command = LlamaCppAdapter().build_command(launch)
+    process = subprocess.Popen(
+        command.argv,
+        env={**os.environ, **command.env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{launch.port}/health", timeout=2):
+                return process, launch
+        except OSError:
+            if process.poll() is not None:
+                break
+            time.sleep(0.1)
+    process.kill()
+    process.wait()
+    pytest.fail("llama-server did not get ready")
+
+
+async def test_real_llama_server_saves_and_restores_a_session_across_one_slot(
+    tmp_path: Path,
+) -> None:
+    slots_dir = tmp_path / "slots"
+    slots_dir.mkdir()
+    process, launch = _serve(tmp_path, slots_dir)
+    try:
+        cache = LlamaCppAdapter().cache_adapter(launch)
+        assert isinstance(cache, LlamaCacheAdapter)
+        assert await cache.prepare("alice") == "fresh"
+        first = await anyio.to_thread.run_sync(
+            _chat, launch.port, cache.request_extras("alice")["id_slot"], "tell me about cats"
+        )
+        usage = await cache.report_usage()
+        assert usage is not None and [e.session_id for e in usage] == ["alice"]
+        assert usage[0].tokens >= first["usage"]["prompt_tokens"] > 0
+        assert await cache.prepare("bob") == "fresh"  # alice's slot is saved, then recycled
+        assert (slots_dir / "sess-alice.bin").stat().st_size > 0
+        await anyio.to_thread.run_sync(_chat, launch.port, 0, "and dogs?")
+        assert await cache.prepare("alice") == "disk"  # bob saved, alice restored
+        again = await anyio.to_thread.run_sync(_chat, launch.port, 0, "tell me about cats")
+        assert again["timings"]["cache_n"] > 0  # the restored prompt was reused
+        assert names(slots_dir) == ["sess-alice.bin", "sess-bob.bin"]
+        await cache.evict(["alice", "bob"])
+        assert names(slots_dir) == []
+        assert cache.slot_actions is True
+    finally:
+        process.kill()
+        process.wait()
+
+
+async def test_real_llama_server_without_a_save_path_latches_off(tmp_path: Path) -> None:
+    process, launch = _serve(tmp_path, None)
+    try:
+        cache = LlamaCacheAdapter(launch.port, 1, tmp_path)  # we think it saves; it does not
+        await cache.prepare("a")
+        await anyio.to_thread.run_sync(_chat, launch.port, 0, "hello")
+        assert await cache.prepare("b") == "fresh"
+        assert cache.slot_actions is False
+    finally:
+        process.kill()
+        process.wait()
