@@ -425,3 +425,33 @@ async def test_router_weird_session_ids(world: World) -> None:
         assert await rt.bind("ballast", "m", "z", prior_key="ballast:m:0") == "ballast:m:0"
     assert engine_processes(world.token) == []
     assert held(world) == []
+
+
+async def test_cancelling_an_unload_as_the_engine_exits_leaks_its_reservation(
+    world: World,
+) -> None:
+    """The ledger never holds memory for an engine that is gone: a caller of ``unload`` that is
+    cancelled (a client hanging up) once the engine's exit is recorded must not leave the
+    reservation held with no process (the pool neither retries nor owes the release)."""
+    async with hostler.Runtime(
+        world.store,
+        world.supervisor_factory(BallastEngine(world.tmp_path, 10)),
+        ledger=world.ledger,
+        estimate=lambda _key: PRICE,
+    ) as rt:
+        await rt.pool.ensure(A)
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+
+                async def cancel_once_exited() -> None:
+                    while rt.pool.supervisor(A).state != "stopped":  # exit recorded
+                        await anyio.sleep(0)
+                    scope.cancel()
+
+                tg.start_soon(cancel_once_exited)
+                await rt.unload(A)
+        await anyio.sleep(1.5)  # the watchers' ticks: anything owed would be settled
+        assert rt.pool.supervisor(A).pid is None and engine_processes(world.token) == []
+        during = held(world)
+    assert engine_processes(world.token) == []
+    assert (during, held(world)) == ([], []), "the ledger holds memory for an engine that exited"
