@@ -9,10 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 import hostler
-from hostler.errors import HostlerError, RuntimeClosedError
+from hostler.errors import HostlerError, RuntimeClosedError, UsageError
 
 from _fake_engine import BallastEngine
 from _pools import PRICE, World, engine_processes, work, world_at
@@ -34,7 +35,7 @@ def held(world: World) -> list[str]:
     return sorted(h.key for h in world.ledger.refresh().reservations.values())
 
 
-async def test_reconcile_past_the_budget_evicts_its_own_replicas_and_reports_them_started(
+async def test_reconcile_past_the_budget_never_evicts_its_own_replicas(
     world: World,
 ) -> None:
     """PP10: a target that cannot fit must not churn: two 430 MiB replicas fit 1 GiB, three not."""
@@ -45,7 +46,7 @@ async def test_reconcile_past_the_budget_evicts_its_own_replicas_and_reports_the
         assert set(report.started) <= set(resident), (report, resident)
 
 
-async def test_reconcile_to_zero_evicts_a_pinned_engine(world: World) -> None:
+async def test_reconcile_to_zero_keeps_a_pinned_engine(world: World) -> None:
     """PP17: a pinned engine is never a victim and stays resident."""
     async with world.pool(pinned=[A], pin_interval=0.05) as pool:
         with anyio.fail_after(10):
@@ -55,7 +56,7 @@ async def test_reconcile_to_zero_evicts_a_pinned_engine(world: World) -> None:
         assert [reason for reason, _ in world.stops(A)] == []
 
 
-async def test_release_idle_unloads_a_pinned_engine(world: World) -> None:
+async def test_release_idle_keeps_a_pinned_engine(world: World) -> None:
     """PP17 vs PP7: a live reset must not unload (and so reload) a pinned engine."""
     async with world.pool(pinned=[A], pin_interval=0.05) as pool:
         with anyio.fail_after(10):
@@ -163,7 +164,7 @@ async def test_kill_nine_during_a_drain(world: World) -> None:
                 try:
                     async with pool.use(key):
                         await anyio.to_thread.run_sync(work, port, seconds)
-                except Exception:  # noqa: BLE001, S110 - the engine was killed under it
+                except Exception:  # noqa: S110 - the engine was killed under it
                     pass
 
             tg.start_soon(hold, A, port_a, 3.0)
@@ -179,7 +180,7 @@ async def test_kill_nine_during_a_drain(world: World) -> None:
     assert held(world) == []
 
 
-async def test_a_price_of_zero_lets_engines_run_outside_the_ledger(world: World) -> None:
+async def test_an_engine_priced_at_zero_runs_alone_at_its_real_size(world: World) -> None:
     """No engine runs outside the ledger's accounting: a price of 0 must not admit 1.6 GiB of
     engines into a 1 GiB budget with the ledger holding 0 bytes for them."""
     async with world.pool(price=0) as pool:
@@ -195,7 +196,7 @@ async def test_a_price_of_zero_lets_engines_run_outside_the_ledger(world: World)
         )
 
 
-async def test_ensure_hands_out_an_engine_that_is_draining(world: World) -> None:
+async def test_ensure_never_hands_out_an_engine_that_is_draining(world: World) -> None:
     """PP1: a draining engine is never handed out. A build chosen as the drain fallback while
     its callers wait must not return its port to them as it is being evicted."""
     (world.tmp_path / "slow").mkdir()
@@ -313,11 +314,10 @@ async def test_two_pools_on_one_ledger_race_for_the_last_room(world: World) -> N
 async def test_close_while_reconcile_runs(world: World) -> None:
     (world.tmp_path / "slow").mkdir()
     slow = BallastEngine(world.tmp_path / "slow", 10, load_seconds=0.5)
-    async with world.pool(slow) as pool:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(pool.reconcile, {"ballast:a": 2, "ballast:b": 2})
-            await anyio.sleep(0.8)
-            await pool.close()
+    async with world.pool(slow) as pool, anyio.create_task_group() as tg:
+        tg.start_soon(pool.reconcile, {"ballast:a": 2, "ballast:b": 2})
+        await anyio.sleep(0.8)
+        await pool.close()
     assert engine_processes(world.token) == []
     assert held(world) == []
 
@@ -427,7 +427,7 @@ async def test_router_weird_session_ids(world: World) -> None:
     assert held(world) == []
 
 
-async def test_cancelling_an_unload_as_the_engine_exits_leaks_its_reservation(
+async def test_cancelling_an_unload_as_the_engine_exits_still_frees_its_reservation(
     world: World,
 ) -> None:
     """The ledger never holds memory for an engine that is gone: a caller of ``unload`` that is
@@ -445,7 +445,7 @@ async def test_cancelling_an_unload_as_the_engine_exits_leaks_its_reservation(
 
                 async def cancel_once_exited() -> None:
                     while rt.pool.supervisor(A).state != "stopped":  # exit recorded
-                        await anyio.sleep(0)
+                        await anyio.lowlevel.checkpoint()
                     scope.cancel()
 
                 tg.start_soon(cancel_once_exited)
@@ -455,3 +455,18 @@ async def test_cancelling_an_unload_as_the_engine_exits_leaks_its_reservation(
         during = held(world)
     assert engine_processes(world.token) == []
     assert (during, held(world)) == ([], []), "the ledger holds memory for an engine that exited"
+
+
+async def test_reconcile_refuses_malformed_targets_in_one_line(world: World) -> None:
+    async with world.pool() as pool:
+        for bad in (
+            {"ballast:a": -1},
+            {"ballast:a": 65},
+            {"ballast:a": True},
+            {"nocolon": 1},
+            {"ballast:a:0": 1},
+            {"ballast:a": 1.5},
+        ):
+            with pytest.raises(UsageError, match="reconcile"):
+                await pool.reconcile(bad)  # type: ignore[arg-type]
+        assert pool.engine_keys() == []  # nothing was started for a refused target

@@ -88,6 +88,7 @@ from hostler.policies.supervision import (
     decide_start,
 )
 from hostler.probes.nvml import NvmlProbe
+from hostler.probes.process import measure_process
 from hostler.replay import commit, load
 from hostler.store.log import EventStore
 
@@ -358,7 +359,9 @@ class Supervisor:
             self._in_flight -= 1
             self.last_used = self._clock()
 
-    async def ensure_running(self, cause: str = "request") -> int:
+    async def ensure_running(
+        self, cause: str = "request", *, on_reserved: Callable[[], None] | None = None
+    ) -> int:
         """Start the engine if needed and wait until ready; return its port.
 
         Cancelling it while the engine loads kills the process group (shielded) and records
@@ -373,16 +376,18 @@ class Supervisor:
 
         A start that dies of GPU out-of-memory is tried again at once with the next offload
         plan down the L13 ladder (recorded as ``offload.degraded``), within the restart budget.
+        ``on_reserved`` is called as soon as the footprint is held in the ledger (the pool
+        makes room and reserves as one step, then lets others plan while this engine loads).
         """
         self.last_used = self._clock()
         async with self._lock:
             while True:
-                port = await self._attempt(cause)
+                port = await self._attempt(cause, on_reserved)
                 if port is not None:
                     return port
                 cause = "oom-retry"
 
-    async def _attempt(self, cause: str) -> int | None:
+    async def _attempt(self, cause: str, on_reserved: Callable[[], None] | None) -> int | None:
         """One start (under the lock): the port, or None when L13 says to try the next plan."""
         if self.state == EngineState.RUNNING and self._child is not None:
             return self._child.identity.port
@@ -406,6 +411,8 @@ class Supervisor:
             await self._fire("start", cause=cause)
             await self._fail(exc)
             raise
+        if on_reserved is not None:
+            on_reserved()
         try:
             port = await self._start(cause, token)
         except BaseException as exc:
@@ -517,7 +524,14 @@ class Supervisor:
     async def _learn(self, estimate: int) -> None:
         """Measure the ready engine (RAM and GPU); the ledger holds the truth, estimates learn."""
         child = self._child
-        if self.ledger is None or child is None or child.spec is None or not estimate:
+        if self.ledger is None or child is None or child.spec is None:
+            return
+        if not estimate:  # priced at nothing: the ledger must still hold what it really uses
+            ledger, probe, pid = self.ledger, self._probe, child.identity.pid
+            with contextlib.suppress(HostlerError, psutil.Error, OSError):
+                await self._io.run(
+                    lambda: ledger.record_measured(self.key, measure_process(pid, probe).total)
+                )
             return
         spec = child.spec
         facts = LaunchFacts(
@@ -735,23 +749,24 @@ class Supervisor:
         ended = await self._terminate(child, grace=0.2, second_grace=0.2)
         code, sig = _exit_status(child.process)
         self._drop(child)
-        if self.state in (EngineState.STARTING, EngineState.RUNNING):
-            panic_kind = child.panic.kind if child.panic else None
-            if panic_kind is None and sig == 4:
-                panic_kind = "illegal-instruction"
-            await self._fire(
-                "crashed",
-                exit_code=code,
-                signal=sig,
-                reached_ready=child.reached_ready,
-                retry_at=self._clock(),
-                panic_kind=panic_kind,
-                panic_line=child.panic.line if child.panic else None,
-                uptime=round(self._clock() - child.started, 3),
-                output_tail=child.log.tail(),
-            )
-        if ended.gone:
-            await self._release()
+        with anyio.CancelScope(shield=True):  # gone: its record and its bytes, whatever comes
+            if self.state in (EngineState.STARTING, EngineState.RUNNING):
+                panic_kind = child.panic.kind if child.panic else None
+                if panic_kind is None and sig == 4:
+                    panic_kind = "illegal-instruction"
+                await self._fire(
+                    "crashed",
+                    exit_code=code,
+                    signal=sig,
+                    reached_ready=child.reached_ready,
+                    retry_at=self._clock(),
+                    panic_kind=panic_kind,
+                    panic_line=child.panic.line if child.panic else None,
+                    uptime=round(self._clock() - child.started, 3),
+                    output_tail=child.log.tail(),
+                )
+            if ended.gone:
+                await self._release()
 
     # -- stopping ----------------------------------------------------------------------------
 
@@ -796,8 +811,9 @@ class Supervisor:
                 return  # still ours, still held: memory in use is never freed on paper
             code, sig, detail = ended.exit_code, ended.signal, ended.detail
             self._drop(child)
-        await self._fire("exited", exit_code=code, signal=sig, detail=detail)
-        await self._release()
+        with anyio.CancelScope(shield=True):  # the process is gone: record it and free its bytes
+            await self._fire("exited", exit_code=code, signal=sig, detail=detail)
+            await self._release()
 
     # -- watching ----------------------------------------------------------------------------
 

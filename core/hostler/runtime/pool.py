@@ -46,6 +46,7 @@ from hostler.errors import (
     EngineBusyError,
     HostlerError,
     RuntimeClosedError,
+    UsageError,
 )
 from hostler.events.base import Event
 from hostler.events.pool import (
@@ -71,6 +72,11 @@ log = logging.getLogger(__name__)
 
 #: How often a draining victim is looked at (seconds; the seed's 500 ms).
 DRAIN_POLL = 0.5
+#: The first and the longest wait between two tries of a pinned engine that cannot start.
+PIN_BACKOFF_MIN = 1.0
+PIN_BACKOFF_MAX = 60.0
+#: The most replicas one model may be reconciled to (a typo, not a wish, past it).
+MAX_REPLICAS = 64
 
 _UP = (EngineState.STARTING, EngineState.RUNNING)
 
@@ -139,6 +145,7 @@ class _Entry:
     last_used_at: float
     hits: tuple[float, ...] = ()
     in_use: int = 0  # requests past the drain gate (using it or about to)
+    waiting: int = 0  # callers waiting for it to be built or to end a drain
     draining: bool = False
     drained: anyio.Event = field(default_factory=anyio.Event)
     flight: _Flight | None = None
@@ -199,6 +206,8 @@ class Pool:
         self._closed = False
         self._pin_trouble: dict[str, str] = {}
         self._drain_listeners: list[Callable[[DrainProgress], None]] = []
+        self._protected: set[str] = set()  # replicas a reconcile is building
+        self._pin_retry: dict[str, tuple[float, float]] = {}  # key: (next try, backoff)
 
     # -- lifetime ------------------------------------------------------------------------------
 
@@ -363,10 +372,9 @@ class Pool:
             EngineStartError, RestartBudgetError, PluginError: From its supervisor.
         """
         self._check_open()
-        entry = await self._past_drain(key)
-        entry.in_use += 1
+        entry = await self._handed_out(key, cause)
+        entry.in_use += 1  # no await since it was found running and not draining
         try:
-            await self._ensure_entry(key, entry, cause)
             async with entry.supervisor.request() as port:
                 yield port
         finally:
@@ -376,44 +384,44 @@ class Pool:
     async def ensure(self, key: str, cause: str = "request") -> int:
         """PP1: ``key``'s engine running (built once however many ask); return its port."""
         self._check_open()
-        entry = await self._past_drain(key)
-        return await self._ensure_entry(key, entry, cause)
+        entry = await self._handed_out(key, cause)
+        port = entry.supervisor.port
+        assert port is not None  # noqa: S101 - handed out running
+        return port
 
-    async def _past_drain(self, key: str) -> _Entry:
+    async def _handed_out(self, key: str, cause: str) -> _Entry:
+        """PP1: the entry once its engine runs and does not drain, built (once) if need be.
+
+        A build that ends while its engine has been chosen to drain is not handed out: its
+        waiters wait for the drain like everyone else, then use it or build it again.
+        """
         self.supervisor(key)
         entry = self._entries[key]
-        while entry.draining:
-            await entry.drained.wait()
-            self._check_open()
-        return entry
-
-    async def _ensure_entry(self, key: str, entry: _Entry, cause: str) -> int:
         now = self._clock()
         touched = touch(self._as_policy(key, entry, 0), now)
         entry.hits, entry.last_used_at = touched.hits, now
-        sup = entry.supervisor
-        if sup.state == EngineState.RUNNING and sup.port is not None and entry.flight is None:
-            return sup.port
-        flight = entry.flight
-        if flight is None:
-            flight = entry.flight = _Flight()
-            assert self._tg is not None  # noqa: S101 - checked open
-            self._tg.start_soon(self._build, key, entry, flight, cause)
-        return await flight.wait()
+        entry.waiting += 1  # until handed out: the caller increments in_use with no await
+        try:
+            while True:
+                while entry.draining:
+                    await entry.drained.wait()
+                    self._check_open()
+                sup = entry.supervisor
+                if sup.state == EngineState.RUNNING and sup.port is not None and not entry.flight:
+                    return entry
+                flight = entry.flight
+                if flight is None:
+                    self._check_open()
+                    flight = entry.flight = _Flight()
+                    assert self._tg is not None  # noqa: S101 - checked open
+                    self._tg.start_soon(self._build, key, entry, flight, cause)
+                await flight.wait()
+        finally:
+            entry.waiting -= 1
 
     async def _build(self, key: str, entry: _Entry, flight: _Flight, cause: str) -> None:
         try:
-            async with self._admission:
-                hopeless = await self._make_room(key)
-            try:
-                flight.port = await entry.supervisor.ensure_running(cause)
-            except CapacityDeniedError as exc:
-                if hopeless is not None:  # the ledger refused it, recorded: say why in full
-                    raise CapacityDeniedError(f"{hopeless} (the ledger: {exc.message})") from None
-                # another start took the room between our plan and our reservation: once more
-                async with self._admission:
-                    await self._make_room(key)
-                flight.port = await entry.supervisor.ensure_running(cause)
+            flight.port = await self._admit_and_start(key, entry, cause)
         except anyio.get_cancelled_exc_class():
             flight.error = RuntimeClosedError(f"{key}: not started: the runtime is closing")
             raise
@@ -422,6 +430,36 @@ class Pool:
         finally:
             entry.flight = None
             flight.done.set()
+
+    async def _admit_and_start(self, key: str, entry: _Entry, cause: str) -> int:
+        """Make room and reserve as one step under the admission lock, then load unlocked.
+
+        The lock is let go as soon as the ledger holds the engine's footprint (or the start
+        ends first), so no other start can plan with room this one is about to take.
+        """
+        for attempt in range(2):
+            await self._admission.acquire()
+            held = True
+            hopeless: str | None = None
+
+            def reserved() -> None:
+                nonlocal held
+                if held:
+                    held = False
+                    self._admission.release()
+
+            try:
+                hopeless = await self._make_room(key)
+                return await entry.supervisor.ensure_running(cause, on_reserved=reserved)
+            except CapacityDeniedError as exc:
+                if hopeless is not None:  # the ledger refused it, recorded: say why in full
+                    raise CapacityDeniedError(f"{hopeless} (the ledger: {exc.message})") from None
+                if attempt:
+                    raise
+                # another daemon took the room between our plan and our reservation: once more
+            finally:
+                reserved()
+        raise AssertionError("unreachable")  # pragma: no cover
 
     # -- making room ---------------------------------------------------------------------------
 
@@ -443,20 +481,29 @@ class Pool:
         except BaseException:  # noqa: BLE001 - even SystemExit from a plugin: not ours to
             return None  # report; the start prices again and records it as engine.failed (SG3)
         tried: set[str] = set()
+        patience = anyio.current_time() + self.drain_wait
         while True:
             short, held = await self._io.run(self._shortfall, key, wanted)
             if short <= 0:
                 return None
             now = self._clock()
+            up = {
+                k: e
+                for k, e in self._entries.items()
+                if k != key and e.supervisor.state in _UP and k not in tried
+            }
+            # an engine being built, or built and not yet handed to those who asked for it, is
+            # spoken for: evicting it would hand them nothing and start the swap over (thrash)
+            spoken = {k for k, e in up.items() if e.flight is not None or e.waiting > 0}
             candidates = [
                 self._as_policy(k, e, held.get(k, 0), queued=True)
-                for k, e in self._entries.items()
-                if k != key
-                and k not in self.pinned
-                and k not in tried
-                and e.supervisor.state in _UP  # one still starting is busy: drained, not cut
+                for k, e in up.items()
+                if k not in self.pinned and k not in self._protected and k not in spoken
             ]
             room = plan_make_room(candidates, short, now)
+            if not room.reachable and spoken and anyio.current_time() < patience:
+                await anyio.sleep(self.drain_poll)  # PP4: wait for them, then look again
+                continue
             planned = PoolRoomPlanned(
                 at=now,
                 for_key=key,
@@ -491,6 +538,8 @@ class Pool:
         assert ledger is not None  # noqa: S101 - only called with a ledger
         limits = ledger.limits()
         state = ledger.state
+        if wanted <= 0:  # priced at nothing (unknown): it runs alone, as the seed's serial mode
+            wanted = limits.budget
         mine = {h.key: h.bytes for h in state.reservations.values() if h.owner == ledger.owner}
         short = ledger_shortfall(limits, state.committed, wanted, mine.get(key, 0))
         return short, mine
@@ -579,6 +628,10 @@ class Pool:
         entry = self._entries.get(key)
         if entry is None or entry.supervisor.state not in _UP:
             return False
+        if key in self.pinned:
+            raise UsageError(
+                f"{key} is pinned (the config keeps it resident, PP17); unpin it to unload it"
+            )
         if entry.draining:
             await entry.drained.wait()
             return entry.supervisor.state not in _UP
@@ -590,6 +643,8 @@ class Pool:
         """PP7: unload every idle engine; return the keys that were busy (left resident)."""
         busy: list[str] = []
         for key in self.engine_keys():
+            if key in self.pinned:
+                continue  # PP17: kept resident through a reset too
             try:
                 await self.unload_idle(key)
             except EngineBusyError:
@@ -621,6 +676,7 @@ class Pool:
         named are untouched.
         """
         self._check_open()
+        targets = _checked_targets(targets)
         evicted: list[str] = []
         started: list[str] = []
         failed: dict[str, str] = {}
@@ -629,7 +685,10 @@ class Pool:
             if parsed is None:
                 continue
             want = targets.get(f"{parsed.engine}:{parsed.model}")
-            if want is None or parsed.replica < want:
+            if want is None or parsed.replica < want or not self.resident(key):
+                continue
+            if key in self.pinned:
+                failed[key] = f"{key} is pinned (PP17): kept resident"
                 continue
             try:
                 why = {"rule": "PP10", "target": want}
@@ -637,16 +696,25 @@ class Pool:
                     evicted.append(key)
             except HostlerError as exc:
                 failed[key] = exc.message
-        for model, want in sorted(targets.items()):
-            for replica in range(max(want, 0)):
-                key = f"{model}:{replica}"
-                if self.resident(key):
-                    continue
-                try:
-                    await self.ensure(key, cause="reconcile")
-                    started.append(key)
-                except HostlerError as exc:
-                    failed[key] = exc.message
+        wanted = {f"{model}:{i}" for model, want in targets.items() for i in range(want)}
+        self._protected |= wanted  # the replicas asked for never make room for each other
+        try:
+            for model, want in sorted(targets.items()):
+                for replica in range(want):
+                    key = f"{model}:{replica}"
+                    if self.resident(key):
+                        continue
+                    try:
+                        await self.ensure(key, cause="reconcile")
+                        started.append(key)
+                    except HostlerError as exc:
+                        failed[key] = exc.message
+                        for later in range(replica + 1, want):  # they would fail the same way
+                            failed[f"{model}:{later}"] = f"not tried: {key} could not start"
+                        break
+        finally:
+            self._protected -= wanted
+        started = [key for key in started if self.resident(key)]
         return ReconcileReport(tuple(evicted), tuple(started), failed)
 
     # -- pinned engines ------------------------------------------------------------------------
@@ -659,20 +727,47 @@ class Pool:
             await anyio.sleep(self.pin_interval)
 
     async def _raise_pinned(self, key: str) -> None:
-        sup = self.supervisor(key)
-        entry = self._entries[key]
-        if sup.state in (*_UP, EngineState.STOPPING) or entry.flight or entry.draining:
+        now = anyio.current_time()
+        next_try, backoff = self._pin_retry.get(key, (0.0, 0.0))
+        if now < next_try:
             return
-        retry_at = sup.engine.retry_at
-        if sup.state == EngineState.FATAL and retry_at is not None and self._clock() < retry_at:
-            return  # locked out: the budget says when
         try:
+            sup = self.supervisor(key)
+            entry = self._entries[key]
+            if sup.state in (*_UP, EngineState.STOPPING) or entry.flight or entry.draining:
+                return
+            retry_at = sup.engine.retry_at
+            if sup.state == EngineState.FATAL and retry_at is not None and self._clock() < retry_at:
+                return  # locked out: the budget says when
             await self.ensure(key, cause="pinned")
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception as exc:  # noqa: BLE001 - one pinned engine never ends the pool
+            message = exc.message if isinstance(exc, HostlerError) else repr(exc)[:300]
+            # tried again later and later (up to a minute): a pin that cannot start does not
+            # fill the log with the same refusal every second
+            backoff = min(max(backoff * 2, PIN_BACKOFF_MIN, self.pin_interval), PIN_BACKOFF_MAX)
+            self._pin_retry[key] = (anyio.current_time() + backoff, backoff)
+            if self._pin_trouble.get(key) != message:
+                self._pin_trouble[key] = message
+                log.error("hostler: pinned %s: %s", key, message)  # noqa: TRY400
+        else:
+            self._pin_retry.pop(key, None)
             self._pin_trouble.pop(key, None)
-        except HostlerError as exc:
-            if self._pin_trouble.get(key) != exc.message:
-                self._pin_trouble[key] = exc.message
-                log.error("hostler: pinned %s: %s", key, exc.message)  # noqa: TRY400
+
+
+def _checked_targets(targets: Mapping[str, int]) -> dict[str, int]:
+    """PP10's input at the edge: ``engine:model`` names and counts from 0 to 64."""
+    checked: dict[str, int] = {}
+    for model, want in targets.items():
+        if parse_key(f"{model}:0") is None or model.count(":") != 1:
+            raise UsageError(f"reconcile: {str(model)[:80]!r} is not an engine:model name")
+        if type(want) is not int or not 0 <= want <= MAX_REPLICAS:
+            raise UsageError(
+                f"reconcile: {model}: a replica count from 0 to {MAX_REPLICAS}, not {want!r}"[:200]
+            )
+        checked[model] = want
+    return checked
 
 
 def _gib(size: int) -> str:
