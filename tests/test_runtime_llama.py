@@ -219,3 +219,26 @@ async def test_a_long_stream_is_never_cut_by_swaps(rig: Rig) -> None:
     victims = [victim for victim, _ in evictions(rig.store)]
     assert key_of("alpha") not in victims  # the streaming engine was never chosen
     assert set(victims) <= {key_of("beta"), key_of("gamma")} and len(victims) >= 3
+
+
+async def test_a_launched_llama_server_gets_its_prompt_cache_adapter(rig: Rig) -> None:
+    rig.budget_gib = 8.0
+    async with rig.runtime() as rt:
+        key = key_of("alpha")
+        assert rt.cache_stats(key) is None  # nothing launched, nothing registered
+        async with rt.request(key, session="s1") as port:
+            await anyio.to_thread.run_sync(chat, port)
+        stats = rt.cache_stats(key)
+        assert stats is not None and stats.budget == 4 * GIB  # CC's default until set
+        assert rt.cache_extras(key, "s1") == {"cache_prompt": True, "id_slot": 0}
+        await rt.cache.record_turn(key, "s1", 10)
+        assert rt.cache_stats(key).entries == 1  # type: ignore[union-attr]
+        await rt.set_cache_budget(key, 512 * 1024)  # 10 tokens = 1000 KiB: over, evicted
+        after = rt.cache_stats(key)
+        assert after is not None and after.budget == 512 * 1024 and after.entries == 0
+        await rt.evict_session("s1")
+        await rt.clear_cache(key)
+    evicted = [
+        r.payload for r in rig.store.read_stream(f"cache/{key}") if r.type == "cache.evicted"
+    ]
+    assert evicted and evicted[0]["ids"] == ["s1"] and evicted[0]["reason"] == "watermark"

@@ -31,6 +31,7 @@ from hostler.events.base import Event
 from hostler.policies.pool import DRAIN_WAIT
 from hostler.policies.queue import Lane, engine_queue_caps
 from hostler.runtime.arbiter import GpuArbiter, Release
+from hostler.runtime.cache import CacheController, CacheStats
 from hostler.runtime.gate import RequestGate
 from hostler.runtime.health import DeviceHealthGate, HealthStatus
 from hostler.runtime.pool import DRAIN_POLL, DrainProgress, EntryView, Pool, ReconcileReport
@@ -89,6 +90,9 @@ class Runtime:
         arbiter: The GPU arbiter (GA1–GA7); by default one in ``coexist`` mode with no health
             gate, so that nothing waits on a card nobody configured. Every request acquires
             its ``llm`` slot first (EG4), and every engine registers an evictor for it.
+        cache: The prompt-cache controller (CC1–CC12); by default one with the 4 GiB
+            default budget per engine. Each engine that offers a cache adapter (L16) is
+            registered with it when it is launched.
     """
 
     def __init__(
@@ -106,12 +110,17 @@ class Runtime:
         pinned: Collection[str] = (),
         pin_interval: float = 1.0,
         arbiter: GpuArbiter | None = None,
+        cache: CacheController | None = None,
     ) -> None:
         self._io = offloop or OffLoop()
         self.arbiter = arbiter or GpuArbiter("coexist", store=store, clock=clock)
         self._queues: dict[str, RequestQueue] = {}
         self._gates: dict[str, RequestGate] = {}
-        self._unwritten: list[tuple[str, Event]] = []  # queue events, written off the loop
+        self._unwritten: list[tuple[str, Event]] = []  # queue and cache events, written later
+        self.cache = cache or CacheController(
+            clock=clock, record=lambda event: self._unwritten.append(("cache", event))
+        )
+        self._cached_pid: dict[str, int] = {}  # the process each registered cache adapter serves
         self.store = store
         self.ledger = ledger
         self._preview = preview
@@ -147,8 +156,8 @@ class Runtime:
 
     async def __aenter__(self) -> Runtime:
         await self.pool.__aenter__()
-        assert self.pool._tg is not None  # noqa: S101 - entered just now
-        self.pool._tg.start_soon(self._write_queue_events)
+        self.pool.spawn(self._write_queue_events)
+        self.pool.spawn(self.cache.run)  # CC8: the engines' own cache truth every 5 s
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -171,7 +180,8 @@ class Runtime:
         def write() -> None:
             streams: dict[str, list[Event]] = {}
             for key, event in batch:
-                streams.setdefault(f"queue/{key}", []).append(event)
+                stream = f"cache/{getattr(event, 'key', key)}" if key == "cache" else f"queue/{key}"
+                streams.setdefault(stream, []).append(event)
             for stream, events in streams.items():
                 store.append(stream, events, expected_version=None)
 
@@ -303,6 +313,7 @@ class Runtime:
             await self.arbiter.acquire("llm")  # the GPU slot, then the engine
             async with self.pool.use(key) as port:
                 self._fit_width(key)
+                self._fit_cache(key)
                 async with self._gates[key].slot():
                     yield port
 
@@ -327,6 +338,47 @@ class Runtime:
             self._queues[key].set_width(
                 caps.width, interactive_cap=caps.interactive, background_cap=caps.background
             )
+
+    def _fit_cache(self, key: str) -> None:
+        """L16: the cache adapter of the process now serving ``key``, registered once per launch."""
+        sup = self.pool.supervisor(key)
+        spec, pid = sup.launch_spec, sup.pid
+        if spec is None or pid is None or self._cached_pid.get(key) == pid:
+            return
+        self._cached_pid[key] = pid
+        try:
+            adapter = sup.adapter.cache_adapter(spec)
+        except Exception:  # a plugin's bug costs the cache, never the request
+            log.exception("hostler: %s: its plugin's cache_adapter raised", key)
+            adapter = None
+        if adapter is None:
+            self.cache.unregister(key)
+        else:
+            self.cache.register(key, adapter)  # CC2: a new process starts with a clean slate
+
+    # -- the prompt cache (CC1-CC13) -------------------------------------------------------------
+
+    def cache_extras(self, key: str, session: str) -> dict[str, Any]:
+        """The request fields that keep ``session`` on its cache slot (L16's ``id_slot``)."""
+        return self.cache.request_extras(key, session)
+
+    def cache_stats(self, key: str) -> CacheStats | None:
+        """CC10: ``key``'s cache use, budget, hit rate and sources; None when not registered."""
+        return self.cache.stats(key)
+
+    async def evict_session(self, session: str) -> None:
+        """CC5: drop a session's cached prompt from every engine that holds it."""
+        await self.cache.invalidate(session)
+
+    async def clear_cache(self, key: str) -> None:
+        """CC6: drop every cached prompt of one engine."""
+        await self.cache.invalidate_engine(key)
+
+    async def set_cache_budget(self, key: str, budget: int) -> None:
+        """CC3: ``key``'s cache budget in bytes, enforced at once (evicting to 80 %)."""
+        if type(budget) is not int or budget < 0:
+            raise UsageError(f"a cache budget is a number of bytes, not {budget!r}"[:120])
+        await self.cache.set_budget(key, budget)
 
     def queues(self) -> dict[str, QueueSummary]:
         """Q9/PP14: every engine's queue — what runs, what waits, positions, the live width."""

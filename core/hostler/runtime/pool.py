@@ -29,7 +29,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -225,6 +225,12 @@ class Pool:
         tg, self._tg = self._tg, None
         if tg is not None:
             await tg.__aexit__(None, None, None)
+
+    def spawn(self, func: Callable[[], Coroutine[Any, Any, object]]) -> None:
+        """Run ``func`` in the pool's task group: it is cancelled when the pool closes."""
+        if self._tg is None:
+            raise RuntimeClosedError("the pool is not entered (use `async with`)")
+        self._tg.start_soon(func)
 
     @property
     def closed(self) -> bool:
