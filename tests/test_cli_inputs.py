@@ -618,3 +618,31 @@ def test_a_path_name_too_long_for_the_kernel_is_one_line(tmp_path: Path) -> None
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1, result.stderr
         assert "too long for a path (at most 255 characters a name, 4096 in all)" in lines[0]
+
+
+def test_a_malformed_device_safety_setting_stops_the_daemon_before_anything(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "hostler.toml"
+    config.write_text("[daemon]\nidle_timeout = 0\n")
+    data = tmp_path / "data"
+    home = {"HOME": str(tmp_path / "home"), "XDG_STATE_HOME": str(tmp_path / "state")}
+    for name, value, expected in (
+        ("HOSTLER_DEVICE_SAFETY_MODE", "loud", "use one of off, observe, guard"),
+        ("HOSTLER_DEVICE_SAFETY_MAX_WAIT_MS", "soon", None),
+    ):
+        result = run_cli(
+            "daemon",
+            "--config",
+            str(config),
+            "--data-dir",
+            str(data),
+            env={**home, name: value},
+            cwd=tmp_path,
+        )
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith(f"hostler: error [usage.setting]: {name}='{value}': ")
+        assert result.stderr.count("\n") == 1
+        if expected:
+            assert result.stderr.endswith(f"{expected}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hostler.toml"]  # nothing made

@@ -99,7 +99,7 @@ async def test_max_wait_raises_device_unhealthy_naming_context_wait_reasons_and_
     assert err.message.startswith("video workload blocked after 12.0 s")
     assert "GPU 0 at 90 °C > resume limit 75 °C" in err.message
     assert "HOSTLER_DEVICE_SAFETY_MODE=observe" in err.message
-    assert "HOSTLER_DEVICE_MAX_WAIT_MS" in err.message
+    assert "HOSTLER_DEVICE_SAFETY_MAX_WAIT_MS" in err.message
     assert (await g.status()).state == "blocked"
     # the next admission that succeeds clears the blocked state
     sampler.temps = [60.0] * 3
@@ -261,8 +261,8 @@ async def test_from_environment() -> None:
         clock=fake,
     )
     assert g.policy == dataclasses.replace(GUARD, max_start_temp_c=70.0, resume_temp_c=70.0)
-    with pytest.raises(SettingError, match="HOSTLER_DEVICE_POLL_MS"):
-        DeviceHealthGate.from_environment(environ={"HOSTLER_DEVICE_POLL_MS": "often"})
+    with pytest.raises(SettingError, match="HOSTLER_DEVICE_SAFETY_POLL_MS"):
+        DeviceHealthGate.from_environment(environ={"HOSTLER_DEVICE_SAFETY_POLL_MS": "often"})
 
 
 class _Probe:

@@ -49,19 +49,19 @@ def test_defaults_by_value() -> None:
     assert ENV["mode"] == "HOSTLER_DEVICE_SAFETY_MODE"
     assert set(ENV.values()) == {
         "HOSTLER_DEVICE_SAFETY_MODE",
-        "HOSTLER_DEVICE_TELEMETRY_FAILURE",
-        "HOSTLER_DEVICE_MAX_START_TEMP_C",
-        "HOSTLER_DEVICE_RESUME_TEMP_C",
-        "HOSTLER_DEVICE_MIN_THERMAL_MARGIN_C",
-        "HOSTLER_DEVICE_POLL_MS",
-        "HOSTLER_DEVICE_MAX_WAIT_MS",
-        "HOSTLER_DEVICE_HEALTHY_SAMPLES",
+        "HOSTLER_DEVICE_SAFETY_TELEMETRY_FAILURE",
+        "HOSTLER_DEVICE_SAFETY_MAX_START_TEMP_C",
+        "HOSTLER_DEVICE_SAFETY_RESUME_TEMP_C",
+        "HOSTLER_DEVICE_SAFETY_MIN_THERMAL_MARGIN_C",
+        "HOSTLER_DEVICE_SAFETY_POLL_MS",
+        "HOSTLER_DEVICE_SAFETY_MAX_WAIT_MS",
+        "HOSTLER_DEVICE_SAFETY_HEALTHY_SAMPLES",
     }
 
 
 def test_env_overrides_config_which_overrides_defaults() -> None:
     config = {"mode": "guard", "max_start_temp_c": 70, "poll_ms": 1000}
-    p = resolve_health_policy({"HOSTLER_DEVICE_MAX_START_TEMP_C": " 90 "}, config)
+    p = resolve_health_policy({"HOSTLER_DEVICE_SAFETY_MAX_START_TEMP_C": " 90 "}, config)
     assert p.mode == "guard"
     assert p.max_start_temp_c == 90.0
     assert p.poll == 1.0
@@ -77,13 +77,13 @@ def test_env_overrides_config_which_overrides_defaults() -> None:
 def test_every_setting_from_env() -> None:
     env = {
         "HOSTLER_DEVICE_SAFETY_MODE": "guard",
-        "HOSTLER_DEVICE_TELEMETRY_FAILURE": "Block",
-        "HOSTLER_DEVICE_MAX_START_TEMP_C": "85",
-        "HOSTLER_DEVICE_RESUME_TEMP_C": "70",
-        "HOSTLER_DEVICE_MIN_THERMAL_MARGIN_C": "4.5",
-        "HOSTLER_DEVICE_POLL_MS": "2500",
-        "HOSTLER_DEVICE_MAX_WAIT_MS": "30000",
-        "HOSTLER_DEVICE_HEALTHY_SAMPLES": "5",
+        "HOSTLER_DEVICE_SAFETY_TELEMETRY_FAILURE": "Block",
+        "HOSTLER_DEVICE_SAFETY_MAX_START_TEMP_C": "85",
+        "HOSTLER_DEVICE_SAFETY_RESUME_TEMP_C": "70",
+        "HOSTLER_DEVICE_SAFETY_MIN_THERMAL_MARGIN_C": "4.5",
+        "HOSTLER_DEVICE_SAFETY_POLL_MS": "2500",
+        "HOSTLER_DEVICE_SAFETY_MAX_WAIT_MS": "30000",
+        "HOSTLER_DEVICE_SAFETY_HEALTHY_SAMPLES": "5",
     }
     assert resolve_health_policy(env) == HealthPolicy(
         "guard", "block", 85.0, 70.0, 4.5, 2.5, 30.0, 5
@@ -95,7 +95,7 @@ def test_every_setting_from_env() -> None:
     [("499", 0.5), ("500", 0.5), ("501", 0.501), ("60000", 60.0), ("60001", 60.0), ("-5", 0.5)],
 )
 def test_poll_is_clamped(poll_ms: str, poll: float) -> None:
-    assert resolve_health_policy({"HOSTLER_DEVICE_POLL_MS": poll_ms}).poll == poll
+    assert resolve_health_policy({"HOSTLER_DEVICE_SAFETY_POLL_MS": poll_ms}).poll == poll
 
 
 @pytest.mark.parametrize(
@@ -103,7 +103,7 @@ def test_poll_is_clamped(poll_ms: str, poll: float) -> None:
     [("-1", 0.0), ("0", 0.0), ("1", 0.001), ("3600000", 3600.0), ("3600001", 3600.0)],
 )
 def test_max_wait_is_clamped(wait_ms: str, wait: float) -> None:
-    assert resolve_health_policy({"HOSTLER_DEVICE_MAX_WAIT_MS": wait_ms}).max_wait == wait
+    assert resolve_health_policy({"HOSTLER_DEVICE_SAFETY_MAX_WAIT_MS": wait_ms}).max_wait == wait
 
 
 @pytest.mark.parametrize(
@@ -111,17 +111,17 @@ def test_max_wait_is_clamped(wait_ms: str, wait: float) -> None:
     [("0", 1), ("1", 1), ("2.9", 2), ("-3", 1), ("20", 20), ("20.9", 20), ("21", 20), ("19", 19)],
 )
 def test_healthy_samples_truncated_and_clamped(text: str, count: int) -> None:
-    p = resolve_health_policy({"HOSTLER_DEVICE_HEALTHY_SAMPLES": text})
+    p = resolve_health_policy({"HOSTLER_DEVICE_SAFETY_HEALTHY_SAMPLES": text})
     assert p.healthy_samples == count
     assert type(p.healthy_samples) is int
 
 
 def test_resume_is_at_most_max_start() -> None:
-    p = resolve_health_policy({"HOSTLER_DEVICE_RESUME_TEMP_C": "90"})
+    p = resolve_health_policy({"HOSTLER_DEVICE_SAFETY_RESUME_TEMP_C": "90"})
     assert (p.max_start_temp_c, p.resume_temp_c) == (80.0, 80.0)
-    p = resolve_health_policy({"HOSTLER_DEVICE_RESUME_TEMP_C": "79.5"})
+    p = resolve_health_policy({"HOSTLER_DEVICE_SAFETY_RESUME_TEMP_C": "79.5"})
     assert p.resume_temp_c == 79.5
-    p = resolve_health_policy({"HOSTLER_DEVICE_MAX_START_TEMP_C": "60"})
+    p = resolve_health_policy({"HOSTLER_DEVICE_SAFETY_MAX_START_TEMP_C": "60"})
     assert p.resume_temp_c == 60.0
 
 
@@ -129,18 +129,18 @@ def test_resume_is_at_most_max_start() -> None:
     ("variable", "text", "words"),
     [
         ("HOSTLER_DEVICE_SAFETY_MODE", "strict", "off, observe, guard"),
-        ("HOSTLER_DEVICE_TELEMETRY_FAILURE", "deny", "allow, block"),
-        ("HOSTLER_DEVICE_MAX_START_TEMP_C", "hot", "degrees Celsius from 0 to 125"),
-        ("HOSTLER_DEVICE_MAX_START_TEMP_C", "150", "degrees Celsius"),
-        ("HOSTLER_DEVICE_MAX_START_TEMP_C", "125.1", "degrees Celsius"),
-        ("HOSTLER_DEVICE_RESUME_TEMP_C", "-0.5", "degrees Celsius"),
-        ("HOSTLER_DEVICE_RESUME_TEMP_C", "nan", "degrees Celsius"),
-        ("HOSTLER_DEVICE_MIN_THERMAL_MARGIN_C", "100.5", "from 0 to 100"),
-        ("HOSTLER_DEVICE_MIN_THERMAL_MARGIN_C", "-1", "from 0 to 100"),
-        ("HOSTLER_DEVICE_POLL_MS", "5s", "milliseconds"),
-        ("HOSTLER_DEVICE_POLL_MS", "inf", "milliseconds"),
-        ("HOSTLER_DEVICE_MAX_WAIT_MS", "nan", "milliseconds"),
-        ("HOSTLER_DEVICE_HEALTHY_SAMPLES", "three", "samples"),
+        ("HOSTLER_DEVICE_SAFETY_TELEMETRY_FAILURE", "deny", "allow, block"),
+        ("HOSTLER_DEVICE_SAFETY_MAX_START_TEMP_C", "hot", "degrees Celsius from 0 to 125"),
+        ("HOSTLER_DEVICE_SAFETY_MAX_START_TEMP_C", "150", "degrees Celsius"),
+        ("HOSTLER_DEVICE_SAFETY_MAX_START_TEMP_C", "125.1", "degrees Celsius"),
+        ("HOSTLER_DEVICE_SAFETY_RESUME_TEMP_C", "-0.5", "degrees Celsius"),
+        ("HOSTLER_DEVICE_SAFETY_RESUME_TEMP_C", "nan", "degrees Celsius"),
+        ("HOSTLER_DEVICE_SAFETY_MIN_THERMAL_MARGIN_C", "100.5", "from 0 to 100"),
+        ("HOSTLER_DEVICE_SAFETY_MIN_THERMAL_MARGIN_C", "-1", "from 0 to 100"),
+        ("HOSTLER_DEVICE_SAFETY_POLL_MS", "5s", "milliseconds"),
+        ("HOSTLER_DEVICE_SAFETY_POLL_MS", "inf", "milliseconds"),
+        ("HOSTLER_DEVICE_SAFETY_MAX_WAIT_MS", "nan", "milliseconds"),
+        ("HOSTLER_DEVICE_SAFETY_HEALTHY_SAMPLES", "three", "samples"),
     ],
 )
 def test_malformed_env_is_refused_naming_the_variable(variable: str, text: str, words: str) -> None:
@@ -417,8 +417,8 @@ def test_status_states() -> None:
 def test_a_long_env_value_is_shown_cut_to_40_characters() -> None:
     text = "9" * 39 + "xyz"
     with pytest.raises(SettingError) as caught:
-        resolve_health_policy({"HOSTLER_DEVICE_POLL_MS": text})
-    assert f"HOSTLER_DEVICE_POLL_MS={text[:40]!r}:" in caught.value.message
+        resolve_health_policy({"HOSTLER_DEVICE_SAFETY_POLL_MS": text})
+    assert f"HOSTLER_DEVICE_SAFETY_POLL_MS={text[:40]!r}:" in caught.value.message
 
 
 def test_observe_and_bad_guard_steps_record_the_requirement() -> None:

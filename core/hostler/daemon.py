@@ -66,7 +66,9 @@ from hostler.probes.device import DEVICE_STREAM, budget_from, sample_device
 from hostler.probes.nvml import NvmlProbe, open_nvml
 from hostler.probes.process import measure_process
 from hostler.replay import replay
+from hostler.runtime.arbiter import GpuArbiter
 from hostler.runtime.facade import Runtime
+from hostler.runtime.health import DeviceHealthGate, HealthSample, nvml_sampler
 from hostler.store.log import EventStore
 
 __all__ = ["Daemon", "DaemonConfig", "DaemonStarted", "EngineConfig", "load_config"]
@@ -154,7 +156,14 @@ class Daemon:
         self._store: EventStore | None = None
         self._adapters: dict[str, EngineAdapter] = {}
         self._plugins: PluginHost | None = None
-        self._token_prefix = daemon_id(config.data_dir)
+        self._token_prefix = ""  # daemon_id() writes into the data directory: made at start-up
+        self._health_gate: DeviceHealthGate | None = None
+
+    async def _health_sample(self) -> HealthSample:
+        """The health gate's NVML sample, through the daemon's one probe once it is open."""
+        if self.probe is None:
+            return HealthSample(error="the GPU probe is not open yet")
+        return await nvml_sampler(self.probe)()
 
     @property
     def supervisors(self) -> dict[str, Supervisor]:
@@ -168,6 +177,8 @@ class Daemon:
         """Run until SIGTERM or SIGINT."""
         config = self.config
         location = config.ledger_location()  # a bad setting refused before anything is made
+        # DH1: HOSTLER_DEVICE_SAFETY_* refused in one line before anything is made, too
+        self._health_gate = DeviceHealthGate.from_environment(sampler=self._health_sample)
         private_dir(config.data_dir)
         # Listen before taking anything over: a SIGTERM during start-up is a shutdown too.
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -214,6 +225,9 @@ class Daemon:
             self._build_supervisor,
             offloop=self.offloop,
             pinned=[e.key for e in self.config.engines if e.pinned],
+            # GA7: "auto" shares the card (a ledger admits co-residents); the health gate runs
+            # before GPU work (DH4, mode observe unless HOSTLER_DEVICE_SAFETY_MODE says)
+            arbiter=GpuArbiter("auto", health_gate=self._health_gate, store=store),
         )
         self.runtime = runtime
         # the runtime's pool outlives the daemon's tasks: it is left after the shutdown
@@ -287,7 +301,7 @@ class Daemon:
         )
         self.ledger = ledger
         self._plugins = plugins
-        token_prefix = self._token_prefix
+        token_prefix = self._token_prefix = daemon_id(config.data_dir)
         runtime = self.runtime
         assert runtime is not None  # noqa: S101 - made by _run
         runtime.ledger = runtime.pool.ledger = ledger

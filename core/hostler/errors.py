@@ -257,9 +257,9 @@ class DeviceUnhealthyError(HostlerError):
         because = "; ".join(reasons) or "no reason recorded"
         super().__init__(
             f"{context} blocked after {waited:.1f} s by the device health gate (mode {mode}): "
-            f"{because}. Let the card cool, raise HOSTLER_DEVICE_MAX_WAIT_MS to wait longer, or "
-            "set HOSTLER_DEVICE_SAFETY_MODE=observe (only the hard 105 °C limit holds work) or "
-            "off"
+            f"{because}. Let the card cool, raise HOSTLER_DEVICE_SAFETY_MAX_WAIT_MS to wait "
+            "longer, or set HOSTLER_DEVICE_SAFETY_MODE=observe (only the hard 105 °C limit holds "
+            "work) or off"
         )
         self.context = context
         self.waited = waited

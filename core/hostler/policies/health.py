@@ -45,13 +45,13 @@ HARD_TEMP_C = 105.0
 #: DH1: the environment variables, by setting (they override the config, which overrides these).
 ENV = {
     "mode": "HOSTLER_DEVICE_SAFETY_MODE",
-    "telemetry_failure": "HOSTLER_DEVICE_TELEMETRY_FAILURE",
-    "max_start_temp_c": "HOSTLER_DEVICE_MAX_START_TEMP_C",
-    "resume_temp_c": "HOSTLER_DEVICE_RESUME_TEMP_C",
-    "min_thermal_margin_c": "HOSTLER_DEVICE_MIN_THERMAL_MARGIN_C",
-    "poll_ms": "HOSTLER_DEVICE_POLL_MS",
-    "max_wait_ms": "HOSTLER_DEVICE_MAX_WAIT_MS",
-    "healthy_samples": "HOSTLER_DEVICE_HEALTHY_SAMPLES",
+    "telemetry_failure": "HOSTLER_DEVICE_SAFETY_TELEMETRY_FAILURE",
+    "max_start_temp_c": "HOSTLER_DEVICE_SAFETY_MAX_START_TEMP_C",
+    "resume_temp_c": "HOSTLER_DEVICE_SAFETY_RESUME_TEMP_C",
+    "min_thermal_margin_c": "HOSTLER_DEVICE_SAFETY_MIN_THERMAL_MARGIN_C",
+    "poll_ms": "HOSTLER_DEVICE_SAFETY_POLL_MS",
+    "max_wait_ms": "HOSTLER_DEVICE_SAFETY_MAX_WAIT_MS",
+    "healthy_samples": "HOSTLER_DEVICE_SAFETY_HEALTHY_SAMPLES",
 }
 #: DH1: the defaults, in the units of the settings (°C, milliseconds, samples).
 DEFAULTS: Mapping[str, str | float] = {
