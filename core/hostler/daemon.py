@@ -50,6 +50,7 @@ from hostler.errors import (
     StoreCorruptError,
     StoreDamagedRowError,
     StoreError,
+    UnknownEngineError,
 )
 from hostler.events.base import Event
 from hostler.events.daemon import (
@@ -224,6 +225,7 @@ class Daemon:
             store,
             self._build_supervisor,
             offloop=self.offloop,
+            preview=self._price,
             pinned=[e.key for e in self.config.engines if e.pinned],
             # GA7: "auto" shares the card (a ledger admits co-residents); the health gate runs
             # before GPU work (DH4, mode observe unless HOSTLER_DEVICE_SAFETY_MODE says)
@@ -611,11 +613,17 @@ class Daemon:
 
     def _estimate(self, key: str) -> int:
         """What starting ``key`` would reserve now (blocking): the pool's make-room price."""
+        return int(self._price(key).reserved_bytes)
+
+    def _price(self, key: str) -> LaunchPrice:
+        """``key``'s launch price now, as ``hostler preview`` computes it (blocking)."""
         engine, ledger, plugins = self._engine_config(key), self.ledger, self._plugins
-        if engine is None or ledger is None or plugins is None:
-            return 0
+        if engine is None:
+            raise UnknownEngineError(f"{key}: not in the config")
+        if ledger is None or plugins is None:
+            raise RuntimeClosedError(f"{key}: the daemon is not started yet")
         adapter = self._adapters.get(engine.key) or _adapter_for(plugins, key)
-        priced = price_from_ledger(
+        return price_from_ledger(
             adapter,
             ledger,
             key=engine.key,
@@ -625,7 +633,6 @@ class Daemon:
             kv_type=engine.kv_type,
             extra_args=engine.extra_args,
         )
-        return int(priced.reserved_bytes)
 
     def _supervisor(
         self,
