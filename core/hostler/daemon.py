@@ -623,16 +623,7 @@ class Daemon:
         if ledger is None or plugins is None:
             raise RuntimeClosedError(f"{key}: the daemon is not started yet")
         adapter = self._adapters.get(engine.key) or _adapter_for(plugins, key)
-        return price_from_ledger(
-            adapter,
-            ledger,
-            key=engine.key,
-            model=engine.model,
-            ctx=engine.ctx,
-            slots=engine.slots,
-            kv_type=engine.kv_type,
-            extra_args=engine.extra_args,
-        )
+        return _price_engine(adapter, ledger, engine)
 
     def _supervisor(
         self,
@@ -648,16 +639,7 @@ class Daemon:
 
         def price() -> LaunchPrice:
             """One price, as ``hostler preview`` computes it: the plan and the reserved bytes."""
-            return price_from_ledger(
-                adapter,
-                ledger,
-                key=engine.key,
-                model=engine.model,
-                ctx=engine.ctx,
-                slots=engine.slots,
-                kv_type=engine.kv_type,
-                extra_args=engine.extra_args,
-            )
+            return _price_engine(adapter, ledger, engine)
 
         def spec(port: int) -> LaunchSpec:
             plan = priced.pop() if priced else price()
@@ -696,6 +678,20 @@ class Daemon:
             offloop=self.offloop,
             health=self.health,
         )
+
+
+def _price_engine(adapter: EngineAdapter, ledger: HostLedger, engine: EngineConfig) -> LaunchPrice:
+    """One configured engine's launch price against the ledger now (blocking)."""
+    return price_from_ledger(
+        adapter,
+        ledger,
+        key=engine.key,
+        model=engine.model,
+        ctx=engine.ctx,
+        slots=engine.slots,
+        kv_type=engine.kv_type,
+        extra_args=engine.extra_args,
+    )
 
 
 def _adapter_for(plugins: PluginHost, key: str) -> EngineAdapter:
