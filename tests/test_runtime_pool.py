@@ -7,6 +7,7 @@ requests that keep it busy for N seconds. The budget (1 GiB, enforced) fits two 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -314,4 +315,17 @@ async def test_a_price_that_raises_anything_is_left_to_the_start_to_record(world
     async with world.pool() as pool:
         pool.estimate = exits
         assert await pool.ensure(A) > 0  # its supervisor priced it itself, and started it
+        assert world.pool_events("pool.room_planned") == []
+
+
+async def test_a_negative_or_bogus_price_evicts_nothing(world: World) -> None:
+    """A broken plugin's price (-5, NaN) is not a reason to unload anyone."""
+    async with world.pool() as pool:
+        await pool.ensure(A)
+        await pool.ensure(B)
+        for bogus in (-5, float("nan")):
+            pool.estimate = lambda _key, b=bogus: b
+            with contextlib.suppress(HostlerError):
+                await pool.ensure(C)  # its supervisor prices it (430 MiB) and is refused
+            assert pool.resident(A) and pool.resident(B)
         assert world.pool_events("pool.room_planned") == []

@@ -33,10 +33,10 @@ import pluggy
 from hostler.capacity.estimate import estimate_llama
 from hostler.capacity.geometry import ModelGeometry
 from hostler.capacity.gguf_header import read_geometry as read_gguf_geometry
-from hostler.capacity.offload import OffloadPlan
+from hostler.capacity.offload import Offload, OffloadPlan
 from hostler.capacity.units import round_half_up
 from hostler.errors import EngineBinaryError, EngineStartError, ModelFileError
-from hostler.policies.cache import CacheEntry
+from hostler.policies.cache import CacheEntry, entry_bytes
 
 __all__ = [
     "PROJECT",
@@ -49,8 +49,11 @@ __all__ = [
     "LaunchSpec",
     "ModelFileError",
     "ModelGeometry",
+    "Offload",
+    "OffloadPlan",
     "Panic",
     "Register",
+    "entry_bytes",
     "estimate_llama",
     "hookimpl",
     "hookspec",

@@ -8,13 +8,14 @@ import platform
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
-from hostler.capacity.offload import Offload, OffloadPlan
 from hostler.plugin import (
     CacheAdapter,
     EngineAdapter,
     LaunchCommand,
     LaunchSpec,
     ModelGeometry,
+    Offload,
+    OffloadPlan,
     Panic,
     estimate_llama,
 )

@@ -30,8 +30,7 @@ from typing import Any, Literal
 import anyio
 import anyio.to_thread
 
-from hostler.plugin import CacheEntry
-from hostler.policies.cache import entry_bytes
+from hostler.plugin import CacheEntry, entry_bytes
 
 __all__ = ["LlamaCacheAdapter", "session_filename"]
 

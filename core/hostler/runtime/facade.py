@@ -356,7 +356,7 @@ class Runtime:
         else:
             self.cache.register(key, adapter)  # CC2: a new process starts with a clean slate
 
-    # -- the prompt cache (CC1-CC13) -------------------------------------------------------------
+    # -- the prompt cache (CC1-CC12) -------------------------------------------------------------
 
     def cache_extras(self, key: str, session: str) -> dict[str, Any]:
         """The request fields that keep ``session`` on its cache slot (L16's ``id_slot``)."""

@@ -486,6 +486,8 @@ class Pool:
             raise
         except BaseException:  # noqa: BLE001 - even SystemExit from a plugin: not ours to
             return None  # report; the start prices again and records it as engine.failed (SG3)
+        if type(wanted) is not int or wanted < 0:  # no byte count: a broken plugin, whose
+            return None  # start the supervisor refuses and records; nothing is evicted for it
         tried: set[str] = set()
         patience = anyio.current_time() + self.drain_wait
         while True:
