@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -168,3 +169,39 @@ async def test_one_bad_stream_does_not_drop_other_engines_queue_events(world: Wo
     kinds = [r.type for r in world.store.read_stream(f"queue/{KEY}")]
     # observed: the whole batch after the failing stream is dropped with one warning
     assert kinds.count("queue.enqueued") == 3 and kinds.count("queue.released") == 3
+
+
+class _ReportingCache:
+    """A cache adapter that reports one session cached by its own process."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.evicted: list[str] = []
+
+    def request_extras(self, session_id: str) -> dict[str, Any]:
+        return {"id_slot": 0}
+
+    async def evict(self, ids: Any) -> None:
+        self.evicted.extend(ids)
+
+    async def report_usage(self) -> list[CacheEntry]:
+        return [CacheEntry(f"s-{self.port}", 10, 10 * 102400, time.time(), "normal", None)]
+
+
+class _CachingBallast(BallastEngine):
+    def cache_adapter(self, spec: Any) -> _ReportingCache:
+        return _ReportingCache(spec.port)
+
+
+async def test_an_unloaded_engine_keeps_no_cache_entries(world: World) -> None:
+    async with runtime(world, engine=_CachingBallast(world.tmp_path, 10)) as rt:
+        await rt.one_shot("ballast", "m")
+        async with rt.request(KEY):
+            pass
+        await rt.cache.reconcile_once()
+        stats = rt.cache_stats(KEY)
+        assert stats is not None and stats.entries == 1
+        assert await rt.unload(KEY)  # the process, and its KV cache, are gone
+        stats = rt.cache_stats(KEY)
+        # observed: the dead process's adapter stays registered: 1 entry, 1000 KiB "cached"
+        assert stats is None or stats.entries == 0
