@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 import hostler
 from hostler.errors import UnknownEngineError, UsageError
 from hostler.policies.cache import CacheEntry
-from hostler.runtime.arbiter import GpuArbiter
 
 from _fake_engine import BallastEngine
 from _pools import PRICE, World, engine_processes, work, world_at
@@ -69,7 +69,9 @@ async def test_close_inside_the_runtime_block_does_not_leak_a_cancellation(world
     async with runtime(world) as rt:
         await rt.one_shot("ballast", "m")
         await rt.close()
-        await anyio.sleep(0)  # observed: CancelledError from the pool's own cancel scope
+        await (
+            anyio.lowlevel.checkpoint()
+        )  # observed: CancelledError from the pool's own cancel scope
     assert engine_processes(world.token) == []
 
 
@@ -135,7 +137,9 @@ async def test_an_on_wait_callback_that_raises_does_not_kill_the_request(world: 
 
 
 async def test_requests_for_unknown_keys_leave_no_queue_behind(world: World) -> None:
-    rt = hostler.Runtime(world.store, rejecting(world), ledger=world.ledger, estimate=lambda _k: PRICE)
+    rt = hostler.Runtime(
+        world.store, rejecting(world), ledger=world.ledger, estimate=lambda _k: PRICE
+    )
     async with rt:
         for i in range(100):
             with pytest.raises(UnknownEngineError):
@@ -149,14 +153,17 @@ async def test_requests_for_unknown_keys_leave_no_queue_behind(world: World) -> 
 async def test_a_running_engine_has_a_queue_summary_with_its_live_width(world: World) -> None:
     async with runtime(world) as rt:
         key = await rt.bind("ballast", "m", "s1")
-        assert rt.engine_status(key) is not None and rt.engine_status(key).state == "running"
+        view = rt.engine_status(key)
+        assert view is not None and view.state == "running"
         summary = rt.queues().get(key)  # PP14: each engine's summary; observed: {}
         assert summary is not None and summary.width == 2 and summary.running == 0
 
 
 async def test_one_bad_stream_does_not_drop_other_engines_queue_events(world: World) -> None:
     long_key = "x" * 195  # `queue/<key>` is past the store's 200-character stream ids
-    rt = hostler.Runtime(world.store, rejecting(world), ledger=world.ledger, estimate=lambda _k: PRICE)
+    rt = hostler.Runtime(
+        world.store, rejecting(world), ledger=world.ledger, estimate=lambda _k: PRICE
+    )
     async with rt:
         await rt.one_shot("ballast", "m")
         for _ in range(3):

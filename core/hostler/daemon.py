@@ -159,6 +159,7 @@ class Daemon:
         self._plugins: PluginHost | None = None
         self._token_prefix = ""  # daemon_id() writes into the data directory: made at start-up
         self._health_gate: DeviceHealthGate | None = None
+        self._adopted: set[str] = set()  # engine keys reconcile adopted (configured or not)
 
     async def _health_sample(self) -> HealthSample:
         """The health gate's NVML sample, through the daemon's one probe once it is open."""
@@ -509,6 +510,7 @@ class Daemon:
             identity = outcome.identity
             if outcome.result == "adopted" and identity is not None:
                 assert self.runtime is not None  # noqa: S101 - made by _run
+                self._adopted.add(outcome.key)  # one nobody configured gets a stop-only owner
                 supervisor = self.runtime.pool.supervisor(outcome.key)
                 if not any(e.key == outcome.key for e in self.config.engines):
                     unconfigured.append(supervisor)
@@ -595,6 +597,8 @@ class Daemon:
             raise RuntimeClosedError(f"{key}: the daemon is not started yet")
         engine = self._engine_config(key)
         if engine is None:
+            if key not in self._adopted:
+                raise UnknownEngineError(f"{key[:140]}: no engine of that name is configured")
             return self._bare_supervisor(key, plugins, store, ledger, self._token_prefix)
         adapter = self._adapters.get(engine.key) or _adapter_for(plugins, key)
         return self._supervisor(engine, adapter, store, ledger, self._token_prefix)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -71,6 +72,18 @@ class RuntimeStatus:
     sessions: Mapping[str, int]
     ledger: Mapping[str, Any] | None
     closed: bool
+
+
+def _told(on_wait: Callable[[int], None]) -> Callable[[int], None]:
+    """A caller's progress callback that may raise: its bug costs the display, not the request."""
+
+    def tell(ahead: int) -> None:
+        try:
+            on_wait(ahead)
+        except Exception:
+            log.exception("hostler: a request's on_wait callback raised")
+
+    return tell
 
 
 class Runtime:
@@ -182,13 +195,26 @@ class Runtime:
             for key, event in batch:
                 stream = f"cache/{getattr(event, 'key', key)}" if key == "cache" else f"queue/{key}"
                 streams.setdefault(stream, []).append(event)
-            for stream, events in streams.items():
-                store.append(stream, events, expected_version=None)
+            for stream, events in streams.items():  # one stream's trouble is its own
+                try:
+                    store.append(stream, events, expected_version=None)
+                except HostlerError as exc:  # history, not worth a request: said, dropped
+                    log.warning(
+                        "hostler: %d events of %s not recorded: %s",
+                        len(events),
+                        stream,
+                        exc.message,
+                    )
 
-        try:
-            await self._io.run(write)
-        except HostlerError as exc:  # a queue's history is not worth a request: said, dropped
-            log.warning("hostler: %d queue events not recorded: %s", len(batch), exc.message)
+        await self._io.run(write)
+        self._forget_stopped_caches()
+
+    def _forget_stopped_caches(self) -> None:
+        """A registered cache adapter whose process is gone is unregistered (its KV went too)."""
+        for key, pid in list(self._cached_pid.items()):
+            if self.pool.supervisor(key).pid != pid:
+                del self._cached_pid[key]
+                self.cache.unregister(key)
 
     async def close(self) -> None:
         """Stop every engine (a build in flight included) and take no new work (NR3, PP8)."""
@@ -300,6 +326,17 @@ class Runtime:
         """
         if self.pool.closed:
             raise RuntimeClosedError("the runtime is closed; it takes no request")
+        if lane not in ("interactive", "background"):
+            raise UsageError(
+                f"a request's lane is interactive or background, not {str(lane)[:20]!r}"
+            )
+        if queue_timeout is not None and (
+            type(queue_timeout) not in (int, float) or math.isnan(queue_timeout)
+        ):
+            raise UsageError(
+                f"queue_timeout is a number of seconds, not {str(queue_timeout)[:20]!r}"
+            )
+        self.pool.supervisor(key)  # an engine this runtime can build, or its error: no queue made
         queue = self._queue(key)
         async with queue.acquire(
             lane=lane,
@@ -308,7 +345,7 @@ class Runtime:
             ambient=ambient,
             label=label,
             queue_timeout=queue_timeout,
-            on_wait=on_wait,
+            on_wait=None if on_wait is None else _told(on_wait),
         ):
             await self.arbiter.acquire("llm")  # the GPU slot, then the engine
             async with self.pool.use(key) as port:
@@ -364,6 +401,7 @@ class Runtime:
 
     def cache_stats(self, key: str) -> CacheStats | None:
         """CC10: ``key``'s cache use, budget, hit rate and sources; None when not registered."""
+        self._forget_stopped_caches()
         return self.cache.stats(key)
 
     async def evict_session(self, session: str) -> None:
@@ -381,7 +419,14 @@ class Runtime:
         await self.cache.set_budget(key, budget)
 
     def queues(self) -> dict[str, QueueSummary]:
-        """Q9/PP14: every engine's queue — what runs, what waits, positions, the live width."""
+        """Q9/PP14: every engine's queue — what runs, what waits, positions, the live width.
+
+        Every running engine has one, asked or not, at the width it was launched with.
+        """
+        for view in self.pool.snapshot():
+            if view.state == "running":
+                self._queue(view.key)
+                self._fit_width(view.key)
         return {key: queue.describe() for key, queue in sorted(self._queues.items())}
 
     def cancel(self, key: str, request_id: int) -> bool:
@@ -392,7 +437,7 @@ class Runtime:
     def move(self, key: str, request_id: int, direction: str) -> bool:
         """Q8: move a queued request up or down its lane; False at an edge or unknown."""
         if direction not in ("up", "down"):
-            raise UsageError(f"a queued request moves up or down, not {direction[:20]!r}")
+            raise UsageError(f"a queued request moves up or down, not {str(direction)[:20]!r}")
         queue = self._queues.get(key)
         return queue is not None and queue.move(request_id, direction)  # type: ignore[arg-type]
 

@@ -203,6 +203,9 @@ class Pool:
         self._entries: dict[str, _Entry] = {}
         self._admission = anyio.Lock()  # one make-room at a time: two never free the same bytes
         self._tg: TaskGroup | None = None
+        # each background task runs in a scope of its own, which close() cancels: cancelling
+        # the task group's scope would cancel the caller's own block, entered in its task
+        self._scopes: set[anyio.CancelScope] = set()
         self._closed = False
         self._pin_trouble: dict[str, str] = {}
         self._drain_listeners: list[Callable[[DrainProgress], None]] = []
@@ -215,22 +218,38 @@ class Pool:
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         for entry in self._entries.values():  # made before the pool was entered
-            self._tg.start_soon(entry.supervisor.watch)
+            self._start(entry.supervisor.watch)
         if self.pinned:
-            self._tg.start_soon(self._keep_pinned)
+            self._start(self._keep_pinned)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
         tg, self._tg = self._tg, None
         if tg is not None:
-            await tg.__aexit__(None, None, None)
+            await tg.__aexit__(*exc_info)  # type: ignore[arg-type]
 
     def spawn(self, func: Callable[[], Coroutine[Any, Any, object]]) -> None:
         """Run ``func`` in the pool's task group: it is cancelled when the pool closes."""
-        if self._tg is None:
-            raise RuntimeClosedError("the pool is not entered (use `async with`)")
-        self._tg.start_soon(func)
+        if self._tg is None or self._closed:
+            raise RuntimeClosedError("the pool is not entered (use `async with`), or closed")
+        self._start(func)
+
+    def _start(self, func: Callable[..., Coroutine[Any, Any, object]], *args: object) -> None:
+        """Run ``func(*args)`` in the task group, in a cancel scope of its own (see close)."""
+        assert self._tg is not None  # noqa: S101 - callers check
+
+        async def scoped() -> None:
+            with anyio.CancelScope() as scope:
+                self._scopes.add(scope)
+                if self._closed:
+                    scope.cancel()
+                try:
+                    await func(*args)
+                finally:
+                    self._scopes.discard(scope)
+
+        self._tg.start_soon(scoped)
 
     @property
     def closed(self) -> bool:
@@ -245,8 +264,8 @@ class Pool:
         recorded when the log takes it and stopped all the same when it does not (SF2).
         """
         self._closed = True
-        if self._tg is not None:
-            self._tg.cancel_scope.cancel()  # builds, watches, the pin keeper
+        for scope in list(self._scopes):  # builds, watches, the pin keeper; not the caller
+            scope.cancel()
         with anyio.CancelScope(shield=True):
             async with anyio.create_task_group() as stops:
                 for entry in self._entries.values():
@@ -262,7 +281,7 @@ class Pool:
             await supervisor.kill_unrecorded()
 
     def _check_open(self) -> None:
-        if self._closed or self._tg is None or self._tg.cancel_scope.cancel_called:
+        if self._closed or self._tg is None:
             raise RuntimeClosedError(
                 "the runtime is closed (or was never entered with `async with`); "
                 "it starts no engine and takes no request"
@@ -276,8 +295,8 @@ class Pool:
         if entry is None:
             entry = _Entry(self._build_supervisor(key), last_used_at=self._clock())
             self._entries[key] = entry
-            if self._tg is not None:
-                self._tg.start_soon(entry.supervisor.watch)
+            if self._tg is not None and not self._closed:
+                self._start(entry.supervisor.watch)
         return entry.supervisor
 
     def engine_keys(self) -> list[str]:
@@ -419,8 +438,7 @@ class Pool:
                 if flight is None:
                     self._check_open()
                     flight = entry.flight = _Flight()
-                    assert self._tg is not None  # noqa: S101 - checked open
-                    self._tg.start_soon(self._build, key, entry, flight, cause)
+                    self._start(self._build, key, entry, flight, cause)
                 await flight.wait()
         finally:
             entry.waiting -= 1
