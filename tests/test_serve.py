@@ -1,0 +1,234 @@
+"""The HTTP face over a runtime of real ``llama-server`` engines, through real HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+import hostler
+from hostler import EventStore
+from hostler.capacity.budget import HostMemory, compute_budget
+from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
+from hostler.engines.price import price_from_ledger
+from hostler.engines.supervisor import Supervisor, SupervisorPolicy
+from hostler.plugin import LaunchSpec
+from hostler.serve.app import MAX_BODY, make_app
+from hostler.serve.server import HttpServer, is_loopback, load_token
+from hostler.testing.tiny_gguf import write_tiny_llama
+from hostler_llamacpp import LlamaCppAdapter
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+GIB = 2**30
+TOKEN = "t" * 43
+MODELS = {"alpha": "llamacpp:alpha", "beta": "llamacpp:beta"}
+
+
+class Face:
+    """A runtime of two tiny models, served on a loopback port."""
+
+    def __init__(self, tmp_path: Path, store: EventStore) -> None:
+        self.tmp_path = tmp_path
+        self.store = store
+        self.models = {n: write_tiny_llama(tmp_path / f"{n}.gguf") for n in MODELS}
+        self.budget_gib: float | None = None
+        self.ledger = HostLedger(
+            store,
+            OwnerIdentity.current("servetest"),
+            lambda: compute_budget(HostMemory(64 * GIB), override_gib=self.budget_gib),
+        )
+        self.adapter = LlamaCppAdapter()
+        self.token = f"servetest-{os.getpid()}-{tmp_path.name}"
+
+    def price(self, key: str) -> int:
+        name = key.split(":")[1]
+        return int(
+            price_from_ledger(
+                self.adapter,
+                self.ledger,
+                key=key,
+                model=self.models[name],
+                ctx=512,
+                slots=1,
+                kv_type=None,
+            ).reserved_bytes
+        )
+
+    def build(self, key: str) -> Supervisor:
+        name = key.split(":")[1]
+        run = self.tmp_path / "run" / name
+        return Supervisor(
+            key,
+            self.adapter,
+            lambda port: LaunchSpec(
+                key, self.models[name], port, ctx_per_slot=512, slots=1, work_dir=run / "work"
+            ),
+            self.store,
+            run_dir=run,
+            token_prefix=self.token,
+            policy=SupervisorPolicy(watch_interval=0.05, idle_timeout=0),
+            ledger=self.ledger,
+            footprint=lambda: self.price(key),
+        )
+
+
+@pytest.fixture
+def face(tmp_path: Path) -> Iterator[Face]:
+    with EventStore.open(tmp_path / "events.db") as store:
+        yield Face(tmp_path, store)
+
+
+@pytest.fixture
+async def served(face: Face) -> AsyncIterator[tuple[hostler.Runtime, httpx.AsyncClient]]:
+    runtime = hostler.Runtime(face.store, face.build, ledger=face.ledger, estimate=face.price)
+    async with runtime, anyio.create_task_group() as tg:
+        server = HttpServer(make_app(runtime, MODELS, token=TOKEN), "127.0.0.1", 0)
+        tg.start_soon(server.serve)
+        await server.started.wait()
+        base = f"http://127.0.0.1:{server.port}"
+        async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+            yield runtime, client
+        server.stop()
+
+
+def chat(model: str, *, stream: bool = False, n: int = 4) -> dict[str, object]:
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": n,
+        "temperature": 0,
+        "stream": stream,
+    }
+
+
+async def test_models_and_a_completion_through_the_proxy(
+    served: tuple[hostler.Runtime, httpx.AsyncClient],
+) -> None:
+    runtime, client = served
+    listed = (await client.get("/v1/models")).json()
+    assert [m["id"] for m in listed["data"]] == ["alpha", "beta"]
+    assert not any(m["resident"] for m in listed["data"])  # nothing loaded by listing
+    answer = await client.post("/v1/chat/completions", json=chat("alpha"))
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["choices"][0]["finish_reason"] in {"length", "stop"}
+    assert runtime.pool.resident("llamacpp:alpha:0")
+
+
+async def test_streaming_passes_chunks_through_to_done(
+    served: tuple[hostler.Runtime, httpx.AsyncClient],
+) -> None:
+    _runtime, client = served
+    lines = []
+    async with client.stream(
+        "POST", "/v1/chat/completions", json=chat("beta", stream=True, n=16)
+    ) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        async for line in r.aiter_lines():
+            if line:
+                lines.append(line)
+    assert lines[-1] == "data: [DONE]" and len(lines) > 3
+
+
+async def test_a_budget_for_one_swaps_on_demand(
+    face: Face, served: tuple[hostler.Runtime, httpx.AsyncClient]
+) -> None:
+    runtime, client = served
+    assert (await client.post("/v1/chat/completions", json=chat("alpha"))).status_code == 200
+    one = (await runtime.budget())["committed"]
+    face.budget_gib = 1.5 * max(one, face.price("llamacpp:beta:0")) / GIB
+    for model in ("beta", "alpha", "beta"):
+        answer = await client.post("/v1/chat/completions", json=chat(model))
+        assert answer.status_code == 200, answer.text
+        resident = [v.key for v in runtime.status().engines if v.state == "running"]
+        assert resident == [f"llamacpp:{model}:0"]
+    stops = [
+        r.payload["reason"] for r in face.store.read_all() if r.type == "engine.stop_requested"
+    ]
+    assert stops.count("evicted") == 3
+
+
+async def test_a_client_that_disconnects_mid_stream_frees_its_slot(
+    served: tuple[hostler.Runtime, httpx.AsyncClient],
+) -> None:
+    runtime, client = served
+    async with client.stream(
+        "POST", "/v1/chat/completions", json=chat("alpha", stream=True, n=400)
+    ) as r:
+        async for line in r.aiter_lines():
+            if line.startswith("data:"):
+                break  # one chunk, then hang up
+    with anyio.fail_after(10):
+        while any(s.running for s in runtime.queues().values()):
+            await anyio.sleep(0.05)
+    # the engine has one slot: a request that still held it would block this one
+    with anyio.fail_after(30):
+        answer = await client.post("/v1/chat/completions", json=chat("alpha"))
+    assert answer.status_code == 200
+
+
+async def test_errors_come_back_in_openai_shape(
+    served: tuple[hostler.Runtime, httpx.AsyncClient],
+) -> None:
+    _runtime, client = served
+    missing = await client.post("/v1/chat/completions", json=chat("gamma"))
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "model_not_found"
+    assert "alpha, beta" in missing.json()["error"]["message"]
+    bad = await client.post("/v1/chat/completions", content=b"{not json")
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid-request"
+    listy = await client.post("/v1/chat/completions", content=b"[1, 2]")
+    assert listy.status_code == 400
+    huge = await client.post("/v1/chat/completions", content=b" " * (MAX_BODY + 1))
+    assert huge.status_code == 400 and "over 16 MiB" in huge.json()["error"]["message"]
+
+
+async def test_state_changing_routes_need_the_token(
+    served: tuple[hostler.Runtime, httpx.AsyncClient],
+) -> None:
+    runtime, client = served
+    await client.post("/v1/chat/completions", json=chat("alpha"))
+    denied = await client.post("/api/engines/llamacpp:alpha:0/unload")
+    assert denied.status_code == 401 and denied.json()["error"]["code"] == "unauthorized"
+    wrong = await client.post(
+        "/api/engines/llamacpp:alpha:0/unload", headers={"authorization": "Bearer nope"}
+    )
+    assert wrong.status_code == 401
+    assert runtime.pool.resident("llamacpp:alpha:0")
+    done = await client.post(
+        "/api/engines/llamacpp:alpha:0/unload", headers={"authorization": f"Bearer {TOKEN}"}
+    )
+    assert done.status_code == 200 and done.json() == {"key": "llamacpp:alpha:0", "unloaded": True}
+    engines = (await client.get("/api/engines")).json()
+    assert [e["key"] for e in engines["engines"]] == ["llamacpp:alpha:0"]
+    assert engines["engines"][0]["state"] == "stopped"
+
+
+def test_the_token_is_made_once_private_and_checked(tmp_path: Path) -> None:
+    first = load_token(tmp_path)
+    assert len(first) >= 32 and load_token(tmp_path) == first
+    assert (tmp_path / "token").stat().st_mode & 0o777 == 0o600
+    (tmp_path / "token").write_text("short")
+    with pytest.raises(hostler.UsageError, match="not a hostler token"):
+        load_token(tmp_path)
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.5")  # noqa: S104
+    assert not is_loopback("example.com")
+
+
+def test_the_error_bodies_parse_as_json() -> None:
+    from hostler.serve.errors import error_response
+
+    response = error_response(503, "server_error", "engine-busy", "busy", retry_after=30)
+    assert response.headers["retry-after"] == "30"
+    assert json.loads(bytes(response.body))["error"] == {
+        "message": "busy",
+        "type": "server_error",
+        "code": "engine-busy",
+        "param": None,
+    }
