@@ -41,20 +41,27 @@ def _kill(process: psutil.Process) -> bool:
 
 
 def start_daemon(
-    config: Path, data: Path, log: Path, *, env: dict[str, str] | None = None
+    config: Path,
+    data: Path,
+    log: Path,
+    *,
+    env: dict[str, str] | None = None,
+    command: str = "daemon",
+    extra: tuple[str, ...] = (),
 ) -> subprocess.Popen[bytes]:
-    """``hostler daemon`` as a real process, its output appended to ``log``."""
+    """``hostler daemon`` (or ``command``) as a real process, its output appended to ``log``."""
     with log.open("ab") as out:
         return subprocess.Popen(
             [
                 sys.executable,
                 "-c",
                 "import sys; from hostler.cli import main; sys.exit(main())",
-                "daemon",
+                command,
                 "--config",
                 str(config),
                 "--data-dir",
                 str(data),
+                *extra,
             ],
             stdout=out,
             stderr=subprocess.STDOUT,

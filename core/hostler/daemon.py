@@ -51,6 +51,7 @@ from hostler.errors import (
     StoreDamagedRowError,
     StoreError,
     UnknownEngineError,
+    UsageError,
 )
 from hostler.events.base import Event
 from hostler.events.daemon import (
@@ -70,6 +71,8 @@ from hostler.replay import replay
 from hostler.runtime.arbiter import GpuArbiter
 from hostler.runtime.facade import Runtime
 from hostler.runtime.health import DeviceHealthGate, HealthSample, nvml_sampler
+from hostler.serve.app import make_app
+from hostler.serve.server import HttpServer, is_loopback, load_token
 from hostler.store.log import EventStore
 
 __all__ = ["Daemon", "DaemonConfig", "DaemonStarted", "EngineConfig", "load_config"]
@@ -145,8 +148,10 @@ class DeviceWatch:
 class Daemon:
     """The long-running process behind ``hostler daemon``."""
 
-    def __init__(self, config: DaemonConfig) -> None:
+    def __init__(self, config: DaemonConfig, *, listen: tuple[str, int] | None = None) -> None:
         self.config = config
+        self.listen = listen
+        self.http: HttpServer | None = None
         self.runtime: Runtime | None = None
         self.ready = anyio.Event()
         self.offloop = OffLoop()
@@ -160,6 +165,36 @@ class Daemon:
         self._token_prefix = ""  # daemon_id() writes into the data directory: made at start-up
         self._health_gate: DeviceHealthGate | None = None
         self._adopted: set[str] = set()  # engine keys reconcile adopted (configured or not)
+
+    @staticmethod
+    def _check_listen(listen: tuple[str, int]) -> None:
+        host, port = listen
+        if not host or not 0 <= port <= 65535:
+            raise UsageError(f"cannot listen on {host!r}:{port}: give a host and a port 0-65535")
+
+    async def _start_http(self, tasks: anyio.abc.TaskGroup) -> None:
+        """The HTTP face (docs/serve.md) on the runtime, listening once the engines are settled."""
+        assert self.listen is not None  # noqa: S101 - callers check
+        assert self.runtime is not None  # noqa: S101 - made by _run
+        host, port = self.listen
+        token = await self.offloop.run(load_token, self.config.data_dir)
+        models: dict[str, str] = {}
+        for engine in self.config.engines:
+            parsed = parse_key(engine.key)
+            if parsed is not None:
+                models.setdefault(parsed.model, f"{parsed.engine}:{parsed.model}")
+        app = make_app(self.runtime, models, token=token, public=not is_loopback(host))
+        server = HttpServer(app, host, port)
+        self.http = server
+        tasks.start_soon(server.serve)
+        await server.started.wait()
+        log.info(
+            "hostler: serving on http://%s:%d (%d models; the token is in %s)",
+            host,
+            server.port,
+            len(models),
+            self.config.data_dir / "token",
+        )
 
     async def _health_sample(self) -> HealthSample:
         """The health gate's NVML sample, through the daemon's one probe once it is open."""
@@ -181,6 +216,8 @@ class Daemon:
         location = config.ledger_location()  # a bad setting refused before anything is made
         # DH1: HOSTLER_DEVICE_SAFETY_* refused in one line before anything is made, too
         self._health_gate = DeviceHealthGate.from_environment(sampler=self._health_sample)
+        if self.listen is not None:
+            self._check_listen(self.listen)
         private_dir(config.data_dir)
         # Listen before taking anything over: a SIGTERM during start-up is a shutdown too.
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -258,6 +295,8 @@ class Daemon:
                     failed.append(exc)  # said in one line once what it took over is stopped
                     tasks.cancel_scope.cancel()
                 else:
+                    if self.listen is not None:
+                        await self._start_http(tasks)
                     self.ready.set()
         finally:
             # Whatever ended the daemon (a signal, or a bug in a task), it stops what it owns.

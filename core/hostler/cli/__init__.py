@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in (events, state, demo, plugins, daemon):
         module.add_parser(sub)
+    daemon.add_serve_parser(sub)
     capacity.add_parsers(sub)
     return parser
 

@@ -1,0 +1,86 @@
+"""``hostler serve`` as a real process: the daemon with its HTTP face, real engines, real HTTP."""
+
+from __future__ import annotations
+
+import re
+import signal
+from pathlib import Path
+
+import httpx
+import pytest
+
+from hostler.testing.tiny_gguf import write_tiny_llama
+
+from _daemons import kill_leftovers, start_daemon, token_holders, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def prefix_of(data: Path) -> str:
+    return (data / "daemon-id").read_text().strip()
+
+
+def write_config(tmp_path: Path) -> Path:
+    for name in ("alpha", "beta"):
+        write_tiny_llama(tmp_path / f"{name}.gguf")
+    config = tmp_path / "hostler.toml"
+    config.write_text(
+        '[daemon]\nidle_timeout = 0\nledger = "ledger.db"\n'
+        + "".join(
+            f'\n[[engines]]\nkey = "llamacpp:{n}:0"\nmodel = "{n}.gguf"\nctx = 512\n'
+            "autostart = false\n"
+            for n in ("alpha", "beta")
+        )
+    )
+    return config
+
+
+def served_port(log: Path) -> int:
+    found: list[int] = []
+
+    def listening() -> bool:
+        match = re.search(r"serving on http://[^:]+:(\d+)", log.read_text())
+        if match:
+            found.append(int(match.group(1)))
+        return bool(found)
+
+    wait_for(listening, timeout=60)
+    return found[0]
+
+
+def test_serve_answers_openai_requests_and_stops_its_engines(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    log = tmp_path / "serve.log"
+    server = start_daemon(write_config(tmp_path), data, log, command="serve", extra=("--port", "0"))
+    try:
+        port = served_port(log)
+        base = f"http://127.0.0.1:{port}"
+        models = httpx.get(f"{base}/v1/models", timeout=30).json()
+        assert [m["id"] for m in models["data"]] == ["alpha", "beta"]
+        body = {"model": "beta", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+        answer = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=60)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["choices"]
+        token = (data / "token").read_text().strip()
+        assert (data / "token").stat().st_mode & 0o777 == 0o600
+        unload = f"{base}/api/engines/llamacpp:beta:0/unload"
+        assert httpx.post(unload, timeout=30).status_code == 401
+        headers = {"authorization": f"Bearer {token}"}
+        assert httpx.post(unload, headers=headers, timeout=30).json()["unloaded"] is True
+        httpx.post(f"{base}/v1/chat/completions", json=body, timeout=60)  # loaded again
+        assert len(token_holders(prefix_of(data))) == 1
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(60) == 0
+        kill_leftovers(data)
+    assert token_holders(prefix_of(data)) == []
+
+
+def test_serve_refuses_a_bad_port_in_one_line(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    log = tmp_path / "serve.log"
+    server = start_daemon(
+        write_config(tmp_path), data, log, command="serve", extra=("--port", "70000")
+    )
+    assert server.wait(60) == 2
+    assert "a port from 0 to 65535, not '70000'" in log.read_text()
