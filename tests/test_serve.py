@@ -232,3 +232,72 @@ def test_the_error_bodies_parse_as_json() -> None:
         "code": "engine-busy",
         "param": None,
     }
+
+
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+
+
+async def test_operator_routes_answer_and_check_their_input(
+    served: tuple[hostler.Runtime, httpx.AsyncClient],
+) -> None:
+    runtime, client = served
+    assert (await client.post("/v1/chat/completions", json=chat("alpha"))).status_code == 200
+    key = "llamacpp:alpha:0"
+    # the budget, live
+    budget = (await client.get("/api/budget")).json()
+    assert budget["committed"] > 0
+    assert (await client.put("/api/budget", json={"bytes": 8 * GIB})).status_code == 401
+    changed = await client.put(
+        "/api/budget", json={"bytes": 8 * GIB, "spillover": True}, headers=AUTH
+    )
+    assert changed.status_code == 200 and changed.json()["budget"] == 8 * GIB
+    for bad in ({"bytes": -1}, {"bytes": "8G"}, {"spillover": "yes"}, {}, {"budget": 1}):
+        answer = await client.put("/api/budget", json=bad, headers=AUTH)
+        assert answer.status_code == 400, bad
+        assert answer.json()["error"]["code"] == "invalid-request"
+    # queues: cancel and move by id (QA3, QA4)
+    assert (await client.delete(f"/api/queues/{key}/7", headers=AUTH)).json() == {
+        "cancelled": False
+    }
+    assert (await client.delete(f"/api/queues/{key}/x7", headers=AUTH)).status_code == 400
+    moved = await client.post(f"/api/queues/{key}/7/move", json={"direction": "up"}, headers=AUTH)
+    assert moved.json() == {"moved": False}
+    sideways = await client.post(
+        f"/api/queues/{key}/7/move", json={"direction": "sideways"}, headers=AUTH
+    )
+    assert sideways.status_code == 400
+    assert key in (await client.get("/api/queues")).json()
+    # the cache
+    stats = (await client.get(f"/api/cache/{key}")).json()
+    assert stats["key"] == key and stats["budget"] == 4 * GIB
+    put = await client.put(f"/api/cache/{key}/budget", json={"bytes": 2**20}, headers=AUTH)
+    assert put.json() == {"bytes": 2**20}
+    assert (
+        await client.put(f"/api/cache/{key}/budget", json={"bytes": True}, headers=AUTH)
+    ).status_code == 400
+    assert (await client.post(f"/api/cache/{key}/clear", headers=AUTH)).json() == {"cleared": True}
+    assert (await client.delete("/api/sessions/s1/cache", headers=AUTH)).json() == {"evicted": True}
+    # leases: acquire, list, release
+    lease = (
+        await client.post("/api/leases", json={"slot": "image", "holder": "render"}, headers=AUTH)
+    ).json()
+    assert lease["slot"] == "image"
+    assert (
+        await client.post("/api/leases", json={"slot": "gpu", "holder": "x"}, headers=AUTH)
+    ).status_code == 400
+    assert (await client.delete(f"/api/leases/{lease['id']}", headers=AUTH)).json() == {
+        "released": True
+    }
+    assert (await client.delete(f"/api/leases/{lease['id']}", headers=AUTH)).json() == {
+        "released": False
+    }
+    # reconcile, with its input checked
+    bad = await client.post("/api/reconcile", json={"targets": {"alpha": 1}}, headers=AUTH)
+    assert bad.status_code == 400 and "engine:model" in bad.json()["error"]["message"]
+    report = await client.post(
+        "/api/reconcile", json={"targets": {"llamacpp:beta": 1}}, headers=AUTH
+    )
+    assert report.json()["started"] == ["llamacpp:beta:0"]
+    assert runtime.pool.resident("llamacpp:beta:0")
+    assert (await client.get("/api/device")).json() is None  # no gate in this runtime
+    assert (await client.get("/api/preview/llamacpp:alpha:0")).status_code == 400  # no pricer

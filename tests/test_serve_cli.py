@@ -61,6 +61,10 @@ def test_serve_answers_openai_requests_and_stops_its_engines(tmp_path: Path) -> 
         answer = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=60)
         assert answer.status_code == 200, answer.text
         assert answer.json()["choices"]
+        preview = httpx.get(f"{base}/api/preview/llamacpp:alpha:0", timeout=30).json()
+        assert preview["reserved_bytes"] > 0 and preview["slots"] == 1
+        unknown = httpx.get(f"{base}/api/preview/llamacpp:gamma:0", timeout=30)
+        assert unknown.status_code == 404
         token = (data / "token").read_text().strip()
         assert (data / "token").stat().st_mode & 0o777 == 0o600
         unload = f"{base}/api/engines/llamacpp:beta:0/unload"

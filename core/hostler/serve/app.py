@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hmac
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping
@@ -29,6 +28,7 @@ from starlette.routing import Route
 from hostler.errors import EngineBusyError, HostlerError, UsageError
 from hostler.runtime.facade import Runtime
 from hostler.serve.errors import error_response, http_error_for
+from hostler.serve.operator import Guard, operator_routes
 
 __all__ = ["MAX_BODY", "SESSION_HEADER", "make_app"]
 
@@ -61,20 +61,10 @@ def make_app(  # noqa: PLR0915 - one closure per route, sharing the runtime and 
     """
     upstream = client or httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0))
 
+    guard = Guard(token, public)
+
     def authorized(request: Request, *, changes_state: bool) -> Response | None:
-        if not (changes_state or public):
-            return None
-        given = request.headers.get("authorization", "")
-        expected = f"Bearer {token}" if token else None
-        if expected is not None and hmac.compare_digest(given.encode(), expected.encode()):
-            return None
-        return error_response(
-            401,
-            "invalid_request_error",
-            "unauthorized",
-            "this route needs the daemon's token: send 'Authorization: Bearer <token>' (the "
-            "token is in the data directory's 'token' file)",
-        )
+        return guard.check(request, changes_state=changes_state)
 
     async def health(_request: Request) -> Response:
         return JSONResponse({"status": "ok", "closed": runtime.status().closed})
@@ -200,6 +190,7 @@ def make_app(  # noqa: PLR0915 - one closure per route, sharing the runtime and 
         Route("/api/engines", engines, methods=["GET"]),
         Route("/api/queues", queues, methods=["GET"]),
         Route("/api/engines/{key}/unload", unload, methods=["POST"]),
+        *operator_routes(runtime, guard),
     ]
 
     @contextlib.asynccontextmanager

@@ -1,0 +1,226 @@
+"""The operator routes: queues (QA3, QA4), cache, budget, preview, leases, device, reconcile.
+
+Every body is checked at the edge (one ``invalid-request`` line, never a traceback); every
+state-changing route needs the bearer token (see :class:`Guard`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from hostler.errors import HostlerError, UsageError
+from hostler.runtime.arbiter import Release
+from hostler.runtime.facade import Runtime
+from hostler.serve.errors import error_response, http_error_for
+
+__all__ = ["Guard", "operator_routes"]
+
+MAX_OPERATOR_BODY = 64 * 1024
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Guard:
+    """Who may call what: the token for state-changing routes, for all when public."""
+
+    token: str | None
+    public: bool
+
+    def check(self, request: Request, *, changes_state: bool) -> Response | None:
+        """None when allowed, else the 401 answer."""
+        if not (changes_state or self.public):
+            return None
+        given = request.headers.get("authorization", "")
+        if self.token and secrets.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
+            return None
+        return error_response(
+            401,
+            "invalid_request_error",
+            "unauthorized",
+            "this route needs the daemon's token: send 'Authorization: Bearer <token>' (the "
+            "token is in the data directory's 'token' file)",
+        )
+
+
+def _failure(exc: HostlerError) -> Response:
+    answer = http_error_for(exc)
+    return error_response(answer.status, answer.kind, answer.code, exc.message, answer.retry_after)
+
+
+def _bad(message: str) -> Response:
+    return error_response(400, "invalid_request_error", "invalid-request", message[:300])
+
+
+async def _object(request: Request) -> dict[str, Any]:
+    body = await request.body()
+    if len(body) > MAX_OPERATOR_BODY:
+        raise UsageError("the request body is over 64 KiB")
+    try:
+        payload = json.loads(body or b"{}")
+    except (ValueError, RecursionError):
+        raise UsageError("the request body is not JSON") from None
+    if not isinstance(payload, dict):
+        raise UsageError("the request body must be a JSON object")
+    return payload
+
+
+def _bytes(value: object, what: str, *, nullable: bool = False) -> int | None:
+    if value is None and nullable:
+        return None
+    if type(value) is not int or not 0 <= value <= 2**60:
+        raise UsageError(f"{what} is a number of bytes from 0 to 2^60, not {str(value)[:30]!r}")
+    return value
+
+
+def operator_routes(runtime: Runtime, guard: Guard) -> list[Route]:  # noqa: PLR0915 - a table
+    """The operator API over ``runtime``, guarded by ``guard``."""
+    releases: dict[str, Release] = {}
+
+    def route(path: str, methods: list[str], *, changes_state: bool) -> Callable[[Handler], Route]:
+        def wrap(handler: Handler) -> Route:
+            async def guarded(request: Request) -> Response:
+                if (denied := guard.check(request, changes_state=changes_state)) is not None:
+                    return denied
+                try:
+                    return await handler(request)
+                except UsageError as exc:
+                    return _bad(exc.message)
+                except HostlerError as exc:
+                    return _failure(exc)
+
+            return Route(path, guarded, methods=methods)
+
+        return wrap
+
+    @route("/api/queues/{key}/{id}", ["DELETE"], changes_state=True)
+    async def cancel(request: Request) -> Response:
+        key, raw = request.path_params["key"], request.path_params["id"]
+        if not raw.isdigit() or len(raw) > 18:
+            raise UsageError(f"a queued request's id is a number, not {raw[:30]!r}")
+        return JSONResponse({"cancelled": runtime.cancel(key, int(raw))})
+
+    @route("/api/queues/{key}/{id}/move", ["POST"], changes_state=True)
+    async def move(request: Request) -> Response:
+        key, raw = request.path_params["key"], request.path_params["id"]
+        if not raw.isdigit() or len(raw) > 18:
+            raise UsageError(f"a queued request's id is a number, not {raw[:30]!r}")
+        direction = (await _object(request)).get("direction")
+        return JSONResponse({"moved": runtime.move(key, int(raw), str(direction))})
+
+    @route("/api/cache/{key}", ["GET"], changes_state=False)
+    async def cache(request: Request) -> Response:
+        stats = runtime.cache_stats(request.path_params["key"])
+        return JSONResponse(None if stats is None else dataclasses.asdict(stats))
+
+    @route("/api/cache/{key}/clear", ["POST"], changes_state=True)
+    async def clear(request: Request) -> Response:
+        await runtime.clear_cache(request.path_params["key"])
+        return JSONResponse({"cleared": True})
+
+    @route("/api/cache/{key}/budget", ["PUT"], changes_state=True)
+    async def cache_budget(request: Request) -> Response:
+        size = _bytes((await _object(request)).get("bytes"), "bytes")
+        assert size is not None  # noqa: S101 - not nullable
+        await runtime.set_cache_budget(request.path_params["key"], size)
+        return JSONResponse({"bytes": size})
+
+    @route("/api/sessions/{session}/cache", ["DELETE"], changes_state=True)
+    async def evict_session(request: Request) -> Response:
+        await runtime.evict_session(request.path_params["session"])
+        return JSONResponse({"evicted": True})
+
+    @route("/api/budget", ["GET"], changes_state=False)
+    async def budget(_request: Request) -> Response:
+        return JSONResponse(await runtime.budget())
+
+    @route("/api/budget", ["PUT"], changes_state=True)
+    async def set_budget(request: Request) -> Response:
+        payload = await _object(request)
+        unknown = set(payload) - {"bytes", "spillover"}
+        if unknown or not payload:
+            raise UsageError("give 'bytes' (a number, or null for automatic) and/or 'spillover'")
+        if "bytes" in payload:
+            await runtime.set_budget(_bytes(payload["bytes"], "bytes", nullable=True))
+        if "spillover" in payload:
+            spill = payload["spillover"]
+            if spill is not None and not isinstance(spill, bool):
+                raise UsageError("spillover is true, false or null (automatic)")
+            await runtime.set_spillover(spill)
+        return JSONResponse(await runtime.budget())
+
+    @route("/api/preview/{key}", ["GET"], changes_state=False)
+    async def preview(request: Request) -> Response:
+        price = await runtime.preview(request.path_params["key"])
+        return JSONResponse(
+            {
+                "context_window": price.ctx_per_slot,
+                "slots": price.slots,
+                "kv_type": price.plan.kv_type,
+                "planned_bytes": price.estimated,
+                "reserved_bytes": price.reserved_bytes,
+                "admitted": price.admitted,
+                "denial": price.denial,
+            }
+        )
+
+    @route("/api/leases", ["GET"], changes_state=False)
+    async def leases(_request: Request) -> Response:
+        return JSONResponse(runtime.leases())
+
+    @route("/api/leases", ["POST"], changes_state=True)
+    async def acquire(request: Request) -> Response:
+        payload = await _object(request)
+        slot, holder = payload.get("slot"), payload.get("holder")
+        if slot not in ("llm", "image", "video"):
+            raise UsageError("slot is llm, image or video")
+        if not isinstance(holder, str) or not 0 < len(holder) <= 128:
+            raise UsageError("holder is a name of 1 to 128 characters")
+        release = await runtime.acquire_lease(slot, holder)
+        lease_id = secrets.token_hex(8)
+        releases[lease_id] = release
+        return JSONResponse({"id": lease_id, "slot": slot, "holder": holder})
+
+    @route("/api/leases/{id}", ["DELETE"], changes_state=True)
+    async def release(request: Request) -> Response:
+        release = releases.pop(request.path_params["id"], None)
+        if release is not None:
+            await release()
+        return JSONResponse({"released": release is not None})
+
+    @route("/api/device", ["GET"], changes_state=False)
+    async def device(_request: Request) -> Response:
+        status = await runtime.device_health()
+        return JSONResponse(None if status is None else dataclasses.asdict(status))
+
+    @route("/api/reconcile", ["POST"], changes_state=True)
+    async def reconcile(request: Request) -> Response:
+        targets = (await _object(request)).get("targets")
+        if not isinstance(targets, dict):
+            raise UsageError('give {"targets": {"engine:model": count}}')
+        report = await runtime.reconcile(targets)
+        return JSONResponse(dataclasses.asdict(report))
+
+    return [
+        cancel,
+        move,
+        cache,
+        clear,
+        cache_budget,
+        evict_session,
+        budget,
+        set_budget,
+        preview,
+        leases,
+        acquire,
+        release,
+        device,
+        reconcile,
+    ]
