@@ -292,8 +292,8 @@ async def test_operator_routes_answer_and_check_their_input(
         "released": False
     }
     # reconcile, with its input checked
-    bad = await client.post("/api/reconcile", json={"targets": {"alpha": 1}}, headers=AUTH)
-    assert bad.status_code == 400 and "engine:model" in bad.json()["error"]["message"]
+    refused = await client.post("/api/reconcile", json={"targets": {"alpha": 1}}, headers=AUTH)
+    assert refused.status_code == 400 and "engine:model" in refused.json()["error"]["message"]
     report = await client.post(
         "/api/reconcile", json={"targets": {"llamacpp:beta": 1}}, headers=AUTH
     )
