@@ -301,3 +301,36 @@ async def test_operator_routes_answer_and_check_their_input(
     assert runtime.pool.resident("llamacpp:beta:0")
     assert (await client.get("/api/device")).json() is None  # no gate in this runtime
     assert (await client.get("/api/preview/llamacpp:alpha:0")).status_code == 400  # no pricer
+
+
+async def test_metrics_and_the_event_tail_come_from_the_same_log(
+    face: Face, served: tuple[hostler.Runtime, httpx.AsyncClient]
+) -> None:
+    runtime, client = served
+    assert (await client.post("/v1/chat/completions", json=chat("alpha"))).status_code == 200
+    assert await runtime.unload("llamacpp:alpha:0")
+    with anyio.fail_after(5):  # queue events reach the log within half a second
+        while "hostler_queue_dispatched_total 1.0" not in (
+            text := (await client.get("/metrics")).text
+        ):
+            await anyio.sleep(0.1)
+    assert 'hostler_engine_stops_total{reason="evicted"} 1.0' in text
+    assert 'hostler_engine_starts_total{cause="session"}' not in text  # a one-shot, not a session
+    assert 'hostler_engine_up{engine="llamacpp:alpha:0",state="stopped"} 0.0' in text
+    assert "hostler_queue_dispatched_total 1.0" in text
+    assert 'hostler_queue_width{engine="llamacpp:alpha:0"} 2.0' in text  # one slot + 1 lane
+    # the live tail, resumable from a seq
+    last = face.store.last_seq()
+    seen: list[tuple[int, str]] = []
+    async with client.stream("GET", "/api/events", headers={"last-event-id": str(last - 3)}) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        event_id = ""
+        async for line in r.aiter_lines():
+            if line.startswith("id: "):
+                event_id = line[4:]
+            elif line.startswith("event: "):
+                seen.append((int(event_id), line[7:]))
+            if len(seen) == 3:
+                break
+    assert [seq for seq, _ in seen] == [last - 2, last - 1, last]
+    assert (await client.get("/api/events?after=x")).status_code == 400

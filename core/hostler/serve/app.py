@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 import httpx
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -28,7 +29,9 @@ from starlette.routing import Route
 from hostler.errors import EngineBusyError, HostlerError, UsageError
 from hostler.runtime.facade import Runtime
 from hostler.serve.errors import error_response, http_error_for
+from hostler.serve.metrics import Metrics
 from hostler.serve.operator import Guard, operator_routes
+from hostler.store.log import EventStore, RecordedEvent
 
 __all__ = ["MAX_BODY", "SESSION_HEADER", "make_app"]
 
@@ -148,6 +151,30 @@ def make_app(  # noqa: PLR0915 - one closure per route, sharing the runtime and 
             _relay(answer, stack), status_code=answer.status_code, headers=headers
         )
 
+    metrics = Metrics(runtime, runtime.store)
+
+    async def prometheus(request: Request) -> Response:
+        if (denied := authorized(request, changes_state=False)) is not None:
+            return denied
+        return Response(await metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    async def events(request: Request) -> Response:
+        if (denied := authorized(request, changes_state=False)) is not None:
+            return denied
+        start = request.headers.get("last-event-id") or request.query_params.get("after", "0")
+        if not start.isdigit() or len(start) > 18:
+            return error_response(
+                400,
+                "invalid_request_error",
+                "invalid-request",
+                f"resume from a seq (a number), not {start[:30]!r}",
+            )
+        return StreamingResponse(
+            _tail(runtime, int(start)),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-cache"},
+        )
+
     async def engines(request: Request) -> Response:
         if (denied := authorized(request, changes_state=False)) is not None:
             return denied
@@ -188,6 +215,8 @@ def make_app(  # noqa: PLR0915 - one closure per route, sharing the runtime and 
         Route("/v1/completions", completion, methods=["POST"]),
         Route("/v1/embeddings", completion, methods=["POST"]),
         Route("/api/engines", engines, methods=["GET"]),
+        Route("/api/events", events, methods=["GET"]),
+        Route("/metrics", prometheus, methods=["GET"]),
         Route("/api/queues", queues, methods=["GET"]),
         Route("/api/engines/{key}/unload", unload, methods=["POST"]),
         *operator_routes(runtime, guard),
@@ -235,6 +264,38 @@ async def _relay(answer: httpx.Response, stack: contextlib.AsyncExitStack) -> As
         log.warning("hostler: the engine's answer broke off: %s", type(exc).__name__)
     finally:
         await _close(stack)
+
+
+#: How often the event tail looks for new events (seconds), and how many it sends at once.
+TAIL_POLL = 0.25
+TAIL_PAGE = 500
+
+
+def _page(store: EventStore, after: int) -> list[RecordedEvent]:
+    return list(store.read_all(after_seq=after, limit=TAIL_PAGE))
+
+
+async def _tail(runtime: Runtime, after: int) -> AsyncIterator[bytes]:
+    """Server-Sent Events: every event after ``after``, then each new one as it is written."""
+    store = runtime.store
+    yield b": hostler event stream\n\n"
+    while True:
+        page = await anyio.to_thread.run_sync(_page, store, after)
+        for record in page:
+            data = json.dumps(
+                {
+                    "seq": record.seq,
+                    "stream": record.stream_id,
+                    "version": record.version,
+                    "type": record.type,
+                    "payload": record.payload,
+                },
+                default=str,
+            )
+            yield f"id: {record.seq}\nevent: {record.type}\ndata: {data}\n\n".encode()
+            after = record.seq
+        if len(page) < TAIL_PAGE:
+            await anyio.sleep(TAIL_POLL)
 
 
 async def _close(stack: contextlib.AsyncExitStack) -> None:

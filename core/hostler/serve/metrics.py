@@ -1,0 +1,145 @@
+"""``/metrics`` in Prometheus's text format, derived from the runtime and from the event log.
+
+Gauges come from the runtime's snapshot at scrape time (resident engines, bytes reserved and
+measured, queue depth); counters from the log's own events, folded incrementally (evictions and
+other stops by reason, crashes, starts, queue waits, lease waits). What a dashboard shows is
+therefore what ``hostler events`` explains.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+import anyio
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from hostler.runtime.facade import Runtime, RuntimeStatus
+from hostler.runtime.queue import QueueSummary
+from hostler.store.log import EventStore
+
+__all__ = ["Metrics"]
+
+_COUNTED = (
+    "engine.stop_requested",
+    "engine.crashed",
+    "engine.start_requested",
+    "queue.dispatched",
+    "lease.granted",
+    "pool.drain_ended",
+)
+
+
+class _Snapshot(Collector):
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families
+
+
+class Metrics:
+    """Renders ``/metrics`` for one runtime and its log."""
+
+    def __init__(self, runtime: Runtime, store: EventStore) -> None:
+        self.runtime = runtime
+        self.store = store
+        self._seq = 0
+        self._stops: Counter[str] = Counter()
+        self._crashes: Counter[str] = Counter()
+        self._starts: Counter[str] = Counter()
+        self._drains: Counter[str] = Counter()
+        self._queue_wait = 0.0
+        self._dispatched = 0
+        self._leases = 0
+        self._lock = anyio.Lock()
+
+    async def render(self) -> bytes:
+        """The exposition text (the log is folded off the event loop)."""
+        status, queues = self.runtime.status(), self.runtime.queues()
+        async with self._lock:
+            return await anyio.to_thread.run_sync(self._render, status, queues)
+
+    def _fold(self) -> None:
+        for record in self.store.read_all(after_seq=self._seq, types=_COUNTED):
+            payload: dict[str, Any] = record.payload
+            engine = record.stream_id.removeprefix("engine/")
+            if record.type == "engine.stop_requested":
+                self._stops[str(payload.get("reason"))] += 1
+            elif record.type == "engine.crashed":
+                self._crashes[engine] += 1
+            elif record.type == "engine.start_requested":
+                self._starts[str(payload.get("cause"))] += 1
+            elif record.type == "queue.dispatched":
+                self._dispatched += 1
+                waited = payload.get("waited")
+                self._queue_wait += float(waited) if isinstance(waited, int | float) else 0.0
+            elif record.type == "lease.granted":
+                self._leases += 1
+            elif record.type == "pool.drain_ended":
+                self._drains[str(payload.get("outcome"))] += 1
+            self._seq = max(self._seq, record.seq)
+
+    def _render(self, status: RuntimeStatus, queues: dict[str, QueueSummary]) -> bytes:
+        self._fold()
+        families: list[Metric] = []
+        up = GaugeMetricFamily(
+            "hostler_engine_up", "1 while the engine runs", labels=["engine", "state"]
+        )
+        held = GaugeMetricFamily(
+            "hostler_engine_reserved_bytes",
+            "bytes the ledger holds for the engine (measured once measured)",
+            labels=["engine"],
+        )
+        busy = GaugeMetricFamily("hostler_engine_busy", "1 while it serves", labels=["engine"])
+        for view in status.engines:
+            up.add_metric([view.key, view.state], 1.0 if view.state == "running" else 0.0)
+            held.add_metric([view.key], float(view.bytes))
+            busy.add_metric([view.key], 1.0 if view.busy else 0.0)
+        families += [up, held, busy]
+        committed = GaugeMetricFamily(
+            "hostler_ledger_committed_bytes", "bytes every reservation holds (all daemons)"
+        )
+        committed.add_metric([], float((status.ledger or {}).get("committed") or 0))
+        families.append(committed)
+        running = GaugeMetricFamily("hostler_queue_running", "requests running", labels=["engine"])
+        waiting = GaugeMetricFamily(
+            "hostler_queue_waiting", "requests waiting", labels=["engine", "lane"]
+        )
+        width = GaugeMetricFamily("hostler_queue_width", "the live width", labels=["engine"])
+        for key, summary in queues.items():
+            running.add_metric([key], float(summary.running))
+            lanes = Counter(item.lane for item in summary.pending)
+            for lane in ("interactive", "background"):
+                waiting.add_metric([key, lane], float(lanes.get(lane, 0)))
+            width.add_metric([key], float(summary.width))
+        families += [running, waiting, width]
+        stops = CounterMetricFamily(
+            "hostler_engine_stops", "engine stops by reason (evicted, idle...)", labels=["reason"]
+        )
+        for reason, count in sorted(self._stops.items()):
+            stops.add_metric([reason], float(count))
+        crashes = CounterMetricFamily("hostler_engine_crashes", "crashes", labels=["engine"])
+        for engine, count in sorted(self._crashes.items()):
+            crashes.add_metric([engine], float(count))
+        starts = CounterMetricFamily("hostler_engine_starts", "starts by cause", labels=["cause"])
+        for cause, count in sorted(self._starts.items()):
+            starts.add_metric([cause], float(count))
+        drains = CounterMetricFamily("hostler_drains", "drains by outcome", labels=["outcome"])
+        for outcome, count in sorted(self._drains.items()):
+            drains.add_metric([outcome], float(count))
+        dispatched = CounterMetricFamily("hostler_queue_dispatched", "requests dispatched")
+        dispatched.add_metric([], float(self._dispatched))
+        waited = CounterMetricFamily(
+            "hostler_queue_wait_seconds", "seconds requests waited in queues, summed"
+        )
+        waited.add_metric([], self._queue_wait)
+        leases = CounterMetricFamily("hostler_leases_granted", "GPU leases granted")
+        leases.add_metric([], float(self._leases))
+        families += [stops, crashes, starts, drains, dispatched, waited, leases]
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Snapshot(families))
+        return generate_latest(registry)
