@@ -54,8 +54,10 @@ PUBLIC = {
     "commit",
     "event_type",
     "load",
+    "open_daemon",
     "registered_types",
     "replay",
+    "run_daemon",
     "upcaster",
 }
 

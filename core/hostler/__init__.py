@@ -56,6 +56,7 @@ from hostler.machines import (
 from hostler.replay import World, commit, load, replay
 
 if TYPE_CHECKING:
+    from hostler.embed import open_daemon, run_daemon
     from hostler.runtime.facade import Runtime
     from hostler.store import AppendResult, EventStore, RecordedEvent
 
@@ -65,6 +66,8 @@ _LAZY = {
     "EventStore": "hostler.store",
     "RecordedEvent": "hostler.store",
     "Runtime": "hostler.runtime.facade",
+    "open_daemon": "hostler.embed",
+    "run_daemon": "hostler.embed",
 }
 
 
@@ -123,7 +126,9 @@ __all__ = [
     "commit",
     "event_type",
     "load",
+    "open_daemon",
     "registered_types",
     "replay",
+    "run_daemon",
     "upcaster",
 ]

@@ -9,6 +9,7 @@ running; the next daemon on the same data directory adopts them without a reload
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import logging
@@ -165,6 +166,8 @@ class Daemon:
         self._token_prefix = ""  # daemon_id() writes into the data directory: made at start-up
         self._health_gate: DeviceHealthGate | None = None
         self._adopted: set[str] = set()  # engine keys reconcile adopted (configured or not)
+        self._scope: anyio.CancelScope | None = None
+        self._stop_cause: str | None = None
 
     @staticmethod
     def _check_listen(listen: tuple[str, int]) -> None:
@@ -210,8 +213,12 @@ class Daemon:
         pool = self.runtime.pool
         return {key: pool.supervisor(key) for key in pool.engine_keys()}
 
-    async def run(self) -> None:
-        """Run until SIGTERM or SIGINT."""
+    async def run(self, *, handle_signals: bool = True) -> None:
+        """Run until SIGTERM or SIGINT (or :meth:`stop`, or cancellation).
+
+        ``handle_signals=False`` leaves the process's signals to the embedding program
+        (:func:`hostler.open_daemon`).
+        """
         config = self.config
         location = config.ledger_location()  # a bad setting refused before anything is made
         # DH1: HOSTLER_DEVICE_SAFETY_* refused in one line before anything is made, too
@@ -220,7 +227,12 @@ class Daemon:
             self._check_listen(self.listen)
         private_dir(config.data_dir)
         # Listen before taking anything over: a SIGTERM during start-up is a shutdown too.
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        receiver = (
+            anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT)
+            if handle_signals
+            else contextlib.nullcontext(_never())
+        )
+        with receiver as signals:
             store = await self.offloop.run(self._open_log)
             with store:
                 ledger_store = open_ledger_store(location, busy_timeout=DAEMON_BUSY_TIMEOUT)
@@ -276,6 +288,12 @@ class Daemon:
         if failed:
             raise failed[0]
 
+    def stop(self, cause: str = "closed") -> None:
+        """Shut down as on SIGTERM: every engine stopped and recorded, then :meth:`run` returns."""
+        self._stop_cause = cause
+        if self._scope is not None:
+            self._scope.cancel()
+
     async def _run_tasks(
         self,
         store: EventStore,
@@ -288,6 +306,9 @@ class Daemon:
         ledger: HostLedger | None = None
         try:
             async with anyio.create_task_group() as tasks:
+                self._scope = tasks.cancel_scope
+                if self._stop_cause is not None:
+                    tasks.cancel_scope.cancel()
                 tasks.start_soon(self._listen, signals, tasks.cancel_scope, received)
                 try:
                     ledger = await self._start_up(store, ledger_store, health, tasks)
@@ -301,7 +322,8 @@ class Daemon:
         finally:
             # Whatever ended the daemon (a signal, or a bug in a task), it stops what it owns.
             with anyio.CancelScope(shield=True):
-                await self._shutdown(store, received[0] if received else "error")
+                cause = received[0] if received else (self._stop_cause or "error")
+                await self._shutdown(store, cause)
                 if ledger is not None:
                     ledger.store.close()  # the one it reopened, if the file was replaced
             if self.probe is not None:
@@ -735,6 +757,12 @@ def _price_engine(adapter: EngineAdapter, ledger: HostLedger, engine: EngineConf
         kv_type=engine.kv_type,
         extra_args=engine.extra_args,
     )
+
+
+async def _never() -> AsyncIterator[int]:
+    """A signal stream that never delivers (an embedding program owns the signals)."""
+    await anyio.sleep_forever()
+    yield 0  # pragma: no cover - never reached
 
 
 def _adapter_for(plugins: PluginHost, key: str) -> EngineAdapter:

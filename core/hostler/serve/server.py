@@ -68,7 +68,13 @@ class HttpServer:
         self.host = host
         self.port = port
         config = uvicorn.Config(
-            app, host=host, port=port, log_level="warning", lifespan="on", access_log=False
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            lifespan="on",
+            access_log=False,
+            timeout_graceful_shutdown=5,
         )
         self._server = _Embedded(config)
         self.started = anyio.Event()
@@ -89,7 +95,19 @@ class HttpServer:
         self.port = int(sock.getsockname()[1])
         self.started.set()
         try:
-            await self._server.serve(sockets=[sock])
+            async with anyio.create_task_group() as tasks:
+
+                async def run() -> None:
+                    # shielded: a cancelled daemon asks it to finish, it is not torn down
+                    with anyio.CancelScope(shield=True):
+                        await self._server.serve(sockets=[sock])
+                    tasks.cancel_scope.cancel()
+
+                tasks.start_soon(run)
+                try:
+                    await anyio.sleep_forever()
+                finally:
+                    self._server.should_exit = True
         finally:
             sock.close()
 
