@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from hostler.testing.tiny_gguf import write_tiny_llama
 
 from _daemons import kill_leftovers, start_daemon, token_holders, wait_for
+from _support import run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -73,6 +75,15 @@ def test_serve_answers_openai_requests_and_stops_its_engines(tmp_path: Path) -> 
         assert httpx.post(unload, headers=headers, timeout=30).json()["unloaded"] is True
         httpx.post(f"{base}/v1/chat/completions", json=body, timeout=60)  # loaded again
         assert len(token_holders(prefix_of(data))) == 1
+        table = run_cli("ps", "--url", base)
+        assert table.returncode == 0, table.stderr
+        lines = table.stdout.splitlines()
+        assert lines[0].split()[:3] == ["ENGINE", "STATE", "PID"]
+        beta = next(line for line in lines if line.startswith("llamacpp:beta:0"))
+        assert beta.split()[1] == "running" and "MiB" in beta
+        listed = json.loads(run_cli("ps", "--url", base, "--json").stdout)
+        states = {e["key"]: e["state"] for e in listed["engines"]}
+        assert states == {"llamacpp:alpha:0": "stopped", "llamacpp:beta:0": "running"}
     finally:
         server.send_signal(signal.SIGTERM)
         assert server.wait(60) == 0
@@ -88,3 +99,10 @@ def test_serve_refuses_a_bad_port_in_one_line(tmp_path: Path) -> None:
     )
     assert server.wait(60) == 2
     assert "a port from 0 to 65535, not '70000'" in log.read_text()
+
+
+def test_ps_without_a_daemon_is_one_line(tmp_path: Path) -> None:
+    result = run_cli("ps", "--url", "http://127.0.0.1:9", cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.startswith("hostler: error [daemon.unreachable]: no hostler serve answers")
+    assert result.stderr.count("\n") == 1

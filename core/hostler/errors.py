@@ -12,6 +12,7 @@ from typing import ClassVar
 __all__ = [
     "CapacityDeniedError",
     "ConcurrencyError",
+    "DaemonUnreachableError",
     "DeviceUnhealthyError",
     "EngineBinaryError",
     "EngineBusyError",
@@ -228,6 +229,12 @@ class EngineBusyError(HostlerError):
     """
 
     code = "engine.busy"
+
+
+class DaemonUnreachableError(HostlerError):
+    """A client command found no ``hostler serve`` answering at its address."""
+
+    code = "daemon.unreachable"
 
 
 class RuntimeClosedError(HostlerError):
