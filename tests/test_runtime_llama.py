@@ -10,7 +10,6 @@ candidates considered with their demand figures).
 from __future__ import annotations
 
 import json
-import os
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -20,17 +19,10 @@ from typing import Any
 import anyio
 import pytest
 
-import hostler
+from _rigs import LlamaRig
 from hostler import EventStore
-from hostler.capacity.budget import HostMemory, compute_budget
-from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
-from hostler.engines.price import price_from_ledger
 from hostler.engines.process import token_holders
-from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.events.pool import POOL_STREAM
-from hostler.plugin import LaunchSpec
-from hostler.testing.tiny_gguf import write_tiny_llama
-from hostler_llamacpp import LlamaCppAdapter
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -38,61 +30,11 @@ GIB = 2**30
 MODELS = ("alpha", "beta", "gamma")
 
 
-class Rig:
+class Rig(LlamaRig):
     """Three tiny models, one log, one ledger whose budget is set once one engine is measured."""
 
     def __init__(self, tmp_path: Path, store: EventStore) -> None:
-        self.tmp_path = tmp_path
-        self.store = store
-        self.models = {name: write_tiny_llama(tmp_path / f"{name}.gguf") for name in MODELS}
-        self.budget_gib: float | None = None
-        self.ledger = HostLedger(
-            store,
-            OwnerIdentity.current("llamatest"),
-            lambda: compute_budget(HostMemory(64 * GIB), override_gib=self.budget_gib),
-        )
-        self.adapter = LlamaCppAdapter()
-        self.token = f"llamatest-{os.getpid()}-{tmp_path.name}"
-
-    def price(self, key: str) -> int:
-        name = key.split(":")[1]
-        priced = price_from_ledger(
-            self.adapter,
-            self.ledger,
-            key=key,
-            model=self.models[name],
-            ctx=512,
-            slots=1,
-            kv_type=None,
-        )
-        return int(priced.reserved_bytes)
-
-    def build(self, key: str) -> Supervisor:
-        name = key.split(":")[1]
-        run = self.tmp_path / "run" / name
-        return Supervisor(
-            key,
-            self.adapter,
-            lambda port: LaunchSpec(
-                key, self.models[name], port, ctx_per_slot=512, slots=1, work_dir=run / "work"
-            ),
-            self.store,
-            run_dir=run,
-            token_prefix=self.token,
-            policy=SupervisorPolicy(watch_interval=0.05, idle_timeout=0),
-            ledger=self.ledger,
-            footprint=lambda: self.price(key),
-        )
-
-    def runtime(self) -> hostler.Runtime:
-        return hostler.Runtime(
-            self.store,
-            self.build,
-            ledger=self.ledger,
-            estimate=self.price,
-            drain_poll=0.05,
-            drain_wait=30,
-        )
+        super().__init__(tmp_path, store, MODELS)
 
     def running(self) -> int:
         return len(list(token_holders(lambda t: t.startswith(self.token))))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -12,16 +11,10 @@ import httpx
 import pytest
 
 import hostler
+from _rigs import LlamaRig
 from hostler import EventStore
-from hostler.capacity.budget import HostMemory, compute_budget
-from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
-from hostler.engines.price import price_from_ledger
-from hostler.engines.supervisor import Supervisor, SupervisorPolicy
-from hostler.plugin import LaunchSpec
 from hostler.serve.app import MAX_BODY, make_app
 from hostler.serve.server import HttpServer, is_loopback, load_token
-from hostler.testing.tiny_gguf import write_tiny_llama
-from hostler_llamacpp import LlamaCppAdapter
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -30,52 +23,11 @@ TOKEN = "t" * 43
 MODELS = {"alpha": "llamacpp:alpha", "beta": "llamacpp:beta"}
 
 
-class Face:
+class Face(LlamaRig):
     """A runtime of two tiny models, served on a loopback port."""
 
     def __init__(self, tmp_path: Path, store: EventStore) -> None:
-        self.tmp_path = tmp_path
-        self.store = store
-        self.models = {n: write_tiny_llama(tmp_path / f"{n}.gguf") for n in MODELS}
-        self.budget_gib: float | None = None
-        self.ledger = HostLedger(
-            store,
-            OwnerIdentity.current("servetest"),
-            lambda: compute_budget(HostMemory(64 * GIB), override_gib=self.budget_gib),
-        )
-        self.adapter = LlamaCppAdapter()
-        self.token = f"servetest-{os.getpid()}-{tmp_path.name}"
-
-    def price(self, key: str) -> int:
-        name = key.split(":")[1]
-        return int(
-            price_from_ledger(
-                self.adapter,
-                self.ledger,
-                key=key,
-                model=self.models[name],
-                ctx=512,
-                slots=1,
-                kv_type=None,
-            ).reserved_bytes
-        )
-
-    def build(self, key: str) -> Supervisor:
-        name = key.split(":")[1]
-        run = self.tmp_path / "run" / name
-        return Supervisor(
-            key,
-            self.adapter,
-            lambda port: LaunchSpec(
-                key, self.models[name], port, ctx_per_slot=512, slots=1, work_dir=run / "work"
-            ),
-            self.store,
-            run_dir=run,
-            token_prefix=self.token,
-            policy=SupervisorPolicy(watch_interval=0.05, idle_timeout=0),
-            ledger=self.ledger,
-            footprint=lambda: self.price(key),
-        )
+        super().__init__(tmp_path, store, MODELS)
 
 
 @pytest.fixture

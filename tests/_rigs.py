@@ -1,0 +1,79 @@
+"""Real ``llama-server`` engines of tiny generated models, for runtime and HTTP-face tests."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import hostler
+from hostler import EventStore
+from hostler.capacity.budget import HostMemory, compute_budget
+from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
+from hostler.engines.price import price_from_ledger
+from hostler.engines.supervisor import Supervisor, SupervisorPolicy
+from hostler.plugin import LaunchSpec
+from hostler.testing.tiny_gguf import write_tiny_llama
+from hostler_llamacpp import LlamaCppAdapter
+
+GIB = 2**30
+
+
+class LlamaRig:
+    """Tiny models, one log, one ledger whose budget (``budget_gib``) a test may set later."""
+
+    def __init__(self, tmp_path: Path, store: EventStore, names: Iterable[str]) -> None:
+        self.tmp_path = tmp_path
+        self.store = store
+        self.models = {name: write_tiny_llama(tmp_path / f"{name}.gguf") for name in names}
+        self.budget_gib: float | None = None
+        self.ledger = HostLedger(
+            store,
+            OwnerIdentity.current("llamatest"),
+            lambda: compute_budget(HostMemory(64 * GIB), override_gib=self.budget_gib),
+        )
+        self.adapter = LlamaCppAdapter()
+        self.token = f"llamatest-{os.getpid()}-{tmp_path.name}"
+
+    def price(self, key: str) -> int:
+        """What the ledger would hold for ``key`` now (one slot of 512 tokens)."""
+        name = key.split(":")[1]
+        priced = price_from_ledger(
+            self.adapter,
+            self.ledger,
+            key=key,
+            model=self.models[name],
+            ctx=512,
+            slots=1,
+            kv_type=None,
+        )
+        return int(priced.reserved_bytes)
+
+    def build(self, key: str) -> Supervisor:
+        """The supervisor of ``llamacpp:NAME:0``."""
+        name = key.split(":")[1]
+        run = self.tmp_path / "run" / name
+        return Supervisor(
+            key,
+            self.adapter,
+            lambda port: LaunchSpec(
+                key, self.models[name], port, ctx_per_slot=512, slots=1, work_dir=run / "work"
+            ),
+            self.store,
+            run_dir=run,
+            token_prefix=self.token,
+            policy=SupervisorPolicy(watch_interval=0.05, idle_timeout=0),
+            ledger=self.ledger,
+            footprint=lambda: self.price(key),
+        )
+
+    def runtime(self) -> hostler.Runtime:
+        """A runtime over these engines (drain checks every 50 ms, 30 s bound)."""
+        return hostler.Runtime(
+            self.store,
+            self.build,
+            ledger=self.ledger,
+            estimate=self.price,
+            drain_poll=0.05,
+            drain_wait=30,
+        )
