@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
+from hostler.config import discovered_config
 from hostler.testing.tiny_gguf import write_tiny_llama
 
 from _daemons import kill_leftovers, start_daemon, token_holders, wait_for
@@ -106,3 +110,60 @@ def test_ps_without_a_daemon_is_one_line(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert result.stderr.startswith("hostler: error [daemon.unreachable]: no hostler serve answers")
     assert result.stderr.count("\n") == 1
+
+
+def test_discovered_config_takes_every_model_file_once(tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    models.mkdir()
+    for name in (
+        "SmolLM2 135M.Q4.gguf",
+        "big-00001-of-00002.gguf",
+        "big-00002-of-00002.gguf",
+        "a.gguf",
+        "notes.txt",
+    ):
+        (models / name).write_bytes(b"GGUF")
+    (models / "folder.gguf").mkdir()
+    config = discovered_config(tmp_path)
+    assert config.data_dir == tmp_path.resolve()
+    assert sorted(e.key for e in config.engines) == [
+        "llamacpp:a:0",
+        "llamacpp:big-00001-of-00002:0",
+        "llamacpp:smollm2-135m.q4:0",
+    ]
+    assert all(not e.autostart and e.model.is_absolute() for e in config.engines)
+    assert discovered_config(tmp_path / "empty").engines == ()
+
+
+def test_serve_without_a_config_serves_the_models_directory(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    (data / "models").mkdir(parents=True)
+    write_tiny_llama(data / "models" / "tiny.gguf")
+    log = tmp_path / "serve.log"
+    with log.open("ab") as out:
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from hostler.cli import main; sys.exit(main())",
+                "serve",
+                "--data-dir",
+                str(data),
+                "--port",
+                "0",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "HOSTLER_LEDGER": str(tmp_path / "ledger.db")},
+        )
+    try:
+        port = served_port(log)
+        models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=30).json()
+        assert [m["id"] for m in models["data"]] == ["tiny"]
+        body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        answer = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=60)
+        assert answer.status_code == 200, answer.text
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(60) == 0
+        kill_leftovers(data)

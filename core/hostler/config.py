@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +35,7 @@ from hostler.engines.logs import DEFAULT_LOG_KEEP, DEFAULT_LOG_MAX_BYTES
 from hostler.errors import UsageError
 from hostler.paths import default_data_dir, user_path
 
-__all__ = ["DaemonConfig", "EngineConfig", "load_config"]
+__all__ = ["DaemonConfig", "EngineConfig", "discovered_config", "load_config"]
 
 #: Bigger than any model's window (2^24 tokens); a value past it is a typo, not a wish.
 MAX_CONTEXT = 16_777_216
@@ -213,6 +214,42 @@ def load_config(path: str | os.PathLike[str], *, data_dir: Path | None = None) -
         engine_log_keep=section.engine_log_keep,
         log_max_bytes=section.log_max_mib * MIB if section.log_max_mib else None,
     )
+
+
+#: The most model files a models directory may offer (more is a typo'd path, not a library).
+MAX_DISCOVERED = 256
+_MODEL_ID = re.compile(r"[^a-z0-9._-]+")
+
+
+def discovered_config(data_dir: Path | None = None) -> DaemonConfig:
+    """The config of ``hostler serve`` with no file: every ``*.gguf`` in ``DATA_DIR/models``.
+
+    Each becomes engine ``llamacpp:<id>:0`` (the file name, lower-cased, other characters as
+    ``-``), loaded on demand (no autostart), with the defaults of a config file. Split GGUF
+    parts after the first (``-00002-of-00003``) are not models of their own.
+
+    Raises:
+        UsageError: The data directory cannot be used.
+    """
+    try:
+        where = user_path(data_dir, resolve=True) if data_dir is not None else default_data_dir()
+    except ValueError as exc:
+        raise UsageError(f"data directory {os.fspath(data_dir or '')[:200]!r}: {exc}") from None
+    folder = where / "models"
+    engines: list[EngineConfig] = []
+    seen: set[str] = set()
+    if folder.is_dir():
+        for path in sorted(folder.glob("*.gguf"))[:MAX_DISCOVERED]:
+            if not path.is_file() or re.search(r"-0000[2-9]-of-\d{5}$|-000[1-9]\d-of-", path.stem):
+                continue
+            model = _MODEL_ID.sub("-", path.stem.lower()).strip("-._")[:100] or "model"
+            if model in seen:
+                continue
+            seen.add(model)
+            engines.append(
+                EngineConfig(key=f"llamacpp:{model}:0", model=path.resolve(), autostart=False)
+            )
+    return DaemonConfig(data_dir=where, engines=tuple(engines))
 
 
 def _read_toml(file: Path) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 
 from hostler.cli.common import data_directory, path_argument
+from hostler.config import discovered_config
 from hostler.daemon import Daemon, load_config
 
 __all__ = ["add_parser", "add_serve_parser", "run", "serve"]
@@ -38,7 +39,9 @@ def add_serve_parser(sub: Any) -> None:
         help="run the daemon with its OpenAI-compatible HTTP face (docs/serve.md)",
     )
     parser.add_argument(
-        "--config", required=True, type=path_argument, help="TOML config (see docs/daemon.md)"
+        "--config",
+        type=path_argument,
+        help="TOML config (docs/daemon.md); without one, every *.gguf in DATA_DIR/models",
     )
     parser.add_argument(
         "--data-dir", type=data_directory, help="data directory (overrides the config)"
@@ -79,6 +82,9 @@ def run(args: argparse.Namespace) -> int:
 def serve(args: argparse.Namespace) -> int:
     """Run the daemon and its HTTP face in the foreground."""
     _quiet_logs()
-    config = load_config(args.config, data_dir=args.data_dir)
+    if args.config is None:
+        config = discovered_config(args.data_dir)
+    else:
+        config = load_config(args.config, data_dir=args.data_dir)
     anyio.run(Daemon(config, listen=(args.host, args.port)).run)
     return 0
