@@ -88,6 +88,16 @@ def test_serve_answers_openai_requests_and_stops_its_engines(tmp_path: Path) -> 
         listed = json.loads(run_cli("ps", "--url", base, "--json").stdout)
         states = {e["key"]: e["state"] for e in listed["engines"]}
         assert states == {"llamacpp:alpha:0": "stopped", "llamacpp:beta:0": "running"}
+        loaded = run_cli("load", "alpha", "--url", base, "--data-dir", str(data))
+        assert loaded.returncode == 0, loaded.stderr
+        assert loaded.stdout == "alpha: loaded as llamacpp:alpha:0\n"
+        missing = run_cli("load", "gamma", "--url", base, "--data-dir", str(data))
+        assert missing.returncode == 1 and "model_not_found" not in missing.stderr
+        assert "404: model 'gamma' is not configured here" in missing.stderr
+        unloaded = run_cli("unload", "llamacpp:alpha:0", "--url", base, "--data-dir", str(data))
+        assert unloaded.stdout == "llamacpp:alpha:0: unloaded\n"
+        no_token = run_cli("unload", "llamacpp:beta:0", "--url", base, "--token", "wrong")
+        assert no_token.returncode == 1 and "401" in no_token.stderr
     finally:
         server.send_signal(signal.SIGTERM)
         assert server.wait(60) == 0

@@ -6,25 +6,54 @@ import argparse
 import json
 import time
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
+from hostler.cli.common import data_directory
 from hostler.errors import DaemonUnreachableError
+from hostler.paths import default_data_dir
 
-__all__ = ["DEFAULT_URL", "add_parser", "fetch", "run"]
+__all__ = ["DEFAULT_URL", "add_parser", "fetch", "post", "run"]
 
 DEFAULT_URL = "http://127.0.0.1:11435"
 
 
-def add_parser(sub: Any) -> None:
-    """Register the subcommand."""
-    parser: argparse.ArgumentParser = sub.add_parser(
-        "ps", help="the engines the running `hostler serve` holds, their memory and queues"
-    )
+def _client_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--url", default=DEFAULT_URL, help=f"where hostler serve listens (default {DEFAULT_URL})"
     )
-    parser.add_argument("--token", help="the daemon's token (needed when it listens publicly)")
+    parser.add_argument(
+        "--token", help="the daemon's token (default: read from --data-dir's 'token' file)"
+    )
+    parser.add_argument("--data-dir", type=data_directory, help="the daemon's data directory")
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    if args.token:
+        return str(args.token)
+    folder = args.data_dir or default_data_dir()
+    path = folder / "token"
+    try:
+        return path.read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``ps``, ``load`` and ``unload``."""
+    load = sub.add_parser("load", help="load a model in the running `hostler serve` now")
+    load.add_argument("model", help="a model id (as /v1/models lists it)")
+    _client_options(load)
+    load.set_defaults(run=run_load)
+    unload = sub.add_parser("unload", help="unload an idle engine of the running `hostler serve`")
+    unload.add_argument("key", help="an engine key (as `hostler ps` lists it)")
+    _client_options(unload)
+    unload.set_defaults(run=run_unload)
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "ps", help="the engines the running `hostler serve` holds, their memory and queues"
+    )
+    _client_options(parser)
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(run=run)
 
@@ -52,6 +81,43 @@ def fetch(url: str, path: str, token: str | None = None) -> Any:
     return response.json()
 
 
+def post(url: str, path: str, token: str | None) -> Any:
+    """POST ``path`` to the daemon; its JSON answer.
+
+    Raises:
+        DaemonUnreachableError: Nothing answers there, or it answered with an error.
+    """
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    try:
+        response = httpx.post(url.rstrip("/") + path, headers=headers, timeout=600)
+    except httpx.HTTPError as exc:
+        raise DaemonUnreachableError(
+            f"no hostler serve answers at {url[:200]} ({type(exc).__name__}); start it with "
+            "`hostler serve`, or give --url"
+        ) from None
+    if response.status_code != 200:
+        try:
+            message = response.json()["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = response.text[:200]
+        raise DaemonUnreachableError(f"{url[:200]}{path}: {response.status_code}: {message}")
+    return response.json()
+
+
+def run_load(args: argparse.Namespace) -> int:
+    """Load a model now (making room as a request would)."""
+    answer = post(args.url, f"/api/models/{quote(args.model, safe='')}/load", _token(args))
+    print(f"{answer['model']}: loaded as {answer['key']}")
+    return 0
+
+
+def run_unload(args: argparse.Namespace) -> int:
+    """Unload an idle engine now."""
+    answer = post(args.url, f"/api/engines/{quote(args.key, safe=':')}/unload", _token(args))
+    print(f"{answer['key']}: {'unloaded' if answer['unloaded'] else 'was not loaded'}")
+    return 0
+
+
 def _size(value: float) -> str:
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if value >= scale:
@@ -70,8 +136,8 @@ def _ago(moment: float, now: float) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Print the engines, their memory, their slots and their queues."""
-    engines = fetch(args.url, "/api/engines", args.token)
-    queues = fetch(args.url, "/api/queues", args.token)
+    engines = fetch(args.url, "/api/engines", _token(args))
+    queues = fetch(args.url, "/api/queues", _token(args))
     if args.json:
         summary = {
             "engines": engines["engines"],

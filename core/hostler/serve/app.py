@@ -208,8 +208,32 @@ def make_app(  # noqa: PLR0915 - one closure per route, sharing the runtime and 
             )
         return JSONResponse({"key": key, "unloaded": unloaded})
 
+    async def load(request: Request) -> Response:
+        if (denied := authorized(request, changes_state=True)) is not None:
+            return denied
+        model = request.path_params["model"]
+        target = models.get(model)
+        if target is None:
+            return error_response(
+                404,
+                "invalid_request_error",
+                "model_not_found",
+                f"model {model[:100]!r} is not configured here "
+                f"(known: {', '.join(sorted(models)) or 'none'})",
+            )
+        engine, name = target.split(":", 1)
+        try:
+            key = await runtime.one_shot(engine, name)
+        except HostlerError as exc:
+            answer = http_error_for(exc)
+            return error_response(
+                answer.status, answer.kind, answer.code, exc.message, answer.retry_after
+            )
+        return JSONResponse({"model": model, "key": key, "loaded": True})
+
     routes = [
         Route("/health", health, methods=["GET"]),
+        Route("/api/models/{model}/load", load, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/chat/completions", completion, methods=["POST"]),
         Route("/v1/completions", completion, methods=["POST"]),
