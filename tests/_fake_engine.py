@@ -49,7 +49,7 @@ class FakeEngine(EngineAdapter):
 
 
 #: Holds ``argv[2]`` MiB of touched memory (so its measured footprint is known), waits
-#: ``argv[3]`` seconds before it listens, then answers /health and, on /work/<seconds>, replies
+#: ``argv[3]`` seconds before it listens, then answers /health and, on /busy/<seconds>, replies
 #: after that long (a request that keeps the engine busy).
 BALLAST_SCRIPT = textwrap.dedent(
     """
@@ -62,7 +62,7 @@ BALLAST_SCRIPT = textwrap.dedent(
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
-            if self.path.startswith("/work/"):
+            if self.path.startswith("/busy/"):
                 time.sleep(float(self.path.split("/")[2]))
             self.send_response(200)
             self.end_headers()

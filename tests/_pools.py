@@ -118,7 +118,7 @@ def world_at(tmp_path: Path) -> Iterator[World]:
 
 def work(port: int, seconds: float) -> None:
     """A request that keeps the engine busy for ``seconds``."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/work/{seconds}", timeout=30) as r:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/busy/{seconds}", timeout=30) as r:
         r.read()
 
 

@@ -1,7 +1,7 @@
 """The engine pool with real supervisors, real processes of a known size, and a real ledger.
 
 Each engine is :class:`_fake_engine.BallastEngine`: a process that holds a set amount of
-touched memory (so the ledger's measured bytes are real), answers /health, and serves /work/N
+touched memory (so the ledger's measured bytes are real), answers /health, and serves /busy/N
 requests that keep it busy for N seconds. The budget (1 GiB, enforced) fits two of them.
 """
 
