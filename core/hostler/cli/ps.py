@@ -64,32 +64,22 @@ def fetch(url: str, path: str, token: str | None = None) -> Any:
     Raises:
         DaemonUnreachableError: Nothing answers there, or it answered with an error.
     """
-    headers = {"authorization": f"Bearer {token}"} if token else {}
-    try:
-        response = httpx.get(url.rstrip("/") + path, headers=headers, timeout=10)
-    except httpx.HTTPError as exc:
-        raise DaemonUnreachableError(
-            f"no hostler serve answers at {url[:200]} ({type(exc).__name__}); start it with "
-            "`hostler serve --config FILE`, or give --url"
-        ) from None
-    if response.status_code != 200:
-        try:
-            message = response.json()["error"]["message"]
-        except (ValueError, KeyError, TypeError):
-            message = response.text[:200]
-        raise DaemonUnreachableError(f"{url[:200]}{path}: {response.status_code}: {message}")
-    return response.json()
+    return _call("GET", url, path, token, timeout=10)
 
 
 def post(url: str, path: str, token: str | None) -> Any:
-    """POST ``path`` to the daemon; its JSON answer.
+    """POST ``path`` to the daemon (a load may take minutes); its JSON answer.
 
     Raises:
         DaemonUnreachableError: Nothing answers there, or it answered with an error.
     """
+    return _call("POST", url, path, token, timeout=600)
+
+
+def _call(method: str, url: str, path: str, token: str | None, *, timeout: float) -> Any:
     headers = {"authorization": f"Bearer {token}"} if token else {}
     try:
-        response = httpx.post(url.rstrip("/") + path, headers=headers, timeout=600)
+        response = httpx.request(method, url.rstrip("/") + path, headers=headers, timeout=timeout)
     except httpx.HTTPError as exc:
         raise DaemonUnreachableError(
             f"no hostler serve answers at {url[:200]} ({type(exc).__name__}); start it with "

@@ -26,9 +26,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from hostler.errors import EngineBusyError, HostlerError, UsageError
+from hostler.errors import HostlerError, UsageError
 from hostler.runtime.facade import Runtime
-from hostler.serve.errors import error_response, http_error_for
+from hostler.serve.errors import (
+    error_response,
+    hostler_error_response,
+    unknown_model_response,
+)
 from hostler.serve.metrics import Metrics
 from hostler.serve.operator import Guard, operator_routes
 from hostler.store.log import EventStore, RecordedEvent
@@ -100,13 +104,7 @@ def make_app(  # noqa: PLR0915 - one closure per route, sharing the runtime and 
         model = payload.get("model")
         target = models.get(model) if isinstance(model, str) else None
         if target is None:
-            known = ", ".join(sorted(models)) or "none"
-            return error_response(
-                404,
-                "invalid_request_error",
-                "model_not_found",
-                f"model {str(model)[:100]!r} is not configured here (known: {known})",
-            )
+            return unknown_model_response(model, models)
         engine, name = target.split(":", 1)
         session = request.headers.get(SESSION_HEADER) or payload.get("user")
         session = session if isinstance(session, str) and 0 < len(session) <= 256 else None
@@ -127,13 +125,7 @@ def make_app(  # noqa: PLR0915 - one closure per route, sharing the runtime and 
             stack.push_async_callback(answer.aclose)
         except HostlerError as exc:
             await _close(stack)
-            answer_error = http_error_for(exc)
-            retry = answer_error.retry_after
-            if isinstance(exc, EngineBusyError):
-                retry = 30
-            return error_response(
-                answer_error.status, answer_error.kind, answer_error.code, exc.message, retry
-            )
+            return hostler_error_response(exc)
         except httpx.HTTPError as exc:
             await _close(stack)
             return error_response(
@@ -195,45 +187,8 @@ def make_app(  # noqa: PLR0915 - one closure per route, sharing the runtime and 
             {key: dataclasses.asdict(summary) for key, summary in runtime.queues().items()}
         )
 
-    async def unload(request: Request) -> Response:
-        if (denied := authorized(request, changes_state=True)) is not None:
-            return denied
-        key = request.path_params["key"]
-        try:
-            unloaded = await runtime.unload(key)
-        except HostlerError as exc:
-            answer = http_error_for(exc)
-            return error_response(
-                answer.status, answer.kind, answer.code, exc.message, answer.retry_after
-            )
-        return JSONResponse({"key": key, "unloaded": unloaded})
-
-    async def load(request: Request) -> Response:
-        if (denied := authorized(request, changes_state=True)) is not None:
-            return denied
-        model = request.path_params["model"]
-        target = models.get(model)
-        if target is None:
-            return error_response(
-                404,
-                "invalid_request_error",
-                "model_not_found",
-                f"model {model[:100]!r} is not configured here "
-                f"(known: {', '.join(sorted(models)) or 'none'})",
-            )
-        engine, name = target.split(":", 1)
-        try:
-            key = await runtime.one_shot(engine, name)
-        except HostlerError as exc:
-            answer = http_error_for(exc)
-            return error_response(
-                answer.status, answer.kind, answer.code, exc.message, answer.retry_after
-            )
-        return JSONResponse({"model": model, "key": key, "loaded": True})
-
     routes = [
         Route("/health", health, methods=["GET"]),
-        Route("/api/models/{model}/load", load, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/chat/completions", completion, methods=["POST"]),
         Route("/v1/completions", completion, methods=["POST"]),
@@ -242,8 +197,7 @@ def make_app(  # noqa: PLR0915 - one closure per route, sharing the runtime and 
         Route("/api/events", events, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
         Route("/api/queues", queues, methods=["GET"]),
-        Route("/api/engines/{key}/unload", unload, methods=["POST"]),
-        *operator_routes(runtime, guard),
+        *operator_routes(runtime, guard, models),
     ]
 
     @contextlib.asynccontextmanager

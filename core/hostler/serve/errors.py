@@ -8,13 +8,20 @@ on ``error.code`` without parsing the message.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from starlette.responses import Response
 
 from hostler.errors import HostlerError
 
-__all__ = ["HttpError", "error_response", "http_error_for"]
+__all__ = [
+    "HttpError",
+    "error_response",
+    "hostler_error_response",
+    "http_error_for",
+    "unknown_model_response",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,4 +68,23 @@ def error_response(
     headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
     return Response(
         json.dumps(body), status_code=status, headers=headers, media_type="application/json"
+    )
+
+
+def hostler_error_response(error: HostlerError) -> Response:
+    """``error`` answered with its status, code and ``Retry-After`` (:func:`http_error_for`)."""
+    answer = http_error_for(error)
+    return error_response(
+        answer.status, answer.kind, answer.code, error.message, answer.retry_after
+    )
+
+
+def unknown_model_response(model: object, known: Iterable[str]) -> Response:
+    """404 ``model_not_found``, naming the models that are configured."""
+    names = ", ".join(sorted(known)) or "none"
+    return error_response(
+        404,
+        "invalid_request_error",
+        "model_not_found",
+        f"model {str(model)[:100]!r} is not configured here (known: {names})",
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from starlette.requests import Request
@@ -19,7 +19,7 @@ from starlette.routing import Route
 from hostler.errors import HostlerError, UsageError
 from hostler.runtime.arbiter import Release
 from hostler.runtime.facade import Runtime
-from hostler.serve.errors import error_response, http_error_for
+from hostler.serve.errors import error_response, hostler_error_response, unknown_model_response
 
 __all__ = ["Guard", "operator_routes"]
 
@@ -50,11 +50,6 @@ class Guard:
         )
 
 
-def _failure(exc: HostlerError) -> Response:
-    answer = http_error_for(exc)
-    return error_response(answer.status, answer.kind, answer.code, exc.message, answer.retry_after)
-
-
 def _bad(message: str) -> Response:
     return error_response(400, "invalid_request_error", "invalid-request", message[:300])
 
@@ -80,8 +75,8 @@ def _bytes(value: object, what: str, *, nullable: bool = False) -> int | None:
     return value
 
 
-def operator_routes(runtime: Runtime, guard: Guard) -> list[Route]:  # noqa: PLR0915 - a table
-    """The operator API over ``runtime``, guarded by ``guard``."""
+def operator_routes(runtime: Runtime, guard: Guard, models: Mapping[str, str]) -> list[Route]:  # noqa: PLR0915
+    """The operator API over ``runtime`` (``models``: model id → ``engine:model``)."""
     releases: dict[str, Release] = {}
 
     def route(path: str, methods: list[str], *, changes_state: bool) -> Callable[[Handler], Route]:
@@ -94,11 +89,26 @@ def operator_routes(runtime: Runtime, guard: Guard) -> list[Route]:  # noqa: PLR
                 except UsageError as exc:
                     return _bad(exc.message)
                 except HostlerError as exc:
-                    return _failure(exc)
+                    return hostler_error_response(exc)
 
             return Route(path, guarded, methods=methods)
 
         return wrap
+
+    @route("/api/models/{model}/load", ["POST"], changes_state=True)
+    async def load(request: Request) -> Response:
+        model = request.path_params["model"]
+        target = models.get(model)
+        if target is None:
+            return unknown_model_response(model, models)
+        engine, name = target.split(":", 1)
+        key = await runtime.one_shot(engine, name)
+        return JSONResponse({"model": model, "key": key, "loaded": True})
+
+    @route("/api/engines/{key}/unload", ["POST"], changes_state=True)
+    async def unload(request: Request) -> Response:
+        key = request.path_params["key"]
+        return JSONResponse({"key": key, "unloaded": await runtime.unload(key)})
 
     @route("/api/queues/{key}/{id}", ["DELETE"], changes_state=True)
     async def cancel(request: Request) -> Response:
@@ -209,6 +219,8 @@ def operator_routes(runtime: Runtime, guard: Guard) -> list[Route]:  # noqa: PLR
         return JSONResponse(dataclasses.asdict(report))
 
     return [
+        load,
+        unload,
         cancel,
         move,
         cache,
