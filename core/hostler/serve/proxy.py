@@ -1,0 +1,223 @@
+"""The OpenAI-compatible completion routes: a plain ASGI app on the hot path.
+
+A completion names its ``model``; the proxy maps it to an engine, binds the session (the
+``X-Hostler-Session`` header, else the body's ``user``) or picks a running replica for a one-shot,
+takes the engine through the runtime (queue, GPU slot, making room, physical gate) and relays the
+engine's answer as it comes — streamed chunks are never buffered.
+
+The client is watched from the moment its body is read: one that leaves while its request waits
+in the queue, while the engine loads, or mid-answer, ends the request at once — its queue place
+or its engine slot is freed, and the connection to the engine is closed so the engine stops
+generating. It is written against ASGI directly (no framework request/response objects): this
+path's cost is a headline number (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+from starlette.requests import Request
+from starlette.types import Message, Receive, Scope, Send
+
+from hostler.errors import HostlerError, UsageError
+from hostler.runtime.facade import Runtime
+from hostler.serve.errors import error_response, hostler_error_response, unknown_model_response
+from hostler.serve.operator import Guard
+from hostler.serve.upstream import Upstream, UpstreamError, UpstreamResponse
+
+__all__ = ["MAX_BODY", "SESSION_HEADER", "CompletionProxy"]
+
+log = logging.getLogger(__name__)
+
+#: The largest request body accepted (bytes): a prompt past it is refused, never read whole.
+MAX_BODY = 16 * 1024 * 1024
+#: The header that names a conversation (its engine and prompt cache are kept for it).
+SESSION_HEADER = "x-hostler-session"
+MAX_SESSION = 256
+#: Engine answer headers passed to the client (the rest describe the engine's connection).
+_PASSED = frozenset({"content-type", "cache-control", "content-length"})
+
+
+class _ClientGone(Exception):
+    """The client disconnected before its answer was complete."""
+
+
+class CompletionProxy:
+    """An ASGI app for ``/v1/chat/completions``, ``/v1/completions`` and ``/v1/embeddings``."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        models: Mapping[str, str],
+        upstream: Upstream,
+        guard: Guard,
+    ) -> None:
+        self._runtime = runtime
+        self._models = models
+        self._upstream = upstream
+        self._guard = guard
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one completion request."""
+        if (denied := self._guard.check(Request(scope), changes_state=False)) is not None:
+            await denied(scope, receive, send)
+            return
+        try:
+            body, payload = await _read_json(scope, receive)
+        except UsageError as exc:
+            answer = error_response(400, "invalid_request_error", "invalid-request", exc.message)
+            await answer(scope, receive, send)
+            return
+        except _ClientGone:
+            return
+        model = payload.get("model")
+        target = self._models.get(model) if isinstance(model, str) else None
+        if target is None:
+            await unknown_model_response(model, self._models)(scope, receive, send)
+            return
+        session = _session(scope, payload)
+        started = False
+
+        async def relay_send(message: Message) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        async with anyio.create_task_group() as tasks:
+            # The client's only remaining message is its disconnect: waiting for it is how a
+            # request that waits in the queue, or is mid-answer, learns that nobody wants it.
+            tasks.start_soon(_watch, receive, tasks.cancel_scope)
+            try:
+                await self._serve(
+                    scope,
+                    receive,
+                    relay_send,
+                    body=body,
+                    target=target,
+                    model=model,
+                    session=session,
+                )
+            finally:
+                tasks.cancel_scope.cancel()
+        if not started and tasks.cancel_scope.cancelled_caught:
+            log.info("hostler: a client left before its answer for %r began", model)
+
+    async def _serve(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        *,
+        body: bytes,
+        target: str,
+        model: object,
+        session: str | None,
+    ) -> None:
+        engine, name = target.split(":", 1)
+        path = str(scope["path"])
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                if session is not None:
+                    key = await self._runtime.bind(engine, name, session)
+                else:
+                    key = await self._runtime.one_shot(engine, name)
+                port = await stack.enter_async_context(self._runtime.request(key, session=session))
+                answer = await self._upstream.send(port, path, body, "application/json")
+                stack.push_async_callback(_close_shielded, answer)
+            except HostlerError as exc:
+                await hostler_error_response(exc)(scope, receive, send)
+                return
+            except UpstreamError as exc:
+                await error_response(
+                    502,
+                    "server_error",
+                    "engine-crashed",
+                    f"the engine for {model!r} did not answer ({exc}); it will be restarted on "
+                    "the next request",
+                )(scope, receive, send)
+                return
+            await _relay(answer, send)
+
+
+async def _relay(answer: UpstreamResponse, send: Send) -> None:
+    """Pass the engine's status, head and body through as they come."""
+    headers = [
+        (name.encode("latin-1"), value.encode("latin-1"))
+        for name, value in answer.headers
+        if name in _PASSED
+    ]
+    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+    try:
+        async for chunk in answer.body():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    except UpstreamError as exc:
+        log.warning("hostler: the engine's answer broke off: %s", exc)
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _close_shielded(answer: UpstreamResponse) -> None:
+    with anyio.CancelScope(shield=True):
+        await answer.aclose()
+
+
+async def _watch(receive: Receive, scope: anyio.CancelScope) -> None:
+    """Cancel ``scope`` when the client disconnects."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            scope.cancel()
+            return
+
+
+async def _read_json(scope: Scope, receive: Receive) -> tuple[bytes, dict[str, Any]]:
+    """The body (at most :data:`MAX_BODY` bytes, read as it comes) and its JSON object.
+
+    Raises:
+        UsageError: Too large, not JSON, or not an object.
+        _ClientGone: The client left while sending it.
+    """
+    declared = _header(scope, b"content-length")
+    too_large = f"the request body is over {MAX_BODY // 2**20} MiB"
+    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
+        raise UsageError(too_large)
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _ClientGone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise UsageError(too_large)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    body = b"".join(chunks)
+    try:
+        payload = json.loads(body)
+    except (ValueError, RecursionError):
+        raise UsageError("the request body is not JSON") from None
+    if not isinstance(payload, dict):
+        raise UsageError("the request body must be a JSON object")
+    return body, payload
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+def _session(scope: Scope, payload: Mapping[str, Any]) -> str | None:
+    """The conversation's name: the session header, else the body's ``user``; None for one-shots."""
+    session: object = _header(scope, SESSION_HEADER.encode()) or payload.get("user")
+    if isinstance(session, str) and 0 < len(session) <= MAX_SESSION:
+        return session
+    return None
