@@ -957,7 +957,9 @@ def test_plan_admits_at_exactly_the_budget() -> None:
 
 def test_plan_below_the_minimum_is_denied_with_the_reason() -> None:
     p = _plan(others=18 * G)
-    assert (p.admitted, p.slots, p.context_window) == (False, 1, 1)
+    # denied, and priced at the minimum window (never at the window that would "fit" and fail)
+    assert (p.admitted, p.slots, p.context_window) == (False, 1, 65536)
+    assert p.reserved_bytes == p.weights_bytes + p.kv.at(65536)
     assert p.reasons[-1] == "needs a window of 65536 tokens; one slot could hold 1"
     assert p.committed_other == 18 * G
     assert p.window_denial == "needs a window of 65536 tokens; one slot could hold 1"

@@ -265,7 +265,10 @@ def plan_llama(
             f"shed slots {slots} → {ladder.slots} so each keeps at least "
             f"{requirement.minimum} tokens (concurrency goes before context)"
         )
-    ctx, slots = ladder.ctx, ladder.slots
+    # C6: a launch below its minimum window is never planned — priced at the minimum, the
+    # shortfall is what making room must free (the shrunk window would "fit" and crash).
+    ctx = ladder.ctx if ladder.minimum_satisfied else requirement.minimum
+    slots = max(1, ladder.slots)
     if ladder.reason:
         reasons.append(ladder.reason)
     if exact and requirement.growth_target:
