@@ -355,8 +355,8 @@ def _engines_of(file: Path, parsed: _ConfigFile) -> tuple[EngineConfig, ...]:
         )
 
     for entry in parsed.engines:
-        key = parse_key(entry.key)
-        add(key.engine if key else "", entry.key, entry.model, entry)
+        parsed_key = parse_key(entry.key)
+        add(parsed_key.engine if parsed_key else "", entry.key, entry.model, entry)
     seen: set[str] = set()
     for index, model in enumerate(parsed.models):
         where = f"{file}: models[{index}].id"
