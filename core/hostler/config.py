@@ -242,10 +242,25 @@ class _ServerSection(_Strict):
 
 
 class _BudgetSection(_Strict):
-    bytes: (
-        Annotated[int, Field(ge=MIN_BUDGET_BYTES, le=MAX_BUDGET_BYTES)] | Literal["auto"] | None
-    ) = None
-    spillover: bool | Literal["auto"] | None = None
+    # typed by hand: a union's error would name its members, not the key
+    bytes: Any = None
+    spillover: Any = None
+
+    @field_validator("bytes")
+    @classmethod
+    def _bytes(cls, value: object) -> BudgetSetting:
+        if value == "auto" or value is None:
+            return "auto" if value else None
+        if type(value) is int and MIN_BUDGET_BYTES <= value <= MAX_BUDGET_BYTES:
+            return value
+        raise ValueError(f'a whole number of bytes from {MIN_BUDGET_BYTES} to 2^60, or "auto"')
+
+    @field_validator("spillover")
+    @classmethod
+    def _spillover(cls, value: object) -> SpilloverSetting:
+        if value == "auto" or isinstance(value, bool):
+            return "auto" if value == "auto" else bool(value)
+        raise ValueError('true, false or "auto"')
 
 
 class _ArbiterSection(_Strict):
