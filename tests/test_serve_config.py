@@ -417,3 +417,15 @@ def test_hostler_token_is_the_token_and_no_file_is_made(tmp_path: Path) -> None:
         assert TOKEN not in (tmp_path / "serve.log").read_text()
     finally:
         stop_serve(server, data)
+
+
+@pytest.mark.anyio
+async def test_open_daemon_refuses_an_open_public_bind_and_creates_nothing(tmp_path: Path) -> None:
+    import hostler
+    from hostler.config import DaemonConfig
+
+    config = DaemonConfig(data_dir=tmp_path / "data", auth="none")
+    with pytest.raises(UsageError, match=r"refusing to listen on 0\.0\.0\.0:0 without a token"):
+        async with hostler.open_daemon(config, listen=("0.0.0.0", 0)):  # noqa: S104
+            pass
+    assert not (tmp_path / "data").exists()

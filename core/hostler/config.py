@@ -235,8 +235,15 @@ class _EngineDefaults(_Strict):
         return value
 
 
+def _host(value: str) -> str:
+    """An address or host name to listen on (``0.0.0.0``, ``::1``, ``localhost``)."""
+    if not value.isascii() or not value.isprintable() or " " in value or "/" in value:
+        raise ValueError("an address or host name to listen on: no space, no scheme, no path")
+    return value
+
+
 class _ServerSection(_Strict):
-    host: Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[^\s/]+$")] = DEFAULT_HOST
+    host: Annotated[str, Field(min_length=1, max_length=253), AfterValidator(_host)] = DEFAULT_HOST
     port: Annotated[int, Field(ge=0, le=65535)] = DEFAULT_PORT
     auth: Auth = "token"
 
