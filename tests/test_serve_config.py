@@ -429,3 +429,33 @@ async def test_open_daemon_refuses_an_open_public_bind_and_creates_nothing(tmp_p
         async with hostler.open_daemon(config, listen=("0.0.0.0", 0)):  # noqa: S104
             pass
     assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.anyio
+@pytest.mark.slow
+async def test_the_daemon_runs_with_the_files_arbiter_policy_and_spillover(tmp_path: Path) -> None:
+    import hostler
+
+    config = write(
+        tmp_path,
+        f'[daemon]\nledger = "ledger.db"\ndata_dir = "{tmp_path / "data"}"\n'
+        '[arbiter]\npolicy = "swap"\n[budget]\nbytes = 5368709120\nspillover = true\n',
+    )
+    async with hostler.open_daemon(config) as daemon:
+        assert daemon.runtime is not None
+        assert daemon.runtime.arbiter.mode == "swap"
+        budget = await daemon.runtime.budget()
+        assert budget["budget"] == 5 * 2**30
+        assert budget["overridden"] is True
+        assert budget["ram_spillover"]["overridden"] is True
+    # "auto" puts both back to the automatic values at the next start
+    config.write_text(
+        config.read_text()
+        .replace("5368709120", '"auto"')
+        .replace("spillover = true", 'spillover = "auto"')
+    )
+    async with hostler.open_daemon(config) as daemon:
+        assert daemon.runtime is not None
+        budget = await daemon.runtime.budget()
+        assert budget["budget"] == budget["auto_budget"] != 5 * 2**30
+        assert budget["ram_spillover"]["overridden"] is False
