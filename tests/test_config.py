@@ -244,3 +244,224 @@ def test_the_log_cap_is_read_in_mib(tmp_path: Path) -> None:
     assert load_config(config).log_max_bytes == 3 * 1024 * 1024
     config.write_text("[daemon]\n")
     assert load_config(config).log_max_bytes is None
+
+
+MODEL = '[[models]]\nid = "qwen"\npath = "q.gguf"\n'
+
+#: ``[[models]]`` and the new sections: each bad input is one line naming the key.
+BAD_MODELS = [
+    (MODEL + "replicas = 0\n", "models[0].replicas", "greater than or equal to 1"),
+    (MODEL + "replicas = -2\n", "models[0].replicas", "greater than or equal to 1"),
+    (MODEL + "replicas = 65\n", "models[0].replicas", "less than or equal to 64"),
+    (MODEL + 'replicas = "2"\n', "models[0].replicas", "valid integer"),
+    (MODEL + "idle_ttl = -1\n", "models[0].idle_ttl", "greater than or equal to 0"),
+    (MODEL + "idle_ttl = 31536001\n", "models[0].idle_ttl", "less than or equal to 31536000"),
+    (MODEL + 'idle_ttl = "1h"\n', "models[0].idle_ttl", "valid number"),
+    (MODEL + 'pinned = "yes"\n', "models[0].pinned", "valid boolean"),
+    (MODEL + "ctx = 0\n", "models[0].ctx", "greater than or equal to 1"),
+    (MODEL + "slots = 1025\n", "models[0].slots", "less than or equal to 1024"),
+    (MODEL + 'kv_type = "q9"\n', "models[0].kv_type", "should be 'f32'"),
+    (MODEL + "extra_args = { threads = inf }\n", "models[0].extra_args", "finite"),
+    (MODEL + "replica = 2\n", "models[0].replica", "did you mean 'replicas'?"),
+    (MODEL + "idle_tll = 2\n", "models[0].idle_tll", "did you mean 'idle_ttl'?"),
+    ('[[models]]\nid = "qwen"\n', "models[0].path", "Field required"),
+    ('[[models]]\npath = "q.gguf"\n', "models[0].id", "Field required"),
+    ('[[models]]\nid = "a:b"\npath = "q.gguf"\n', "models[0].id", "cannot hold ':'"),
+    ('[[models]]\nid = ""\npath = "q.gguf"\n', "models[0].id", "at least 1 character"),
+    ('[[models]]\nid = " q"\npath = "q.gguf"\n', "models[0].id", "no surrounding spaces"),
+    ('[[models]]\nid = "q\\n"\npath = "q.gguf"\n', "models[0].id", "no control characters"),
+    (f'[[models]]\nid = "{"q" * 101}"\npath = "q.gguf"\n', "models[0].id", "at most 100"),
+    (MODEL + 'engine = "Llama.cpp"\n', "models[0].engine", "lower-case letters"),
+    ("models = 3\n", "models", "valid list"),
+    ("[server]\nport = 65536\n", "server.port", "less than or equal to 65535"),
+    ("[server]\nport = -1\n", "server.port", "greater than or equal to 0"),
+    ('[server]\nhost = "a b"\n', "server.host", "an address or host name to listen on: no space"),
+    ('[server]\nhost = ""\n', "server.host", "at least 1 character"),
+    ('[server]\nhost = "http://0.0.0.0/"\n', "server.host", "no scheme, no path"),
+    ('[server]\nauth = "basic"\n', "server.auth", "should be 'token' or 'none'"),
+    ('[server]\nadress = "x"\n', "server.adress", "unknown setting"),
+    ("[budget]\nbytes = 1048575\n", "budget.bytes", "a whole number of bytes from 1048576"),
+    ("[budget]\nbytes = 1152921504606846977\n", "budget.bytes", "to 2^60"),
+    ("[budget]\nbytes = 0\n", "budget.bytes", "a whole number of bytes"),
+    ('[budget]\nbytes = "8G"\n', "budget.bytes", "or \"auto\" (got '8G')"),
+    ("[budget]\nbytes = 8.5e9\n", "budget.bytes", "a whole number of bytes"),
+    ("[budget]\nbytes = true\n", "budget.bytes", "a whole number of bytes"),
+    ('[budget]\nspillover = "yes"\n', "budget.spillover", 'true, false or "auto"'),
+    ("[budget]\nspillover = 1\n", "budget.spillover", 'true, false or "auto"'),
+    ("[budget]\ngib = 8\n", "budget.gib", "unknown setting"),
+    ('[arbiter]\npolicy = "share"\n', "arbiter.policy", "'auto', 'swap' or 'coexist'"),
+    (
+        '[engine_defaults.llamacpp]\nbinary = "nope"\n',
+        "engine_defaults.llamacpp.binary",
+        "not an executable file",
+    ),
+    (
+        '[engine_defaults.llamacpp]\nbinry = "x"\n',
+        "engine_defaults.llamacpp.binry",
+        "did you mean 'binary'?",
+    ),
+    (
+        "[engine_defaults.llamacpp]\nextra_args = 3\n",
+        "engine_defaults.llamacpp.extra_args",
+        "valid dictionary",
+    ),
+    ("[engine_defaults.Llama]\n", "engine_defaults.Llama.[key]", "lower-case letters"),
+    ('[engines.llamacpp]\nbinary = "x"\n', "engines", "valid list"),
+]
+
+
+@pytest.mark.parametrize(("text", "key", "words"), BAD_MODELS)
+def test_a_bad_model_or_section_is_one_line_naming_the_key(
+    tmp_path: Path, text: str, key: str, words: str
+) -> None:
+    config = tmp_path / "hostler.toml"
+    config.write_text(text)
+    with pytest.raises(UsageError) as caught:
+        load_config(config)
+    message = caught.value.message
+    assert message.startswith(f"{config}: {key}: "), message
+    assert words in message and "\n" not in message
+
+
+def test_a_model_expands_into_its_replicas_with_its_settings(tmp_path: Path) -> None:
+    config = tmp_path / "hostler.toml"
+    config.write_text(
+        MODEL
+        + 'engine = "llamacpp"\nctx = 2048\nslots = 2\nkv_type = "q8_0"\nreplicas = 3\n'
+        + "pinned = true\nidle_ttl = 0\nextra_args = { threads = 2 }\n"
+    )
+    engines = load_config(config).engines
+    assert [e.key for e in engines] == ["llamacpp:qwen:0", "llamacpp:qwen:1", "llamacpp:qwen:2"]
+    for engine in engines:
+        assert engine.model == (tmp_path / "q.gguf").resolve()
+        assert (engine.ctx, engine.slots, engine.kv_type) == (2048, 2, "q8_0")
+        assert (engine.pinned, engine.idle_ttl, engine.autostart) == (True, 0.0, False)
+        assert engine.extra_args == {"threads": 2} and engine.binary is None
+
+
+def test_model_defaults(tmp_path: Path) -> None:
+    config = tmp_path / "hostler.toml"
+    config.write_text(MODEL)
+    (engine,) = load_config(config).engines
+    assert engine.key == "llamacpp:qwen:0"
+    assert (engine.ctx, engine.slots, engine.kv_type, engine.pinned) == (4096, 1, None, False)
+    assert (engine.autostart, engine.idle_ttl, engine.extra_args) == (False, None, {})
+
+
+def test_replica_and_engine_count_bounds_are_pinned() -> None:
+    from hostler.config import MAX_BUDGET_BYTES, MAX_ENGINES, MAX_REPLICAS, MIN_BUDGET_BYTES
+    from hostler.runtime.pool import MAX_REPLICAS as POOL_MAX
+
+    assert MAX_REPLICAS == 64 == POOL_MAX
+    assert MAX_ENGINES == 1024
+    assert (MIN_BUDGET_BYTES, MAX_BUDGET_BYTES) == (1024 * 1024, 2**60)
+
+
+def test_replicas_at_their_bounds(tmp_path: Path) -> None:
+    config = tmp_path / "hostler.toml"
+    config.write_text(MODEL + "replicas = 64\n")
+    engines = load_config(config).engines
+    assert len(engines) == 64 and engines[-1].key == "llamacpp:qwen:63"
+    config.write_text(MODEL + "replicas = 1\n")
+    assert len(load_config(config).engines) == 1
+
+
+def test_more_than_1024_engines_in_all_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "hostler.toml"
+    config.write_text(
+        "".join(f'[[models]]\nid = "m{i}"\npath = "q.gguf"\nreplicas = 64\n' for i in range(16))
+        + MODEL
+    )
+    with pytest.raises(UsageError) as caught:
+        load_config(config)
+    assert (
+        caught.value.message
+        == f"{config}: models[16].id: more than 1024 engines in all (replicas count)"
+    )
+    config.write_text(
+        "".join(f'[[models]]\nid = "m{i}"\npath = "q.gguf"\nreplicas = 64\n' for i in range(16))
+    )
+    assert len(load_config(config).engines) == 1024  # exactly at the bound
+
+
+def test_a_model_id_twice_or_also_an_engines_key_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "hostler.toml"
+    config.write_text(MODEL + '[[models]]\nid = "qwen"\nengine = "other"\npath = "r.gguf"\n')
+    with pytest.raises(UsageError) as caught:
+        load_config(config)
+    assert caught.value.message == f"{config}: models[1].id: the model 'qwen' is configured twice"
+    config.write_text('[[engines]]\nkey = "vllm:qwen:3"\nmodel = "m.gguf"\n' + MODEL)
+    with pytest.raises(UsageError) as caught:
+        load_config(config)
+    assert caught.value.message == (
+        f"{config}: models[0].id: the model 'qwen' is also engines key 'vllm:qwen:3'; "
+        "configure it once"
+    )
+
+
+def test_a_model_whose_keys_would_be_too_long_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "hostler.toml"
+    model_id = "q" * 100
+    config.write_text(f'[[models]]\nid = "{model_id}"\nengine = "{"e" * 25}"\npath = "q.gguf"\n')
+    assert load_config(config).engines[0].key == f"{'e' * 25}:{model_id}:0"  # 128 exactly
+    config.write_text(
+        f'[[models]]\nid = "{model_id}"\nengine = "{"e" * 25}"\npath = "q.gguf"\nreplicas = 11\n'
+    )
+    with pytest.raises(UsageError) as caught:
+        load_config(config)
+    assert "over 128 characters" in caught.value.message
+
+
+def test_engine_defaults_give_the_binary_and_extra_args_the_entries_win(tmp_path: Path) -> None:
+    binary = tmp_path / "bin" / "llama-server"
+    binary.parent.mkdir()
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o700)
+    config = tmp_path / "hostler.toml"
+    config.write_text(
+        '[engine_defaults.llamacpp]\nbinary = "bin/llama-server"\n'
+        "extra_args = { threads = 4, mlock = true }\n"
+        "[engine_defaults.other]\nextra_args = { x = 1 }\n"
+        + GOOD_ENGINE
+        + "extra_args = { threads = 8 }\n"
+        + MODEL
+    )
+    old, new = load_config(config).engines
+    assert old.binary == new.binary == binary.resolve()
+    assert old.extra_args == {"threads": 8, "mlock": True}
+    assert new.extra_args == {"threads": 4, "mlock": True}
+    binary.chmod(0o600)
+    with pytest.raises(UsageError, match="binary: not an executable file"):
+        load_config(config)
+
+
+def test_idle_timeout_of_an_engine(tmp_path: Path) -> None:
+    from hostler.config import DaemonConfig, EngineConfig
+
+    daemon = DaemonConfig(data_dir=tmp_path, idle_timeout=300.0)
+    plain = EngineConfig(key="llamacpp:a:0", model=tmp_path)
+    assert daemon.idle_timeout_of(plain) == 300.0
+    own = EngineConfig(key="llamacpp:a:0", model=tmp_path, idle_ttl=5.0)
+    assert daemon.idle_timeout_of(own) == 5.0
+    never = EngineConfig(key="llamacpp:a:0", model=tmp_path, idle_ttl=0.0)
+    assert daemon.idle_timeout_of(never) == 0.0
+    pinned = EngineConfig(key="llamacpp:a:0", model=tmp_path, idle_ttl=5.0, pinned=True)
+    assert daemon.idle_timeout_of(pinned) == 0.0
+
+
+def test_the_new_sections_and_their_defaults(tmp_path: Path) -> None:
+    config = tmp_path / "hostler.toml"
+    config.write_text("")
+    empty = load_config(config)
+    assert (empty.host, empty.port, empty.auth) == ("127.0.0.1", 11435, "token")
+    assert (empty.budget_bytes, empty.spillover, empty.arbiter) == (None, None, "auto")
+    config.write_text(
+        '[server]\nhost = "::1"\nport = 0\nauth = "none"\n'
+        '[budget]\nbytes = "auto"\nspillover = "auto"\n[arbiter]\npolicy = "swap"\n'
+    )
+    chosen = load_config(config)
+    assert (chosen.host, chosen.port, chosen.auth) == ("::1", 0, "none")
+    assert (chosen.budget_bytes, chosen.spillover, chosen.arbiter) == ("auto", "auto", "swap")
+    config.write_text("[budget]\nbytes = 1048576\nspillover = false\n")
+    edge = load_config(config)
+    assert (edge.budget_bytes, edge.spillover) == (1048576, False)

@@ -35,7 +35,15 @@ from hostler.engines.logs import DEFAULT_LOG_KEEP, DEFAULT_LOG_MAX_BYTES
 from hostler.errors import UsageError
 from hostler.paths import default_data_dir, user_path
 
-__all__ = ["DaemonConfig", "EngineConfig", "discovered_config", "load_config"]
+__all__ = [
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
+    "MAX_REPLICAS",
+    "DaemonConfig",
+    "EngineConfig",
+    "discovered_config",
+    "load_config",
+]
 
 #: Bigger than any model's window (2^24 tokens); a value past it is a typo, not a wish.
 MAX_CONTEXT = 16_777_216
@@ -49,6 +57,23 @@ Seconds = Annotated[float, Field(ge=0, le=365 * 24 * 3600)]
 ExtraValue = str | int | float | bool
 #: The longest engine key: ``engine/<key>`` is its stream id (200 characters at most).
 MAX_KEY_LENGTH = 128
+#: The most replicas one ``[[models]]`` entry may ask for (the pool's reconcile bound too).
+MAX_REPLICAS = 64
+#: The most engines a config may expand to (``[[engines]]`` plus every model's replicas).
+MAX_ENGINES = 1024
+#: ``hostler serve``'s default address and port (Ollama's port is 11434; llama-server's 8080).
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 11435
+#: A budget under 1 MiB is a unit mistake (``bytes = 8`` meant 8 GiB); past 2^60, a typo.
+MIN_BUDGET_BYTES = MIB
+MAX_BUDGET_BYTES = 2**60
+Auth = Literal["token", "none"]
+ArbiterPolicy = Literal["auto", "swap", "coexist"]
+#: What a budget or spillover setting says: a value, ``"auto"`` (the automatic one), or None
+#: (not configured: the ledger keeps what it was told last, by hand or by a previous start).
+BudgetSetting = int | Literal["auto"] | None
+SpilloverSetting = bool | Literal["auto"] | None
+_ENGINE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
 
 
 def _no_nul(value: str) -> str:
@@ -68,6 +93,18 @@ def _as_used(value: str, info: ValidationInfo) -> str:
     return str(user_path(value, base=base))
 
 
+def _arguments(value: dict[str, ExtraValue]) -> dict[str, ExtraValue]:
+    """Flags an engine's command line can carry: finite numbers, no NUL anywhere."""
+    for flag, item in value.items():
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ValueError(f"{flag} must be a finite number")
+        if "\0" in flag or (isinstance(item, str) and "\0" in item):
+            raise ValueError(f"{flag!r}: a command-line argument cannot hold a NUL character")
+    return value
+
+
+ExtraArgs = Annotated[dict[str, ExtraValue], Field(max_length=256), AfterValidator(_arguments)]
+
 PathText = Annotated[
     str, Field(min_length=1, max_length=4096), AfterValidator(_no_nul), AfterValidator(_as_used)
 ]
@@ -85,11 +122,20 @@ class EngineConfig:
     autostart: bool = True
     extra_args: dict[str, Any] = field(default_factory=dict)
     pinned: bool = False
+    #: Seconds unused before an idle stop, for this engine; None: ``DaemonConfig.idle_timeout``.
+    idle_ttl: float | None = None
+    #: The engine program to run (``[engine_defaults.<engine>] binary``); None: the adapter's.
+    binary: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class DaemonConfig:
-    """The daemon's settings."""
+    """The daemon's settings.
+
+    ``host``, ``port`` and ``auth`` are the HTTP face's (``hostler serve``); ``token`` a
+    token given from outside (``HOSTLER_TOKEN``; None: the data directory's ``token`` file).
+    ``budget_bytes`` and ``spillover`` are applied to the memory ledger at start when not None.
+    """
 
     data_dir: Path
     engines: tuple[EngineConfig, ...] = ()
@@ -100,6 +146,19 @@ class DaemonConfig:
     engine_log_max_bytes: int = DEFAULT_LOG_MAX_BYTES
     engine_log_keep: int = DEFAULT_LOG_KEEP
     log_max_bytes: int | None = None
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    auth: Auth = "token"
+    token: str | None = field(default=None, repr=False)
+    budget_bytes: BudgetSetting = None
+    spillover: SpilloverSetting = None
+    arbiter: ArbiterPolicy = "auto"
+
+    def idle_timeout_of(self, engine: EngineConfig) -> float:
+        """The idle stop of ``engine``: 0 (never) when pinned, its own TTL, else the daemon's."""
+        if engine.pinned:
+            return 0.0
+        return self.idle_timeout if engine.idle_ttl is None else engine.idle_ttl
 
     def ledger_location(self) -> LedgerLocation:
         """The configured ledger, else the environment's (per user by default)."""
@@ -119,7 +178,7 @@ class _EngineEntry(_Strict):
     slots: Annotated[int, Field(ge=1, le=MAX_SLOTS)] = 1
     kv_type: KvType | None = None
     autostart: bool = True
-    extra_args: Annotated[dict[str, ExtraValue], Field(max_length=256)] = {}
+    extra_args: ExtraArgs = {}
     pinned: bool = False
 
     @field_validator("key")
@@ -131,15 +190,88 @@ class _EngineEntry(_Strict):
             raise ValueError("must look like engine:model:replica")
         return value
 
-    @field_validator("extra_args")
+
+def _model_id(value: str) -> str:
+    """A model id: what clients send as ``model``, the middle part of its engine keys."""
+    if ":" in value:
+        raise ValueError("a model id cannot hold ':' (it is the middle of engine:model:replica)")
+    if value != value.strip() or not value.isprintable():
+        raise ValueError("a model id has no control characters and no surrounding spaces")
+    return value
+
+
+def _engine_name(value: str) -> str:
+    if not _ENGINE_NAME.fullmatch(value):
+        raise ValueError("an engine name is lower-case letters, digits, - or _ (like 'llamacpp')")
+    return value
+
+
+EngineName = Annotated[str, Field(min_length=1, max_length=40), AfterValidator(_engine_name)]
+
+
+class _ModelEntry(_Strict):
+    id: Annotated[str, Field(min_length=1, max_length=100), AfterValidator(_model_id)]
+    engine: EngineName = "llamacpp"
+    path: PathText
+    ctx: Annotated[int, Field(ge=1, le=MAX_CONTEXT)] = 4096
+    slots: Annotated[int, Field(ge=1, le=MAX_SLOTS)] = 1
+    kv_type: KvType | None = None
+    replicas: Annotated[int, Field(ge=1, le=MAX_REPLICAS)] = 1
+    pinned: bool = False
+    idle_ttl: Seconds | None = None
+    autostart: bool = False
+    extra_args: ExtraArgs = {}
+
+
+class _EngineDefaults(_Strict):
+    binary: PathText | None = None
+    extra_args: ExtraArgs = {}
+
+    @field_validator("binary")
     @classmethod
-    def _finite(cls, value: dict[str, ExtraValue]) -> dict[str, ExtraValue]:
-        for flag, item in value.items():
-            if isinstance(item, float) and not math.isfinite(item):
-                raise ValueError(f"{flag} must be a finite number")
-            if "\0" in flag or (isinstance(item, str) and "\0" in item):
-                raise ValueError(f"{flag!r}: a command-line argument cannot hold a NUL character")
+    def _runnable(cls, value: str | None) -> str | None:
+        if value is not None and not (Path(value).is_file() and os.access(value, os.X_OK)):
+            raise ValueError("not an executable file")
         return value
+
+
+def _host(value: str) -> str:
+    """An address or host name to listen on (``0.0.0.0``, ``::1``, ``localhost``)."""
+    if not value.isascii() or not value.isprintable() or " " in value or "/" in value:
+        raise ValueError("an address or host name to listen on: no space, no scheme, no path")
+    return value
+
+
+class _ServerSection(_Strict):
+    host: Annotated[str, Field(min_length=1, max_length=253), AfterValidator(_host)] = DEFAULT_HOST
+    port: Annotated[int, Field(ge=0, le=65535)] = DEFAULT_PORT
+    auth: Auth = "token"
+
+
+class _BudgetSection(_Strict):
+    # typed by hand: a union's error would name its members, not the key
+    bytes: Any = None
+    spillover: Any = None
+
+    @field_validator("bytes")
+    @classmethod
+    def _bytes(cls, value: object) -> BudgetSetting:
+        if value == "auto" or value is None:
+            return "auto" if value else None
+        if type(value) is int and MIN_BUDGET_BYTES <= value <= MAX_BUDGET_BYTES:
+            return value
+        raise ValueError(f'a whole number of bytes from {MIN_BUDGET_BYTES} to 2^60, or "auto"')
+
+    @field_validator("spillover")
+    @classmethod
+    def _spillover(cls, value: object) -> SpilloverSetting:
+        if value == "auto" or isinstance(value, bool):
+            return "auto" if value == "auto" else bool(value)
+        raise ValueError('true, false or "auto"')
+
+
+class _ArbiterSection(_Strict):
+    policy: ArbiterPolicy = "auto"
 
 
 class _DaemonSection(_Strict):
@@ -157,7 +289,12 @@ class _DaemonSection(_Strict):
 
 class _ConfigFile(_Strict):
     daemon: _DaemonSection = _DaemonSection()
-    engines: Annotated[list[_EngineEntry], Field(max_length=1024)] = []
+    server: _ServerSection = _ServerSection()
+    budget: _BudgetSection = _BudgetSection()
+    arbiter: _ArbiterSection = _ArbiterSection()
+    engine_defaults: Annotated[dict[EngineName, _EngineDefaults], Field(max_length=64)] = {}
+    engines: Annotated[list[_EngineEntry], Field(max_length=MAX_ENGINES)] = []
+    models: Annotated[list[_ModelEntry], Field(max_length=MAX_ENGINES)] = []
 
 
 def load_config(path: str | os.PathLike[str], *, data_dir: Path | None = None) -> DaemonConfig:
@@ -177,23 +314,7 @@ def load_config(path: str | os.PathLike[str], *, data_dir: Path | None = None) -
     except ValidationError as exc:
         raise UsageError(_first_problem(file, exc)) from None
     section = parsed.daemon
-    names = [e.key for e in parsed.engines]
-    if len(set(names)) != len(names):
-        twice = sorted({n for n in names if names.count(n) > 1})[0]
-        raise UsageError(f"{file}: engines: the key {twice!r} is configured twice")
-    engines = tuple(
-        EngineConfig(
-            key=entry.key,
-            model=Path(entry.model),
-            ctx=entry.ctx,
-            slots=entry.slots,
-            kv_type=entry.kv_type,
-            autostart=entry.autostart,
-            extra_args=dict(entry.extra_args),
-            pinned=entry.pinned,
-        )
-        for entry in parsed.engines
-    )
+    engines = _engines_of(file, parsed)
     if data_dir is not None:
         try:
             where = user_path(data_dir, resolve=True)  # against the working directory
@@ -213,7 +334,72 @@ def load_config(path: str | os.PathLike[str], *, data_dir: Path | None = None) -
         engine_log_max_bytes=section.engine_log_max_mib * MIB,
         engine_log_keep=section.engine_log_keep,
         log_max_bytes=section.log_max_mib * MIB if section.log_max_mib else None,
+        host=parsed.server.host,
+        port=parsed.server.port,
+        auth=parsed.server.auth,
+        budget_bytes=parsed.budget.bytes,
+        spillover=parsed.budget.spillover,
+        arbiter=parsed.arbiter.policy,
     )
+
+
+def _engines_of(file: Path, parsed: _ConfigFile) -> tuple[EngineConfig, ...]:
+    """``[[engines]]`` as written, then each ``[[models]]`` entry's replicas, defaults applied.
+
+    Raises:
+        UsageError: A key or a model id configured twice, or too many engines in all.
+    """
+    names = [e.key for e in parsed.engines]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})[0]
+        raise UsageError(f"{file}: engines: the key {twice!r} is configured twice")
+    taken = {key.model: key for key in map(parse_key, names) if key is not None}
+    defaults = parsed.engine_defaults
+    engines: list[EngineConfig] = []
+
+    def add(engine: str, key: str, model: str, entry: _EngineEntry | _ModelEntry) -> None:
+        preset = defaults.get(engine)
+        args = {**(preset.extra_args if preset else {}), **entry.extra_args}  # the entry's win
+        binary = preset.binary if preset else None
+        engines.append(
+            EngineConfig(
+                key=key,
+                model=Path(model),
+                ctx=entry.ctx,
+                slots=entry.slots,
+                kv_type=entry.kv_type,
+                autostart=entry.autostart,
+                extra_args=args,
+                pinned=entry.pinned,
+                idle_ttl=entry.idle_ttl if isinstance(entry, _ModelEntry) else None,
+                binary=Path(binary) if binary else None,
+            )
+        )
+
+    for entry in parsed.engines:
+        parsed_key = parse_key(entry.key)
+        add(parsed_key.engine if parsed_key else "", entry.key, entry.model, entry)
+    seen: set[str] = set()
+    for index, model in enumerate(parsed.models):
+        where = f"{file}: models[{index}].id"
+        if model.id in seen:
+            raise UsageError(f"{where}: the model {model.id!r} is configured twice")
+        if model.id in taken:
+            raise UsageError(
+                f"{where}: the model {model.id!r} is also engines key {str(taken[model.id])!r}; "
+                "configure it once"
+            )
+        seen.add(model.id)
+        if len(engines) + model.replicas > MAX_ENGINES:
+            raise UsageError(f"{where}: more than {MAX_ENGINES} engines in all (replicas count)")
+        key = f"{model.engine}:{model.id}:{model.replicas - 1}"
+        if len(key) > MAX_KEY_LENGTH:
+            raise UsageError(
+                f"{where}: its engine keys ({key!r}) are over {MAX_KEY_LENGTH} characters"
+            )
+        for replica in range(model.replicas):
+            add(model.engine, f"{model.engine}:{model.id}:{replica}", model.path, model)
+    return tuple(engines)
 
 
 #: The most model files a models directory may offer (more is a typo'd path, not a library).
@@ -221,8 +407,12 @@ MAX_DISCOVERED = 256
 _MODEL_ID = re.compile(r"[^a-z0-9._-]+")
 
 
-def discovered_config(data_dir: Path | None = None) -> DaemonConfig:
+def discovered_config(
+    data_dir: Path | None = None, *, models_dir: Path | None = None
+) -> DaemonConfig:
     """The config of ``hostler serve`` with no file: every ``*.gguf`` in ``DATA_DIR/models``.
+
+    ``models_dir`` looks in another folder (``HOSTLER_MODELS_DIR``).
 
     Each becomes engine ``llamacpp:<id>:0`` (the file name, lower-cased, other characters as
     ``-``), loaded on demand (no autostart), with the defaults of a config file. Split GGUF
@@ -235,7 +425,7 @@ def discovered_config(data_dir: Path | None = None) -> DaemonConfig:
         where = user_path(data_dir, resolve=True) if data_dir is not None else default_data_dir()
     except ValueError as exc:
         raise UsageError(f"data directory {os.fspath(data_dir or '')[:200]!r}: {exc}") from None
-    folder = where / "models"
+    folder = where / "models" if models_dir is None else models_dir
     engines: list[EngineConfig] = []
     seen: set[str] = set()
     if folder.is_dir():
@@ -275,6 +465,11 @@ _KNOWN = {
     (): set(_ConfigFile.model_fields),
     ("daemon",): set(_DaemonSection.model_fields),
     ("engines",): set(_EngineEntry.model_fields),
+    ("models",): set(_ModelEntry.model_fields),
+    ("server",): set(_ServerSection.model_fields),
+    ("budget",): set(_BudgetSection.model_fields),
+    ("arbiter",): set(_ArbiterSection.model_fields),
+    ("engine_defaults", "*"): set(_EngineDefaults.model_fields),
 }
 
 
@@ -287,6 +482,8 @@ def _first_problem(file: Path, exc: ValidationError) -> str:
     if error["type"] == "extra_forbidden":
         name = str(loc[-1])
         scope = tuple(p for p in loc[:-1] if not isinstance(p, int))
+        if scope[:1] == ("engine_defaults",):
+            scope = ("engine_defaults", "*")
         close = difflib.get_close_matches(name, sorted(_KNOWN.get(scope, set())), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         known = ", ".join(sorted(_KNOWN.get(scope, set())))

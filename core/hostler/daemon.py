@@ -72,6 +72,7 @@ from hostler.replay import replay
 from hostler.runtime.arbiter import GpuArbiter
 from hostler.runtime.facade import Runtime
 from hostler.runtime.health import DeviceHealthGate, HealthSample, nvml_sampler
+from hostler.serve.access import check_exposure, open_access, run_token
 from hostler.serve.app import make_app
 from hostler.serve.server import HttpServer, is_loopback, load_token
 from hostler.store.log import EventStore
@@ -180,23 +181,31 @@ class Daemon:
         assert self.listen is not None  # noqa: S101 - callers check
         assert self.runtime is not None  # noqa: S101 - made by _run
         host, port = self.listen
-        token = await self.offloop.run(load_token, self.config.data_dir)
+        config = self.config
+        if config.auth == "none":  # loopback only (check_exposure): every route open
+            token = run_token()
+            where = "no token: every route is open to this machine's users"
+        elif config.token is not None:
+            token, where = config.token, "the token is HOSTLER_TOKEN"
+        else:
+            token = await self.offloop.run(load_token, config.data_dir)
+            where = f"the token is in {config.data_dir / 'token'}"
         models: dict[str, str] = {}
-        for engine in self.config.engines:
+        for engine in config.engines:
             parsed = parse_key(engine.key)
             if parsed is not None:
                 models.setdefault(parsed.model, f"{parsed.engine}:{parsed.model}")
         app = make_app(self.runtime, models, token=token, public=not is_loopback(host))
-        server = HttpServer(app, host, port)
+        server = HttpServer(open_access(app, token) if config.auth == "none" else app, host, port)
         self.http = server
         tasks.start_soon(server.serve)
         await server.started.wait()
         log.info(
-            "hostler: serving on http://%s:%d (%d models; the token is in %s)",
+            "hostler: serving on http://%s:%d (%d models; %s)",
             host,
             server.port,
             len(models),
-            self.config.data_dir / "token",
+            where,
         )
 
     async def _health_sample(self) -> HealthSample:
@@ -225,6 +234,7 @@ class Daemon:
         self._health_gate = DeviceHealthGate.from_environment(sampler=self._health_sample)
         if self.listen is not None:
             self._check_listen(self.listen)
+            check_exposure(*self.listen, config.auth)  # before anything is made
         private_dir(config.data_dir)
         # Listen before taking anything over: a SIGTERM during start-up is a shutdown too.
         receiver = (
@@ -277,9 +287,10 @@ class Daemon:
             offloop=self.offloop,
             preview=self._price,
             pinned=[e.key for e in self.config.engines if e.pinned],
-            # GA7: "auto" shares the card (a ledger admits co-residents); the health gate runs
+            # GA7: "auto" (the default [arbiter] policy) shares the card (a ledger admits
+            # co-residents); the health gate runs
             # before GPU work (DH4, mode observe unless HOSTLER_DEVICE_SAFETY_MODE says)
-            arbiter=GpuArbiter("auto", health_gate=self._health_gate, store=store),
+            arbiter=GpuArbiter(self.config.arbiter, health_gate=self._health_gate, store=store),
         )
         self.runtime = runtime
         # the runtime's pool outlives the daemon's tasks: it is left after the shutdown
@@ -370,6 +381,7 @@ class Daemon:
         assert runtime is not None  # noqa: S101 - made by _run
         runtime.ledger = runtime.pool.ledger = ledger
         runtime.pool.estimate = self._estimate
+        await self._apply_budget(ledger)
         # One engine whose plugin is missing or raises is one failed engine, not a dead daemon.
         adapters: dict[str, EngineAdapter] = {}
         unstartable: dict[str, HostlerError] = {}
@@ -440,6 +452,22 @@ class Daemon:
             elif (engine.autostart or engine.pinned) and supervisor.state != "running":
                 tasks.start_soon(self._autostart, engine.key)
         return ledger
+
+    async def _apply_budget(self, ledger: HostLedger) -> None:
+        """The config's ``[budget]``, applied to the ledger before any engine starts.
+
+        Unset, the ledger keeps what it was told last (``hostler budget``, PUT /api/budget);
+        ``"auto"`` puts it back to the automatic value.
+        """
+        budget, spillover = self.config.budget_bytes, self.config.spillover
+        if budget is not None:
+            await self.offloop.run_patiently(
+                lambda: ledger.set_budget(None if budget == "auto" else budget)
+            )
+        if spillover is not None:
+            await self.offloop.run_patiently(
+                lambda: ledger.set_spillover(None if spillover == "auto" else spillover)
+            )
 
     async def _tend(
         self, ledger: HostLedger, store: EventStore, health: LogHealth, every: float = 1.0
@@ -717,6 +745,7 @@ class Daemon:
                 kv_type=plan.kv_type,
                 work_dir=run_dir / "work",
                 extra_args=engine.extra_args,
+                binary=engine.binary,
             )
 
         def footprint() -> int:
@@ -731,8 +760,8 @@ class Daemon:
             run_dir=run_dir,
             token_prefix=token_prefix,
             policy=SupervisorPolicy(
-                # PP17: a pinned engine is never idle-stopped
-                idle_timeout=0.0 if engine.pinned else self.config.idle_timeout,
+                # PP17: a pinned engine is never idle-stopped; a model's idle_ttl is its own
+                idle_timeout=self.config.idle_timeout_of(engine),
                 health_interval=self.config.health_interval,
                 log_max_bytes=self.config.engine_log_max_bytes,
                 log_keep=self.config.engine_log_keep,

@@ -33,9 +33,13 @@ async def open_daemon(
     ``daemon.runtime`` is its :class:`hostler.Runtime`; ``daemon.http.port`` the port it
     listens on when ``listen`` is given. The process's signals stay the caller's.
 
+    The config's ``[server] auth`` applies to the HTTP face (``HOSTLER_*`` variables are the
+    command line's: a program passes its settings in ``config``).
+
     Raises:
         HostlerError: It could not start (the log is locked by another daemon, a setting is
-            malformed...); nothing is left running.
+            malformed, ``listen`` is beyond loopback with ``auth = "none"``...); nothing is
+            left running and nothing is created.
     """
     daemon = Daemon(_config(config), listen=listen)
     failed: list[HostlerError] = []

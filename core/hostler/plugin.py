@@ -86,6 +86,9 @@ class LaunchSpec:
         offload: The planner's GPU offload plan (L12; after a start that died of GPU
             out-of-memory, the next step of the L13 ladder), or None to leave it to the engine.
             The operator's own offload settings in ``options`` or ``extra_args`` win over it.
+        binary: The engine program the operator configured (``[engine_defaults.<engine>]
+            binary``), or None to let the adapter find its own. An adapter that runs one
+            program runs this one when it is given.
     """
 
     key: str
@@ -98,6 +101,7 @@ class LaunchSpec:
     extra_args: Mapping[str, str | int | float | bool] = field(default_factory=dict)
     options: Mapping[str, object] = field(default_factory=dict)
     offload: OffloadPlan | None = None
+    binary: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,7 +122,8 @@ class LlamaCppAdapter(EngineAdapter):
         The flags are :func:`hostler_llamacpp.flags.llama_flags` over the spec; its
         ``options`` are the operator's config (``flash_attn``, ``cache_reuse``...).
         """
-        binary = self.binary()
+        # the config's binary for this engine wins over the adapter's own (and the search)
+        binary = self.binary() if spec.binary is None else find_llama_server(spec.binary)
         flags = llama_flags(
             model=str(spec.model),
             port=spec.port,

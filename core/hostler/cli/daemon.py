@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
+import os
+from pathlib import Path
 from typing import Any
 
 import anyio
 
 from hostler.cli.common import data_directory, path_argument
-from hostler.config import discovered_config
+from hostler.config import DEFAULT_HOST, DEFAULT_PORT, DaemonConfig, discovered_config
 from hostler.daemon import Daemon, load_config
+from hostler.errors import UsageError
+from hostler.serve.access import check_exposure
+from hostler.settings_env import apply_overrides, read_overrides
 
-__all__ = ["add_parser", "add_serve_parser", "run", "serve"]
-
-#: ``hostler serve``'s default port (Ollama's is 11434; llama-server's 8080).
-DEFAULT_PORT = 11435
+__all__ = ["DEFAULT_PORT", "add_parser", "add_serve_parser", "run", "serve", "serve_config"]
 
 
 def add_parser(sub: Any) -> None:
@@ -24,7 +27,9 @@ def add_parser(sub: Any) -> None:
         "daemon", help="keep the configured engines under supervision (until SIGTERM)"
     )
     parser.add_argument(
-        "--config", required=True, type=path_argument, help="TOML config (see docs/daemon.md)"
+        "--config",
+        type=path_argument,
+        help="TOML config (see docs/daemon.md; else $HOSTLER_CONFIG)",
     )
     parser.add_argument(
         "--data-dir", type=data_directory, help="data directory (overrides the config)"
@@ -41,19 +46,22 @@ def add_serve_parser(sub: Any) -> None:
     parser.add_argument(
         "--config",
         type=path_argument,
-        help="TOML config (docs/daemon.md); without one, every *.gguf in DATA_DIR/models",
+        help="TOML config (docs/daemon.md; else $HOSTLER_CONFIG); without one, every *.gguf "
+        "in DATA_DIR/models ($HOSTLER_MODELS_DIR)",
     )
     parser.add_argument(
         "--data-dir", type=data_directory, help="data directory (overrides the config)"
     )
     parser.add_argument(
-        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
+        "--host",
+        type=host_argument,
+        help=f"address to listen on (default $HOSTLER_HOST, [server] host, else {DEFAULT_HOST})",
     )
     parser.add_argument(
         "--port",
         type=port_number,
-        default=DEFAULT_PORT,
-        help=f"port to listen on (default {DEFAULT_PORT}; 0: any free port, said in the log)",
+        help=f"port to listen on (default $HOSTLER_PORT, [server] port, else {DEFAULT_PORT}; "
+        "0: any free port, said in the log)",
     )
     parser.set_defaults(run=serve)
 
@@ -65,26 +73,70 @@ def port_number(text: str) -> int:
     return int(text)
 
 
+def host_argument(text: str) -> str:
+    """An address or host name to listen on: printable ASCII, no space, no path."""
+    if not 0 < len(text) <= 253 or not text.isascii() or not text.isprintable() or " " in text:
+        raise argparse.ArgumentTypeError(f"an address to listen on, not {text[:60]!r}")
+    if "/" in text:
+        raise argparse.ArgumentTypeError(f"an address (no scheme, no path), not {text[:60]!r}")
+    return text
+
+
 def _quiet_logs() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     for chatty in ("transitions", "alembic", "httpx"):  # hostler says what matters, itself
         logging.getLogger(chatty).setLevel(logging.WARNING)
 
 
+def serve_config(
+    config: Path | None,
+    data_dir: Path | None,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    environ: dict[str, str] | None = None,
+    required: bool = False,
+) -> DaemonConfig:
+    """The settings a run uses: flags, then ``HOSTLER_*``, then the file, then the defaults.
+
+    No file (``config`` None and no ``HOSTLER_CONFIG``): every model file of the models
+    directory for ``hostler serve``; ``required`` (``hostler daemon``, which has no HTTP
+    face to check) refuses it instead. Refused here, before anything is created: a malformed
+    variable or file, and a listen address beyond loopback without a token.
+
+    Raises:
+        UsageError: One line: the variable, or the file and key, or the exposure.
+    """
+    env = read_overrides(os.environ if environ is None else environ)
+    path = config if config is not None else env.config
+    if path is not None:
+        settings = load_config(path, data_dir=data_dir)
+    elif required:
+        raise UsageError("no config: give --config FILE or set HOSTLER_CONFIG")
+    else:
+        settings = discovered_config(data_dir, models_dir=env.models_dir)
+    settings = apply_overrides(settings, env)
+    settings = dataclasses.replace(
+        settings,
+        host=settings.host if host is None else host,
+        port=settings.port if port is None else port,
+    )
+    if not required:  # hostler serve: it listens (hostler daemon has no HTTP face)
+        check_exposure(settings.host, settings.port, settings.auth)
+    return settings
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the daemon in the foreground."""
+    config = serve_config(args.config, args.data_dir, required=True)
     _quiet_logs()
-    config = load_config(args.config, data_dir=args.data_dir)
     anyio.run(Daemon(config).run)
     return 0
 
 
 def serve(args: argparse.Namespace) -> int:
     """Run the daemon and its HTTP face in the foreground."""
+    config = serve_config(args.config, args.data_dir, host=args.host, port=args.port)
     _quiet_logs()
-    if args.config is None:
-        config = discovered_config(args.data_dir)
-    else:
-        config = load_config(args.config, data_dir=args.data_dir)
-    anyio.run(Daemon(config, listen=(args.host, args.port)).run)
+    anyio.run(Daemon(config, listen=(config.host, config.port)).run)
     return 0

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import anyio
 import uvicorn
-from starlette.applications import Starlette
+from starlette.types import ASGIApp
 
 from hostler.errors import UsageError
 from hostler.paths import private_file
@@ -64,7 +64,7 @@ class HttpServer:
         UsageError: The address cannot be bound (in use, not ours), said in one line.
     """
 
-    def __init__(self, app: Starlette, host: str, port: int) -> None:
+    def __init__(self, app: ASGIApp, host: str, port: int) -> None:
         self.host = host
         self.port = port
         config = uvicorn.Config(
