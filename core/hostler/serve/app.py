@@ -22,6 +22,7 @@ import anyio
 import httpx
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -34,7 +35,8 @@ from hostler.serve.errors import (
     unknown_model_response,
 )
 from hostler.serve.metrics import Metrics
-from hostler.serve.operator import Guard, operator_routes
+from hostler.serve.openapi import OPENAPI_PATH, openapi_schema
+from hostler.serve.operator import Guard, is_number, operator_routes
 from hostler.store.log import EventStore, RecordedEvent
 
 __all__ = ["MAX_BODY", "SESSION_HEADER", "make_app"]
@@ -154,7 +156,7 @@ def make_app(  # noqa: PLR0915 - one closure per route, sharing the runtime and 
         if (denied := authorized(request, changes_state=False)) is not None:
             return denied
         start = request.headers.get("last-event-id") or request.query_params.get("after", "0")
-        if not start.isdigit() or len(start) > 18:
+        if not is_number(start):
             return error_response(
                 400,
                 "invalid_request_error",
@@ -180,6 +182,13 @@ def make_app(  # noqa: PLR0915 - one closure per route, sharing the runtime and 
             }
         )
 
+    document = openapi_schema()
+
+    async def openapi(request: Request) -> Response:
+        if (denied := authorized(request, changes_state=False)) is not None:
+            return denied
+        return JSONResponse(document)
+
     async def queues(request: Request) -> Response:
         if (denied := authorized(request, changes_state=False)) is not None:
             return denied
@@ -197,6 +206,7 @@ def make_app(  # noqa: PLR0915 - one closure per route, sharing the runtime and 
         Route("/api/events", events, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
         Route("/api/queues", queues, methods=["GET"]),
+        Route(OPENAPI_PATH, openapi, methods=["GET"]),
         *operator_routes(runtime, guard, models),
     ]
 
@@ -208,13 +218,40 @@ def make_app(  # noqa: PLR0915 - one closure per route, sharing the runtime and 
             if client is None:
                 await upstream.aclose()
 
-    return Starlette(routes=routes, lifespan=lifespan)
+    return Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: _http_error, Exception: _internal_error},
+    )
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """The router's own refusals (no such route, a method it does not take) in OpenAI's shape."""
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    if status == 405:
+        message = f"{request.method} is not a method of {request.url.path[:200]!r}"
+        return error_response(405, "invalid_request_error", "method-not-allowed", message)
+    if status == 404:
+        message = f"no route {request.url.path[:200]!r} here (GET {OPENAPI_PATH} lists them)"
+        return error_response(404, "invalid_request_error", "not-found", message)
+    return error_response(status, "invalid_request_error", "invalid-request", str(exc)[:300])
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    """A bug: logged with its traceback; the client gets one line in OpenAI's shape."""
+    log.error("hostler: %s %s failed", request.method, request.url.path[:200], exc_info=exc)
+    return error_response(
+        500,
+        "server_error",
+        "internal",
+        f"hostler failed on this request ({type(exc).__name__}); it is logged, please report it",
+    )
 
 
 async def _read_json(request: Request) -> tuple[bytes, dict[str, Any]]:
     """The body (at most :data:`MAX_BODY` bytes, read in chunks) and its JSON object."""
     declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
+    if declared is not None and not (is_number(declared) and int(declared) <= MAX_BODY):
         raise UsageError(f"the request body is over {MAX_BODY // 2**20} MiB")
     chunks: list[bytes] = []
     size = 0

@@ -21,7 +21,7 @@ from hostler.runtime.arbiter import Release
 from hostler.runtime.facade import Runtime
 from hostler.serve.errors import error_response, hostler_error_response, unknown_model_response
 
-__all__ = ["Guard", "operator_routes"]
+__all__ = ["Guard", "is_number", "operator_routes"]
 
 MAX_OPERATOR_BODY = 64 * 1024
 Handler = Callable[[Request], Awaitable[Response]]
@@ -48,6 +48,11 @@ class Guard:
             "this route needs the daemon's token: send 'Authorization: Bearer <token>' (the "
             "token is in the data directory's 'token' file)",
         )
+
+
+def is_number(text: str) -> bool:
+    """``text`` is 1 to 18 ASCII digits (``str.isdigit`` admits "²", which ``int`` refuses)."""
+    return 0 < len(text) <= 18 and text.isascii() and text.isdigit()
 
 
 def _bad(message: str) -> Response:
@@ -113,14 +118,14 @@ def operator_routes(runtime: Runtime, guard: Guard, models: Mapping[str, str]) -
     @route("/api/queues/{key}/{id}", ["DELETE"], changes_state=True)
     async def cancel(request: Request) -> Response:
         key, raw = request.path_params["key"], request.path_params["id"]
-        if not raw.isdigit() or len(raw) > 18:
+        if not is_number(raw):
             raise UsageError(f"a queued request's id is a number, not {raw[:30]!r}")
         return JSONResponse({"cancelled": runtime.cancel(key, int(raw))})
 
     @route("/api/queues/{key}/{id}/move", ["POST"], changes_state=True)
     async def move(request: Request) -> Response:
         key, raw = request.path_params["key"], request.path_params["id"]
-        if not raw.isdigit() or len(raw) > 18:
+        if not is_number(raw):
             raise UsageError(f"a queued request's id is a number, not {raw[:30]!r}")
         direction = (await _object(request)).get("direction")
         return JSONResponse({"moved": runtime.move(key, int(raw), str(direction))})

@@ -1,0 +1,274 @@
+"""The OpenAPI document of ``hostler serve``: it matches the routes, and every route is fuzzed.
+
+The app is the real one (``make_app``) over a real ``hostler.Runtime`` on a real SQLite log,
+served by uvicorn on a loopback port in a thread of its own; its engines are in-process
+stand-ins that answer HTTP (:class:`EchoEngine`). Schemathesis generates valid and invalid
+inputs for every operation of :func:`hostler.serve.openapi.openapi_schema`, with and without
+the token; no input may get a 5xx other than a 502/503 the schema documents for that
+operation, answered in OpenAI's error shape.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import anyio
+import anyio.from_thread
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+from starlette.routing import Route
+
+import hostler
+from hostler.errors import UnknownEngineError
+from hostler.serve.app import make_app
+from hostler.serve.openapi import OPENAPI_PATH, openapi_schema
+from hostler.serve.server import HttpServer
+
+from _fake_engine import BallastEngine
+from _pools import PRICE, world_at
+
+TOKEN = "s" * 43
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+MODELS = {"alpha": "echo:alpha", "beta": "echo:beta"}
+#: The engines "configured" here: any other key is refused as the daemon refuses it (404).
+KEYS = frozenset({"echo:alpha:0", "echo:beta:0"})
+#: Examples per operation and generation mode, with and without the token.
+EXAMPLES = 12
+
+#: Answers every GET with ``ok`` and every POST with a small JSON document naming the path and
+#: the number of bytes it was sent (an engine that accepts whatever it is given).
+ECHO_SCRIPT = """
+import http.server, json, socketserver, sys
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def _answer(self, body, kind):
+        self.send_response(200)
+        self.send_header("content-type", kind)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        self._answer(b"ok", "text/plain")
+
+    def do_POST(self):
+        size = int(self.headers.get("content-length") or 0)
+        sent = self.rfile.read(size)
+        body = json.dumps({"object": "echo", "path": self.path, "bytes": len(sent)})
+        self._answer(body.encode(), "application/json")
+
+    def log_message(self, *args):
+        pass
+
+class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+
+print("echo engine listening", flush=True)
+Server(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+"""
+
+
+class EchoEngine(BallastEngine):
+    """:class:`BallastEngine`'s launch, running :data:`ECHO_SCRIPT` instead."""
+
+    engine_type = "echo"
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(folder)
+        self.script = folder / "echo_engine.py"
+        self.script.write_text(ECHO_SCRIPT)
+
+
+@contextlib.asynccontextmanager
+async def serving(tmp_path: Path) -> AsyncIterator[str]:
+    """The app over a runtime of two echo engines, on a loopback port; yields its base URL."""
+    with world_at(tmp_path) as world:
+        build_any = world.supervisor_factory(EchoEngine(tmp_path))
+
+        def build(key: str) -> Any:
+            if key not in KEYS:
+                raise UnknownEngineError(f"{key[:140]}: no engine of that name is configured")
+            return build_any(key)
+
+        runtime = hostler.Runtime(
+            world.store, build, ledger=world.ledger, estimate=lambda _key: PRICE, drain_poll=0.02
+        )
+        async with runtime, anyio.create_task_group() as tg:
+            server = HttpServer(make_app(runtime, MODELS, token=TOKEN), "127.0.0.1", 0)
+            tg.start_soon(server.serve)
+            await server.started.wait()
+            try:
+                yield f"http://127.0.0.1:{server.port}"
+            finally:
+                server.stop()
+
+
+@pytest.fixture(scope="module")
+def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One served app for the whole module (its runtime lives in the portal's event loop)."""
+    with (
+        anyio.from_thread.start_blocking_portal() as portal,
+        portal.wrap_async_context_manager(serving(tmp_path_factory.mktemp("schema"))) as url,
+    ):
+        yield url
+
+
+@pytest.fixture
+def client(base_url: str) -> Iterator[httpx.Client]:
+    """A client of the served app."""
+    with httpx.Client(base_url=base_url, timeout=30) as made:
+        yield made
+
+
+# -- the document and the routes ------------------------------------------------------------------
+
+
+def test_the_schema_lists_exactly_the_apps_routes() -> None:
+    unused = SimpleNamespace(store=None)  # the routes are only listed, never called
+    app = make_app(unused, MODELS, token=TOKEN)  # type: ignore[arg-type]
+    served = set()
+    for route in app.routes:
+        assert isinstance(route, Route)
+        for method in route.methods or ():
+            if method != "HEAD":  # Starlette adds HEAD to every GET
+                served.add((route.path, method.lower()))
+    documented = {
+        (path, method) for path, item in openapi_schema()["paths"].items() for method in item
+    }
+    assert documented == served
+    assert len(served) == 26
+
+
+def test_the_schema_documents_auth_and_errors() -> None:
+    doc = openapi_schema()
+    assert doc["openapi"] == "3.1.0"
+    assert doc["components"]["securitySchemes"]["bearer"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "the daemon's token (the data directory's `token` file)",
+    }
+    error = doc["components"]["schemas"]["Error"]["properties"]["error"]
+    assert error["required"] == ["message", "type", "code", "param"]
+    ops = {(p, m): op for p, item in doc["paths"].items() for m, op in item.items()}
+    assert ops[("/health", "get")]["security"] == []
+    assert ops[("/v1/models", "get")]["security"] == [{}, {"bearer": []}]
+    assert ops[("/api/budget", "put")]["security"] == [{"bearer": []}]
+    for (path, method), op in ops.items():
+        changes = method != "get" and not path.startswith("/v1/")  # completions change nothing
+        assert (op["x-hostler-token"] == "always") == changes, (path, method)
+        assert ("401" in op["responses"]) == (path != "/health"), (path, method)
+        assert "500" not in op["responses"]
+    budget = ops[("/api/budget", "put")]["requestBody"]["content"]["application/json"]["schema"]
+    assert budget["additionalProperties"] is False
+    assert budget["properties"]["bytes"]["anyOf"] == [
+        {"type": "integer", "minimum": 0, "maximum": 2**60},
+        {"type": "null"},
+    ]
+    unavailable = doc["components"]["responses"]["Unavailable"]
+    assert unavailable["headers"] == {"Retry-After": {"$ref": "#/components/headers/RetryAfter"}}
+    assert openapi_schema() is not openapi_schema()  # a copy each time: callers may change it
+
+
+def test_the_schema_is_served_like_other_read_routes(client: httpx.Client) -> None:
+    answer = client.get(OPENAPI_PATH)
+    assert answer.status_code == 200
+    assert answer.json() == openapi_schema()
+    assert answer.headers["content-type"] == "application/json"
+
+
+# -- fuzzing every operation ---------------------------------------------------------------------
+
+schema = schemathesis.openapi.from_dict(openapi_schema())
+schema.config.generation.update(
+    modes=[schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE],
+    max_examples=EXAMPLES,
+    deterministic=True,
+)
+
+
+def documented_server_errors(
+    ctx: schemathesis.CheckContext, response: schemathesis.Response, case: schemathesis.Case
+) -> bool | None:
+    """No 5xx but a 502/503 the operation documents, in OpenAI's error shape."""
+    del ctx
+    status = response.status_code
+    if status < 500:
+        return None
+    documented = case.operation.definition.raw.get("responses", {})
+    assert str(status) in documented, f"{status} is not documented here: {response.text[:300]}"
+    error = json.loads(response.content)["error"]
+    assert set(error) == {"message", "type", "code", "param"}, response.text[:300]
+    return None
+
+
+CHECKS = [
+    documented_server_errors,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+]
+
+
+def call(case: schemathesis.Case, base_url: str, headers: dict[str, str]) -> None:
+    if case.path == "/api/events" and case.method.upper() == "GET":
+        call_events(case, base_url, headers)
+        return
+    case.call_and_validate(base_url=base_url, headers=headers, checks=CHECKS, timeout=30)
+
+
+def call_events(case: schemathesis.Case, base_url: str, headers: dict[str, str]) -> None:
+    """The event tail never ends: only its status and first bytes are read."""
+    kwargs = case.as_transport_kwargs(base_url=base_url, headers=headers)
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream(
+            kwargs["method"],
+            kwargs["url"],
+            params=kwargs.get("params"),
+            headers={k: str(v) for k, v in kwargs.get("headers", {}).items()},
+        ) as answer,
+    ):
+        assert answer.status_code in (200, 400), answer.status_code
+        if answer.status_code == 400:
+            answer.read()
+            assert answer.json()["error"]["code"] == "invalid-request"
+        else:
+            assert answer.headers["content-type"].startswith("text/event-stream")
+            assert next(answer.iter_raw()).startswith(b": hostler event stream")
+
+
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
+
+
+@pytest.mark.slow
+@schema.parametrize()
+@FUZZ
+def test_every_route_with_the_token(case: schemathesis.Case, base_url: str) -> None:
+    call(case, base_url, AUTH)
+
+
+@pytest.mark.slow
+@schema.parametrize()
+@FUZZ
+def test_every_route_without_the_token(case: schemathesis.Case, base_url: str) -> None:
+    call(case, base_url, {})
