@@ -25,6 +25,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
+    negative_data_rejection,
     response_schema_conformance,
     status_code_conformance,
 )
@@ -34,11 +35,13 @@ import hostler
 from hostler.errors import UnknownEngineError
 from hostler.serve.app import make_app
 from hostler.serve.openapi import OPENAPI_PATH, openapi_schema
+from hostler.serve.operator import ENGINE_KEY, is_number
 from hostler.serve.server import HttpServer
 
 from _fake_engine import BallastEngine
 from _pools import PRICE, world_at
 
+Case = schemathesis.Case[Any]
 TOKEN = "s" * 43
 AUTH = {"authorization": f"Bearer {TOKEN}"}
 MODELS = {"alpha": "echo:alpha", "beta": "echo:beta"}
@@ -104,8 +107,22 @@ async def serving(tmp_path: Path) -> AsyncIterator[str]:
                 raise UnknownEngineError(f"{key[:140]}: no engine of that name is configured")
             return build_any(key)
 
+        def preview(key: str) -> Any:  # the daemon's answer for what is not configured
+            if key not in KEYS:
+                raise UnknownEngineError(f"{key}: not in the config")
+            plan = SimpleNamespace(kv_type="q8_0")
+            return SimpleNamespace(
+                plan=plan, ctx_per_slot=512, slots=1, estimated=PRICE, reserved_bytes=PRICE,
+                admitted=True, denial="",
+            )  # fmt: skip
+
         runtime = hostler.Runtime(
-            world.store, build, ledger=world.ledger, estimate=lambda _key: PRICE, drain_poll=0.02
+            world.store,
+            build,
+            ledger=world.ledger,
+            estimate=lambda _key: PRICE,
+            preview=preview,
+            drain_poll=0.02,
         )
         async with runtime, anyio.create_task_group() as tg:
             server = HttpServer(make_app(runtime, MODELS, token=TOKEN), "127.0.0.1", 0)
@@ -186,13 +203,133 @@ def test_the_schema_documents_auth_and_errors() -> None:
 def test_the_schema_is_served_like_other_read_routes(client: httpx.Client) -> None:
     answer = client.get(OPENAPI_PATH)
     assert answer.status_code == 200
-    assert answer.json() == openapi_schema()
+    assert answer.json() == openapi_schema(MODELS)
     assert answer.headers["content-type"] == "application/json"
+
+
+# -- what the fuzzer's kind of input broke, kept as plain requests -------------------------------
+
+
+def test_numbers_are_ascii_digits() -> None:
+    assert is_number("0") and is_number("1" * 18)
+    for bad in ("", "1" * 19, "\u00b2", "\u0661", " 1", "-1", "1.0", "+1"):
+        assert not is_number(bad), bad
+    assert "\u00b2".isdigit()  # why str.isdigit alone is not the test: int() refuses it
+
+
+def test_engine_keys_are_as_k2_makes_them() -> None:
+    for good in ("echo:alpha:0", "llamacpp:qwen2.5-7b.gguf:12", "a-1_b:m:999999999"):
+        assert ENGINE_KEY.fullmatch(good), good
+    for bad in (
+        "alpha",
+        "echo:alpha",
+        "echo:alpha:00",
+        "echo:alpha:01",
+        "echo:alpha:1234567890",
+        "Echo:alpha:0",
+        "echo::0",
+        "echo:a:b:0",
+        "echo:alpha:-1",
+        "echo:alpha:\u00b2",
+        "echo\n:alpha:0",
+        "echo:alpha:0\n",
+    ):
+        assert not ENGINE_KEY.fullmatch(bad), bad
+
+
+def test_a_queue_id_of_unicode_digits_is_a_400_not_a_500(client: httpx.Client) -> None:
+    # "²" passed str.isdigit and int("²") raised: a 500 with a traceback in the log
+    for raw in ("%C2%B2", "%D9%A1"):  # "²", and the Arabic-Indic 1 that int() would take
+        for answer in (
+            client.delete(f"/api/queues/echo:alpha:0/{raw}", headers=AUTH),
+            client.post(
+                f"/api/queues/echo:alpha:0/{raw}/move", json={"direction": "up"}, headers=AUTH
+            ),
+        ):
+            assert answer.status_code == 400, answer.text
+            assert answer.json()["error"]["code"] == "invalid-request"
+            assert "a queued request's id is a number" in answer.json()["error"]["message"]
+
+
+def test_an_event_resume_point_of_unicode_digits_is_a_400_not_a_500(client: httpx.Client) -> None:
+    by_query = client.get("/api/events", params={"after": "\u00b2"})
+    by_header = client.get("/api/events", headers=[(b"last-event-id", b"\xb2")])  # latin-1 "²"
+    for answer in (by_query, by_header):
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"] == {
+            "message": "resume from a seq (a number), not '\u00b2'",
+            "type": "invalid_request_error",
+            "code": "invalid-request",
+            "param": None,
+        }
+
+
+def test_what_is_not_an_engine_key_is_refused_at_the_edge(client: httpx.Client) -> None:
+    for method, path in (
+        ("POST", "/api/engines/alpha/unload"),
+        ("GET", "/api/cache/echo:alpha"),
+        ("POST", "/api/cache/echo:alpha:00/clear"),
+        ("PUT", "/api/cache/ECHO:alpha:0/budget"),
+        ("GET", "/api/preview/echo:a:b:0"),
+        ("DELETE", "/api/queues/echo/1"),
+    ):
+        answer = client.request(method, path, json={"bytes": 1}, headers=AUTH)
+        assert answer.status_code == 400, (path, answer.text)
+        assert "is not an engine key (engine:model:replica" in answer.json()["error"]["message"]
+    # a well-formed key that is not configured: nothing there, or the daemon's 404
+    assert client.post("/api/engines/echo:gamma:0/unload", headers=AUTH).json() == {
+        "key": "echo:gamma:0",
+        "unloaded": False,
+    }
+    assert client.get("/api/cache/echo:gamma:0").json() is None
+    missing = client.get("/api/preview/echo:gamma:0")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
+    assert client.get("/api/preview/echo:alpha:0").json()["reserved_bytes"] == PRICE
+
+
+def test_the_routers_own_refusals_are_openai_errors(client: httpx.Client) -> None:
+    nowhere = client.get("/v2/models")
+    assert nowhere.status_code == 404
+    assert nowhere.json()["error"]["code"] == "not-found"
+    assert "GET /openapi.json lists them" in nowhere.json()["error"]["message"]
+    wrong = client.delete("/health")
+    assert wrong.status_code == 405
+    assert wrong.json()["error"] == {
+        "message": "DELETE is not a method of '/health'",
+        "type": "invalid_request_error",
+        "code": "method-not-allowed",
+        "param": None,
+    }
+
+
+class Broken(SimpleNamespace):
+    """A runtime whose status raises: a bug, as the app sees one."""
+
+    def status(self) -> None:
+        raise RuntimeError("a bug")
+
+
+@pytest.mark.anyio
+async def test_a_bug_is_one_line_in_openai_shape_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = make_app(Broken(store=None), MODELS, token=TOKEN)  # type: ignore[arg-type]
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://hostler") as local:
+        answer = await local.get("/api/engines")
+    assert answer.status_code == 500
+    assert answer.json()["error"] == {
+        "message": "hostler failed on this request (RuntimeError); it is logged, please report it",
+        "type": "server_error",
+        "code": "internal",
+        "param": None,
+    }
+    assert "GET /api/engines failed" in caplog.text and "a bug" in caplog.text
 
 
 # -- fuzzing every operation ---------------------------------------------------------------------
 
-schema = schemathesis.openapi.from_dict(openapi_schema())
+schema = schemathesis.openapi.from_dict(openapi_schema(MODELS))
 schema.config.generation.update(
     modes=[schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE],
     max_examples=EXAMPLES,
@@ -201,7 +338,7 @@ schema.config.generation.update(
 
 
 def documented_server_errors(
-    ctx: schemathesis.CheckContext, response: schemathesis.Response, case: schemathesis.Case
+    ctx: schemathesis.CheckContext, response: schemathesis.Response, case: Case
 ) -> bool | None:
     """No 5xx but a 502/503 the operation documents, in OpenAI's error shape."""
     del ctx
@@ -220,17 +357,18 @@ CHECKS = [
     status_code_conformance,
     content_type_conformance,
     response_schema_conformance,
+    negative_data_rejection,
 ]
 
 
-def call(case: schemathesis.Case, base_url: str, headers: dict[str, str]) -> None:
+def call(case: Case, base_url: str, headers: dict[str, str]) -> None:
     if case.path == "/api/events" and case.method.upper() == "GET":
         call_events(case, base_url, headers)
         return
     case.call_and_validate(base_url=base_url, headers=headers, checks=CHECKS, timeout=30)
 
 
-def call_events(case: schemathesis.Case, base_url: str, headers: dict[str, str]) -> None:
+def call_events(case: Case, base_url: str, headers: dict[str, str]) -> None:
     """The event tail never ends: only its status and first bytes are read."""
     kwargs = case.as_transport_kwargs(base_url=base_url, headers=headers)
     with (
@@ -263,12 +401,12 @@ FUZZ = settings(
 @pytest.mark.slow
 @schema.parametrize()
 @FUZZ
-def test_every_route_with_the_token(case: schemathesis.Case, base_url: str) -> None:
+def test_every_route_with_the_token(case: Case, base_url: str) -> None:
     call(case, base_url, AUTH)
 
 
 @pytest.mark.slow
 @schema.parametrize()
 @FUZZ
-def test_every_route_without_the_token(case: schemathesis.Case, base_url: str) -> None:
+def test_every_route_without_the_token(case: Case, base_url: str) -> None:
     call(case, base_url, {})

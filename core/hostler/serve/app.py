@@ -23,9 +23,11 @@ import httpx
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hostler.errors import HostlerError, UsageError
 from hostler.runtime.facade import Runtime
@@ -182,7 +184,7 @@ def make_app(  # noqa: PLR0915 - one closure per route, sharing the runtime and 
             }
         )
 
-    document = openapi_schema()
+    document = openapi_schema(models)
 
     async def openapi(request: Request) -> Response:
         if (denied := authorized(request, changes_state=False)) is not None:
@@ -221,7 +223,8 @@ def make_app(  # noqa: PLR0915 - one closure per route, sharing the runtime and 
     return Starlette(
         routes=routes,
         lifespan=lifespan,
-        exception_handlers={HTTPException: _http_error, Exception: _internal_error},
+        middleware=[Middleware(_OneLine)],
+        exception_handlers={HTTPException: _http_error},
     )
 
 
@@ -237,15 +240,42 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return error_response(status, "invalid_request_error", "invalid-request", str(exc)[:300])
 
 
-async def _internal_error(request: Request, exc: Exception) -> Response:
-    """A bug: logged with its traceback; the client gets one line in OpenAI's shape."""
-    log.error("hostler: %s %s failed", request.method, request.url.path[:200], exc_info=exc)
-    return error_response(
-        500,
-        "server_error",
-        "internal",
-        f"hostler failed on this request ({type(exc).__name__}); it is logged, please report it",
-    )
+class _OneLine:
+    """A bug answers one line in OpenAI's shape (500 ``internal``); its traceback goes to the log.
+
+    Starlette's own handler for ``Exception`` re-raises after answering, and the server then
+    resets the connection; this answers and stops there. Once an answer has started (a stream
+    that breaks) nothing more can be said: the error is raised on and the connection closed.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as exc:
+            log.exception("hostler: %s %s failed", scope["method"], scope["path"][:200])
+            if started:
+                raise
+            answer = error_response(
+                500,
+                "server_error",
+                "internal",
+                f"hostler failed on this request ({type(exc).__name__}); it is logged, please "
+                "report it",
+            )
+            await answer(scope, receive, send)
 
 
 async def _read_json(request: Request) -> tuple[bytes, dict[str, Any]]:

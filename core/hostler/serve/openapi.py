@@ -10,6 +10,7 @@ queue timeout, shutting down, the log's storage), each with ``Retry-After`` wher
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["OPENAPI_PATH", "openapi_schema"]
@@ -242,7 +243,12 @@ def _path_param(name: str, description: str, **schema: Any) -> _Schema:
     }
 
 
-_KEY = _path_param("key", "an engine key, `engine:model:replica`")
+_KEY = _path_param(
+    "key",
+    "an engine key, `engine:model:replica` (as `GET /api/engines` lists them); anything else "
+    "is a 400",
+    pattern="^[a-z0-9][a-z0-9_-]*:[^:]+:(0|[1-9][0-9]{0,8})$",
+)
 _QUEUE_ID = _path_param(
     "id", "a queued request's id (a number)", pattern="^[0-9]{1,18}$", maxLength=18
 )
@@ -426,7 +432,7 @@ def _paths() -> dict[str, _Schema]:
                 _json(_nullable(_CACHE_STATS), "the stats"),
                 tag="operator",
                 auth="public",
-                errors=("NotFound", "Unavailable"),
+                errors=("BadRequest", "NotFound", "Unavailable"),
                 params=(_KEY,),
             )
         },
@@ -436,7 +442,7 @@ def _paths() -> dict[str, _Schema]:
                 _json(_obj(["cleared"], cleared={"const": True}), "cleared"),
                 tag="operator",
                 auth="always",
-                errors=("NotFound", "Unavailable"),
+                errors=("BadRequest", "NotFound", "Unavailable"),
                 params=(_KEY,),
             )
         },
@@ -586,7 +592,7 @@ def _paths() -> dict[str, _Schema]:
                     targets={
                         "type": "object",
                         "description": "`engine:model` → replica count",
-                        "propertyNames": {"pattern": "^[a-z][a-z0-9_-]*:[^:]+$"},
+                        "propertyNames": {"pattern": "^[a-z0-9][a-z0-9_-]*:[^:]+$"},
                         "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 64},
                     },
                 ),
@@ -627,6 +633,30 @@ _DOCUMENT: dict[str, Any] = {
 }
 
 
-def openapi_schema() -> dict[str, Any]:
-    """The OpenAPI document of every route :func:`hostler.serve.app.make_app` serves (a copy)."""
-    return copy.deepcopy(_DOCUMENT)
+def openapi_schema(models: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The OpenAPI document of every route :func:`hostler.serve.app.make_app` serves (a copy).
+
+    Args:
+        models: The configured models (model id → ``engine:model``), given as examples of a
+            model id and of an engine key (replica 0); the routes are the same without them.
+    """
+    document = copy.deepcopy(_DOCUMENT)
+    if models:
+        ids = sorted(models)
+        keys = sorted(f"{target}:0" for target in models.values())
+        paths = document["paths"]
+        for route in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings"):
+            body = paths[route]["post"]["requestBody"]["content"][_JSON]["schema"]
+            body["properties"]["model"]["examples"] = ids
+        for item in paths.values():
+            for operation in item.values():
+                for param in operation.get("parameters", ()):
+                    if param["in"] != "path":
+                        continue
+                    if param["name"] == "key":
+                        param["schema"]["examples"] = keys
+                    elif param["name"] == "model":
+                        param["schema"]["examples"] = ids
+        reconcile = paths["/api/reconcile"]["post"]["requestBody"]["content"][_JSON]["schema"]
+        reconcile["properties"]["targets"]["examples"] = [dict.fromkeys(sorted(models.values()), 1)]
+    return document

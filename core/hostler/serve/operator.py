@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -21,7 +22,7 @@ from hostler.runtime.arbiter import Release
 from hostler.runtime.facade import Runtime
 from hostler.serve.errors import error_response, hostler_error_response, unknown_model_response
 
-__all__ = ["Guard", "is_number", "operator_routes"]
+__all__ = ["ENGINE_KEY", "Guard", "is_number", "operator_routes"]
 
 MAX_OPERATOR_BODY = 64 * 1024
 Handler = Callable[[Request], Awaitable[Response]]
@@ -53,6 +54,21 @@ class Guard:
 def is_number(text: str) -> bool:
     """``text`` is 1 to 18 ASCII digits (``str.isdigit`` admits "²", which ``int`` refuses)."""
     return 0 < len(text) <= 18 and text.isascii() and text.isdigit()
+
+
+#: An engine key as K2 makes them: ``engine:model:replica`` (the model without ``:``).
+ENGINE_KEY = re.compile(r"[a-z0-9][a-z0-9_-]*:[^:]+:(0|[1-9][0-9]{0,8})")
+
+
+def _key(request: Request) -> str:
+    """The route's ``{key}``, refused at the edge unless it is an engine key."""
+    key: str = request.path_params["key"]
+    if ENGINE_KEY.fullmatch(key) is None:
+        raise UsageError(
+            f"{key[:80]!r} is not an engine key (engine:model:replica, as GET /api/engines "
+            "lists them)"
+        )
+    return key
 
 
 def _bad(message: str) -> Response:
@@ -112,19 +128,19 @@ def operator_routes(runtime: Runtime, guard: Guard, models: Mapping[str, str]) -
 
     @route("/api/engines/{key}/unload", ["POST"], changes_state=True)
     async def unload(request: Request) -> Response:
-        key = request.path_params["key"]
+        key = _key(request)
         return JSONResponse({"key": key, "unloaded": await runtime.unload(key)})
 
     @route("/api/queues/{key}/{id}", ["DELETE"], changes_state=True)
     async def cancel(request: Request) -> Response:
-        key, raw = request.path_params["key"], request.path_params["id"]
+        key, raw = _key(request), request.path_params["id"]
         if not is_number(raw):
             raise UsageError(f"a queued request's id is a number, not {raw[:30]!r}")
         return JSONResponse({"cancelled": runtime.cancel(key, int(raw))})
 
     @route("/api/queues/{key}/{id}/move", ["POST"], changes_state=True)
     async def move(request: Request) -> Response:
-        key, raw = request.path_params["key"], request.path_params["id"]
+        key, raw = _key(request), request.path_params["id"]
         if not is_number(raw):
             raise UsageError(f"a queued request's id is a number, not {raw[:30]!r}")
         direction = (await _object(request)).get("direction")
@@ -132,19 +148,20 @@ def operator_routes(runtime: Runtime, guard: Guard, models: Mapping[str, str]) -
 
     @route("/api/cache/{key}", ["GET"], changes_state=False)
     async def cache(request: Request) -> Response:
-        stats = runtime.cache_stats(request.path_params["key"])
+        stats = runtime.cache_stats(_key(request))
         return JSONResponse(None if stats is None else dataclasses.asdict(stats))
 
     @route("/api/cache/{key}/clear", ["POST"], changes_state=True)
     async def clear(request: Request) -> Response:
-        await runtime.clear_cache(request.path_params["key"])
+        await runtime.clear_cache(_key(request))
         return JSONResponse({"cleared": True})
 
     @route("/api/cache/{key}/budget", ["PUT"], changes_state=True)
     async def cache_budget(request: Request) -> Response:
+        key = _key(request)
         size = _bytes((await _object(request)).get("bytes"), "bytes")
         assert size is not None  # noqa: S101 - not nullable
-        await runtime.set_cache_budget(request.path_params["key"], size)
+        await runtime.set_cache_budget(key, size)
         return JSONResponse({"bytes": size})
 
     @route("/api/sessions/{session}/cache", ["DELETE"], changes_state=True)
@@ -173,7 +190,7 @@ def operator_routes(runtime: Runtime, guard: Guard, models: Mapping[str, str]) -
 
     @route("/api/preview/{key}", ["GET"], changes_state=False)
     async def preview(request: Request) -> Response:
-        price = await runtime.preview(request.path_params["key"])
+        price = await runtime.preview(_key(request))
         return JSONResponse(
             {
                 "context_window": price.ctx_per_slot,
