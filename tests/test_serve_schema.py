@@ -288,6 +288,31 @@ def test_what_is_not_an_engine_key_is_refused_at_the_edge(client: httpx.Client) 
     assert client.get("/api/preview/echo:alpha:0").json()["reserved_bytes"] == PRICE
 
 
+def test_a_lone_surrogate_in_an_operator_body_is_a_400_not_a_500(client: httpx.Client) -> None:
+    # JSON spells "\ud800"; the answer that echoed it could not be encoded: a 500
+    for path, body in (
+        ("/api/leases", b'{"slot": "image", "holder": "\\ud800"}'),
+        ("/api/reconcile", b'{"targets": {"echo:\\udfff": 1}}'),
+    ):
+        answer = client.post(path, content=body, headers=AUTH)
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"]["message"] == (
+            "the request body has a lone UTF-16 surrogate (\\ud800-\\udfff)"
+        )
+    holders = {lease["holder"] for lease in client.get("/api/leases").json()}
+    assert "\ud800" not in holders
+
+
+def test_head_of_the_event_tail_ends_and_frees_the_connection(client: httpx.Client) -> None:
+    # the tail never ends; as an answer to HEAD it held the keep-alive line, and the next
+    # request on it waited forever
+    with httpx.Client(base_url=str(client.base_url), timeout=5) as one_line:
+        head = one_line.head("/api/events")
+        assert head.status_code == 200
+        assert head.headers["content-type"].startswith("text/event-stream")
+        assert one_line.get("/health").json()["status"] == "ok"
+
+
 def test_the_routers_own_refusals_are_openai_errors(client: httpx.Client) -> None:
     nowhere = client.get("/v2/models")
     assert nowhere.status_code == 404

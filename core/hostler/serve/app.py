@@ -165,6 +165,8 @@ def make_app(  # noqa: PLR0915 - one closure per route, sharing the runtime and 
                 "invalid-request",
                 f"resume from a seq (a number), not {start[:30]!r}",
             )
+        if request.method == "HEAD":  # headers only: a tail that never ends would hold the line
+            return Response(media_type="text/event-stream", headers={"cache-control": "no-cache"})
         return StreamingResponse(
             _tail(runtime, int(start)),
             media_type="text/event-stream",

@@ -85,6 +85,10 @@ async def _object(request: Request) -> dict[str, Any]:
         raise UsageError("the request body is not JSON") from None
     if not isinstance(payload, dict):
         raise UsageError("the request body must be a JSON object")
+    try:  # JSON may spell a lone UTF-16 surrogate ("\ud800"): no text, and no answer could echo it
+        json.dumps(payload, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise UsageError("the request body has a lone UTF-16 surrogate (\\ud800-\\udfff)") from None
     return payload
 
 
