@@ -36,7 +36,7 @@ import hostler
 from hostler.errors import UnknownEngineError
 from hostler.serve.app import make_app
 from hostler.serve.openapi import OPENAPI_PATH, openapi_schema
-from hostler.serve.operator import ENGINE_KEY, is_number
+from hostler.serve.operator import ENGINE_KEY, JsonAnswer, is_number
 from hostler.serve.server import HttpServer
 
 from _fake_engine import BallastEngine
@@ -301,6 +301,16 @@ def test_a_lone_surrogate_in_an_operator_body_is_a_400_not_a_500(client: httpx.C
         )
     holders = {lease["holder"] for lease in client.get("/api/leases").json()}
     assert "\ud800" not in holders
+
+
+def test_every_json_answer_is_ascii_so_no_text_sent_can_break_it() -> None:
+    # a session name with a lone surrogate reaches the cache stats through a completion;
+    # Starlette's JSONResponse encodes UTF-8 and raised on it
+    answer = JsonAnswer({"sessions": ["\ud800", "\u00e9"], "n": 1})
+    assert answer.body == b'{"sessions":["\\ud800","\\u00e9"],"n":1}'
+    assert answer.headers["content-type"] == "application/json"
+    with pytest.raises(ValueError, match="JSON compliant"):
+        JsonAnswer({"rate": float("nan")})
 
 
 def test_head_of_the_event_tail_ends_and_frees_the_connection(client: httpx.Client) -> None:

@@ -25,7 +25,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -38,7 +38,7 @@ from hostler.serve.errors import (
 )
 from hostler.serve.metrics import Metrics
 from hostler.serve.openapi import OPENAPI_PATH, openapi_schema
-from hostler.serve.operator import Guard, is_number, operator_routes
+from hostler.serve.operator import Guard, JsonAnswer, is_number, operator_routes
 from hostler.store.log import EventStore, RecordedEvent
 
 __all__ = ["MAX_BODY", "SESSION_HEADER", "make_app"]
@@ -78,7 +78,7 @@ def make_app(  # noqa: PLR0915 - one closure per route, sharing the runtime and 
         return guard.check(request, changes_state=changes_state)
 
     async def health(_request: Request) -> Response:
-        return JSONResponse({"status": "ok", "closed": runtime.status().closed})
+        return JsonAnswer({"status": "ok", "closed": runtime.status().closed})
 
     async def list_models(request: Request) -> Response:
         if (denied := authorized(request, changes_state=False)) is not None:
@@ -96,7 +96,7 @@ def make_app(  # noqa: PLR0915 - one closure per route, sharing the runtime and 
             }
             for model, target in sorted(models.items())
         ]
-        return JSONResponse({"object": "list", "data": data})
+        return JsonAnswer({"object": "list", "data": data})
 
     async def completion(request: Request) -> Response:
         if (denied := authorized(request, changes_state=False)) is not None:
@@ -177,7 +177,7 @@ def make_app(  # noqa: PLR0915 - one closure per route, sharing the runtime and 
         if (denied := authorized(request, changes_state=False)) is not None:
             return denied
         status = runtime.status()
-        return JSONResponse(
+        return JsonAnswer(
             {
                 "engines": [dataclasses.asdict(v) for v in status.engines],
                 "sessions": dict(status.sessions),
@@ -191,12 +191,12 @@ def make_app(  # noqa: PLR0915 - one closure per route, sharing the runtime and 
     async def openapi(request: Request) -> Response:
         if (denied := authorized(request, changes_state=False)) is not None:
             return denied
-        return JSONResponse(document)
+        return JsonAnswer(document)
 
     async def queues(request: Request) -> Response:
         if (denied := authorized(request, changes_state=False)) is not None:
             return denied
-        return JSONResponse(
+        return JsonAnswer(
             {key: dataclasses.asdict(summary) for key, summary in runtime.queues().items()}
         )
 
