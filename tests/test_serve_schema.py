@@ -98,10 +98,13 @@ class EchoEngine(BallastEngine):
 
 
 @contextlib.asynccontextmanager
-async def serving(tmp_path: Path) -> AsyncIterator[str]:
-    """The app over a runtime of two echo engines, on a loopback port; yields its base URL."""
+async def serving(tmp_path: Path, price: int = PRICE) -> AsyncIterator[str]:
+    """The app over a runtime of two echo engines, on a loopback port; yields its base URL.
+
+    Each engine costs ``price`` bytes in a 1 GiB budget (the default: two fit, three do not).
+    """
     with world_at(tmp_path) as world:
-        build_any = world.supervisor_factory(EchoEngine(tmp_path))
+        build_any = world.supervisor_factory(EchoEngine(tmp_path), price)
 
         def build(key: str) -> Any:
             if key not in KEYS:
@@ -121,7 +124,7 @@ async def serving(tmp_path: Path) -> AsyncIterator[str]:
             world.store,
             build,
             ledger=world.ledger,
-            estimate=lambda _key: PRICE,
+            estimate=lambda _key: price,
             preview=preview,
             drain_poll=0.02,
         )
@@ -373,18 +376,22 @@ schema.config.generation.update(
 )
 
 
+def check_server_error(path: str, method: str, status: int, body: bytes) -> None:
+    """Raise unless ``status`` is below 500, or a 5xx ``path`` documents, in the error shape."""
+    if status < 500:
+        return
+    documented = openapi_schema()["paths"][path][method.lower()]["responses"]
+    assert str(status) in documented, f"{status} is not documented here: {body[:300]!r}"
+    error = json.loads(body)["error"]
+    assert set(error) == {"message", "type", "code", "param"}, body[:300]
+
+
 def documented_server_errors(
     ctx: schemathesis.CheckContext, response: schemathesis.Response, case: Case
 ) -> bool | None:
     """No 5xx but a 502/503 the operation documents, in OpenAI's error shape."""
     del ctx
-    status = response.status_code
-    if status < 500:
-        return None
-    documented = case.operation.definition.raw.get("responses", {})
-    assert str(status) in documented, f"{status} is not documented here: {response.text[:300]}"
-    error = json.loads(response.content)["error"]
-    assert set(error) == {"message", "type", "code", "param"}, response.text[:300]
+    check_server_error(case.path, case.method, response.status_code, response.content)
     return None
 
 
@@ -446,3 +453,24 @@ def test_every_route_with_the_token(case: Case, base_url: str) -> None:
 @FUZZ
 def test_every_route_without_the_token(case: Case, base_url: str) -> None:
     call(case, base_url, {})
+
+
+@pytest.mark.anyio
+async def test_a_documented_503_passes_the_check_only_where_it_is_documented(
+    tmp_path: Path,
+) -> None:
+    async with (
+        serving(tmp_path, price=2 * 2**30) as url,  # never fits the 1 GiB budget
+        httpx.AsyncClient(base_url=url, timeout=30, headers=AUTH) as local,
+    ):
+        denied = await local.post("/api/models/alpha/load")
+    assert denied.status_code == 503, denied.text
+    assert denied.json()["error"]["code"] == "capacity-denied"
+    check_server_error("/api/models/{model}/load", "POST", 503, denied.content)
+    with pytest.raises(AssertionError, match="503 is not documented here"):
+        check_server_error("/api/leases", "GET", 503, denied.content)
+    with pytest.raises(AssertionError, match="500 is not documented here"):
+        check_server_error("/api/models/{model}/load", "POST", 500, denied.content)
+    with pytest.raises(AssertionError):
+        check_server_error("/api/models/{model}/load", "POST", 503, b'{"error": {"message": "x"}}')
+    check_server_error("/api/leases", "GET", 404, b"not JSON: below 500 is not this check's")
