@@ -26,9 +26,11 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
+    ignored_auth,
     negative_data_rejection,
     response_schema_conformance,
     status_code_conformance,
+    unsupported_method,
 )
 from starlette.routing import Route
 
@@ -44,7 +46,7 @@ from _pools import PRICE, world_at
 
 Case = schemathesis.Case[Any]
 TOKEN = "s" * 43
-AUTH = {"authorization": f"Bearer {TOKEN}"}
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 MODELS = {"alpha": "echo:alpha", "beta": "echo:beta"}
 #: The engines "configured" here: any other key is refused as the daemon refuses it (404).
 KEYS = frozenset({"echo:alpha:0", "echo:beta:0"})
@@ -333,6 +335,7 @@ def test_the_routers_own_refusals_are_openai_errors(client: httpx.Client) -> Non
     assert "GET /openapi.json lists them" in nowhere.json()["error"]["message"]
     wrong = client.delete("/health")
     assert wrong.status_code == 405
+    assert set(wrong.headers["allow"].split(", ")) == {"GET", "HEAD"}
     assert wrong.json()["error"] == {
         "message": "DELETE is not a method of '/health'",
         "type": "invalid_request_error",
@@ -401,6 +404,8 @@ CHECKS = [
     content_type_conformance,
     response_schema_conformance,
     negative_data_rejection,
+    ignored_auth,
+    unsupported_method,
 ]
 
 

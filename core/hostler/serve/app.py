@@ -231,15 +231,24 @@ def make_app(  # noqa: PLR0915 - one closure per route, sharing the runtime and 
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
-    """The router's own refusals (no such route, a method it does not take) in OpenAI's shape."""
-    status = exc.status_code if isinstance(exc, HTTPException) else 500
-    if status == 405:
-        message = f"{request.method} is not a method of {request.url.path[:200]!r}"
-        return error_response(405, "invalid_request_error", "method-not-allowed", message)
-    if status == 404:
-        message = f"no route {request.url.path[:200]!r} here (GET {OPENAPI_PATH} lists them)"
-        return error_response(404, "invalid_request_error", "not-found", message)
-    return error_response(status, "invalid_request_error", "invalid-request", str(exc)[:300])
+    """The router's own refusals (no such route, a method it does not take) in OpenAI's shape.
+
+    Their headers are kept: a 405 names the methods the route takes in ``Allow``.
+    """
+    assert isinstance(exc, HTTPException)  # noqa: S101 - registered for HTTPException only
+    path = request.url.path[:200]
+    if exc.status_code == 405:
+        message = f"{request.method} is not a method of {path!r}"
+        answer = error_response(405, "invalid_request_error", "method-not-allowed", message)
+    elif exc.status_code == 404:
+        message = f"no route {path!r} here (GET {OPENAPI_PATH} lists them)"
+        answer = error_response(404, "invalid_request_error", "not-found", message)
+    else:
+        answer = error_response(
+            exc.status_code, "invalid_request_error", "invalid-request", str(exc.detail)[:300]
+        )
+    answer.headers.update(exc.headers or {})
+    return answer
 
 
 class _OneLine:
