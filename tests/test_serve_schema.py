@@ -34,6 +34,7 @@ from schemathesis.specs.openapi.checks import (
     unsupported_method,
 )
 from starlette.routing import Route
+from starlette.types import Message
 
 import hostler
 from hostler.errors import UnknownEngineError
@@ -327,6 +328,38 @@ def test_head_of_the_event_tail_ends_and_frees_the_connection(client: httpx.Clie
         assert head.status_code == 200
         assert head.headers["content-type"].startswith("text/event-stream")
         assert one_line.get("/health").json()["status"] == "ok"
+
+
+@pytest.mark.anyio
+async def test_a_client_that_leaves_before_its_body_is_read_is_not_a_bug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = make_app(SimpleNamespace(store=None), MODELS, token=TOKEN)  # type: ignore[arg-type]
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"hostler"), (b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 2),
+    }
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    assert sent == []  # nobody to answer
+    assert "failed" not in caplog.text
 
 
 def test_the_routers_own_refusals_are_openai_errors(client: httpx.Client) -> None:

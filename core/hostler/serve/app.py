@@ -24,7 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -275,6 +275,8 @@ class _OneLine:
 
         try:
             await self.app(scope, receive, sending)
+        except ClientDisconnect:
+            return  # the client left before an answer: nobody to tell, and not a bug
         except Exception as exc:
             log.exception("hostler: %s %s failed", scope["method"], scope["path"][:200])
             if started:
