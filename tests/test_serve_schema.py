@@ -208,6 +208,35 @@ def test_the_schema_documents_auth_and_errors() -> None:
     assert openapi_schema() is not openapi_schema()  # a copy each time: callers may change it
 
 
+def test_the_schema_is_a_valid_openapi_3_1_document() -> None:
+    from schemathesis.specs.openapi.definitions import OPENAPI_31_VALIDATOR
+
+    for document in (openapi_schema(), openapi_schema(MODELS)):
+        assert list(OPENAPI_31_VALIDATOR.iter_errors(document)) == []
+    broken = openapi_schema()
+    del broken["paths"]["/health"]["get"]["responses"]["200"]["description"]
+    assert list(OPENAPI_31_VALIDATOR.iter_errors(broken))  # the validator does look
+
+
+def test_the_configured_models_are_its_examples() -> None:
+    doc = openapi_schema(MODELS)
+    chat = doc["paths"]["/v1/chat/completions"]["post"]["requestBody"]["content"]
+    assert chat["application/json"]["schema"]["properties"]["model"]["examples"] == [
+        "alpha",
+        "beta",
+    ]
+    [key] = doc["paths"]["/api/engines/{key}/unload"]["post"]["parameters"]
+    assert key["schema"]["examples"] == ["echo:alpha:0", "echo:beta:0"]
+    assert all(ENGINE_KEY.fullmatch(k) for k in key["schema"]["examples"])
+    assert key["schema"]["pattern"] == f"^{ENGINE_KEY.pattern}$"  # the edge's own check
+    assert (
+        "examples"
+        not in openapi_schema()["paths"]["/api/engines/{key}/unload"]["post"]["parameters"][0][
+            "schema"
+        ]
+    )
+
+
 def test_the_schema_is_served_like_other_read_routes(client: httpx.Client) -> None:
     answer = client.get(OPENAPI_PATH)
     assert answer.status_code == 200
