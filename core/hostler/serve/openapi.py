@@ -13,6 +13,8 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from hostler.serve.operator import ENGINE_KEY
+
 __all__ = ["OPENAPI_PATH", "openapi_schema"]
 
 #: Where the app serves the document.
@@ -247,7 +249,7 @@ _KEY = _path_param(
     "key",
     "an engine key, `engine:model:replica` (as `GET /api/engines` lists them); anything else "
     "is a 400",
-    pattern="^[a-z0-9][a-z0-9_-]*:[^:]+:(0|[1-9][0-9]{0,8})$",
+    pattern=f"^{ENGINE_KEY.pattern}$",
 )
 _QUEUE_ID = _path_param(
     "id", "a queued request's id (a number)", pattern="^[0-9]{1,18}$", maxLength=18
