@@ -1,8 +1,8 @@
 """The OpenAPI document of ``hostler serve``: it matches the routes, and every route is fuzzed.
 
 The app is the real one (``make_app``) over a real ``hostler.Runtime`` on a real SQLite log,
-served by uvicorn on a loopback port in a thread of its own; its engines are in-process
-stand-ins that answer HTTP (:class:`EchoEngine`). Schemathesis generates valid and invalid
+served by uvicorn on a loopback port in a thread of its own; its engines are stand-in
+processes of a few lines of Python that answer HTTP (:class:`EchoEngine`). Schemathesis generates valid and invalid
 inputs for every operation of :func:`hostler.serve.openapi.openapi_schema`, with and without
 the token; no input may get a 5xx other than a 502/503 the schema documents for that
 operation, answered in OpenAI's error shape.
@@ -52,7 +52,8 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 MODELS = {"alpha": "echo:alpha", "beta": "echo:beta"}
 #: The engines "configured" here: any other key is refused as the daemon refuses it (404).
 KEYS = frozenset({"echo:alpha:0", "echo:beta:0"})
-#: Examples per operation and generation mode, with and without the token.
+#: Generated examples per operation (valid and invalid together), once with the token and once
+#: without; schemathesis adds its explicit and coverage cases to them.
 EXAMPLES = 12
 
 #: Answers every GET with ``ok`` and every POST with a small JSON document naming the path and
