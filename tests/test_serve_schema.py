@@ -341,8 +341,8 @@ def test_a_lone_surrogate_in_an_operator_body_is_a_400_not_a_500(client: httpx.C
 
 
 def test_every_json_answer_is_ascii_so_no_text_sent_can_break_it() -> None:
-    # a session name with a lone surrogate reaches the cache stats through a completion;
-    # Starlette's JSONResponse encodes UTF-8 and raised on it
+    # a completion's session name is taken as sent, lone surrogate and all, and an answer that
+    # lists sessions (the cache stats) must still encode; Starlette's JSONResponse raised on it
     answer = JsonAnswer({"sessions": ["\ud800", "\u00e9"], "n": 1})
     assert answer.body == b'{"sessions":["\\ud800","\\u00e9"],"n":1}'
     assert answer.headers["content-type"] == "application/json"
