@@ -21,14 +21,18 @@ from collections.abc import AsyncIterator, Mapping
 import anyio
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hostler.runtime.facade import Runtime
 from hostler.serve.errors import error_response
 from hostler.serve.metrics import Metrics
-from hostler.serve.operator import Guard, operator_routes
+from hostler.serve.openapi import OPENAPI_PATH, openapi_schema
+from hostler.serve.operator import Guard, JsonAnswer, is_number, operator_routes
 from hostler.serve.proxy import MAX_BODY, SESSION_HEADER, CompletionProxy
 from hostler.serve.upstream import PooledUpstream, Upstream
 from hostler.store.log import EventStore, RecordedEvent
@@ -66,7 +70,7 @@ def make_app(
         return guard.check(request, changes_state=changes_state)
 
     async def health(_request: Request) -> Response:
-        return JSONResponse({"status": "ok", "closed": runtime.status().closed})
+        return JsonAnswer({"status": "ok", "closed": runtime.status().closed})
 
     async def list_models(request: Request) -> Response:
         if (denied := authorized(request, changes_state=False)) is not None:
@@ -84,7 +88,7 @@ def make_app(
             }
             for model, target in sorted(models.items())
         ]
-        return JSONResponse({"object": "list", "data": data})
+        return JsonAnswer({"object": "list", "data": data})
 
     proxy = CompletionProxy(runtime, models, upstream, guard)
 
@@ -99,13 +103,15 @@ def make_app(
         if (denied := authorized(request, changes_state=False)) is not None:
             return denied
         start = request.headers.get("last-event-id") or request.query_params.get("after", "0")
-        if not start.isdigit() or len(start) > 18:
+        if not is_number(start):
             return error_response(
                 400,
                 "invalid_request_error",
                 "invalid-request",
                 f"resume from a seq (a number), not {start[:30]!r}",
             )
+        if request.method == "HEAD":  # headers only: a tail that never ends would hold the line
+            return Response(media_type="text/event-stream", headers={"cache-control": "no-cache"})
         return StreamingResponse(
             _tail(runtime, int(start)),
             media_type="text/event-stream",
@@ -116,7 +122,7 @@ def make_app(
         if (denied := authorized(request, changes_state=False)) is not None:
             return denied
         status = runtime.status()
-        return JSONResponse(
+        return JsonAnswer(
             {
                 "engines": [dataclasses.asdict(v) for v in status.engines],
                 "sessions": dict(status.sessions),
@@ -125,10 +131,17 @@ def make_app(
             }
         )
 
+    document = openapi_schema(models)
+
+    async def openapi(request: Request) -> Response:
+        if (denied := authorized(request, changes_state=False)) is not None:
+            return denied
+        return JsonAnswer(document)
+
     async def queues(request: Request) -> Response:
         if (denied := authorized(request, changes_state=False)) is not None:
             return denied
-        return JSONResponse(
+        return JsonAnswer(
             {key: dataclasses.asdict(summary) for key, summary in runtime.queues().items()}
         )
 
@@ -142,6 +155,7 @@ def make_app(
         Route("/api/events", events, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
         Route("/api/queues", queues, methods=["GET"]),
+        Route(OPENAPI_PATH, openapi, methods=["GET"]),
         *operator_routes(runtime, guard, models),
     ]
 
@@ -153,7 +167,73 @@ def make_app(
             if own_upstream:
                 await upstream.aclose()
 
-    return Starlette(routes=routes, lifespan=lifespan)
+    return Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        middleware=[Middleware(_OneLine)],
+        exception_handlers={HTTPException: _http_error},
+    )
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """The router's own refusals (no such route, a method it does not take) in OpenAI's shape.
+
+    Their headers are kept: a 405 names the methods the route takes in ``Allow``.
+    """
+    assert isinstance(exc, HTTPException)  # noqa: S101 - registered for HTTPException only
+    path = request.url.path[:200]
+    if exc.status_code == 405:
+        message = f"{request.method} is not a method of {path!r}"
+        answer = error_response(405, "invalid_request_error", "method-not-allowed", message)
+    elif exc.status_code == 404:
+        message = f"no route {path!r} here (GET {OPENAPI_PATH} lists them)"
+        answer = error_response(404, "invalid_request_error", "not-found", message)
+    else:
+        answer = error_response(
+            exc.status_code, "invalid_request_error", "invalid-request", str(exc.detail)[:300]
+        )
+    answer.headers.update(exc.headers or {})
+    return answer
+
+
+class _OneLine:
+    """A bug answers one line in OpenAI's shape (500 ``internal``); its traceback goes to the log.
+
+    Starlette's own handler for ``Exception`` re-raises after answering, and the server then
+    resets the connection; this answers and stops there. Once an answer has started (a stream
+    that breaks) nothing more can be said: the error is raised on and the connection closed.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except ClientDisconnect:
+            return  # the client left before an answer: nobody to tell, and not a bug
+        except Exception as exc:
+            log.exception("hostler: %s %s failed", scope["method"], scope["path"][:200])
+            if started:
+                raise
+            answer = error_response(
+                500,
+                "server_error",
+                "internal",
+                f"hostler failed on this request ({type(exc).__name__}); it is logged, please "
+                "report it",
+            )
+            await answer(scope, receive, send)
 
 
 #: How often the event tail looks for new events (seconds), and how many it sends at once.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -21,7 +22,7 @@ from hostler.runtime.arbiter import Release
 from hostler.runtime.facade import Runtime
 from hostler.serve.errors import error_response, hostler_error_response, unknown_model_response
 
-__all__ = ["Guard", "operator_routes"]
+__all__ = ["ENGINE_KEY", "Guard", "JsonAnswer", "is_number", "operator_routes"]
 
 MAX_OPERATOR_BODY = 64 * 1024
 Handler = Callable[[Request], Awaitable[Response]]
@@ -50,6 +51,34 @@ class Guard:
         )
 
 
+class JsonAnswer(JSONResponse):
+    """JSON with every non-ASCII character escaped: no text a client sent can make it fail."""
+
+    def render(self, content: Any) -> bytes:
+        """``content`` as strict JSON (no NaN), in ASCII."""
+        return json.dumps(content, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
+def is_number(text: str) -> bool:
+    """``text`` is 1 to 18 ASCII digits (``str.isdigit`` admits "²", which ``int`` refuses)."""
+    return 0 < len(text) <= 18 and text.isascii() and text.isdigit()
+
+
+#: An engine key as K2 makes them: ``engine:model:replica`` (the model without ``:``).
+ENGINE_KEY = re.compile(r"[a-z0-9][a-z0-9_-]*:[^:]+:(0|[1-9][0-9]{0,8})")
+
+
+def _key(request: Request) -> str:
+    """The route's ``{key}``, refused at the edge unless it is an engine key."""
+    key: str = request.path_params["key"]
+    if ENGINE_KEY.fullmatch(key) is None:
+        raise UsageError(
+            f"{key[:80]!r} is not an engine key (engine:model:replica, as GET /api/engines "
+            "lists them)"
+        )
+    return key
+
+
 def _bad(message: str) -> Response:
     return error_response(400, "invalid_request_error", "invalid-request", message[:300])
 
@@ -64,6 +93,10 @@ async def _object(request: Request) -> dict[str, Any]:
         raise UsageError("the request body is not JSON") from None
     if not isinstance(payload, dict):
         raise UsageError("the request body must be a JSON object")
+    try:  # JSON may spell a lone UTF-16 surrogate ("\ud800"): no text, and no answer could echo it
+        json.dumps(payload, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise UsageError("the request body has a lone UTF-16 surrogate (\\ud800-\\udfff)") from None
     return payload
 
 
@@ -103,53 +136,54 @@ def operator_routes(runtime: Runtime, guard: Guard, models: Mapping[str, str]) -
             return unknown_model_response(model, models)
         engine, name = target.split(":", 1)
         key = await runtime.one_shot(engine, name)
-        return JSONResponse({"model": model, "key": key, "loaded": True})
+        return JsonAnswer({"model": model, "key": key, "loaded": True})
 
     @route("/api/engines/{key}/unload", ["POST"], changes_state=True)
     async def unload(request: Request) -> Response:
-        key = request.path_params["key"]
-        return JSONResponse({"key": key, "unloaded": await runtime.unload(key)})
+        key = _key(request)
+        return JsonAnswer({"key": key, "unloaded": await runtime.unload(key)})
 
     @route("/api/queues/{key}/{id}", ["DELETE"], changes_state=True)
     async def cancel(request: Request) -> Response:
-        key, raw = request.path_params["key"], request.path_params["id"]
-        if not raw.isdigit() or len(raw) > 18:
+        key, raw = _key(request), request.path_params["id"]
+        if not is_number(raw):
             raise UsageError(f"a queued request's id is a number, not {raw[:30]!r}")
-        return JSONResponse({"cancelled": runtime.cancel(key, int(raw))})
+        return JsonAnswer({"cancelled": runtime.cancel(key, int(raw))})
 
     @route("/api/queues/{key}/{id}/move", ["POST"], changes_state=True)
     async def move(request: Request) -> Response:
-        key, raw = request.path_params["key"], request.path_params["id"]
-        if not raw.isdigit() or len(raw) > 18:
+        key, raw = _key(request), request.path_params["id"]
+        if not is_number(raw):
             raise UsageError(f"a queued request's id is a number, not {raw[:30]!r}")
         direction = (await _object(request)).get("direction")
-        return JSONResponse({"moved": runtime.move(key, int(raw), str(direction))})
+        return JsonAnswer({"moved": runtime.move(key, int(raw), str(direction))})
 
     @route("/api/cache/{key}", ["GET"], changes_state=False)
     async def cache(request: Request) -> Response:
-        stats = runtime.cache_stats(request.path_params["key"])
-        return JSONResponse(None if stats is None else dataclasses.asdict(stats))
+        stats = runtime.cache_stats(_key(request))
+        return JsonAnswer(None if stats is None else dataclasses.asdict(stats))
 
     @route("/api/cache/{key}/clear", ["POST"], changes_state=True)
     async def clear(request: Request) -> Response:
-        await runtime.clear_cache(request.path_params["key"])
-        return JSONResponse({"cleared": True})
+        await runtime.clear_cache(_key(request))
+        return JsonAnswer({"cleared": True})
 
     @route("/api/cache/{key}/budget", ["PUT"], changes_state=True)
     async def cache_budget(request: Request) -> Response:
+        key = _key(request)
         size = _bytes((await _object(request)).get("bytes"), "bytes")
         assert size is not None  # noqa: S101 - not nullable
-        await runtime.set_cache_budget(request.path_params["key"], size)
-        return JSONResponse({"bytes": size})
+        await runtime.set_cache_budget(key, size)
+        return JsonAnswer({"bytes": size})
 
     @route("/api/sessions/{session}/cache", ["DELETE"], changes_state=True)
     async def evict_session(request: Request) -> Response:
         await runtime.evict_session(request.path_params["session"])
-        return JSONResponse({"evicted": True})
+        return JsonAnswer({"evicted": True})
 
     @route("/api/budget", ["GET"], changes_state=False)
     async def budget(_request: Request) -> Response:
-        return JSONResponse(await runtime.budget())
+        return JsonAnswer(await runtime.budget())
 
     @route("/api/budget", ["PUT"], changes_state=True)
     async def set_budget(request: Request) -> Response:
@@ -164,12 +198,12 @@ def operator_routes(runtime: Runtime, guard: Guard, models: Mapping[str, str]) -
             if spill is not None and not isinstance(spill, bool):
                 raise UsageError("spillover is true, false or null (automatic)")
             await runtime.set_spillover(spill)
-        return JSONResponse(await runtime.budget())
+        return JsonAnswer(await runtime.budget())
 
     @route("/api/preview/{key}", ["GET"], changes_state=False)
     async def preview(request: Request) -> Response:
-        price = await runtime.preview(request.path_params["key"])
-        return JSONResponse(
+        price = await runtime.preview(_key(request))
+        return JsonAnswer(
             {
                 "context_window": price.ctx_per_slot,
                 "slots": price.slots,
@@ -183,7 +217,7 @@ def operator_routes(runtime: Runtime, guard: Guard, models: Mapping[str, str]) -
 
     @route("/api/leases", ["GET"], changes_state=False)
     async def leases(_request: Request) -> Response:
-        return JSONResponse(runtime.leases())
+        return JsonAnswer(runtime.leases())
 
     @route("/api/leases", ["POST"], changes_state=True)
     async def acquire(request: Request) -> Response:
@@ -196,19 +230,19 @@ def operator_routes(runtime: Runtime, guard: Guard, models: Mapping[str, str]) -
         release = await runtime.acquire_lease(slot, holder)
         lease_id = secrets.token_hex(8)
         releases[lease_id] = release
-        return JSONResponse({"id": lease_id, "slot": slot, "holder": holder})
+        return JsonAnswer({"id": lease_id, "slot": slot, "holder": holder})
 
     @route("/api/leases/{id}", ["DELETE"], changes_state=True)
     async def release(request: Request) -> Response:
         release = releases.pop(request.path_params["id"], None)
         if release is not None:
             await release()
-        return JSONResponse({"released": release is not None})
+        return JsonAnswer({"released": release is not None})
 
     @route("/api/device", ["GET"], changes_state=False)
     async def device(_request: Request) -> Response:
         status = await runtime.device_health()
-        return JSONResponse(None if status is None else dataclasses.asdict(status))
+        return JsonAnswer(None if status is None else dataclasses.asdict(status))
 
     @route("/api/reconcile", ["POST"], changes_state=True)
     async def reconcile(request: Request) -> Response:
@@ -216,7 +250,7 @@ def operator_routes(runtime: Runtime, guard: Guard, models: Mapping[str, str]) -
         if not isinstance(targets, dict):
             raise UsageError('give {"targets": {"engine:model": count}}')
         report = await runtime.reconcile(targets)
-        return JSONResponse(dataclasses.asdict(report))
+        return JsonAnswer(dataclasses.asdict(report))
 
     return [
         load,

@@ -27,7 +27,7 @@ from starlette.types import Message, Receive, Scope, Send
 from hostler.errors import HostlerError, UsageError
 from hostler.runtime.facade import Runtime
 from hostler.serve.errors import error_response, hostler_error_response, unknown_model_response
-from hostler.serve.operator import Guard
+from hostler.serve.operator import Guard, is_number
 from hostler.serve.upstream import Upstream, UpstreamError, UpstreamResponse
 
 __all__ = ["MAX_BODY", "SESSION_HEADER", "CompletionProxy"]
@@ -183,7 +183,7 @@ async def _read_json(scope: Scope, receive: Receive) -> tuple[bytes, dict[str, A
     """
     declared = _header(scope, b"content-length")
     too_large = f"the request body is over {MAX_BODY // 2**20} MiB"
-    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
+    if declared is not None and not (is_number(declared) and int(declared) <= MAX_BODY):
         raise UsageError(too_large)
     chunks: list[bytes] = []
     size = 0
