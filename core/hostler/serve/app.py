@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -171,12 +172,18 @@ def make_app(  # noqa: PLR0915 - one closure per route, sharing the runtime and 
         if (denied := authorized(request, changes_state=False)) is not None:
             return denied
         status = runtime.status()
+        details = await runtime.engine_details()
+        last_seq = await anyio.to_thread.run_sync(runtime.store.last_seq)
         return JSONResponse(
             {
-                "engines": [dataclasses.asdict(v) for v in status.engines],
+                "engines": [
+                    {**dataclasses.asdict(v), **details.get(v.key, {})} for v in status.engines
+                ],
                 "sessions": dict(status.sessions),
                 "ledger": status.ledger,
                 "closed": status.closed,
+                "now": time.time(),
+                "last_seq": last_seq,
             }
         )
 
