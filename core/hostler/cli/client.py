@@ -176,16 +176,19 @@ def post(url: str, path: str, token: str | None) -> Any:
     return call("POST", url, path, token, timeout=600)
 
 
-def event_stream(url: str, after: int, token: str | None) -> Iterator[dict[str, Any]]:
+def event_stream(
+    url: str, after: int, token: str | None, *, idle: float | None = None
+) -> Iterator[dict[str, Any]]:
     """The daemon's events after seq ``after``, as they are written (``GET /api/events``).
 
-    Each is ``{"seq", "stream", "version", "type", "payload"}``. It never ends by itself.
+    Each is ``{"seq", "stream", "version", "type", "payload"}``. It ends only when no event
+    came for ``idle`` seconds (None: never); resume from the last seq seen.
 
     Raises:
         DaemonUnreachableError: Nothing answers there, it refused, or the stream broke off.
     """
     path = f"/api/events?after={after}"
-    timeout = httpx.Timeout(10.0, read=None)
+    timeout = httpx.Timeout(10.0, read=idle)
     try:
         with httpx.stream("GET", url + path, headers=_headers(token), timeout=timeout) as answer:
             if answer.status_code != 200:
@@ -194,5 +197,7 @@ def event_stream(url: str, after: int, token: str | None) -> Iterator[dict[str, 
             for line in answer.iter_lines():
                 if line.startswith("data: "):
                     yield json.loads(line[6:])
+    except httpx.ReadTimeout:
+        return  # quiet for ``idle`` seconds: the caller resumes, or stops
     except httpx.HTTPError as exc:
         raise _unreachable(url, exc) from None

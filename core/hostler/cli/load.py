@@ -32,6 +32,8 @@ __all__ = ["add_parser", "model_of", "run_load", "run_unload", "step_line"]
 
 #: After the load answered, how long the event tail may take to deliver its last steps.
 CATCH_UP = 2.0
+#: How long the tail waits for an event before it checks whether it should stop.
+TAIL_IDLE = 0.5
 
 
 def add_parser(sub: Any) -> None:
@@ -96,20 +98,30 @@ def step_line(event: Mapping[str, Any], model: str) -> str | None:
 
 
 class _Tail:
-    """The daemon's events after a seq, read on a thread into a queue (daemon: never joined)."""
+    """The daemon's events after a seq, read on a thread into a queue until :meth:`stop`."""
 
     def __init__(self, url: str, after: int, token: str | None) -> None:
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.seen = after  # the last seq taken from the queue
-        thread = threading.Thread(target=self._read, args=(url, after, token), daemon=True)
-        thread.start()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(
+            target=self._read, args=(url, after, token), daemon=True
+        )
+        self._thread.start()
 
     def _read(self, url: str, after: int, token: str | None) -> None:
         try:
-            for event in event_stream(url, after, token):
-                self.events.put(event)
+            while not self._stopped.is_set():  # reconnects after each quiet TAIL_IDLE
+                for event in event_stream(url, after, token, idle=TAIL_IDLE):
+                    after = int(event.get("seq") or after)
+                    self.events.put(event)
         except HostlerError:
             return  # progress is a nicety: the load's own answer says what happened
+
+    def stop(self) -> None:
+        """Stop reading (within :data:`TAIL_IDLE` seconds)."""
+        self._stopped.set()
+        self._thread.join(TAIL_IDLE * 2)
 
 
 def _load(url: str, model: str, token: str | None, answer: dict[str, Any]) -> None:
@@ -171,6 +183,7 @@ def _with_progress(
             last = 0
         deadline = time.monotonic() + CATCH_UP
         _show(tail, model, say, lambda seq: seq < last and time.monotonic() < deadline)
+    tail.stop()
 
 
 def _show(

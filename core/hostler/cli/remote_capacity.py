@@ -52,7 +52,8 @@ def bytes_argument(text: str) -> int | str:
         raise argparse.ArgumentTypeError(
             f"{text[:40]!r} is not a size: give bytes (8589934592), a size (8G, 512MiB) or auto"
         )
-    value = round(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    number, unit = match.group(1), _UNITS[match.group(2).lower()]
+    value = round(float(number) * unit) if "." in number else int(number) * unit
     if value > _MAX_BYTES:
         raise argparse.ArgumentTypeError(f"{text[:40]} is over 2^60 bytes")
     return value
