@@ -6,6 +6,7 @@ in-process through ``hostler.cli.main``, its output captured (not a terminal: pl
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import time
@@ -18,7 +19,6 @@ import pytest
 from anyio.from_thread import start_blocking_portal
 
 import hostler
-from _pools import BALLAST_MIB, PRICE, World, world_at
 from hostler.cli import main
 from hostler.cli.client import check_url, daemon_url
 from hostler.cli.load import model_of, step_line
@@ -32,6 +32,7 @@ from hostler.serve.app import make_app
 from hostler.serve.server import HttpServer
 
 from _fake_engine import BallastEngine
+from _pools import BALLAST_MIB, PRICE, World, world_at
 
 TOKEN = "k" * 43
 MODELS = {"alpha": "llamacpp:alpha", "beta": "llamacpp:beta", "gamma": "llamacpp:gamma"}
@@ -123,9 +124,8 @@ def test_a_daemon_url_is_http_with_a_host_or_refused(monkeypatch: pytest.MonkeyP
     for bad in ("", "127.0.0.1:11435", "ftp://x", "http://", "http://h:99999", "http://a b", "x"):
         with pytest.raises(ValueError, match="is not a daemon URL"):
             check_url(bad)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="is not a daemon URL"):
         check_url("http://h/" + "x" * 2048)
-    import argparse
 
     monkeypatch.delenv("HOSTLER_URL", raising=False)
     assert daemon_url(argparse.Namespace(url=None)) == "http://127.0.0.1:11435"
@@ -139,7 +139,6 @@ def test_a_daemon_url_is_http_with_a_host_or_refused(monkeypatch: pytest.MonkeyP
 
 
 def test_budget_sizes_and_spillover_words_parse_or_refuse() -> None:
-    import argparse
 
     assert bytes_argument("auto") == "auto"
     assert bytes_argument(" AUTO ") == "auto"

@@ -104,9 +104,7 @@ class _Tail:
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.seen = after  # the last seq taken from the queue
         self._stopped = threading.Event()
-        self._thread = threading.Thread(
-            target=self._read, args=(url, after, token), daemon=True
-        )
+        self._thread = threading.Thread(target=self._read, args=(url, after, token), daemon=True)
         self._thread.start()
 
     def _read(self, url: str, after: int, token: str | None) -> None:
