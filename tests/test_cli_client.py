@@ -24,9 +24,11 @@ from hostler.cli.client import check_url, daemon_url
 from hostler.cli.load import model_of, step_line
 from hostler.cli.models import MODELS_HEADERS
 from hostler.cli.plugins import PLUGINS_HEADERS
-from hostler.cli.ps import PS_HEADERS
+from hostler.cli.ps import PS_HEADERS, ps_rows
 from hostler.cli.remote_capacity import BUDGET_HEADERS, bytes_argument, spillover_argument
 from hostler.cli.tables import duration, size
+from hostler.engines.supervisor import Supervisor, SupervisorPolicy
+from hostler.plugin import LaunchSpec
 from hostler.runtime.details import LedgerFold, reason_of
 from hostler.serve.app import make_app
 from hostler.serve.server import HttpServer
@@ -462,3 +464,93 @@ def test_plugins_is_a_table_with_pinned_columns(capsys: pytest.CaptureFixture[st
     assert PLUGINS_HEADERS == ("PLUGIN", "VERSION", "STATUS", "ENGINES / ERROR")
     assert out.splitlines()[0].split() == ["PLUGIN", "VERSION", "STATUS", "ENGINES", "/", "ERROR"]
     assert any(line.split()[0] == "llamacpp" for line in out.splitlines()[1:])
+
+
+def test_ps_rows_say_when_and_why_from_the_daemons_fields() -> None:
+    base = {
+        "key": "llamacpp:alpha:0",
+        "state": "running",
+        "bytes": 5 * 2**20,
+        "pid": 7,
+        "busy": False,
+        "state_since": 1000.0,
+        "idle_deadline": 1240.0,
+        "last_reason": None,
+        "reserved_bytes": None,
+        "measured_bytes": None,
+        "lease": {"slot": "llm", "holder": "chat"},
+    }
+    queues = {"llamacpp:alpha:0": {"running": 1, "width": 2, "pending": [{}, {}]}}
+
+    def row(**changes: Any) -> tuple[str, ...]:
+        engines = {"now": 1060.0, "engines": [{**base, **changes}]}
+        return dict(zip(PS_HEADERS, ps_rows(engines, queues)[0], strict=True))  # type: ignore[return-value]
+
+    first = row()
+    assert first["FOR"] == "60s" and first["IDLE STOP"] == "in 3m"
+    assert first["RESERVED"] == "5.0 MiB"  # no reservation event known: what is held
+    assert first["MEASURED"] == "-" and first["REASON"] == "-"
+    assert first["SLOTS"] == "1/2" and first["QUEUED"] == "2" and first["LEASE"] == "chat"
+    assert row(idle_deadline=1060.0)["IDLE STOP"] == "due"
+    assert row(idle_deadline=1061.0)["IDLE STOP"] == "in 1s"
+    assert row(busy=True)["IDLE STOP"] == "busy"
+    assert row(idle_deadline=None)["IDLE STOP"] == "-"
+    assert row(lease={"slot": "image", "holder": "comfy"})["LEASE"] == "image:comfy"
+    assert row(lease=None)["LEASE"] == "-"
+    assert row(state_since=None)["FOR"] == "-"
+    assert row(reserved_bytes=2**30, measured_bytes=2**29)["RESERVED"] == "1.0 GiB"
+    assert row(reserved_bytes=2**30, measured_bytes=2**29)["MEASURED"] == "512.0 MiB"
+    assert row(bytes=0, reserved_bytes=None)["RESERVED"] == "-"
+    assert row(pid=None)["PID"] == "-"
+    empty = ps_rows({"now": 1.0, "engines": [{**base, "key": "llamacpp:beta:0"}]}, {})
+    assert dict(zip(PS_HEADERS, empty[0], strict=True))["SLOTS"] == "-"
+
+
+@pytest.mark.anyio
+async def test_engine_details_give_the_idle_deadline_and_the_lease(tmp_path: Path) -> None:
+    with world_at(tmp_path) as world:
+        engine = BallastEngine(tmp_path, 1)
+
+        def build(key: str) -> Supervisor:
+            run = tmp_path / "run" / key.replace(":", "_")
+            return Supervisor(
+                key,
+                engine,
+                lambda port: LaunchSpec(key, world.model, port, ctx_per_slot=512, slots=1),
+                world.store,
+                run_dir=run,
+                token_prefix=world.token,
+                policy=SupervisorPolicy(watch_interval=0.05, idle_timeout=300),
+                ledger=world.ledger,
+                footprint=lambda: PRICE,
+            )
+
+        runtime = hostler.Runtime(
+            world.store, build, ledger=world.ledger, pinned=["llamacpp:beta:0"]
+        )
+        async with runtime:
+            assert await runtime.engine_details() == {}
+            key = await runtime.one_shot("llamacpp", "alpha")
+            async with runtime.request(key):
+                pass
+            sup = runtime.pool.supervisor(key)
+            details = (await runtime.engine_details())[key]
+            assert details["idle_deadline"] == sup.last_used + 300
+            assert details["state_since"] == sup.engine.changed_at
+            assert details["last_reason"] == "started (one-shot)"
+            assert details["reserved_bytes"] == PRICE and details["measured_bytes"] > 0
+            assert details["lease"] is None
+            with anyio.fail_after(20):  # the pinned engine is started by the pool, and kept
+                while runtime.pool.supervisor("llamacpp:beta:0").state != "running":
+                    await anyio.sleep(0.05)
+            pinned = (await runtime.engine_details())["llamacpp:beta:0"]
+            assert pinned["idle_deadline"] is None and pinned["state_since"] is not None
+            runtime.set_gpu_policy("swap")
+            release = await runtime.acquire_lease("image", "comfy")  # evicts the llm engine
+            details = (await runtime.engine_details())[key]
+            assert details["lease"] == {"slot": "image", "holder": "comfy"}
+            assert details["idle_deadline"] is None  # stopped: nothing to idle-stop
+            assert details["reserved_bytes"] is None and details["measured_bytes"] is None
+            assert details["last_reason"] == "evicted"
+            await release()
+            assert (await runtime.engine_details())[key]["lease"] is None
