@@ -1,6 +1,6 @@
 """Tables for people (rich): bold headers on a terminal, plain stable columns in a pipe.
 
-Columns never wrap: a terminal cuts a long cell with an ellipsis; a pipe gets whole lines, so
+Columns never wrap nor shrink: a terminal cuts each line at its edge; a pipe gets whole lines, so
 ``hostler ps | grep running`` and ``awk`` see one row per line, no colour codes.
 """
 
@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import IO
 
 from rich.console import Console
+from rich.text import Text
 from rich.table import Table
 
 __all__ = ["console", "duration", "print_table", "size", "table"]
@@ -42,7 +43,6 @@ def table(headers: Sequence[str], right: Sequence[str] = ()) -> Table:
             header,
             justify="right" if header in right else "left",
             no_wrap=True,
-            overflow="ellipsis",
         )
     return grid
 
@@ -50,14 +50,18 @@ def table(headers: Sequence[str], right: Sequence[str] = ()) -> Table:
 def print_table(grid: Table, file: IO[str] | None = None) -> None:
     """Print ``grid`` (trailing spaces trimmed in a pipe)."""
     out = console(file)
-    if out.is_terminal:
-        out.print(grid)
+    if out.is_terminal:  # whole cells, each line cut at the terminal's edge (as ps(1) does)
+        wide = out.options.update_width(PIPE_WIDTH)
+        for line in out.render_lines(grid, wide, pad=False):
+            text = Text.assemble(*((seg.text, seg.style or "") for seg in line))
+            text.rstrip()
+            out.print(text, no_wrap=True, overflow="crop", crop=True)
         return
     with out.capture() as captured:
         out.print(grid)
     stream = file or sys.stdout
-    for line in captured.get().splitlines():
-        stream.write(line.rstrip() + "\n")
+    for row in captured.get().splitlines():
+        stream.write(row.rstrip() + "\n")
     stream.flush()
 
 
