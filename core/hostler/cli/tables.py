@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from typing import IO
 
 from rich.console import Console
-from rich.text import Text
 from rich.table import Table
+from rich.text import Text
 
 __all__ = ["console", "duration", "print_table", "size", "table"]
 
