@@ -482,9 +482,9 @@ def test_ps_rows_say_when_and_why_from_the_daemons_fields() -> None:
     }
     queues = {"llamacpp:alpha:0": {"running": 1, "width": 2, "pending": [{}, {}]}}
 
-    def row(**changes: Any) -> tuple[str, ...]:
+    def row(**changes: Any) -> dict[str, str]:
         engines = {"now": 1060.0, "engines": [{**base, **changes}]}
-        return dict(zip(PS_HEADERS, ps_rows(engines, queues)[0], strict=True))  # type: ignore[return-value]
+        return dict(zip(PS_HEADERS, ps_rows(engines, queues)[0], strict=True))
 
     first = row()
     assert first["FOR"] == "60s" and first["IDLE STOP"] == "in 3m"
