@@ -9,6 +9,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import select
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -554,3 +557,41 @@ async def test_engine_details_give_the_idle_deadline_and_the_lease(tmp_path: Pat
             assert details["last_reason"] == "evicted"
             await release()
             assert (await runtime.engine_details())[key]["lease"] is None
+
+
+def test_events_follow_prints_new_events_as_the_daemon_writes_them(
+    daemon: Daemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["events", "--url", daemon.url, "-f", "--type", "engine.ready", "--json"]
+    with subprocess.Popen(
+        [sys.executable, "-c", "import sys; from hostler.cli import main; sys.exit(main())", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as follower:
+        try:
+            time.sleep(0.5)  # following before anything is ready
+            load(capsys, daemon, "beta")
+            assert follower.stdout is not None
+            ready, _, _ = select.select([follower.stdout], [], [], 30)
+            assert ready, "no event within 30 s"
+            event = json.loads(follower.stdout.readline())
+            assert (event["type"], event["stream"]) == ("engine.ready", "engine/llamacpp:beta:0")
+            assert follower.poll() is None  # still following
+        finally:
+            follower.kill()
+
+
+def test_hostler_url_points_budget_and_events_at_the_daemon(
+    daemon: Daemon, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOSTLER_URL", daemon.url)
+    status, out, err = cli(capsys, "budget", "--json")
+    assert status == 0, err
+    assert json.loads(out)["budget"] == 2**30  # the daemon's ledger, not this host's
+    status, out, err = cli(capsys, "events", "--type", "ledger.budget_set", "--json")
+    assert status == 0, err
+    assert [json.loads(line)["payload"] for line in out.splitlines()] == [{"budget": 2**30}]
+    monkeypatch.setenv("HOSTLER_URL", "not a url")
+    status, _, err = cli(capsys, "ps")
+    assert status == 2 and err.startswith("hostler: error [usage.setting]: HOSTLER_URL: ")
