@@ -82,15 +82,35 @@ def test_serve_answers_openai_requests_and_stops_its_engines(tmp_path: Path) -> 
         table = run_cli("ps", "--url", base)
         assert table.returncode == 0, table.stderr
         lines = table.stdout.splitlines()
-        assert lines[0].split()[:3] == ["ENGINE", "STATE", "PID"]
+        assert lines[0].split()[:3] == ["KEY", "MODEL", "STATE"]
         beta = next(line for line in lines if line.startswith("llamacpp:beta:0"))
-        assert beta.split()[1] == "running" and "MiB" in beta
+        assert beta.split()[1:3] == ["beta", "running"] and "MiB" in beta
+        assert beta.endswith("started (one-shot)")
+        alpha = next(line for line in lines if line.startswith("llamacpp:alpha:0"))
+        assert alpha.split()[2] == "stopped"
         listed = json.loads(run_cli("ps", "--url", base, "--json").stdout)
         states = {e["key"]: e["state"] for e in listed["engines"]}
         assert states == {"llamacpp:alpha:0": "stopped", "llamacpp:beta:0": "running"}
+        running = next(e for e in listed["engines"] if e["key"] == "llamacpp:beta:0")
+        assert running["reserved_bytes"] > 0 and running["measured_bytes"] > 0
+        assert running["last_reason"] == "started (one-shot)"
+        # load shows each step of the real llama-server's start as it happens
         loaded = run_cli("load", "alpha", "--url", base, "--data-dir", str(data))
         assert loaded.returncode == 0, loaded.stderr
-        assert loaded.stdout == "alpha: loaded as llamacpp:alpha:0\n"
+        steps = [line.split(None, 1)[1] for line in loaded.stdout.splitlines()]
+        assert steps[0] == "starting llamacpp:alpha:0 (one-shot)"
+        spawned = next(i for i, s in enumerate(steps) if s.startswith("spawned llamacpp:alpha:0"))
+        pid = int(steps[spawned].split("pid ")[1].split(",")[0])
+        assert steps.index("ready llamacpp:alpha:0") > spawned
+        summary = loaded.stdout.splitlines()[-1]
+        assert re.fullmatch(r"alpha: loaded as llamacpp:alpha:0 in \d+\.\d s", summary), summary
+        listed = json.loads(run_cli("ps", "--url", base, "--json").stdout)
+        assert {e["key"]: e["pid"] for e in listed["engines"]}["llamacpp:alpha:0"] == pid
+        plan = run_cli("preview", "alpha", "--url", base, "--json")
+        assert plan.returncode == 0, plan.stderr
+        assert json.loads(plan.stdout)["key"] == "llamacpp:alpha:0"
+        models = json.loads(run_cli("models", "--url", base, "--json").stdout)
+        assert [(m["id"], m["resident"]) for m in models] == [("alpha", True), ("beta", True)]
         missing = run_cli("load", "gamma", "--url", base, "--data-dir", str(data))
         assert missing.returncode == 1 and "model_not_found" not in missing.stderr
         assert "404: model 'gamma' is not configured here" in missing.stderr

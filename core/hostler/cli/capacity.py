@@ -1,4 +1,8 @@
-"""``hostler budget`` and ``hostler preview``: the host's budget, and a model's plan and why."""
+"""``hostler budget`` and ``hostler preview``: the host's budget, and a model's plan and why.
+
+Both read this host (its memory, the ledger, the model file) unless given ``--url`` (or
+``$HOSTLER_URL``): then the running daemon answers (``cli/remote_capacity.py``).
+"""
 
 from __future__ import annotations
 
@@ -18,8 +22,11 @@ from hostler.capacity.overrides import ContextOverrides, read_context_overrides
 from hostler.capacity.pricing import LaunchPrice
 from hostler.capacity.slots import MAX_SLOTS
 from hostler.capacity.units import GIB, KIB, MIB, format_half_up, round_half_up
-from hostler.cli.common import path_argument
+from hostler.cli import remote_capacity
+from hostler.cli.client import DEFAULT_URL, URL_VARIABLE, daemon_url, url_argument
+from hostler.cli.common import data_directory, path_argument
 from hostler.cli.numbers import count
+from hostler.cli.remote_capacity import bytes_argument, spillover_argument
 from hostler.drivers.host_ledger import (
     catch_up,
     default_ledger_path,
@@ -50,6 +57,19 @@ def add_parsers(sub: Any) -> None:
         help="ledger file (default $HOSTLER_LEDGER, else ~/.local/state/hostler/ledger.db)",
     )
     budget.add_argument("--json", action="store_true", help="print JSON")
+    budget.add_argument(
+        "--set",
+        type=bytes_argument,
+        metavar="BYTES|auto",
+        help="the running daemon's budget, live: bytes (8G, 512MiB) or auto; needs the token",
+    )
+    budget.add_argument(
+        "--spillover",
+        type=spillover_argument,
+        metavar="on|off|auto",
+        help="the running daemon's RAM spillover, live; needs the token",
+    )
+    _daemon_options(budget)
     budget.set_defaults(run=run_budget)
 
     preview: argparse.ArgumentParser = sub.add_parser(
@@ -84,7 +104,23 @@ def add_parsers(sub: Any) -> None:
         "--ledger", type=path_argument, help="ledger file (default as for `hostler budget`)"
     )
     preview.add_argument("--json", action="store_true", help="print JSON")
+    _daemon_options(preview)
     preview.set_defaults(run=run_preview)
+
+
+def _daemon_options(parser: argparse.ArgumentParser) -> None:
+    """``--url``, ``--token``, ``--data-dir``: ask the running daemon instead of this host."""
+    parser.add_argument(
+        "--url",
+        type=url_argument,
+        help=f"ask the running hostler serve there instead (also when ${URL_VARIABLE} is set)",
+    )
+    parser.add_argument(
+        "--token", help="the daemon's token (default: read from --data-dir's 'token' file)"
+    )
+    parser.add_argument(
+        "--data-dir", type=data_directory, help="the daemon's data directory (for its token)"
+    )
 
 
 def _sample() -> DeviceSampled:
@@ -134,7 +170,17 @@ def _describe_host(sample: DeviceSampled, budget: CapacityBudget) -> list[str]:
 
 
 def run_budget(args: argparse.Namespace) -> int:
-    """Print the budget and the ledger."""
+    """Print the budget and the ledger (the running daemon's with ``--url``)."""
+    changing = args.set is not None or args.spillover is not None
+    url = None if args.ledger and not args.url else daemon_url(args, default=None)
+    if url is None and changing:
+        if args.ledger:
+            raise UsageError("--set and --spillover change a running daemon's budget: no --ledger")
+        url = DEFAULT_URL
+    if url is not None:
+        if args.ledger:
+            raise UsageError("--ledger reads this host's ledger: not with --url")
+        return remote_capacity.run_budget(args, url)
     sample = _sample()
     budget = budget_from(sample)
     path: Path = args.ledger or default_ledger_path()
@@ -169,7 +215,10 @@ def run_budget(args: argparse.Namespace) -> int:
 
 
 def run_preview(args: argparse.Namespace) -> int:
-    """Plan, price (the way the daemon does) and print."""
+    """Plan, price (the way the daemon does) and print (the daemon's own plan with ``--url``)."""
+    url = args.url or (None if args.model.is_file() else daemon_url(args, default=None))
+    if url is not None:
+        return remote_capacity.run_preview(args, url)
     for option in ("ctx", "slots"):
         value = getattr(args, option)
         if value is not None and value < 1:

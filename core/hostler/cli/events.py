@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+from hostler.cli import remote_events
+from hostler.cli.client import URL_VARIABLE, daemon_url, url_argument
 from hostler.cli.common import DamageReport, add_log_options, open_existing_log
 from hostler.cli.numbers import count, seconds
 from hostler.cli.render import TableWriter, record_json
@@ -48,11 +50,20 @@ def add_parser(sub: Any) -> None:
         default=0.5,
         help="seconds between polls with --follow",
     )
+    parser.add_argument(
+        "--url",
+        type=url_argument,
+        help=f"tail the running hostler serve there instead of the file (also ${URL_VARIABLE})",
+    )
+    parser.add_argument("--token", help="the daemon's token when it listens publicly")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """List (and optionally follow) the log."""
+    """List (and optionally follow) the log (the running daemon's with ``--url``)."""
+    url = args.url or (None if args.db else daemon_url(args, default=None))
+    if url is not None:
+        return remote_events.run(args, url)
     now = datetime.now(UTC)
     since = parse_moment(args.since, now=now) if args.since else None
     until = parse_moment(args.until, now=now) if args.until else None

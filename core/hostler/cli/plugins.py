@@ -8,9 +8,13 @@ import logging
 from dataclasses import asdict
 from typing import Any
 
+from hostler.cli.tables import print_table, table
 from hostler.pluginhost import PluginHost
 
-__all__ = ["add_parser", "run"]
+__all__ = ["PLUGINS_HEADERS", "add_parser", "run"]
+
+#: The table's columns, in order (pinned by the tests).
+PLUGINS_HEADERS = ("PLUGIN", "VERSION", "STATUS", "ENGINES / ERROR")
 
 
 def add_parser(sub: Any) -> None:
@@ -31,10 +35,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([asdict(r) for r in records], indent=2))
         return 0
-    print(f"{'PLUGIN':<20} {'VERSION':<12} {'STATUS':<8} ENGINES / ERROR")
+    grid = table(PLUGINS_HEADERS)
     for record in records:
         detail = ", ".join(record.engines) or "-"
         if record.error:
             detail = record.error
-        print(f"{record.name:<20} {record.version:<12} {record.status:<8} {detail}")
+        grid.add_row(record.name, record.version, record.status, detail)
+    print_table(grid)
     return 0

@@ -10,7 +10,7 @@ from typing import Any
 from hostler.events.base import UnknownEvent
 from hostler.store.log import RecordedEvent, format_time
 
-__all__ = ["TableWriter", "record_json", "summarize_payload"]
+__all__ = ["TableWriter", "record_json", "summarize_fields", "summarize_payload"]
 
 _SKIP_IN_SUMMARY = frozenset({"from_state", "to_state", "at"})
 
@@ -19,7 +19,14 @@ def summarize_payload(record: RecordedEvent) -> str:
     """A compact ``from→to k=v ...`` line of a record's payload."""
     if record.damage:
         return f"[DAMAGED ROW: {record.damage}]"
-    payload = record.payload
+    text = summarize_fields(record.payload)
+    if isinstance(record.event, UnknownEvent):
+        text = f"{text} [unknown: {record.event.reason}]".lstrip()
+    return text
+
+
+def summarize_fields(payload: dict[str, Any]) -> str:
+    """A compact ``from→to k=v ...`` line of an event's payload."""
     parts: list[str] = []
     if "from_state" in payload and "to_state" in payload:
         source, dest = payload["from_state"] or "∅", payload["to_state"]
@@ -27,8 +34,6 @@ def summarize_payload(record: RecordedEvent) -> str:
     parts.extend(
         f"{key}={_short(value)}" for key, value in payload.items() if key not in _SKIP_IN_SUMMARY
     )
-    if isinstance(record.event, UnknownEvent):
-        parts.append(f"[unknown: {record.event.reason}]")
     return " ".join(parts)
 
 

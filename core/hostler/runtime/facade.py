@@ -33,6 +33,7 @@ from hostler.policies.pool import DRAIN_WAIT
 from hostler.policies.queue import Lane, engine_queue_caps
 from hostler.runtime.arbiter import GpuArbiter, Release
 from hostler.runtime.cache import CacheController, CacheStats
+from hostler.runtime.details import EngineBytes, LedgerFold, last_reason
 from hostler.runtime.gate import RequestGate
 from hostler.runtime.health import DeviceHealthGate, HealthStatus
 from hostler.runtime.pool import DRAIN_POLL, DrainProgress, EntryView, Pool, ReconcileReport
@@ -166,6 +167,7 @@ class Runtime:
             busy_hint=lambda key: key in self._queues and self._queues[key].busy,
         )
         self.router = Router(self.pool, clock=clock, offloop=self._io)
+        self._ledger_fold: LedgerFold | None = None  # reserved vs measured bytes, for ps
 
     async def __aenter__(self) -> Runtime:
         await self.pool.__aenter__()
@@ -241,6 +243,47 @@ class Runtime:
     def engine_status(self, key: str) -> EntryView | None:
         """One engine's snapshot, or None when the runtime does not know it."""
         return next((v for v in self.pool.snapshot() if v.key == key), None)
+
+    async def engine_details(self) -> dict[str, dict[str, Any]]:
+        """What ``hostler ps`` shows beyond :meth:`status`, per engine key (builds nothing).
+
+        ``state_since`` (when it entered its state), ``idle_deadline`` (when the idle timeout
+        stops it if nothing uses it; None when not running, pinned or never idle-stopped),
+        ``last_reason`` (why it is in its state, from its latest lifecycle event),
+        ``reserved_bytes`` and ``measured_bytes`` (what its reservation was admitted with and
+        its measured footprint once ready; None without one), ``lease`` (the GPU lease held
+        now: ``{"slot", "holder"}``, or None). The logs are read off the event loop.
+        """
+        pinned = self.pool.pinned
+        facts: dict[str, dict[str, Any]] = {}
+        for key in self.pool.engine_keys():
+            sup = self.pool.supervisor(key)
+            timeout = sup.rules.idle_timeout
+            idle = sup.state == "running" and timeout > 0 and key not in pinned
+            facts[key] = {
+                "state_since": sup.engine.changed_at,
+                "idle_deadline": sup.last_used + timeout if idle else None,
+            }
+        held = next((row for row in self.leases() if row["state"] == "held"), None)
+        lease = None if held is None else {"slot": held["slot"], "holder": held["holder"]}
+        ledger = self.ledger
+        if ledger is not None and self._ledger_fold is None:
+            self._ledger_fold = LedgerFold(ledger.owner)
+        fold, store = self._ledger_fold, self.store
+
+        def read() -> tuple[dict[str, str | None], dict[str, EngineBytes]]:
+            reasons = {key: last_reason(store, key) for key in facts}
+            held = {} if fold is None or ledger is None else fold.read(ledger.store)
+            return reasons, held
+
+        reasons, held_bytes = await self._io.run(read)
+        for key, row in facts.items():
+            bytes_ = held_bytes.get(key)
+            row["last_reason"] = reasons.get(key)
+            row["reserved_bytes"] = None if bytes_ is None else bytes_.reserved
+            row["measured_bytes"] = None if bytes_ is None else bytes_.measured
+            row["lease"] = lease
+        return facts
 
     def launch_summaries(self) -> list[LaunchSummary]:
         """How each running engine was launched."""

@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Mapping
 
 import anyio
@@ -122,12 +123,18 @@ def make_app(
         if (denied := authorized(request, changes_state=False)) is not None:
             return denied
         status = runtime.status()
+        details = await runtime.engine_details()
+        last_seq = await anyio.to_thread.run_sync(runtime.store.last_seq)
         return JsonAnswer(
             {
-                "engines": [dataclasses.asdict(v) for v in status.engines],
+                "engines": [
+                    {**dataclasses.asdict(v), **details.get(v.key, {})} for v in status.engines
+                ],
                 "sessions": dict(status.sessions),
                 "ledger": status.ledger,
                 "closed": status.closed,
+                "now": time.time(),
+                "last_seq": last_seq,
             }
         )
 

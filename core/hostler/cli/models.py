@@ -1,0 +1,69 @@
+"""``hostler models``: the models the running ``hostler serve`` offers, and which are loaded."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from hostler.cli.client import add_client_options, daemon_url, fetch, token_of
+from hostler.cli.load import model_of
+from hostler.cli.tables import print_table, size, table
+
+__all__ = ["MODELS_HEADERS", "add_parser", "model_rows", "run"]
+
+#: The table's columns, in order (pinned by the tests).
+MODELS_HEADERS = ("MODEL", "ENGINES", "RESIDENT", "RESERVED")
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``models``."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "models", help="the models the running `hostler serve` offers, and which are loaded"
+    )
+    add_client_options(parser)
+    parser.set_defaults(run=run)
+
+
+def model_rows(listed: Mapping[str, Any], engines: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One dict per model: ``id``, ``engines`` (keys), ``resident``, ``reserved_bytes``.
+
+    ``listed`` is ``GET /v1/models``; ``engines`` is ``GET /api/engines``. ``reserved_bytes``
+    is what the daemon holds in the ledger for the model's engines now (None when nothing).
+    """
+    rows = []
+    for model in listed.get("data") or []:
+        mine = [e for e in engines.get("engines") or [] if model_of(e["key"]) == model["id"]]
+        held = sum(int(e.get("bytes") or 0) for e in mine)
+        rows.append(
+            {
+                "id": model["id"],
+                "engines": [e["key"] for e in mine],
+                "resident": bool(model.get("resident")),
+                "reserved_bytes": held or None,
+            }
+        )
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the models."""
+    url, token = daemon_url(args), token_of(args)
+    assert url is not None  # noqa: S101 - a default is given
+    rows = model_rows(fetch(url, "/v1/models", token), fetch(url, "/api/engines", token))
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    grid = table(MODELS_HEADERS, ("RESERVED",))
+    for row in rows:
+        grid.add_row(
+            row["id"],
+            ", ".join(row["engines"]) or "-",
+            "yes" if row["resident"] else "no",
+            size(row["reserved_bytes"]),
+        )
+    print_table(grid)
+    if not rows:
+        print("(no models: put *.gguf files in DATA_DIR/models, or give serve a --config)")
+    return 0
