@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Set up and run hostler from a fresh clone with nothing but Python 3.11+ and the registries.
 
-    python3 dev.py demo        # the main job: write a demo event log and show it
+    python3 dev.py demo        # the main job: hostler serve swapping two real models, explained
     python3 dev.py test        # install what the tests need, run the whole suite
     python3 dev.py run CMD...  # anything else inside the project environment
 
@@ -54,7 +54,7 @@ def main(argv: list[str]) -> int:
     command, rest = argv[0], argv[1:]
     uv = [*uv_command(), "run", "--locked", "--python", sys.executable]
     if command == "demo":
-        line = [*uv, "hostler", "demo", *rest]
+        line = [*uv, "hostler", "tour", *rest]
     elif command == "test":
         line = [*uv, "pytest", *rest]
     else:

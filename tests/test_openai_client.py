@@ -1,0 +1,150 @@
+"""The real ``hostler serve`` (a child process) with real ``llama-server`` engines, as users meet it.
+
+The official ``openai`` client, streaming and not, and plain ``curl``; ``hostler tour``, the
+README's first command, end to end (two real models under a budget for one, swapping).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from hostler.testing.tiny_gguf import write_tiny_llama
+
+pytestmark = pytest.mark.slow
+
+HOSTLER = [sys.executable, "-c", "import sys; from hostler.cli import main; sys.exit(main())"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    for name in ("alpha", "beta"):
+        write_tiny_llama(tmp_path / f"{name}.gguf")
+    config = tmp_path / "hostler.toml"
+    config.write_text(
+        f'[daemon]\nledger = "ledger.db"\ndata_dir = "{tmp_path / "data"}"\n'
+        '\n[[models]]\nid = "alpha"\npath = "alpha.gguf"\nctx = 512\n'
+        '\n[[models]]\nid = "beta"\npath = "beta.gguf"\nctx = 512\n'
+    )
+    port = free_port()
+    log = (tmp_path / "serve.log").open("wb")
+    env = {**os.environ, "HOSTLER_HOME": str(tmp_path / "home")}
+    daemon = subprocess.Popen(
+        [*HOSTLER, "serve", "--config", str(config), "--port", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert daemon.poll() is None, (tmp_path / "serve.log").read_text()
+            try:
+                if httpx.get(f"{base}/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "hostler serve did not listen in 60 s"
+            time.sleep(0.1)
+        yield base, tmp_path
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=30) == 0
+        log.close()
+
+
+def test_the_official_openai_client_streaming_and_not(served: tuple[str, Path]) -> None:
+    base, _ = served
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="not-needed-on-loopback")
+    assert sorted(m.id for m in client.models.list()) == ["alpha", "beta"]
+    answer = client.chat.completions.create(
+        model="alpha", messages=[{"role": "user", "content": "hi"}], max_tokens=4, temperature=0
+    )
+    assert answer.choices[0].finish_reason in {"length", "stop"}
+    assert answer.usage is not None and answer.usage.completion_tokens >= 1
+    pieces = [
+        chunk.choices[0].delta.content or ""
+        for chunk in client.chat.completions.create(
+            model="beta",
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=6,
+            temperature=0,
+            stream=True,
+        )
+        if chunk.choices
+    ]
+    assert len(pieces) >= 2 and "".join(pieces)  # chunk by chunk, not one buffered answer
+    text = client.completions.create(model="alpha", prompt="once upon", max_tokens=3)
+    assert text.choices[0].text
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.chat.completions.create(model="gamma", messages=[{"role": "user", "content": "x"}])
+    assert missing.value.code == "model_not_found"
+    assert "alpha, beta" in str(missing.value)
+
+
+def test_plain_curl(served: tuple[str, Path]) -> None:
+    base, folder = served
+    curl = shutil.which("curl")
+    assert curl is not None, "curl is part of the check: install it (apt-get install curl)"
+    body = json.dumps(
+        {"model": "beta", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+         "stream": True}
+    )  # fmt: skip
+    done = subprocess.run(
+        [curl, "-sS", "-N", f"{base}/v1/chat/completions", "-H", "content-type: application/json",
+         "-d", body],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    events = [line for line in done.stdout.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "data: [DONE]" and len(events) >= 3
+    token = (folder / "data" / "token").read_text().strip()
+    refused = subprocess.run(
+        [curl, "-sS", "-X", "POST", f"{base}/api/models/alpha/load", "-w", "%{http_code}"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert refused.stdout.endswith("401")
+    loaded = subprocess.run(
+        [curl, "-sS", "-X", "POST", f"{base}/api/models/alpha/load",
+         "-H", f"Authorization: Bearer {token}"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert json.loads(loaded.stdout) == {
+        "model": "alpha",
+        "key": "llamacpp:alpha:0",
+        "loaded": True,
+    }
+
+
+def test_the_tour_swaps_two_real_models_and_explains_it(tmp_path: Path) -> None:
+    env = {**os.environ, "HOSTLER_HOME": str(tmp_path / "home")}
+    done = subprocess.run(
+        [*HOSTLER, "tour", "--data-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=600, env=env, check=False,
+    )  # fmt: skip
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert "'smollm2' answered" in out and "Paris" in out  # a real model, answering sensibly
+    assert "resident: ['llamacpp:smollm2-f32:0']" in out  # the swap: smollm2 unloaded for it
+    assert out.count("resident: ['llamacpp:smollm2:0']") == 2  # and back
+    assert out.count("pool.room_planned") == 2
+    assert out.count("reason=evicted") == 2
+    assert "exited with status 0" in out
