@@ -153,12 +153,13 @@ class Router:
 
 
 def runtime_for(
-    folder: Path, store: EventStore, models: dict[str, Path], budget_gib: float | None
+    folder: Path, store: EventStore, models: dict[str, Path], budget_gib: list[float | None]
 ) -> tuple[hostler.Runtime, Callable[[str], int]]:
+    """A runtime of ``models``; ``budget_gib[0]`` is the host budget, read at each decision."""
     ledger = HostLedger(
         store,
         OwnerIdentity.current("bench"),
-        lambda: compute_budget(HostMemory(64 * GIB), override_gib=budget_gib),
+        lambda: compute_budget(HostMemory(64 * GIB), override_gib=budget_gib[0]),
     )
     adapter = LlamaCppAdapter()
 
@@ -177,6 +178,7 @@ def runtime_for(
             token_prefix=f"bench-proxy-{folder.name}",
             policy=SupervisorPolicy(idle_timeout=0),
             ledger=ledger,
+            footprint=lambda: alone[key],  # reserved in the ledger, as hostler serve does
         )
 
     def price(key: str) -> int:
@@ -186,7 +188,11 @@ def runtime_for(
         )
         return int(launch.reserved_bytes)
 
-    return hostler.Runtime(store, build, ledger=ledger, estimate=price), price
+    # each model's price alone (16 slots), fixed: a plan that sheds slots to squeeze in beside
+    # another model (C6) would make this a co-residency test, not a swap
+    alone = {f"llamacpp:{name}:0": price(f"llamacpp:{name}:0") for name in models}
+    runtime = hostler.Runtime(store, build, ledger=ledger, estimate=alone.__getitem__)
+    return runtime, alone.__getitem__
 
 
 def rotated(names: list[str], round_no: int) -> list[str]:
@@ -218,7 +224,7 @@ async def steady(args: argparse.Namespace, folder: Path, model: Path) -> None:
     shutil.copy(model, models_dir / "bench.gguf")
     router = Router(models_dir, folder / "router.log")
     with EventStore.open(folder / "events.db") as store:
-        runtime, _price = runtime_for(folder, store, {"bench": model}, None)
+        runtime, _price = runtime_for(folder, store, {"bench": model}, [None])
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
         async with (
             runtime,
@@ -268,9 +274,8 @@ async def swaps(args: argparse.Namespace, folder: Path, model: Path) -> None:
     router = Router(models_dir, folder / "router-swap.log")
     models = {name: models_dir / f"{name}.gguf" for name in ("a", "b")}
     with EventStore.open(folder / "swap-events.db") as store:
-        _, price = runtime_for(folder, store, models, None)  # only to price one model
-        one = price("llamacpp:a:0")
-        runtime, _ = runtime_for(folder, store, models, 1.5 * one / GIB)
+        budget: list[float | None] = [None]
+        runtime, price = runtime_for(folder, store, models, budget)
         async with (
             runtime,
             anyio.create_task_group() as tg,
@@ -287,20 +292,33 @@ async def swaps(args: argparse.Namespace, folder: Path, model: Path) -> None:
             await router.ready(client)
             for url in urls.values():
                 await latency(client, url, "a")
+            # room for one: a's price fits, a (as measured) beside b's price does not
+            measured = (await runtime.budget())["committed"]
+            budget[0] = (price("llamacpp:b:0") + measured / 2) / GIB
             samples: dict[str, list[float]] = {n: [] for n in urls}
+            failures = dict.fromkeys(urls, 0)
             for round_no in range(rounds):
                 for who in rotated(list(urls), round_no):
                     # two swaps a round: b (a goes), then a (b goes)
-                    took = [await latency(client, urls[who], m) for m in ("b", "a")]
+                    try:
+                        took = [await latency(client, urls[who], m) for m in ("b", "a")]
+                    except httpx.HTTPError as exc:
+                        failures[who] += 1
+                        print(f"  {who}: a swap request failed ({type(exc).__name__}: {exc})")
+                        continue
                     samples[who].append(statistics.mean(took))
             resident = [v.key for v in runtime.status().engines if v.state == "running"]
             assert resident == ["llamacpp:a:0"], f"hostler kept {resident}: no swap happened"
-            report(
-                "swap: request for the model not loaded (unload + load + answer)",
-                samples,
-                unit="ms",
-                base="router",
-            )
+            print(f"\nswap rounds that failed: {failures}")
+            kept = min(len(s) for s in samples.values())
+            samples = {who: s[:kept] for who, s in samples.items()}
+            if kept:
+                report(
+                    "swap: request for the model not loaded (unload + load + answer)",
+                    samples,
+                    unit="ms",
+                    base="router",
+                )
             for who, url in urls.items():
                 print(f"  order under a swap, {who}: {await order(client, url)}")
             tg.cancel_scope.cancel()
@@ -337,7 +355,8 @@ async def order(client: httpx.AsyncClient, url: str) -> str:
 
 async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
+        folder = Path(args.keep) if args.keep else Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
         if args.smollm2:
             model = smollm2_gguf(folder / "cache")
         else:
@@ -356,4 +375,5 @@ if __name__ == "__main__":
         "--smollm2", action="store_true", help="SmolLM2-135M instead of a tiny model"
     )
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--keep", help="work in this (empty) folder and keep it: engine logs")
     anyio.run(main, parser.parse_args())

@@ -458,12 +458,14 @@ async def terminate_group(
         if not signalled:
             return _status(child, gone=True, detail=why)
         deadline = anyio.current_time() + wait
+        pause = 0.001  # an engine that exits at once is seen at once; then every 20 ms
         while anyio.current_time() < deadline:
             if child is not None:
                 child.poll()
             if not group_alive(pgid):
                 return _status(child, gone=True)
-            await anyio.sleep(0.02)
+            await anyio.sleep(pause)
+            pause = min(pause * 2, 0.02)
     if child is not None:
         child.poll()
     if not group_alive(pgid):

@@ -92,6 +92,7 @@ def make_app(
         return JsonAnswer({"object": "list", "data": data})
 
     proxy = CompletionProxy(runtime, models, upstream, guard)
+    runtime.pool.on_stopping(upstream.forget)
 
     metrics = Metrics(runtime, runtime.store)
 
