@@ -335,3 +335,26 @@ async def test_a_negative_or_bogus_price_evicts_nothing(world: World) -> None:
                 await pool.ensure(C)  # its supervisor prices it (430 MiB) and is refused
             assert pool.resident(A) and pool.resident(B)
         assert world.pool_events("pool.room_planned") == []
+
+
+async def test_stop_listeners_hear_the_port_before_the_engine_stops(world: World) -> None:
+    heard: list[tuple[int, bool]] = []
+    async with world.pool() as pool:
+
+        async def listener(port: int) -> None:
+            sup = pool.supervisor(A)
+            heard.append((port, sup.pid is not None and psutil.pid_exists(sup.pid)))
+
+        async def broken(_port: int) -> None:
+            raise RuntimeError("a listener's own trouble")
+
+        pool.on_stopping(broken)  # never keeps an engine from stopping
+        pool.on_stopping(listener)
+        await pool.ensure(A)
+        await pool.ensure(B)
+        port_a = pool.supervisor(A).port
+        await pool.ensure(C)  # evicts A
+        assert heard == [(port_a, True)]  # told while A still ran, with A's port
+        assert pool.supervisor(A).pid is None
+    ports = {port for port, _alive in heard}
+    assert port_a in ports and len(heard) == 3  # closing the pool tells for B and C too

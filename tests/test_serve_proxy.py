@@ -261,3 +261,15 @@ async def test_a_client_that_leaves_while_queued_gives_up_its_place(
 
 def rig_events(runtime: hostler.Runtime) -> list[str]:
     return [r.type for r in runtime.store.read_all()]
+
+
+async def test_forget_closes_the_idle_connections_to_one_port(engine: Engine) -> None:
+    pool = PooledUpstream()
+    assert (await read(pool, engine.port))[0] == 200
+    await pool.forget(engine.port + 1)  # another port: nothing of this one is dropped
+    assert (await read(pool, engine.port))[0] == 200
+    assert engine.connections == 1
+    await pool.forget(engine.port)  # the engine is about to stop: its connection goes
+    assert (await read(pool, engine.port))[0] == 200
+    assert engine.connections == 2
+    await pool.aclose()
