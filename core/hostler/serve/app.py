@@ -18,6 +18,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 import anyio
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -92,7 +93,6 @@ def make_app(
         return JsonAnswer({"object": "list", "data": data})
 
     proxy = CompletionProxy(runtime, models, upstream, guard)
-    runtime.pool.on_stopping(upstream.forget)
 
     metrics = Metrics(runtime, runtime.store)
 
@@ -169,18 +169,47 @@ def make_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        # before the pool stops an engine, drop the kept connections it would wait on
+        runtime.pool.on_stopping(upstream.forget)
         try:
             yield
         finally:
             if own_upstream:
                 await upstream.aclose()
 
-    return Starlette(
+    return _App(
+        _OneLine(proxy),
         routes=routes,
         lifespan=lifespan,
         middleware=[Middleware(_OneLine)],
         exception_handlers={HTTPException: _http_error},
     )
+
+
+#: The completion routes, served by the proxy ahead of the router (their cost is a headline).
+PROXIED = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
+
+
+class _App(Starlette):
+    """Starlette, with the completion routes dispatched straight to the proxy.
+
+    Every message of a streamed answer would otherwise pass through Starlette's error and
+    exception middleware and the router's wrappers; the proxy answers its own errors, and
+    :class:`_OneLine` still turns a bug into one line. The routes stay listed (and routed, for
+    any other method) so the schema and ``Allow`` answers are unchanged.
+    """
+
+    def __init__(self, hot: ASGIApp, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._hot = hot
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Dispatch a completion POST to the proxy, everything else as Starlette does."""
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in PROXIED:
+            scope["app"] = self
+            await self._hot(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
