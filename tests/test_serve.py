@@ -260,6 +260,15 @@ async def test_metrics_and_the_event_tail_come_from_the_same_log(
 ) -> None:
     runtime, client = served
     assert (await client.post("/v1/chat/completions", json=chat("alpha"))).status_code == 200
+    measured = (await runtime.engine_details())["llamacpp:alpha:0"]["measured_bytes"]
+    assert isinstance(measured, int) and measured > 0
+    text = (await client.get("/metrics")).text
+    sample = next(
+        line for line in text.splitlines() if line.startswith("hostler_engine_measured_bytes{")
+    )
+    assert sample.startswith('hostler_engine_measured_bytes{engine="llamacpp:alpha:0"} ')
+    assert float(sample.split()[-1]) == measured
+    assert "hostler_lease_wait_seconds_total" in text
     assert await runtime.unload("llamacpp:alpha:0")
     with anyio.fail_after(5):  # queue events reach the log within half a second
         while "hostler_queue_dispatched_total 1.0" not in (
@@ -286,3 +295,21 @@ async def test_metrics_and_the_event_tail_come_from_the_same_log(
                 break
     assert [seq for seq, _ in seen] == [last - 2, last - 1, last]
     assert (await client.get("/api/events?after=x")).status_code == 400
+
+
+def test_lease_waits_are_summed_from_requested_to_granted(tmp_path: Path) -> None:
+    from hostler import Lease, commit
+    from hostler.serve.metrics import Metrics
+
+    with EventStore.open(tmp_path / "leases.db") as store:
+        first, second, waiting = Lease("l1"), Lease("l2"), Lease("l3")
+        first.fire("request", at=10.0, slot="llm", holder="a")
+        first.fire("grant", at=12.5, expires_at=100.0)
+        second.fire("request", at=20.0, slot="image", holder="b")
+        second.fire("grant", at=20.0, expires_at=100.0)  # granted at once: 0 s
+        waiting.fire("request", at=30.0, slot="llm", holder="c")  # not granted yet: no wait
+        for lease in (first, second, waiting):
+            commit(store, lease)
+        metrics = Metrics(runtime=None, store=store)  # type: ignore[arg-type]
+        metrics._fold()
+        assert (metrics._leases, metrics._lease_wait) == (2, 2.5)

@@ -28,6 +28,7 @@ _COUNTED = (
     "engine.crashed",
     "engine.start_requested",
     "queue.dispatched",
+    "lease.requested",
     "lease.granted",
     "pool.drain_ended",
 )
@@ -55,13 +56,16 @@ class Metrics:
         self._queue_wait = 0.0
         self._dispatched = 0
         self._leases = 0
+        self._lease_wait = 0.0
+        self._lease_asked: dict[str, float] = {}  # lease stream → when it was requested
         self._lock = anyio.Lock()
 
     async def render(self) -> bytes:
         """The exposition text (the log is folded off the event loop)."""
         status, queues = self.runtime.status(), self.runtime.queues()
+        details = await self.runtime.engine_details()
         async with self._lock:
-            return await anyio.to_thread.run_sync(self._render, status, queues)
+            return await anyio.to_thread.run_sync(self._render, status, queues, details)
 
     def _fold(self) -> None:
         for record in self.store.read_all(after_seq=self._seq, types=_COUNTED):
@@ -77,13 +81,24 @@ class Metrics:
                 self._dispatched += 1
                 waited = payload.get("waited")
                 self._queue_wait += float(waited) if isinstance(waited, int | float) else 0.0
+            elif record.type == "lease.requested":
+                self._lease_asked[record.stream_id] = float(payload.get("at") or 0.0)
             elif record.type == "lease.granted":
                 self._leases += 1
+                asked = self._lease_asked.pop(record.stream_id, None)
+                granted = payload.get("at")
+                if asked is not None and isinstance(granted, int | float):
+                    self._lease_wait += max(0.0, float(granted) - asked)
             elif record.type == "pool.drain_ended":
                 self._drains[str(payload.get("outcome"))] += 1
             self._seq = max(self._seq, record.seq)
 
-    def _render(self, status: RuntimeStatus, queues: dict[str, QueueSummary]) -> bytes:
+    def _render(
+        self,
+        status: RuntimeStatus,
+        queues: dict[str, QueueSummary],
+        details: dict[str, dict[str, Any]],
+    ) -> bytes:
         self._fold()
         families: list[Metric] = []
         up = GaugeMetricFamily(
@@ -94,6 +109,14 @@ class Metrics:
             "bytes the ledger holds for the engine (measured once measured)",
             labels=["engine"],
         )
+        measured = GaugeMetricFamily(
+            "hostler_engine_measured_bytes",
+            "the engine's measured footprint once ready (beside what was reserved)",
+            labels=["engine"],
+        )
+        for key, facts in sorted(details.items()):
+            if isinstance(facts.get("measured_bytes"), int):
+                measured.add_metric([key], float(facts["measured_bytes"]))
         busy = GaugeMetricFamily("hostler_engine_busy", "1 while it serves", labels=["engine"])
         for view in status.engines:
             up.add_metric([view.key, view.state], 1.0 if view.state == "running" else 0.0)
@@ -139,7 +162,12 @@ class Metrics:
         waited.add_metric([], self._queue_wait)
         leases = CounterMetricFamily("hostler_leases_granted", "GPU leases granted")
         leases.add_metric([], float(self._leases))
-        families += [stops, crashes, starts, drains, dispatched, waited, leases]
+        lease_wait = CounterMetricFamily(
+            "hostler_lease_wait_seconds", "seconds GPU lease requests waited to be granted, summed"
+        )
+        lease_wait.add_metric([], self._lease_wait)
+        families += [measured, stops, crashes, starts, drains, dispatched, waited, leases]
+        families.append(lease_wait)
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Snapshot(families))
         return generate_latest(registry)
