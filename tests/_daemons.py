@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Collection
 from pathlib import Path
 
 import psutil
@@ -48,8 +49,13 @@ def start_daemon(
     env: dict[str, str] | None = None,
     command: str = "daemon",
     extra: tuple[str, ...] = (),
+    unset: Collection[str] = (),
 ) -> subprocess.Popen[bytes]:
-    """``hostler daemon`` (or ``command``) as a real process, its output appended to ``log``."""
+    """``hostler daemon`` (or ``command``) as a real process, its output appended to ``log``.
+
+    ``env`` is added to this process's environment, without the variables named in ``unset``.
+    """
+    base = {k: v for k, v in os.environ.items() if k not in unset}
     with log.open("ab") as out:
         return subprocess.Popen(
             [
@@ -66,7 +72,7 @@ def start_daemon(
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=REPO / "tests",
-            env={**os.environ, **(env or {})},
+            env={**base, **(env or {})},
         )
 
 

@@ -7,11 +7,9 @@ work.
 
 from __future__ import annotations
 
-import os
 import signal
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -30,7 +28,7 @@ from hostler.settings_env import (
 )
 from hostler.testing.tiny_gguf import write_tiny_llama
 
-from _daemons import events, kill_leftovers, wait_for
+from _daemons import events, kill_leftovers, start_daemon, wait_for
 from _support import run_cli
 
 TOKEN = "t" * 40
@@ -291,23 +289,7 @@ extra_args = {{ batch-size = 32 }}
     )
     data = tmp_path / "data"
     log = tmp_path / "serve.log"
-    env = {k: v for k, v in os.environ.items() if k not in ENV_VARIABLES}
-    with log.open("ab") as out:
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "import sys; from hostler.cli import main; sys.exit(main())",
-                "serve",
-                "--config",
-                str(config),
-                "--data-dir",
-                str(data),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
+    server = start_daemon(config, data, log, command="serve", unset=ENV_VARIABLES)
     try:
         from test_serve_cli import served_port
 
@@ -358,25 +340,15 @@ def start_serve(
     config = write(tmp_path, config_text)
     data = tmp_path / "data"
     log = tmp_path / "serve.log"
-    clean = {k: v for k, v in os.environ.items() if k not in ENV_VARIABLES}
-    with log.open("ab") as out:
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "import sys; from hostler.cli import main; sys.exit(main())",
-                "serve",
-                "--config",
-                str(config),
-                "--data-dir",
-                str(data),
-                "--port",
-                "0",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**clean, "HOSTLER_LEDGER": str(tmp_path / "ledger.db"), **env},
-        )
+    server = start_daemon(
+        config,
+        data,
+        log,
+        env={"HOSTLER_LEDGER": str(tmp_path / "ledger.db"), **env},
+        command="serve",
+        extra=("--port", "0"),
+        unset=ENV_VARIABLES,
+    )
     return server, f"http://127.0.0.1:{served_port(log)}", data
 
 
