@@ -18,7 +18,7 @@ import pytest
 from hostler.cli.daemon import serve_config
 from hostler.config import DEFAULT_HOST, DEFAULT_PORT
 from hostler.errors import SettingError, UsageError
-from hostler.serve.access import check_exposure, open_access, run_token
+from hostler.serve.access import check_exposure
 from hostler.settings_env import (
     ENV_VARIABLES,
     EnvOverrides,
@@ -234,20 +234,23 @@ def test_daemon_without_a_config_or_hostler_config_is_one_line(tmp_path: Path) -
     )
 
 
-@pytest.mark.anyio
-async def test_open_access_hands_every_request_the_run_token() -> None:
-    seen: list[list[tuple[bytes, bytes]]] = []
+def test_an_open_guard_lets_every_request_through_and_a_tokenless_one_none() -> None:
+    from starlette.requests import Request
 
-    async def app(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
-        seen.append(scope.get("headers", []))
+    from hostler.serve.operator import Guard
 
-    token = run_token()
-    assert len(token) >= 32 and token != run_token()
-    opened = open_access(app, token)
-    await opened({"type": "http", "headers": [(b"Authorization", b"Bearer wrong")]}, None, None)  # type: ignore[arg-type]
-    await opened({"type": "lifespan"}, None, None)  # type: ignore[arg-type]
-    assert seen[0] == [(b"authorization", f"Bearer {token}".encode())]
-    assert seen[1] == []  # only HTTP requests are touched
+    bare = Request({"type": "http", "headers": []})
+    wrong = Request({"type": "http", "headers": [(b"authorization", b"Bearer wrong")]})
+    opened = Guard(None, public=False, open_routes=True)
+    assert opened.check(bare, changes_state=True) is None
+    assert opened.check(wrong, changes_state=True) is None
+    closed = Guard(None, public=False)  # no token and not open: what needs one is refused
+    refused = closed.check(bare, changes_state=True)
+    assert refused is not None and refused.status_code == 401
+    assert closed.check(bare, changes_state=False) is None  # a loopback read needs none
+    public = Guard(None, public=True)
+    denied = public.check(bare, changes_state=False)
+    assert denied is not None and denied.status_code == 401
 
 
 FAKE_BINARY = """#!/bin/sh

@@ -72,7 +72,7 @@ from hostler.replay import replay
 from hostler.runtime.arbiter import GpuArbiter
 from hostler.runtime.facade import Runtime
 from hostler.runtime.health import DeviceHealthGate, HealthSample, nvml_sampler
-from hostler.serve.access import check_exposure, open_access, run_token
+from hostler.serve.access import check_exposure
 from hostler.serve.app import make_app
 from hostler.serve.server import HttpServer, is_loopback, load_token
 from hostler.store.log import EventStore
@@ -182,9 +182,9 @@ class Daemon:
         assert self.runtime is not None  # noqa: S101 - made by _run
         host, port = self.listen
         config = self.config
+        token: str | None
         if config.auth == "none":  # loopback only (check_exposure): every route open
-            token = run_token()
-            where = "no token: every route is open to this machine's users"
+            token, where = None, "no token: every route is open to this machine's users"
         elif config.token is not None:
             token, where = config.token, "the token is HOSTLER_TOKEN"
         else:
@@ -195,8 +195,14 @@ class Daemon:
             parsed = parse_key(engine.key)
             if parsed is not None:
                 models.setdefault(parsed.model, f"{parsed.engine}:{parsed.model}")
-        app = make_app(self.runtime, models, token=token, public=not is_loopback(host))
-        server = HttpServer(open_access(app, token) if config.auth == "none" else app, host, port)
+        app = make_app(
+            self.runtime,
+            models,
+            token=token,
+            public=not is_loopback(host),
+            open_routes=config.auth == "none",
+        )
+        server = HttpServer(app, host, port)
         self.http = server
         tasks.start_soon(server.serve)
         await server.started.wait()

@@ -50,6 +50,7 @@ def make_app(
     *,
     token: str | None = None,
     public: bool = False,
+    open_routes: bool = False,
     upstream: Upstream | None = None,
 ) -> Starlette:
     """The app over ``runtime``.
@@ -60,13 +61,15 @@ def make_app(
         token: The bearer token; required for every state-changing operator route, and for
             every route when ``public``.
         public: The app listens beyond loopback.
+        open_routes: Every route is open, no token asked (``auth = "none"``: loopback only, which
+            the daemon checks before it starts).
         upstream: The client to the engines (default: a :class:`PooledUpstream`, closed with
             the app).
     """
     own_upstream = upstream is None
     upstream = upstream or PooledUpstream()
 
-    guard = Guard(token, public)
+    guard = Guard(token, public, open_routes=open_routes)
 
     def authorized(request: Request, *, changes_state: bool) -> Response | None:
         return guard.check(request, changes_state=changes_state)

@@ -30,14 +30,19 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Guard:
-    """Who may call what: the token for state-changing routes, for all when public."""
+    """Who may call what: the token for state-changing routes, for all when public.
+
+    ``open_routes`` (``auth = "none"``, loopback only) opens every route; without it a guard
+    with no token refuses every route that needs one.
+    """
 
     token: str | None
     public: bool
+    open_routes: bool = False
 
     def check(self, request: Request, *, changes_state: bool) -> Response | None:
         """None when allowed, else the 401 answer."""
-        if not (changes_state or self.public):
+        if self.open_routes or not (changes_state or self.public):
             return None
         given = request.headers.get("authorization", "")
         if self.token and secrets.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
