@@ -595,3 +595,26 @@ def test_hostler_url_points_budget_and_events_at_the_daemon(
     monkeypatch.setenv("HOSTLER_URL", "not a url")
     status, _, err = cli(capsys, "ps")
     assert status == 2 and err.startswith("hostler: error [usage.setting]: HOSTLER_URL: ")
+
+
+def test_the_token_comes_from_the_flag_then_hostler_token_then_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import argparse
+
+    from hostler.cli.client import token_of
+    from hostler.errors import SettingError
+
+    (tmp_path / "token").write_text("f" * 40 + "\n")
+    args = argparse.Namespace(token=None, data_dir=tmp_path)
+    monkeypatch.delenv("HOSTLER_TOKEN", raising=False)
+    assert token_of(args) == "f" * 40
+    monkeypatch.setenv("HOSTLER_TOKEN", "e" * 32)  # 32: the shortest token
+    assert token_of(args) == "e" * 32
+    assert token_of(argparse.Namespace(token="x" * 40, data_dir=tmp_path)) == "x" * 40
+    monkeypatch.setenv("HOSTLER_TOKEN", "e" * 31)
+    with pytest.raises(SettingError) as refused:
+        token_of(args)
+    assert "e" * 31 not in refused.value.message  # a secret is never echoed
+    monkeypatch.setenv("HOSTLER_TOKEN", "")  # empty counts as unset
+    assert token_of(args) == "f" * 40

@@ -18,6 +18,7 @@ import httpx
 from hostler.cli.common import data_directory
 from hostler.errors import DaemonUnreachableError, SettingError
 from hostler.paths import default_data_dir
+from hostler.settings_env import valid_token
 
 __all__ = [
     "DEFAULT_URL",
@@ -36,6 +37,7 @@ __all__ = [
 DEFAULT_URL = "http://127.0.0.1:11435"
 #: The environment variable that names the daemon when ``--url`` is not given.
 URL_VARIABLE = "HOSTLER_URL"
+TOKEN_VARIABLE = "HOSTLER_TOKEN"  # noqa: S105 - a variable name, not a secret
 _MAX_URL = 2048
 
 
@@ -102,9 +104,21 @@ def add_client_options(parser: argparse.ArgumentParser, *, json_flag: bool = Tru
 
 
 def token_of(args: argparse.Namespace) -> str | None:
-    """``--token``, else the data directory's ``token`` file, else None."""
+    """``--token``, else ``$HOSTLER_TOKEN`` (the daemon's own), else the ``token`` file, else None.
+
+    Raises:
+        SettingError: ``$HOSTLER_TOKEN`` is set and cannot be a token.
+    """
     if getattr(args, "token", None):
         return str(args.token)
+    named = os.environ.get(TOKEN_VARIABLE, "")
+    if named:
+        if not valid_token(named):  # never echoed: it is a secret
+            raise SettingError(
+                f"{TOKEN_VARIABLE}: not a token (32 to 256 printable characters, no space); "
+                "fix it or unset the variable"
+            )
+        return named
     folder = getattr(args, "data_dir", None) or default_data_dir()
     try:
         return (folder / "token").read_text(encoding="utf-8").strip() or None
