@@ -382,7 +382,7 @@ def test_budget_against_the_daemon_reads_and_changes_it_live(
     # the token is needed to change it: a wrong one is one line, exit 1
     status, out, err = cli(capsys, "budget", "--url", daemon.url, "--token", "no", "--set", "1G")
     assert status == 1 and out == ""
-    assert err.startswith("hostler: error [daemon.unreachable]: ")
+    assert err.startswith("hostler: error [daemon.refused]: ")
     assert "/api/budget: 401: this route needs the daemon's token" in err
     assert err.count("\n") == 1
 
@@ -427,7 +427,7 @@ def test_events_against_the_daemon_resume_after_a_seq(
 def test_errors_are_one_line(daemon: Daemon, capsys: pytest.CaptureFixture[str]) -> None:
     status, out, err = cli(capsys, "load", "nothing", "--url", daemon.url, "--token", TOKEN)
     assert status == 1 and out == ""
-    assert err.startswith("hostler: error [daemon.unreachable]: ")
+    assert err.startswith("hostler: error [daemon.refused]: ")
     assert "404: model 'nothing' is not configured here" in err and err.count("\n") == 1
     status, _, err = cli(capsys, "unload", "llamacpp:alpha:0", "--url", daemon.url, "--token", "x")
     assert status == 1 and "401" in err and err.count("\n") == 1

@@ -12,6 +12,7 @@ from typing import ClassVar
 __all__ = [
     "CapacityDeniedError",
     "ConcurrencyError",
+    "DaemonRefusedError",
     "DaemonUnreachableError",
     "DeviceUnhealthyError",
     "EngineBinaryError",
@@ -235,6 +236,20 @@ class DaemonUnreachableError(HostlerError):
     """A client command found no ``hostler serve`` answering at its address."""
 
     code = "daemon.unreachable"
+
+
+class DaemonRefusedError(HostlerError):
+    """The running ``hostler serve`` answered a client command with an error (its message kept).
+
+    Attributes:
+        status: The HTTP status it answered with (401: the token; 404: no such model...).
+    """
+
+    code = "daemon.refused"
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class RuntimeClosedError(HostlerError):

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from hostler.cli.common import data_directory
-from hostler.errors import DaemonUnreachableError, SettingError
+from hostler.errors import DaemonRefusedError, DaemonUnreachableError, SettingError
 from hostler.paths import default_data_dir
 from hostler.settings_env import valid_token
 
@@ -137,12 +137,14 @@ def _unreachable(url: str, exc: Exception) -> DaemonUnreachableError:
     )
 
 
-def _refused(url: str, path: str, response: httpx.Response) -> DaemonUnreachableError:
+def _refused(url: str, path: str, response: httpx.Response) -> DaemonRefusedError:
     try:
         message = response.json()["error"]["message"]
     except (ValueError, KeyError, TypeError):
         message = response.text[:200]
-    return DaemonUnreachableError(f"{url[:200]}{path}: {response.status_code}: {message}")
+    return DaemonRefusedError(
+        f"{url[:200]}{path}: {response.status_code}: {message}", response.status_code
+    )
 
 
 def call(
