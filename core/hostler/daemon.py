@@ -213,6 +213,12 @@ class Daemon:
             len(models),
             where,
         )
+        if not models:
+            log.warning(
+                "hostler: no models to serve: put *.gguf files in %s (HOSTLER_MODELS_DIR), or "
+                "give --config FILE with [[models]] (docs/daemon.md)",
+                config.data_dir / "models",
+            )
 
     async def _health_sample(self) -> HealthSample:
         """The health gate's NVML sample, through the daemon's one probe once it is open."""
