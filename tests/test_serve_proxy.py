@@ -273,3 +273,25 @@ async def test_forget_closes_the_idle_connections_to_one_port(engine: Engine) ->
     assert (await read(pool, engine.port))[0] == 200
     assert engine.connections == 2
     await pool.aclose()
+
+
+@pytest.mark.parametrize(
+    ("headers", "refused"),
+    [
+        ([(b"host", b"127.0.0.1:11435")], False),
+        ([(b"host", b"localhost:11435"), (b"origin", b"http://localhost:3000")], False),
+        ([(b"host", b"LOCALHOST")], False),
+        ([(b"host", b"[::1]:11435"), (b"origin", b"https://127.0.0.1")], False),
+        ([], False),  # HTTP/1.0 without a Host: a program
+        ([(b"host", b"evil.example:11435")], True),  # a name rebound to 127.0.0.1
+        ([(b"host", b"127.0.0.1:11435"), (b"origin", b"http://evil.example")], True),
+        ([(b"host", b"127.0.0.1:11435"), (b"origin", b"null")], True),  # a sandboxed page
+        ([(b"host", b"127.0.0.1"), (b"origin", b"file://")], True),
+    ],
+)
+def test_web_pages_of_other_sites_are_refused_on_loopback(
+    headers: list[tuple[bytes, bytes]], refused: bool
+) -> None:
+    from hostler.serve.app import foreign_caller
+
+    assert (foreign_caller({"type": "http", "headers": headers}) is not None) is refused

@@ -375,7 +375,7 @@ async def test_a_client_that_leaves_before_its_body_is_read_is_not_a_bug(
         "raw_path": b"/v1/chat/completions",
         "query_string": b"",
         "root_path": "",
-        "headers": [(b"host", b"hostler"), (b"content-type", b"application/json")],
+        "headers": [(b"host", b"127.0.0.1:2"), (b"content-type", b"application/json")],
         "client": ("127.0.0.1", 1),
         "server": ("127.0.0.1", 2),
     }
@@ -421,7 +421,7 @@ async def test_a_bug_is_one_line_in_openai_shape_and_logged(
 ) -> None:
     app = make_app(Broken(store=None), MODELS, token=TOKEN)  # type: ignore[arg-type]
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://hostler") as local:
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as local:
         answer = await local.get("/api/engines")
     assert answer.status_code == 500
     assert answer.json()["error"] == {

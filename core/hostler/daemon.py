@@ -18,6 +18,7 @@ import os
 import re
 import secrets
 import signal
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -33,6 +34,7 @@ from hostler.capacity.pricing import LaunchPrice
 from hostler.config import DaemonConfig, EngineConfig, load_config
 from hostler.drivers.host_ledger import (
     HostLedger,
+    LedgerLocation,
     OwnerIdentity,
     open_ledger_store,
 )
@@ -74,7 +76,7 @@ from hostler.runtime.facade import Runtime
 from hostler.runtime.health import DeviceHealthGate, HealthSample, nvml_sampler
 from hostler.serve.access import check_exposure
 from hostler.serve.app import make_app
-from hostler.serve.server import HttpServer, is_loopback, load_token
+from hostler.serve.server import HttpServer, bind_listener, is_loopback, load_token
 from hostler.store.log import EventStore
 
 __all__ = ["Daemon", "DaemonConfig", "DaemonStarted", "EngineConfig", "load_config"]
@@ -153,6 +155,7 @@ class Daemon:
     def __init__(self, config: DaemonConfig, *, listen: tuple[str, int] | None = None) -> None:
         self.config = config
         self.listen = listen
+        self._listener: socket.socket | None = None
         self.http: HttpServer | None = None
         self.runtime: Runtime | None = None
         self.ready = anyio.Event()
@@ -202,7 +205,8 @@ class Daemon:
             public=not is_loopback(host),
             open_routes=config.auth == "none",
         )
-        server = HttpServer(app, host, port)
+        sock, self._listener = self._listener, None
+        server = HttpServer(app, host, port, sock=sock)
         self.http = server
         tasks.start_soon(server.serve)
         await server.started.wait()
@@ -241,12 +245,24 @@ class Daemon:
         (:func:`hostler.open_daemon`).
         """
         config = self.config
-        location = config.ledger_location()  # a bad setting refused before anything is made
+        config.ledger_location()  # a bad setting refused before anything is made
         # DH1: HOSTLER_DEVICE_SAFETY_* refused in one line before anything is made, too
         self._health_gate = DeviceHealthGate.from_environment(sampler=self._health_sample)
         if self.listen is not None:
             self._check_listen(self.listen)
             check_exposure(*self.listen, config.auth)  # before anything is made
+            # the address first: one in use (another hostler serve) is refused before the data
+            # directory is touched; connections queue until the face serves them
+            self._listener = bind_listener(*self.listen)
+        try:
+            await self._run_bound(config.ledger_location(), handle_signals=handle_signals)
+        finally:
+            if self._listener is not None:
+                self._listener.close()  # never served (a failed start): the address is freed
+                self._listener = None
+
+    async def _run_bound(self, location: LedgerLocation, *, handle_signals: bool) -> None:
+        config = self.config
         private_dir(config.data_dir)
         # Listen before taking anything over: a SIGTERM during start-up is a shutdown too.
         receiver = (

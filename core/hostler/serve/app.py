@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -36,6 +37,7 @@ from hostler.serve.metrics import Metrics
 from hostler.serve.openapi import OPENAPI_PATH, openapi_schema
 from hostler.serve.operator import Guard, JsonAnswer, is_number, operator_routes
 from hostler.serve.proxy import MAX_BODY, SESSION_HEADER, CompletionProxy
+from hostler.serve.server import is_loopback
 from hostler.serve.upstream import PooledUpstream, Upstream
 from hostler.store.log import EventStore, RecordedEvent
 
@@ -182,11 +184,47 @@ def make_app(
 
     return _App(
         _OneLine(proxy),
+        local_only=not public,
         routes=routes,
         lifespan=lifespan,
         middleware=[Middleware(_OneLine)],
         exception_handlers={HTTPException: _http_error},
     )
+
+
+def foreign_caller(scope: Scope) -> str | None:
+    """Why a request to a loopback server comes from a web page it must not serve, else None.
+
+    A server on loopback answers this machine only; its token guards state-changing routes,
+    but a completion loads a model and may evict others, and a browser will post to
+    ``127.0.0.1`` for any page (a "simple" cross-site request needs no preflight) or for a
+    page whose name was rebound to ``127.0.0.1`` (DNS rebinding). Browsers name the page in
+    ``Origin`` and the name they used in ``Host``: both must be loopback. Programs (curl, the
+    ``openai`` client) send no ``Origin`` and a loopback ``Host``.
+    """
+    host = origin = None
+    for name, value in scope.get("headers", ()):
+        if name == b"host":
+            host = bytes(value).decode("latin-1")
+        elif name == b"origin":
+            origin = bytes(value).decode("latin-1")
+    if host is not None and not is_loopback(_hostname(host)):
+        return f"the Host {host[:100]!r} is not this machine's loopback name (DNS rebinding?)"
+    if origin is not None:
+        parts = urlsplit(origin)
+        if parts.scheme not in ("http", "https") or not is_loopback(parts.hostname or ""):
+            return (
+                f"requests from web pages of {origin[:100]!r} are refused: this server answers "
+                "programs on this machine, and pages served from it (localhost)"
+            )
+    return None
+
+
+def _hostname(host: str) -> str:
+    """``host`` of a ``Host`` header (``name``, ``name:port``, ``[v6]``, ``[v6]:port``)."""
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
 #: The completion routes, served by the proxy ahead of the router (their cost is a headline).
@@ -202,12 +240,19 @@ class _App(Starlette):
     any other method) so the schema and ``Allow`` answers are unchanged.
     """
 
-    def __init__(self, hot: ASGIApp, **kwargs: Any) -> None:
+    def __init__(self, hot: ASGIApp, *, local_only: bool, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._hot = hot
+        self._local_only = local_only
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Dispatch a completion POST to the proxy, everything else as Starlette does."""
+        if scope["type"] == "http" and self._local_only:
+            refused = foreign_caller(scope)
+            if refused is not None:
+                answer = error_response(403, "invalid_request_error", "forbidden-origin", refused)
+                await answer(scope, receive, send)
+                return
         if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in PROXIED:
             scope["app"] = self
             await self._hot(scope, receive, send)

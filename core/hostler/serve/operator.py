@@ -89,9 +89,19 @@ def _bad(message: str) -> Response:
 
 
 async def _object(request: Request) -> dict[str, Any]:
-    body = await request.body()
-    if len(body) > MAX_OPERATOR_BODY:
-        raise UsageError("the request body is over 64 KiB")
+    """The body as a JSON object: a declared or actual size past 64 KiB is refused unread."""
+    too_large = "the request body is over 64 KiB"
+    declared = request.headers.get("content-length")
+    if declared is not None and not (is_number(declared) and int(declared) <= MAX_OPERATOR_BODY):
+        raise UsageError(too_large)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_OPERATOR_BODY:
+            raise UsageError(too_large)
+        chunks.append(chunk)
+    body = b"".join(chunks)
     try:
         payload = json.loads(body or b"{}")
     except (ValueError, RecursionError):

@@ -21,14 +21,14 @@ from starlette.types import ASGIApp
 from hostler.errors import UsageError
 from hostler.paths import private_file
 
-__all__ = ["HttpServer", "is_loopback", "load_token"]
+__all__ = ["HttpServer", "bind_listener", "is_loopback", "load_token"]
 
 TOKEN_FILE = "token"  # noqa: S105 - the file name, not a secret
 
 
 def is_loopback(host: str) -> bool:
     """Whether ``host`` is a loopback address (``localhost`` counts)."""
-    if host == "localhost":
+    if host.lower() == "localhost":
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -49,6 +49,37 @@ def load_token(data_dir: Path) -> str:
     return token
 
 
+def bind_listener(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (connections queue from now).
+
+    Bound before the daemon makes anything, so that an address in use (another ``hostler
+    serve``) or one that cannot be bound is refused first, in one line.
+
+    Raises:
+        UsageError: The address cannot be bound (in use, not this machine's, not resolvable).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {host[:100]}:{port} ({exc.strerror})") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # accepted connections inherit it: without, a response's head and body wait on the
+        # client's delayed ACK (~40 ms a request)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except (OSError, UnicodeError, OverflowError) as exc:
+        sock.close()
+        why = getattr(exc, "strerror", None) or str(exc)
+        raise UsageError(
+            f"cannot listen on {host[:100]}:{port} ({why}); choose another address with "
+            "--host / --port (or HOSTLER_HOST / HOSTLER_PORT)"
+        ) from None
+    return sock
+
+
 class _Embedded(uvicorn.Server):
     """uvicorn without its own signal handlers: the daemon decides when it stops."""
 
@@ -64,9 +95,12 @@ class HttpServer:
         UsageError: The address cannot be bound (in use, not ours), said in one line.
     """
 
-    def __init__(self, app: ASGIApp, host: str, port: int) -> None:
+    def __init__(
+        self, app: ASGIApp, host: str, port: int, *, sock: socket.socket | None = None
+    ) -> None:
         self.host = host
         self.port = port
+        self._sock = sock
         config = uvicorn.Config(
             app,
             host=host,
@@ -80,22 +114,9 @@ class HttpServer:
         self.started = anyio.Event()
 
     async def serve(self) -> None:
-        """Listen and serve until stopped."""
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        # accepted connections inherit it: without, a response's head and body wait on the
-        # client's delayed ACK (~40 ms a request)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            sock.bind((self.host, self.port))
-        except OSError as exc:
-            sock.close()
-            raise UsageError(
-                f"cannot listen on {self.host}:{self.port} ({exc.strerror}); choose another "
-                "address with --host / --port"
-            ) from None
-        sock.listen(2048)  # connections queue from now: started means reachable
+        """Listen and serve until stopped (on the socket given at construction, if any)."""
+        sock = self._sock if self._sock is not None else bind_listener(self.host, self.port)
+        self._sock = None
         self.port = int(sock.getsockname()[1])
         self.started.set()
         try:
