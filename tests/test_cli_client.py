@@ -606,12 +606,21 @@ def test_the_token_comes_from_the_flag_then_hostler_token_then_the_file(
     from hostler.errors import SettingError
 
     (tmp_path / "token").write_text("f" * 40 + "\n")
-    args = argparse.Namespace(token=None, data_dir=tmp_path)
+    args = argparse.Namespace(token=None, data_dir=tmp_path, url=None)
     monkeypatch.delenv("HOSTLER_TOKEN", raising=False)
-    assert token_of(args) == "f" * 40
+    monkeypatch.delenv("HOSTLER_URL", raising=False)
+    assert token_of(args) is None  # no address file: whose token it is, is unknown
+    (tmp_path / "address").write_text("http://127.0.0.1:11435\n")
+    assert token_of(args) == "f" * 40  # the default URL is where this data dir's daemon is
+    elsewhere = argparse.Namespace(token=None, data_dir=tmp_path, url="http://127.0.0.2:11435")
+    assert token_of(elsewhere) is None  # the file's token never goes to another address
+    other_port = argparse.Namespace(token=None, data_dir=tmp_path, url="http://127.0.0.1:9")
+    assert token_of(other_port) is None
+    same = argparse.Namespace(token=None, data_dir=tmp_path, url="http://localhost:11435/")
+    assert token_of(same) == "f" * 40
     monkeypatch.setenv("HOSTLER_TOKEN", "e" * 32)  # 32: the shortest token
     assert token_of(args) == "e" * 32
-    assert token_of(argparse.Namespace(token="x" * 40, data_dir=tmp_path)) == "x" * 40
+    assert token_of(argparse.Namespace(token="x" * 40, data_dir=tmp_path, url=None)) == "x" * 40
     monkeypatch.setenv("HOSTLER_TOKEN", "e" * 31)
     with pytest.raises(SettingError) as refused:
         token_of(args)

@@ -76,7 +76,13 @@ from hostler.runtime.facade import Runtime
 from hostler.runtime.health import DeviceHealthGate, HealthSample, nvml_sampler
 from hostler.serve.access import check_exposure
 from hostler.serve.app import make_app
-from hostler.serve.server import HttpServer, bind_listener, is_loopback, load_token
+from hostler.serve.server import (
+    ADDRESS_FILE,
+    HttpServer,
+    bind_listener,
+    is_loopback,
+    load_token,
+)
 from hostler.store.log import EventStore
 
 __all__ = ["Daemon", "DaemonConfig", "DaemonStarted", "EngineConfig", "load_config"]
@@ -210,6 +216,9 @@ class Daemon:
         self.http = server
         tasks.start_soon(server.serve)
         await server.started.wait()
+        where_file = config.data_dir / ADDRESS_FILE  # the client commands send the token there
+        url = f"http://{host if ':' not in host else f'[{host}]'}:{server.port}"
+        await self.offloop.run(lambda: private_file(where_file, url + "\n"))
         log.info(
             "hostler: serving on http://%s:%d (%d models; %s)",
             host,

@@ -106,6 +106,10 @@ def add_client_options(parser: argparse.ArgumentParser, *, json_flag: bool = Tru
 def token_of(args: argparse.Namespace) -> str | None:
     """``--token``, else ``$HOSTLER_TOKEN`` (the daemon's own), else the ``token`` file, else None.
 
+    The data directory's token file is sent only to the address its daemon listens on (the
+    ``address`` file it writes at start): it is that daemon's secret, never handed to another
+    URL (give ``--token`` for any other).
+
     Raises:
         SettingError: ``$HOSTLER_TOKEN`` is set and cannot be a token.
     """
@@ -121,9 +125,25 @@ def token_of(args: argparse.Namespace) -> str | None:
         return named
     folder = getattr(args, "data_dir", None) or default_data_dir()
     try:
-        return (folder / "token").read_text(encoding="utf-8").strip() or None
+        served = (folder / "address").read_text(encoding="utf-8").strip()
+        token = (folder / "token").read_text(encoding="utf-8").strip()
     except OSError:
         return None
+    url = daemon_url(args)
+    if url is None or _endpoint(url) != _endpoint(served):
+        return None  # the data directory's token goes to its own daemon only
+    return token or None
+
+
+def _endpoint(url: str) -> tuple[str, int | None] | None:
+    """``url``'s host (lower-cased, ``localhost`` as ``127.0.0.1``) and port, to compare."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    host = (parts.hostname or "").lower()
+    return ("127.0.0.1" if host == "localhost" else host), port
 
 
 def _headers(token: str | None) -> dict[str, str]:

@@ -7,10 +7,21 @@ created (:func:`check_exposure`). With ``auth = "none"`` on loopback every route
 
 from __future__ import annotations
 
-from hostler.errors import UsageError
-from hostler.serve.server import is_loopback
+import ipaddress
 
-__all__ = ["check_exposure"]
+from hostler.errors import UsageError
+
+__all__ = ["check_exposure", "is_loopback"]
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (``localhost`` counts)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def check_exposure(host: str, port: int, auth: str) -> None:

@@ -32,12 +32,12 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hostler.runtime.facade import Runtime
+from hostler.serve.access import is_loopback
 from hostler.serve.errors import error_response
 from hostler.serve.metrics import Metrics
 from hostler.serve.openapi import OPENAPI_PATH, openapi_schema
 from hostler.serve.operator import Guard, JsonAnswer, is_number, operator_routes
 from hostler.serve.proxy import MAX_BODY, SESSION_HEADER, CompletionProxy
-from hostler.serve.server import is_loopback
 from hostler.serve.upstream import PooledUpstream, Upstream
 from hostler.store.log import EventStore, RecordedEvent
 

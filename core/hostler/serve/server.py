@@ -8,7 +8,7 @@ first start, in the data directory (mode 0600) and read back afterwards.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
+import logging
 import secrets
 import socket
 from collections.abc import Iterator
@@ -20,30 +20,34 @@ from starlette.types import ASGIApp
 
 from hostler.errors import UsageError
 from hostler.paths import private_file
+from hostler.serve.access import is_loopback
 
-__all__ = ["HttpServer", "bind_listener", "is_loopback", "load_token"]
+__all__ = ["ADDRESS_FILE", "TOKEN_FILE", "HttpServer", "bind_listener", "is_loopback", "load_token"]
+
+log = logging.getLogger(__name__)
 
 TOKEN_FILE = "token"  # noqa: S105 - the file name, not a secret
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is a loopback address (``localhost`` counts)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+#: Where the daemon of a data directory listens (its URL): the token is sent there only.
+ADDRESS_FILE = "address"
 
 
 def load_token(data_dir: Path) -> str:
-    """The daemon's bearer token: read from ``data_dir/token``, made there (0600) the first time."""
+    """The daemon's bearer token: read from ``data_dir/token``, made there (0600) the first time.
+
+    A token file that others could read (restored from a backup, copied with ``cp``) is no
+    secret any more: a new token replaces it, and the log says so.
+    """
     path = data_dir / TOKEN_FILE
     if path.is_file():
         text = path.read_text(encoding="utf-8").strip()
-        if 32 <= len(text) <= 256 and text.isascii() and text.isprintable():
+        if not (32 <= len(text) <= 256 and text.isascii() and text.isprintable()):
+            raise UsageError(f"{path}: not a hostler token; delete it and a new one is made")
+        if path.stat().st_mode & 0o077 == 0:
             return text
-        raise UsageError(f"{path}: not a hostler token; delete it and a new one is made")
+        log.warning(
+            "hostler: %s was readable by other users: a new token replaces it (mode 0600)", path
+        )
+        path.unlink()
     token = secrets.token_urlsafe(32)
     private_file(path, token + "\n")
     return token
