@@ -7,10 +7,11 @@ error (401 for a wrong token, 404 for an unknown model...) carries the daemon's 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, ParamSpec
 from urllib.parse import urlsplit
 
 import httpx
@@ -26,6 +27,7 @@ __all__ = [
     "add_client_options",
     "call",
     "check_url",
+    "checks_answers",
     "daemon_url",
     "event_stream",
     "fetch",
@@ -144,6 +146,30 @@ def _endpoint(url: str) -> tuple[str, int | None] | None:
         return None
     host = (parts.hostname or "").lower()
     return ("127.0.0.1" if host == "localhost" else host), port
+
+
+P = ParamSpec("P")
+
+
+def checks_answers(command: Callable[P, int]) -> Callable[P, int]:
+    """``command`` (a client command), with a daemon answer of the wrong shape as one line.
+
+    What a daemon answers is input from outside: something else on the port, or another
+    version, may answer 200 with JSON the command cannot read. That is said in one line
+    (``daemon.refused``), never a traceback.
+    """
+
+    @functools.wraps(command)
+    def checked(*args: P.args, **kwargs: P.kwargs) -> int:
+        try:
+            return command(*args, **kwargs)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            raise DaemonRefusedError(
+                f"the answer is not one hostler serve gives ({type(exc).__name__}: "
+                f"{str(exc)[:80]}): is that address hostler serve, of this version?"
+            ) from None
+
+    return checked
 
 
 def _headers(token: str | None) -> dict[str, str]:

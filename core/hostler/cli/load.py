@@ -20,6 +20,7 @@ from urllib.parse import quote
 from hostler.cli.client import (
     add_client_options,
     call,
+    checks_answers,
     daemon_url,
     event_stream,
     fetch,
@@ -131,6 +132,7 @@ def _load(url: str, model: str, token: str | None, answer: dict[str, Any]) -> No
         answer["error"] = exc
 
 
+@checks_answers
 def run_load(args: argparse.Namespace) -> int:
     """Load a model now (making room as a request would), printing each step as it happens."""
     url, token = daemon_url(args), token_of(args)
@@ -199,6 +201,7 @@ def _show(
             say(line)
 
 
+@checks_answers
 def run_unload(args: argparse.Namespace) -> int:
     """Unload an idle engine now."""
     url, token = daemon_url(args), token_of(args)

@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from hostler.cli.client import add_client_options, daemon_url, fetch, token_of
+from hostler.cli.client import add_client_options, checks_answers, daemon_url, fetch, token_of
 from hostler.cli.load import model_of
 from hostler.cli.tables import print_table, size, table
 
@@ -47,6 +47,7 @@ def model_rows(listed: Mapping[str, Any], engines: Mapping[str, Any]) -> list[di
     return rows
 
 
+@checks_answers
 def run(args: argparse.Namespace) -> int:
     """Print the models."""
     url, token = daemon_url(args), token_of(args)

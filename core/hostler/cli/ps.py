@@ -7,7 +7,15 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from hostler.cli.client import DEFAULT_URL, add_client_options, daemon_url, fetch, post, token_of
+from hostler.cli.client import (
+    DEFAULT_URL,
+    add_client_options,
+    checks_answers,
+    daemon_url,
+    fetch,
+    post,
+    token_of,
+)
 from hostler.cli.load import model_of
 from hostler.cli.tables import duration, print_table, size, table
 
@@ -85,6 +93,7 @@ def ps_rows(engines: Mapping[str, Any], queues: Mapping[str, Any]) -> list[tuple
     return rows
 
 
+@checks_answers
 def run(args: argparse.Namespace) -> int:
     """Print the engines, their memory, their slots and their queues."""
     url, token = daemon_url(args), token_of(args)

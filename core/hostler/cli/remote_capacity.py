@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-from hostler.cli.client import call, fetch, token_of
+from hostler.cli.client import call, checks_answers, fetch, token_of
 from hostler.cli.load import model_of
 from hostler.cli.tables import print_table, size, table
 from hostler.errors import UsageError
@@ -87,6 +87,7 @@ def budget_lines(snapshot: Mapping[str, Any]) -> list[str]:
     ]
 
 
+@checks_answers
 def run_budget(args: argparse.Namespace, url: str) -> int:
     """Show the daemon's budget; with ``--set`` / ``--spillover``, change it first (live)."""
     token = token_of(args)
@@ -99,6 +100,8 @@ def run_budget(args: argparse.Namespace, url: str) -> int:
         snapshot = call("PUT", url, "/api/budget", token, body=change)
     else:
         snapshot = fetch(url, "/api/budget", token)
+    if not isinstance(snapshot, dict) or type(snapshot.get("budget")) is not int:
+        raise ValueError("no budget in the answer")  # one line, by checks_answers
     if args.json:
         print(json.dumps(snapshot, indent=2))
         return 0
@@ -124,6 +127,7 @@ def _key_for(url: str, token: str | None, name: str) -> str:
     return next((e["key"] for e in engines if model_of(e["key"]) == name), name)
 
 
+@checks_answers
 def run_preview(args: argparse.Namespace, url: str) -> int:
     """What the daemon would plan and reserve for an engine now; exit 3 when it does not fit."""
     used = [f"--{o}" for o in LOCAL_PREVIEW_OPTIONS if getattr(args, o, None) not in (None, False)]

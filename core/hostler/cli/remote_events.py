@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from hostler.cli.client import event_stream, fetch, token_of
+from hostler.cli.client import checks_answers, event_stream, fetch, token_of
 from hostler.cli.render import summarize_fields
 from hostler.errors import UsageError
 
@@ -55,6 +55,7 @@ def _events(url: str, args: argparse.Namespace, token: str | None) -> Iterator[d
             return
 
 
+@checks_answers
 def run(args: argparse.Namespace, url: str) -> int:
     """Print the daemon's events (and keep following with ``-f``)."""
     used = [f"--{o}" for o in LOCAL_ONLY if getattr(args, o, None) is not None]
