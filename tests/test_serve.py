@@ -313,3 +313,12 @@ def test_lease_waits_are_summed_from_requested_to_granted(tmp_path: Path) -> Non
         metrics = Metrics(runtime=None, store=store)  # type: ignore[arg-type]
         metrics._fold()
         assert (metrics._leases, metrics._lease_wait) == (2, 2.5)
+
+
+def test_a_log_that_cannot_record_is_a_503_to_retry_never_a_bug() -> None:
+    from hostler.errors import StoreError, StoreFullError
+    from hostler.serve.errors import http_error_for
+
+    for error in (StoreError("'start' not done: the disk is full"), StoreFullError("full")):
+        answer = http_error_for(error)
+        assert (answer.status, answer.code, answer.retry_after) == (503, "store-unavailable", 10)

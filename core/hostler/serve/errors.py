@@ -50,6 +50,8 @@ _BY_CODE: dict[str, HttpError] = {
     "plugin.raised": HttpError(502, "server_error", "engine-crashed"),
     "runtime.closed": HttpError(503, "server_error", "shutting-down", retry_after=5),
     "device.unhealthy": HttpError(503, "server_error", "device-unhealthy", retry_after=60),
+    # the log could not record a decision (a full disk, say): nothing was done; it heals
+    "store.error": HttpError(503, "server_error", "store-unavailable", retry_after=10),
     "store.full": HttpError(503, "server_error", "store-unavailable", retry_after=10),
     "store.busy": HttpError(503, "server_error", "store-unavailable", retry_after=1),
 }
