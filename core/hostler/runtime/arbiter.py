@@ -198,6 +198,19 @@ class GpuArbiter:
     async def acquire_lease(self, slot: str, holder: str = DEFAULT_OWNER) -> Release:
         """GA3: the card for ``slot`` alone until the returned (idempotent) release is awaited.
 
+        As :meth:`acquire_lease_with_id`, without the lease's id.
+        """
+        _lease_id, release = await self.acquire_lease_with_id(slot, holder)
+        return release
+
+    async def acquire_lease_with_id(
+        self, slot: str, holder: str = DEFAULT_OWNER
+    ) -> tuple[str | None, Release]:
+        """GA3: the card for ``slot`` alone until the returned (idempotent) release is awaited.
+
+        Returns the lease's id (as :meth:`leases` lists it; None in coexist mode, where no
+        lease is taken) and its release.
+
         Coexist mode (or a switch to it while waiting): the health gate, then a no-op release.
         Swap mode: wait while any lease is held (breaking a leaked one, GA4), take the lease,
         evict the other slots, run the health gate; a failure there releases the lease again.
@@ -209,7 +222,7 @@ class GpuArbiter:
         slot = _slot(slot)
         if self._mode == "coexist":
             await self._admit(slot)
-            return _no_release
+            return None, _no_release
         lease = Lease(secrets.token_hex(8))
         lease.fire("request", slot=slot, holder=holder, at=self._clock())
         self._waiting[lease.key] = lease
@@ -222,7 +235,7 @@ class GpuArbiter:
                 if verdict.action == "free":
                     await self._end_waiting(lease, "policy switched to coexist")
                     await self._admit(slot)
-                    return _no_release
+                    return None, _no_release
                 if verdict.action == "break":
                     await self._break(verdict.decision)
                     continue
@@ -259,7 +272,7 @@ class GpuArbiter:
             with anyio.CancelScope(shield=True):
                 await self._release(holding, f"failed: {exc!r}"[:200])
             raise
-        return release
+        return lease.key, release
 
     @asynccontextmanager
     async def lease(self, slot: str, holder: str = DEFAULT_OWNER) -> AsyncIterator[None]:

@@ -495,6 +495,10 @@ class Runtime:
         """
         return await self.arbiter.acquire_lease(slot, holder)
 
+    async def acquire_lease_with_id(self, slot: str, holder: str) -> tuple[str | None, Release]:
+        """:meth:`acquire_lease`, and the lease's id as :meth:`leases` lists it (None: coexist)."""
+        return await self.arbiter.acquire_lease_with_id(slot, holder)
+
     def leases(self) -> list[dict[str, Any]]:
         """The lease held and the leases waiting, with their holders and ages."""
         return self.arbiter.leases()

@@ -13,6 +13,7 @@ import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -121,6 +122,13 @@ def _bytes(value: object, what: str, *, nullable: bool = False) -> int | None:
     if type(value) is not int or not 0 <= value <= 2**60:
         raise UsageError(f"{what} is a number of bytes from 0 to 2^60, not {str(value)[:30]!r}")
     return value
+
+
+async def _cancel_on_disconnect(request: Request, scope: anyio.CancelScope) -> None:
+    """Cancel ``scope`` when the client of ``request`` (its body read) disconnects."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    scope.cancel()
 
 
 def operator_routes(runtime: Runtime, guard: Guard, models: Mapping[str, str]) -> list[Route]:  # noqa: PLR0915
@@ -242,8 +250,20 @@ def operator_routes(runtime: Runtime, guard: Guard, models: Mapping[str, str]) -
             raise UsageError("slot is llm, image or video")
         if not isinstance(holder, str) or not 0 < len(holder) <= 128:
             raise UsageError("holder is a name of 1 to 128 characters")
-        release = await runtime.acquire_lease(slot, holder)
-        lease_id = secrets.token_hex(8)
+        acquired: tuple[str | None, Release] | None = None
+        async with anyio.create_task_group() as watching:
+            # a client that leaves while its lease waits for the card gives up its place: a
+            # lease granted to nobody would hold the card for 90 minutes
+            watching.start_soon(_cancel_on_disconnect, request, watching.cancel_scope)
+            acquired = await runtime.acquire_lease_with_id(slot, holder)
+            watching.cancel_scope.cancel()
+        if acquired is None:
+            return Response(status_code=499)  # nobody is there to read it
+        lease_id, release = acquired
+        if await request.is_disconnected():  # granted as the client left: give it back
+            await release()
+            return Response(status_code=499)
+        lease_id = lease_id or f"coexist-{secrets.token_hex(8)}"  # no lease taken: nothing held
         releases[lease_id] = release
         return JsonAnswer({"id": lease_id, "slot": slot, "holder": holder})
 
