@@ -27,6 +27,7 @@ __all__ = [
     "RestartBudgetError",
     "RuntimeClosedError",
     "SettingError",
+    "StartAbandonedError",
     "StoreBusyError",
     "StoreCorruptError",
     "StoreDamagedRowError",
@@ -221,6 +222,15 @@ class CapacityDeniedError(HostlerError):
     """The host's ledger refused the engine's footprint; nothing was started."""
 
     code = "capacity.denied"
+
+
+class StartAbandonedError(HostlerError):
+    """Everyone who asked for an engine left while room was being drained for it (PP18).
+
+    The engine that was draining keeps serving; nothing was started.
+    """
+
+    code = "engine.abandoned"
 
 
 class EngineBusyError(HostlerError):

@@ -60,7 +60,10 @@ class PoolDrainStarted(Event):
 @event_type("pool.drain_ended")
 @dataclass(frozen=True, slots=True)
 class PoolDrainEnded(Event):
-    """PP5: how a drain ended: ``evicted`` (it went idle), ``busy`` (it stays), or ``gone``."""
+    """PP5: how a drain ended: ``evicted``, ``busy`` (it stays), ``gone``, or ``abandoned``.
+
+    ``abandoned`` (PP18): nobody waits any more for the engine it made room for; it stays.
+    """
 
     at: float
     key: str

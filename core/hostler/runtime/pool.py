@@ -54,6 +54,7 @@ from hostler.errors import (
     EngineBusyError,
     HostlerError,
     RuntimeClosedError,
+    StartAbandonedError,
     UsageError,
 )
 from hostler.events.base import Event
@@ -637,6 +638,16 @@ class Pool:
                 busy = self._busy(key, entry, queued=False)
                 verdict = drain_verdict(busy=busy, started_at=started, now=self._clock(), wait=wait)
                 waited = float(verdict.decision["waited"])
+                if for_key is not None and not self._wanted(for_key):
+                    # PP18: everyone who asked for for_key left while this drained: the warm
+                    # engine stays, and nothing is started for nobody
+                    await self._record(
+                        PoolDrainEnded(self._clock(), key, "abandoned", waited, verdict.decision)
+                    )
+                    raise StartAbandonedError(
+                        f"{for_key}: not started: everyone who asked for it left while {key} "
+                        "drained; it keeps serving"
+                    )
                 if verdict.action == "evict":
                     if entry.supervisor.state not in _UP:
                         await self._record(PoolDrainEnded(self._clock(), key, "gone", waited, {}))
@@ -663,6 +674,11 @@ class Pool:
         finally:
             entry.draining = False
             entry.drained.set()
+
+    def _wanted(self, key: str) -> bool:
+        """Whether anyone still waits for ``key``'s engine (a request, reconcile, a pin)."""
+        entry = self._entries.get(key)
+        return key in self.pinned or (entry is not None and entry.waiting > 0)
 
     async def _record(self, event: Event) -> None:
         store = self.store

@@ -41,6 +41,7 @@ _BY_CODE: dict[str, HttpError] = {
     "plugin.unknown-engine": HttpError(404, "invalid_request_error", "model_not_found"),
     "capacity.denied": HttpError(503, "server_error", "capacity-denied"),
     "engine.busy": HttpError(503, "server_error", "engine-busy", retry_after=30),
+    "engine.abandoned": HttpError(503, "server_error", "start-abandoned", retry_after=1),
     "queue.timeout": HttpError(503, "server_error", "queue-timeout", retry_after=5),
     "queue.cancelled": HttpError(409, "server_error", "queue-cancelled"),
     "engine.start-failed": HttpError(502, "server_error", "engine-crashed"),
