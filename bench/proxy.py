@@ -106,6 +106,19 @@ async def concurrent(client: httpx.AsyncClient, url: str, model: str) -> float:
     return chunks / (time.perf_counter() - start)
 
 
+async def patiently(
+    who: str, measure: Measure, client: httpx.AsyncClient, url: str, model: str
+) -> float:
+    """A warm-up request, tried up to five times (a router still loading its child may hang up)."""
+    for attempt in range(5):
+        try:
+            return await measure(client, url, model)
+        except httpx.HTTPError as exc:
+            print(f"  warm-up: {who} failed ({type(exc).__name__}); again")
+            await anyio.sleep(0.5 * (attempt + 1))
+    raise RuntimeError(f"{who} does not answer")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -246,9 +259,9 @@ async def steady(args: argparse.Namespace, folder: Path, model: Path) -> None:
             urls = {"direct": f"http://127.0.0.1:{port}/v1/chat/completions", **urls}
             await router.ready(client)
             urls["router"] = router.url
-            for url in urls.values():  # warm every path's connections (and the router's child)
+            for who, url in urls.items():  # warm every path's connections (the router's child)
                 for _ in range(3):
-                    await latency(client, url, "bench")
+                    await patiently(who, latency, client, url, "bench")
             measures: dict[str, tuple[Measure, int, str]] = {
                 "warm request latency": (latency, rounds, "ms"),
                 "time to first chunk": (first_chunk, rounds, "ms"),
@@ -257,9 +270,19 @@ async def steady(args: argparse.Namespace, folder: Path, model: Path) -> None:
             names = list(urls)
             for title, (measure, count, unit) in measures.items():
                 samples: dict[str, list[float]] = {n: [] for n in names}
+                failed = dict.fromkeys(names, 0)
                 for round_no in range(count):
+                    taken: dict[str, float] = {}
                     for who in rotated(names, round_no):
-                        samples[who].append(await measure(client, urls[who], "bench"))
+                        try:
+                            taken[who] = await measure(client, urls[who], "bench")
+                        except httpx.HTTPError:
+                            failed[who] += 1  # the round is dropped for every candidate
+                    if len(taken) == len(names):
+                        for who, value in taken.items():
+                            samples[who].append(value)
+                if any(failed.values()):
+                    print(f"\n{title}: failed requests (their rounds dropped): {failed}")
                 report(title, samples, unit=unit, base="direct")
             tg.cancel_scope.cancel()
     router.stop()
