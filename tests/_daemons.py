@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -131,3 +132,17 @@ def chat(port: int) -> str:
 
 def daemon_starts(data: Path) -> list[dict]:  # type: ignore[type-arg]
     return [p for _, t, p in events(data, DAEMON_STREAM) if t == "daemon.started"]
+
+
+def served_port(log: Path, timeout: float = 60) -> int:
+    """The port a ``hostler serve`` says it listens on in ``log`` (waits up to ``timeout``)."""
+    found: list[int] = []
+
+    def listening() -> bool:
+        match = re.search(r"serving on http://[^:]+:(\d+)", log.read_text())
+        if match:
+            found.append(int(match.group(1)))
+        return bool(found)
+
+    wait_for(listening, timeout=timeout)
+    return found[0]

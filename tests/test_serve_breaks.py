@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import http.server
 import json
-import re
 import signal
 import subprocess
 import threading
@@ -21,7 +20,7 @@ import pytest
 
 from hostler.testing.tiny_gguf import write_tiny_llama
 
-from _daemons import kill_leftovers, start_daemon, wait_for
+from _daemons import kill_leftovers, served_port, start_daemon
 from _support import run_cli
 
 # --------------------------------------------------------------------------------------------
@@ -43,19 +42,6 @@ def _config(tmp_path: Path, names: tuple[str, ...] = ("alpha", "beta")) -> Path:
     return config
 
 
-def _port(log: Path) -> int:
-    found: list[int] = []
-
-    def listening() -> bool:
-        match = re.search(r"serving on http://[^:]+:(\d+)", log.read_text())
-        if match:
-            found.append(int(match.group(1)))
-        return bool(found)
-
-    wait_for(listening, timeout=30)
-    return found[0]
-
-
 @contextlib.contextmanager
 def serving(
     tmp_path: Path, env: dict[str, str] | None = None
@@ -67,7 +53,7 @@ def serving(
         _config(tmp_path), data, log, command="serve", extra=("--port", "0"), env=env
     )
     try:
-        base = f"http://127.0.0.1:{_port(log)}"
+        base = f"http://127.0.0.1:{served_port(log, 30)}"
         token = (data / "token").read_text().strip()
         yield base, {"authorization": f"Bearer {token}"}, data
     finally:
@@ -494,7 +480,7 @@ def test_an_existing_token_file_readable_by_others_is_not_used_as_is(tmp_path: P
     server = start_daemon(_config(tmp_path), data, log, command="serve", extra=("--port", "0"))
     try:
         with contextlib.suppress(AssertionError):
-            _port(log)
+            served_port(log, 30)
         refused = server.poll() is not None and "token" in log.read_text()
         assert refused or token.stat().st_mode & 0o077 == 0, oct(token.stat().st_mode)
     finally:
@@ -534,7 +520,7 @@ def test_a_full_disk_is_not_answered_as_a_bug(tmp_path: Path) -> None:
     log = tmp_path / "serve.log"
     server = start_daemon(_config(tmp_path), data, log, command="serve", extra=("--port", "0"))
     try:
-        base = f"http://127.0.0.1:{_port(log)}"
+        base = f"http://127.0.0.1:{served_port(log, 30)}"
         fd = os.open(small / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
         with contextlib.suppress(OSError):
             while True:

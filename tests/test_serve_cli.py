@@ -16,7 +16,7 @@ import pytest
 from hostler.config import discovered_config
 from hostler.testing.tiny_gguf import write_tiny_llama
 
-from _daemons import kill_leftovers, start_daemon, token_holders, wait_for
+from _daemons import kill_leftovers, served_port, start_daemon, token_holders
 from _support import run_cli
 
 pytestmark = pytest.mark.slow
@@ -39,19 +39,6 @@ def write_config(tmp_path: Path) -> Path:
         )
     )
     return config
-
-
-def served_port(log: Path) -> int:
-    found: list[int] = []
-
-    def listening() -> bool:
-        match = re.search(r"serving on http://[^:]+:(\d+)", log.read_text())
-        if match:
-            found.append(int(match.group(1)))
-        return bool(found)
-
-    wait_for(listening, timeout=60)
-    return found[0]
 
 
 def test_serve_answers_openai_requests_and_stops_its_engines(tmp_path: Path) -> None:

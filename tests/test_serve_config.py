@@ -28,7 +28,7 @@ from hostler.settings_env import (
 )
 from hostler.testing.tiny_gguf import write_tiny_llama
 
-from _daemons import events, kill_leftovers, start_daemon, wait_for
+from _daemons import events, kill_leftovers, served_port, start_daemon, wait_for
 from _support import run_cli
 
 TOKEN = "t" * 40
@@ -294,8 +294,6 @@ extra_args = {{ batch-size = 32 }}
     log = tmp_path / "serve.log"
     server = start_daemon(config, data, log, command="serve", unset=ENV_VARIABLES)
     try:
-        from test_serve_cli import served_port
-
         base = f"http://127.0.0.1:{served_port(log)}"
         models = httpx.get(f"{base}/v1/models", timeout=30).json()
         assert [m["id"] for m in models["data"]] == ["tiny-chat"]
@@ -338,8 +336,6 @@ def start_serve(
     tmp_path: Path, config_text: str, env: dict[str, str]
 ) -> tuple[subprocess.Popen[bytes], str, Path]:
     """A real ``hostler serve`` of no model on port 0; its process, base URL and data dir."""
-    from test_serve_cli import served_port
-
     config = write(tmp_path, config_text)
     data = tmp_path / "data"
     log = tmp_path / "serve.log"
