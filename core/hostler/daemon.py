@@ -254,7 +254,7 @@ class Daemon:
         (:func:`hostler.open_daemon`).
         """
         config = self.config
-        config.ledger_location()  # a bad setting refused before anything is made
+        location = config.ledger_location()  # a bad setting refused before anything is made
         # DH1: HOSTLER_DEVICE_SAFETY_* refused in one line before anything is made, too
         self._health_gate = DeviceHealthGate.from_environment(sampler=self._health_sample)
         if self.listen is not None:
@@ -264,7 +264,7 @@ class Daemon:
             # directory is touched; connections queue until the face serves them
             self._listener = bind_listener(*self.listen)
         try:
-            await self._run_bound(config.ledger_location(), handle_signals=handle_signals)
+            await self._run_bound(location, handle_signals=handle_signals)
         finally:
             if self._listener is not None:
                 self._listener.close()  # never served (a failed start): the address is freed

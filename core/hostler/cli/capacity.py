@@ -23,8 +23,8 @@ from hostler.capacity.pricing import LaunchPrice
 from hostler.capacity.slots import MAX_SLOTS
 from hostler.capacity.units import GIB, KIB, MIB, format_half_up, round_half_up
 from hostler.cli import remote_capacity
-from hostler.cli.client import DEFAULT_URL, URL_VARIABLE, daemon_url, url_argument
-from hostler.cli.common import data_directory, path_argument
+from hostler.cli.client import DEFAULT_URL, URL_VARIABLE, add_client_options, daemon_url
+from hostler.cli.common import path_argument
 from hostler.cli.numbers import count
 from hostler.cli.remote_capacity import bytes_argument, spillover_argument
 from hostler.drivers.host_ledger import (
@@ -110,16 +110,10 @@ def add_parsers(sub: Any) -> None:
 
 def _daemon_options(parser: argparse.ArgumentParser) -> None:
     """``--url``, ``--token``, ``--data-dir``: ask the running daemon instead of this host."""
-    parser.add_argument(
-        "--url",
-        type=url_argument,
-        help=f"ask the running hostler serve there instead (also when ${URL_VARIABLE} is set)",
-    )
-    parser.add_argument(
-        "--token", help="the daemon's token (default: read from --data-dir's 'token' file)"
-    )
-    parser.add_argument(
-        "--data-dir", type=data_directory, help="the daemon's data directory (for its token)"
+    add_client_options(
+        parser,
+        json_flag=False,
+        url_help=f"ask the running hostler serve there instead (also when ${URL_VARIABLE} is set)",
     )
 
 

@@ -88,12 +88,15 @@ def daemon_url(args: argparse.Namespace, *, default: str | None = DEFAULT_URL) -
     return default
 
 
-def add_client_options(parser: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
+def add_client_options(
+    parser: argparse.ArgumentParser, *, json_flag: bool = True, url_help: str | None = None
+) -> None:
     """``--url``, ``--token``, ``--data-dir`` (where the token file is), and ``--json``."""
     parser.add_argument(
         "--url",
         type=url_argument,
-        help=f"where hostler serve listens (default ${URL_VARIABLE}, else {DEFAULT_URL})",
+        help=url_help
+        or f"where hostler serve listens (default ${URL_VARIABLE}, else {DEFAULT_URL})",
     )
     parser.add_argument(
         "--token", help="the daemon's token (default: read from --data-dir's 'token' file)"

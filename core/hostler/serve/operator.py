@@ -10,7 +10,7 @@ import dataclasses
 import json
 import re
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -89,30 +89,55 @@ def _bad(message: str) -> Response:
     return error_response(400, "invalid_request_error", "invalid-request", message[:300])
 
 
-async def _object(request: Request) -> dict[str, Any]:
-    """The body as a JSON object: a declared or actual size past 64 KiB is refused unread."""
-    too_large = "the request body is over 64 KiB"
-    declared = request.headers.get("content-length")
-    if declared is not None and not (is_number(declared) and int(declared) <= MAX_OPERATOR_BODY):
+async def read_json_object(
+    chunks: AsyncIterator[bytes],
+    declared: str | None,
+    limit: int,
+    *,
+    empty: bytes = b"",
+    echoable: bool = True,
+) -> tuple[bytes, dict[str, Any]]:
+    """A request body (``chunks`` as they come) and its JSON object, checked at the edge.
+
+    A declared (``Content-Length``) or actual size past ``limit`` is refused before the rest
+    is read; an empty body reads as ``empty``. ``echoable``: refuse text no answer could echo
+    (the operator routes echo theirs; the proxy passes a prompt on untouched, unscanned).
+
+    Raises:
+        UsageError: Too large, not JSON, not an object, or holding a lone UTF-16 surrogate.
+    """
+    unit = f"{limit // 2**20} MiB" if limit >= 2**20 else f"{limit // 1024} KiB"
+    too_large = f"the request body is over {unit}"
+    if declared is not None and not (is_number(declared) and int(declared) <= limit):
         raise UsageError(too_large)
-    chunks: list[bytes] = []
+    parts: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    async for chunk in chunks:
         size += len(chunk)
-        if size > MAX_OPERATOR_BODY:
+        if size > limit:
             raise UsageError(too_large)
-        chunks.append(chunk)
-    body = b"".join(chunks)
+        parts.append(chunk)
+    body = b"".join(parts)
     try:
-        payload = json.loads(body or b"{}")
+        payload = json.loads(body or empty)
     except (ValueError, RecursionError):
         raise UsageError("the request body is not JSON") from None
     if not isinstance(payload, dict):
         raise UsageError("the request body must be a JSON object")
     try:  # JSON may spell a lone UTF-16 surrogate ("\ud800"): no text, and no answer could echo it
-        json.dumps(payload, ensure_ascii=False).encode()
+        if echoable:
+            json.dumps(payload, ensure_ascii=False).encode()
     except UnicodeEncodeError:
         raise UsageError("the request body has a lone UTF-16 surrogate (\\ud800-\\udfff)") from None
+    return body, payload
+
+
+async def _object(request: Request) -> dict[str, Any]:
+    """An operator body as a JSON object (at most 64 KiB; empty: ``{}``)."""
+    declared = request.headers.get("content-length")
+    _body, payload = await read_json_object(
+        request.stream(), declared, MAX_OPERATOR_BODY, empty=b"{}"
+    )
     return payload
 
 

@@ -15,19 +15,18 @@ path's cost is a headline number (docs/benchmarks.md).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import anyio
 from starlette.requests import Request
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from hostler.errors import HostlerError, UsageError
 from hostler.runtime.facade import Runtime
 from hostler.serve.errors import error_response, hostler_error_response, unknown_model_response
-from hostler.serve.operator import Guard, is_number
+from hostler.serve.operator import Guard, read_json_object
 from hostler.serve.upstream import Upstream, UpstreamError, UpstreamResponse
 
 __all__ = ["MAX_BODY", "SESSION_HEADER", "CompletionProxy"]
@@ -81,13 +80,6 @@ class CompletionProxy:
             await unknown_model_response(model, self._models)(scope, receive, send)
             return
         session = _session(scope, payload)
-        started = False
-
-        async def relay_send(message: Message) -> None:
-            nonlocal started
-            started = True
-            await send(message)
-
         async with anyio.create_task_group() as tasks:
             # The client's only remaining message is its disconnect: waiting for it is how a
             # request that waits in the queue, or is mid-answer, learns that nobody wants it.
@@ -96,7 +88,7 @@ class CompletionProxy:
                 await self._serve(
                     scope,
                     receive,
-                    relay_send,
+                    send,
                     body=body,
                     target=target,
                     model=model,
@@ -104,8 +96,6 @@ class CompletionProxy:
                 )
             finally:
                 tasks.cancel_scope.cancel()
-        if not started and tasks.cancel_scope.cancelled_caught:
-            log.info("hostler: a client left before its answer for %r began", model)
 
     async def _serve(
         self,
@@ -181,31 +171,18 @@ async def _read_json(scope: Scope, receive: Receive) -> tuple[bytes, dict[str, A
         UsageError: Too large, not JSON, or not an object.
         _ClientGone: The client left while sending it.
     """
+
+    async def chunks() -> AsyncIterator[bytes]:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _ClientGone
+            yield message.get("body", b"")
+            if not message.get("more_body", False):
+                return
+
     declared = _header(scope, b"content-length")
-    too_large = f"the request body is over {MAX_BODY // 2**20} MiB"
-    if declared is not None and not (is_number(declared) and int(declared) <= MAX_BODY):
-        raise UsageError(too_large)
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _ClientGone
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > MAX_BODY:
-            raise UsageError(too_large)
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            break
-    body = b"".join(chunks)
-    try:
-        payload = json.loads(body)
-    except (ValueError, RecursionError):
-        raise UsageError("the request body is not JSON") from None
-    if not isinstance(payload, dict):
-        raise UsageError("the request body must be a JSON object")
-    return body, payload
+    return await read_json_object(chunks(), declared, MAX_BODY, echoable=False)
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
