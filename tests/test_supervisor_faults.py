@@ -9,6 +9,7 @@ starts, and an event loop that waited on SQLite.
 from __future__ import annotations
 
 import sqlite3
+import sys
 import threading
 import time
 import types
@@ -410,3 +411,59 @@ async def test_a_start_the_log_refused_is_taken_once_the_lock_goes(
         finally:
             await supervisor.stop()
             holder.close()
+
+
+#: Logs a fatal line, takes ``argv[2]`` seconds to clean up, then exits 1 (or, with ``hang``,
+#: never exits: an engine that announced its death and then stuck).
+DYING_SCRIPT = """
+import sys, time
+print("fatal: couldn't bind HTTP server socket", flush=True)
+if sys.argv[2] == "hang":
+    while True:
+        time.sleep(1)
+time.sleep(float(sys.argv[2]))
+sys.exit(1)
+"""
+
+
+class SlowToDie(LlamaCppAdapter):
+    """An engine that logs its own death, then needs ``cleanup`` seconds to exit."""
+
+    def __init__(self, folder: Path, cleanup: str) -> None:
+        self.script = folder / "dying.py"
+        self.script.write_text(DYING_SCRIPT)
+        self.cleanup = cleanup
+
+    def build_command(self, spec: LaunchSpec) -> LaunchCommand:
+        return LaunchCommand([sys.executable, str(self.script), str(spec.port), self.cleanup])
+
+    def classify_line(self, line: str) -> Panic | None:
+        return Panic("bind-failed", line) if "couldn't bind" in line else None
+
+
+async def test_an_engine_that_logs_its_death_is_let_to_exit_by_itself(
+    store: EventStore, tiny: Path, tmp_path: Path
+) -> None:
+    """SG5: the crash records the engine's own exit status, not a SIGTERM raced with it.
+
+    Reported on main: under load, a llama-server that logged "couldn't bind" was signalled
+    while it cleaned up, and the crash said ``signal 15`` instead of ``exit 1``.
+    """
+    sup = make(store, tiny, tmp_path, adapter=SlowToDie(tmp_path, "0.4"))
+    with pytest.raises(EngineStartError, match="couldn't bind"):
+        await sup.ensure_running()
+    crash = next(p for t, p in stream(store) if t == "engine.crashed")
+    assert (crash["exit_code"], crash["signal"], crash["panic_kind"]) == (1, None, "bind-failed")
+
+
+async def test_an_engine_that_logs_its_death_and_hangs_is_killed_after_the_wait(
+    store: EventStore, tiny: Path, tmp_path: Path
+) -> None:
+    sup = make(store, tiny, tmp_path, adapter=SlowToDie(tmp_path, "hang"), panic_exit_wait=0.3)
+    started = time.monotonic()
+    with pytest.raises(EngineStartError, match="couldn't bind"):
+        await sup.ensure_running()
+    assert time.monotonic() - started < 5
+    crash = next(p for t, p in stream(store) if t == "engine.crashed")
+    assert (crash["exit_code"], crash["signal"]) == (None, 15)
+    assert sup.state != "running"

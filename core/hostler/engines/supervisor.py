@@ -118,6 +118,7 @@ class SupervisorPolicy:
     lockout: float = 60.0
     stop_grace: float = 2.0
     kill_wait: float = 5.0
+    panic_exit_wait: float = 2.0
     watch_interval: float = 0.1
     pressure_idle: float = 60.0
     log_max_bytes: int = DEFAULT_LOG_MAX_BYTES
@@ -717,6 +718,10 @@ class Supervisor:
     async def _startup_failed(
         self, child: _Child, *, exited: bool, timed_out: bool = False
     ) -> None:
+        if not exited and child.panic is not None:
+            # SG5: an engine that logged its own death is let to finish dying, so the crash
+            # records its own exit status, not the SIGTERM we would otherwise race it with.
+            await self._await_own_exit(child, self.policy.panic_exit_wait)
         self._read_lines(child, final=True)
         self._start_panic = child.panic.kind if child.panic is not None else None
         if child.panic is not None:
@@ -733,6 +738,22 @@ class Supervisor:
             )
         await self._record_crash(child)
         raise EngineStartError(f"{self.key}: {reason}")
+
+    @staticmethod
+    async def _await_own_exit(child: _Child, within: float) -> bool:
+        """Whether our own child exits by itself within ``within`` seconds (polled, 10 ms).
+
+        An adopted engine is not our child (no exit status to wait for): False at once.
+        """
+        process = child.process
+        if process is None:
+            return False
+        deadline = anyio.current_time() + within
+        while process.poll() is None:
+            if anyio.current_time() >= deadline:
+                return False
+            await anyio.sleep(0.01)
+        return True
 
     def _read_lines(self, child: _Child, *, final: bool = False) -> None:
         lines = child.log.flush() if final else child.log.new_lines()
