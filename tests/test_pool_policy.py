@@ -105,6 +105,8 @@ def test_the_decision_names_every_candidate_with_its_figures() -> None:
         "policy": "pool",
         "version": 1,
         "rule": "PP4",
+        "eviction": "demand-lru",
+        "eviction_version": 1,
         "shortfall": 5 * MIB,
         "now": NOW,
         "candidates": [
@@ -112,6 +114,7 @@ def test_the_decision_names_every_candidate_with_its_figures() -> None:
                 "key": "a",
                 "bytes": 20 * MIB,
                 "recent_hits": 0,
+                "hit_ages": [],
                 "idle_for": 7.0,
                 "busy": False,
                 "draining": False,
@@ -120,6 +123,7 @@ def test_the_decision_names_every_candidate_with_its_figures() -> None:
                 "key": "b",
                 "bytes": 10 * MIB,
                 "recent_hits": 1,
+                "hit_ages": [1.0],
                 "idle_for": 2.5,
                 "busy": False,
                 "draining": False,
@@ -201,3 +205,31 @@ def test_figures_are_rounded_to_the_millisecond() -> None:
     assert room.decision["candidates"][0]["idle_for"] == 2.457
     verdict = drain_verdict(busy=True, started_at=NOW, now=NOW + 12.3456)
     assert verdict.decision["waited"] == 12.346
+
+
+def test_plain_lru_ignores_demand_where_demand_lru_keeps_the_wanted_one() -> None:
+    """EV1: the two shipped policies differ exactly where demand and age disagree."""
+    from hostler.policies.eviction import LRU, eviction_policy
+
+    wanted_but_old = entry("old", 10, used=NOW - 50, hits=(NOW - 50, NOW - 55))
+    unwanted_but_new = entry("new", 10, used=NOW - 5)
+    entries = [wanted_but_old, unwanted_but_new]
+    assert plan_make_room(entries, 10 * MIB, NOW).evict == ("new",)
+    lru = plan_make_room(entries, 10 * MIB, NOW, LRU)
+    assert lru.evict == ("old",)
+    assert (lru.decision["eviction"], lru.decision["eviction_version"]) == ("lru", 1)
+    assert eviction_policy("lru") is LRU
+    assert eviction_policy("demand-lru").name == "demand-lru"
+
+
+def test_an_unknown_eviction_policy_is_refused_naming_the_known_ones() -> None:
+    from hostler.errors import UsageError
+    from hostler.policies.eviction import eviction_policy, valid_policy_name
+
+    with pytest.raises(
+        UsageError, match=r"no eviction policy is named 'mru'; known: demand-lru, lru"
+    ):
+        eviction_policy("mru")
+    assert valid_policy_name("a") and valid_policy_name("a" * 40)
+    assert not valid_policy_name("a" * 41) and not valid_policy_name("-a")
+    assert not valid_policy_name("A") and not valid_policy_name("") and not valid_policy_name(3)

@@ -23,6 +23,7 @@ PREFIXES = sorted(
         "DS",
         "EG",
         "ER",
+        "EV",
         "GA",
         "GP",
         "I",

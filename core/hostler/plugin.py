@@ -219,3 +219,13 @@ class Hookspecs:
     @hookspec
     def register_engines(self, register: Register) -> None:
         """Register engine adapter classes by calling ``register(AdapterClass)``."""
+
+    @hookspec
+    def register_eviction_policies(self, register: Callable[[Any], None]) -> None:
+        """Register eviction policies (EV1) by calling ``register(policy)``.
+
+        A policy has a ``name`` (``^[a-z][a-z0-9-]{0,39}$``, not a built-in's), a ``version``
+        and a pure ``rank(resident)`` sort key (least wanted first); see
+        :class:`hostler.policies.eviction.EvictionPolicy`. Named by ``[pool] eviction`` and by
+        ``hostler whatif --policy``.
+        """

@@ -22,6 +22,11 @@ from hostler.errors import HostlerError, PluginError, UnknownEngineError
 from hostler.events.base import Event
 from hostler.events.plugin import PluginFailed, PluginLoaded
 from hostler.plugin import PROJECT, EngineAdapter, Hookspecs
+from hostler.policies.eviction import (
+    BUILTIN_EVICTION_POLICIES,
+    EvictionPolicy,
+    valid_policy_name,
+)
 
 __all__ = [
     "PluginFailed",
@@ -69,6 +74,8 @@ class PluginHost:
         self.manager = pluggy.PluginManager(PROJECT)
         self.manager.add_hookspecs(Hookspecs)
         self.adapters: dict[str, type[EngineAdapter]] = {}
+        #: Eviction policies plugins registered (EV1), by name; the built-ins are not here.
+        self.eviction_policies: dict[str, EvictionPolicy] = {}
         self.owners: dict[str, str] = {}
         self.plugins: dict[str, PluginRecord] = {}
 
@@ -100,21 +107,14 @@ class PluginHost:
             self._unregister(name)
             self._fail(name, version, "validate", describe_exception(exc))
             return
-        offered: list[Any] = []
-        for impl in self.manager.hook.register_engines.get_hookimpls():
-            if impl.plugin_name != name:
-                continue
-            try:
-                impl.function(register=offered.append)
-            except Exception as exc:  # noqa: BLE001 - one raising hook disables its plugin only
-                self._unregister(name)
-                self._fail(name, version, "register_engines", describe_exception(exc))
-                return
-        problem = self._check(name, offered)
-        if problem:
-            self._unregister(name)
-            self._fail(name, version, "register_engines", problem)
+        offered = self._collect(name, version, "register_engines", self._check)
+        if offered is None:
             return
+        policies = self._collect(name, version, "register_eviction_policies", self._check_policies)
+        if policies is None:
+            return
+        for policy in policies:
+            self.eviction_policies[policy.name] = policy
         engines = []
         for cls in offered:
             self.adapters[cls.engine_type] = cls
@@ -123,7 +123,28 @@ class PluginHost:
         self.plugins[name] = PluginRecord(name, version, "ok", engines)
         self._record(PluginLoaded(name, version, engines))
 
-    def _check(self, name: str, offered: list[Any]) -> str:
+    def _collect(
+        self, name: str, version: str, hook: str, check: Callable[[list[Any]], str]
+    ) -> list[Any] | None:
+        """What plugin ``name``'s ``hook`` registers; None (plugin disabled) when it fails."""
+        offered: list[Any] = []
+        for impl in getattr(self.manager.hook, hook).get_hookimpls():
+            if impl.plugin_name != name:
+                continue
+            try:
+                impl.function(register=offered.append)
+            except Exception as exc:  # noqa: BLE001 - one raising hook disables its plugin only
+                self._unregister(name)
+                self._fail(name, version, hook, describe_exception(exc))
+                return None
+        problem = check(offered)
+        if problem:
+            self._unregister(name)
+            self._fail(name, version, hook, problem)
+            return None
+        return offered
+
+    def _check(self, offered: list[Any]) -> str:
         seen: set[str] = set()
         for cls in offered:
             if not (isinstance(cls, type) and issubclass(cls, EngineAdapter)):
@@ -139,6 +160,24 @@ class PluginHost:
             if engine in seen:
                 return f"registers engine {engine!r} twice"
             seen.add(engine)
+        return ""
+
+    def _check_policies(self, offered: list[Any]) -> str:
+        seen: set[str] = set()
+        for policy in offered:
+            if not isinstance(policy, EvictionPolicy):
+                return (
+                    f"registered {policy!r}, which is not an eviction policy (name, version, rank)"
+                )
+            name = getattr(policy, "name", None)
+            if not isinstance(name, str) or not valid_policy_name(name):
+                return f"eviction policy name {name!r} is not ^[a-z][a-z0-9-]{{0,39}}$"
+            if name in BUILTIN_EVICTION_POLICIES or name in self.eviction_policies or name in seen:
+                return f"eviction policy {name!r} is already registered; this plugin is disabled"
+            version = getattr(policy, "version", None)
+            if type(version) is not int or version < 0:
+                return f"eviction policy {name!r} has version {version!r}, not a whole number"
+            seen.add(name)
         return ""
 
     def _unregister(self, name: str) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hostler.policies.eviction import DEFAULT_EVICTION_POLICY, EvictionPolicy
+
 __all__ = ["DEMAND_WINDOW", "Resident", "VictimPlan", "choose_victims"]
 
 #: Requests older than this no longer count as demand (seconds).
@@ -48,14 +50,17 @@ class VictimPlan:
     busy_fallback: str | None
 
 
-def choose_victims(residents: Sequence[Resident], shortfall: int) -> VictimPlan:
-    """Pick the idle batch that frees ``shortfall`` bytes (nothing when it is 0)."""
+def choose_victims(
+    residents: Sequence[Resident], shortfall: int, policy: EvictionPolicy | None = None
+) -> VictimPlan:
+    """Pick the idle batch that frees ``shortfall`` bytes (nothing when it is 0).
+
+    Idle engines are taken in ``policy``'s order (default: demand-weighted LRU, EV1).
+    """
     if shortfall <= 0:
         return VictimPlan((), 0, True, None)
-    idle = sorted(
-        (r for r in residents if not r.busy and not r.draining),
-        key=lambda r: (r.recent_hits, r.last_used_at, r.key),
-    )
+    order = (policy or DEFAULT_EVICTION_POLICY).rank
+    idle = sorted((r for r in residents if not r.busy and not r.draining), key=order)
     chosen: list[str] = []
     freed = 0
     for resident in idle:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from hostler.capacity.victims import DEMAND_WINDOW, Resident, choose_victims
+from hostler.policies.eviction import DEFAULT_EVICTION_POLICY, EvictionPolicy
 
 __all__ = [
     "DRAIN_WAIT",
@@ -96,24 +97,36 @@ class MakeRoom:
     decision: dict[str, Any]
 
 
-def plan_make_room(entries: Sequence[PoolEntry], shortfall: int, now: float) -> MakeRoom:
+def plan_make_room(
+    entries: Sequence[PoolEntry],
+    shortfall: int,
+    now: float,
+    policy: EvictionPolicy = DEFAULT_EVICTION_POLICY,
+) -> MakeRoom:
     """PP4: what to evict so that ``shortfall`` more bytes fit (nothing when it is 0 or less).
 
-    Draining entries are already leaving and count for nothing here. When the idle engines
-    cannot cover the shortfall, the least recently used busy engine is named to drain (it is
-    never killed mid-request: the drain either ends idle or the eviction fails, PP5).
+    Idle engines go in ``policy``'s order (EV1). Draining entries are already leaving and
+    count for nothing here. When the idle engines cannot cover the shortfall, the least
+    recently used busy engine is named to drain (it is never killed mid-request: the drain
+    either ends idle or the eviction fails, PP5). Each candidate's decision entry carries the
+    ages of its recent requests (``hit_ages``), so a replay can recount its demand.
     """
     residents = [
         Resident(e.key, e.bytes, e.busy, e.draining, demand(e, now), e.last_used_at)
         for e in entries
     ]
-    plan = choose_victims(residents, shortfall)
+    ages = {
+        e.key: [round(now - t, 3) for t in e.hits if 0 <= now - t < DEMAND_WINDOW] for e in entries
+    }
+    plan = choose_victims(residents, shortfall, policy)
     drain = None if plan.covers else plan.busy_fallback
     reachable = sum(r.bytes for r in residents if not r.draining) >= shortfall
     decision: dict[str, Any] = {
         "policy": POLICY_NAME,
         "version": POLICY_VERSION,
         "rule": "PP4",
+        "eviction": policy.name,
+        "eviction_version": policy.version,
         "shortfall": max(shortfall, 0),
         "now": now,
         "candidates": [
@@ -121,6 +134,7 @@ def plan_make_room(entries: Sequence[PoolEntry], shortfall: int, now: float) -> 
                 "key": r.key,
                 "bytes": r.bytes,
                 "recent_hits": r.recent_hits,
+                "hit_ages": ages.get(r.key, []),
                 "idle_for": round(now - r.last_used_at, 3),
                 "busy": r.busy,
                 "draining": r.draining,

@@ -65,6 +65,7 @@ from hostler.events.pool import (
     PoolRoomPlanned,
 )
 from hostler.machines.engine import EngineState, StopReason
+from hostler.policies.eviction import DEFAULT_EVICTION_POLICY, EvictionPolicy
 from hostler.policies.pool import (
     DRAIN_WAIT,
     PoolEntry,
@@ -181,6 +182,7 @@ class Pool:
         busy_hint: Whether an engine has requests queued for it (the request queue's view).
         pinned: Engine keys that stay resident (PP17).
         pin_interval: How often pinned engines are checked (seconds).
+        eviction: The order idle engines are given up in (EV1; default demand-weighted LRU).
     """
 
     def __init__(
@@ -197,8 +199,10 @@ class Pool:
         busy_hint: Callable[[str], bool] | None = None,
         pinned: Collection[str] = (),
         pin_interval: float = 1.0,
+        eviction: EvictionPolicy = DEFAULT_EVICTION_POLICY,
     ) -> None:
         self.store = store
+        self.eviction = eviction
         self._build_supervisor = build
         self._stopping: list[Callable[[int], Awaitable[None]]] = []
         self.ledger = ledger
@@ -555,7 +559,7 @@ class Pool:
                 for k, e in up.items()
                 if k not in self.pinned and k not in self._protected and k not in spoken
             ]
-            room = plan_make_room(candidates, short, now)
+            room = plan_make_room(candidates, short, now, self.eviction)
             if not room.reachable and spoken and anyio.current_time() < patience:
                 await anyio.sleep(self.drain_poll)  # PP4: wait for them, then look again
                 continue
