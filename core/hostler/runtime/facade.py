@@ -75,6 +75,10 @@ class RuntimeStatus:
     closed: bool
 
 
+#: The stop decision of an llm engine unloaded because another GPU slot takes the card (GA1).
+_SLOT_SWAP: dict[str, Any] = {"rule": "GA1", "cause": "gpu-slot-swap", "slot": "llm"}
+
+
 def _told(on_wait: Callable[[int], None]) -> Callable[[int], None]:
     """A caller's progress callback that may raise: its bug costs the display, not the request."""
 
@@ -127,6 +131,7 @@ class Runtime:
         cache: CacheController | None = None,
     ) -> None:
         self._io = offloop or OffLoop()
+        self._clock = clock
         self.arbiter = arbiter or GpuArbiter("coexist", store=store, clock=clock)
         self._queues: dict[str, RequestQueue] = {}
         self._gates: dict[str, RequestGate] = {}
@@ -144,7 +149,7 @@ class Runtime:
 
             async def evict() -> None:  # GA1: a swap to another slot unloads it when idle
                 try:
-                    await self.pool.unload_idle(key)
+                    await self.pool.unload_idle(key, _SLOT_SWAP)
                 except HostlerError as exc:
                     log.warning(
                         "hostler: %s: not unloaded for another GPU slot: %s", key, exc.message
@@ -400,8 +405,13 @@ class Runtime:
     def _queue(self, key: str) -> RequestQueue:
         queue = self._queues.get(key)
         if queue is None:
+            # the runtime's wall clock, not the queue's monotonic default: a request's times in
+            # the log then line up with the engine, pool and ledger events (post-mortem, PM)
             queue = RequestQueue.for_engine(
-                key, 1, record=lambda event: self._unwritten.append((key, event))
+                key,
+                1,
+                record=lambda event: self._unwritten.append((key, event)),
+                clock=self._clock,
             )
             self._queues[key] = queue
             self._gates[key] = RequestGate(1)

@@ -692,10 +692,11 @@ class Pool:
 
     # -- the operator's verbs ------------------------------------------------------------------
 
-    async def unload_idle(self, key: str) -> bool:
+    async def unload_idle(self, key: str, why: dict[str, Any] | None = None) -> bool:
         """PP6: unload ``key`` now if it is idle; False when it is not resident.
 
-        Joins an eviction already draining it.
+        Joins an eviction already draining it. ``why`` is recorded as the stop's decision
+        (default: PP6, an operator's unload).
 
         Raises:
             EngineBusyError: It serves or waits on requests (no drain wait: a person asked).
@@ -712,7 +713,7 @@ class Pool:
             return entry.supervisor.state not in _UP
         if self._busy(key, entry, queued=True):
             raise EngineBusyError(f"{key} is busy; not unloading it (retry when its requests end)")
-        return await self._drain(key, None, {"rule": "PP6", "cause": "unload-idle"}, 0.0)
+        return await self._drain(key, None, why or {"rule": "PP6", "cause": "unload-idle"}, 0.0)
 
     async def release_idle(self) -> list[str]:
         """PP7: unload every idle engine; return the keys that were busy (left resident)."""
