@@ -392,9 +392,7 @@ class _Walker:
                 f"a new daemon (pid {event.daemon_pid}) found it alive in the log; checking it",
             )
         if isinstance(event, EngineAdopted):
-            return f(
-                record, key, "adopted", f"adopted: pid {event.pid} still ours and answering"
-            )
+            return f(record, key, "adopted", f"adopted: pid {event.pid} still ours and answering")
         if isinstance(event, EngineLost):
             return f(record, key, "lost", f"lost: {event.cause}", lost=event.cause)
         return None
@@ -445,8 +443,7 @@ class _Walker:
             text = "stop requested: evicted (PP9): the pool is retiring, work done"
         elif rule == "PP10":
             text = (
-                "stop requested: evicted (PP10): above the replica target "
-                f"{decision.get('target')}"
+                f"stop requested: evicted (PP10): above the replica target {decision.get('target')}"
             )
             cause["target"] = decision.get("target")
         else:
