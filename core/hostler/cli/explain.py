@@ -1,4 +1,4 @@
-"""``hostler explain TARGET``: every recorded decision that touched an engine, model, session or request."""
+"""``hostler explain TARGET``: every recorded decision that touched an engine, model, session..."""
 
 from __future__ import annotations
 

@@ -303,6 +303,12 @@ def _discard(items: list[int], number: int) -> None:
         items.remove(number)
 
 
+def _object(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError("payload is not a JSON object")
+    return value
+
+
 def _text(value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{value!r} is not text")
@@ -380,9 +386,7 @@ def fold_rows(state: RuntimeState, rows: Iterable[Sequence[Any]]) -> RuntimeStat
             continue
         try:
             payload = raw if isinstance(raw, dict) else decode(raw)
-            if not isinstance(payload, dict):
-                raise TypeError("payload is not a JSON object")
-            fold(state, seq, stream, payload)
+            fold(state, seq, stream, _object(payload))
         except (msgspec.DecodeError, TypeError, KeyError, ValueError, AttributeError):
             state.unreadable.append(seq)
     return state

@@ -18,7 +18,6 @@ sequence may commit out of order, and the fold always starts from the log.
 from __future__ import annotations
 
 import contextlib
-import os
 import sqlite3
 import zlib
 from collections.abc import Iterator
@@ -141,7 +140,7 @@ class SnapshotCache:
         try:
             if fresh:
                 with contextlib.suppress(OSError):
-                    os.chmod(self.path, self._mode)
+                    self.path.chmod(self._mode)
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS snapshots (seq INTEGER PRIMARY KEY, "
                 "schema INTEGER NOT NULL, hostler TEXT NOT NULL, fingerprint TEXT NOT NULL, "
