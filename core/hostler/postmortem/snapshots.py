@@ -32,7 +32,7 @@ from hostler._version import __version__
 from hostler.machines import LIFECYCLES
 from hostler.postmortem.runtime_state import STATE_SCHEMA, RuntimeState, fold_rows
 from hostler.replay import World, replay
-from hostler.store.log import EventStore
+from hostler.store.log import EventStore, format_time
 
 __all__ = [
     "SIDECAR_SUFFIX",
@@ -236,7 +236,28 @@ def fingerprint_at(store: EventStore, seq: int) -> str | None:
 
 
 def seq_at(store: EventStore, moment: datetime) -> int:
-    """The seq of the last row recorded at or before ``moment`` (0: none)."""
+    """The seq of the last row recorded at or before ``moment`` (0: none).
+
+    On SQLite the ``recorded_at`` index answers it in one step (the newest such time, the
+    highest seq among equals); elsewhere, or when that read fails, the rows are scanned back
+    from the end. Rows are stamped at commit, in seq order, so both agree.
+    """
+    log = store.sqlite_file
+    if log is not None:
+        try:
+            conn = sqlite3.connect(f"{log.as_uri()}?mode=ro", uri=True, timeout=2.0)
+            try:
+                row = conn.execute(
+                    "SELECT seq FROM events WHERE recorded_at <= ? "
+                    "ORDER BY recorded_at DESC, seq DESC LIMIT 1",
+                    (format_time(moment),),
+                ).fetchone()
+            finally:
+                conn.close()
+        except sqlite3.Error:
+            pass
+        else:
+            return 0 if row is None else int(row[0])
     for record in store.read_all(until=moment, last=1):
         return record.seq
     return 0
