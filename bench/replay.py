@@ -141,8 +141,9 @@ class Scenario:
             "ledger/host",
             LedgerReserved(key, size, OWNER, 0, committed, BUDGET, BUDGET, True, "tok"),
         )
-        cause = "request" if self.state.get(key) != "backoff" else "request"
-        self.engine(key, EngineStartRequested(self.state.get(key, "stopped"), "starting", at, cause))
+        self.engine(
+            key, EngineStartRequested(self.state.get(key, "stopped"), "starting", at, "request")
+        )
         self.pids += 1
         port = 40_000 + self.pids % 20_000
         self.engine(
@@ -213,14 +214,10 @@ class Scenario:
         n = self.request_ids[key] = self.request_ids.get(key, 0) + 1
         session = f"s{self.rng.randint(1, 5000)}"
         if self.rng.random() < 0.1:
-            self.log.add(
-                "router/host", SessionBound(self.log.at, session, key, "kept", {key: 1})
-            )
+            self.log.add("router/host", SessionBound(self.log.at, session, key, "kept", {key: 1}))
         queue = f"queue/{key}"
         mono = self.log.at - 1.7e9
-        self.log.add(
-            queue, QueueEnqueued(key, n, "interactive", False, session, None, None, mono)
-        )
+        self.log.add(queue, QueueEnqueued(key, n, "interactive", False, session, None, None, mono))
         decision = {"policy": "request-queue", "version": 1, "rule": "oldest", "id": n}
         self.log.add(queue, QueueDispatched(key, n, "interactive", 0.01, mono, decision))
         self.log.add(queue, QueueReleased(key, n, "interactive", 1.5, mono + 1.5))
@@ -291,7 +288,7 @@ def cli(log: Path, *args: str) -> float:
         *args,
     ]
     start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, check=False, env=os.environ.copy())  # noqa: S603
+    done = subprocess.run(command, capture_output=True, check=False, env=os.environ.copy())
     elapsed = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"hostler state failed: {done.stderr.decode()[-500:]}")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +65,8 @@ async def record(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    yield anyio.run(record, tmp_path_factory.mktemp("explain"))
+def log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return anyio.run(record, tmp_path_factory.mktemp("explain"))
 
 
 def explained(capsys: pytest.CaptureFixture[str], log: Path, target: str) -> dict[str, Any]:
@@ -101,7 +100,9 @@ def test_each_eviction_cites_the_victims_demand_against_the_others(
         assert mine["recent_hits"] < other["recent_hits"]
         assert line["cause"]["victim"]["recent_hits"] == mine["recent_hits"]
         assert line["cause"]["others"][0]["recent_hits"] == other["recent_hits"]
-        assert line["cause"]["policy"] == "demand-lru" and line["cause"]["for_key"] == plan["for_key"]
+        assert (
+            line["cause"]["policy"] == "demand-lru" and line["cause"]["for_key"] == plan["for_key"]
+        )
         hits = mine["recent_hits"]
         assert (
             f"make room for {plan['for_key']}" in line["text"]

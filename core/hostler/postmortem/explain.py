@@ -169,8 +169,15 @@ def _index(records: Iterable[RecordedEvent]) -> _Index:
     found = _Index()
     for record in records:
         event = record.event
-        if record.stream_id.startswith("engine/"):
-            found.keys.add(record.stream_id.removeprefix("engine/"))
+        stream = record.stream_id
+        if stream.startswith(("engine/", "reservation/")):
+            found.keys.add(stream.partition("/")[2])
+        elif isinstance(event, PoolRoomPlanned):
+            found.keys.update(
+                [event.for_key, *event.evict, *([event.drain] if event.drain else [])]
+            )
+        elif isinstance(event, (PoolDrainStarted, PoolDrainEnded)):
+            found.keys.add(event.key)
         elif isinstance(event, SessionBound):
             found.keys.add(event.key)
             found.sessions.setdefault(event.session, set()).add(event.key)
