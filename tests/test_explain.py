@@ -332,16 +332,16 @@ def test_adoption_and_loss(log: Log) -> None:
 
 
 def test_leases_are_told_while_the_engine_is_up_and_never_before(log: Log) -> None:
-    log.add("lease/L0", LeaseRequested("new", "waiting", at(0), "image", "early"))
-    log.add("lease/L0", LeaseGranted("waiting", "held", at(0), at(99)))
+    log.add("lease/zero", LeaseRequested("new", "waiting", at(0), "image", "early"))
+    log.add("lease/zero", LeaseGranted("waiting", "held", at(0), at(99)))
     start(log)
-    log.add("lease/L1", LeaseRequested("new", "waiting", at(5), "video", "comfy"))
-    log.add("lease/L1", LeaseGranted("waiting", "held", at(5), at(99)))
-    log.add("lease/L1", LeaseBroken("held", "broken", at(6), "stale", 95.0))
+    log.add("lease/one", LeaseRequested("new", "waiting", at(5), "video", "comfy"))
+    log.add("lease/one", LeaseGranted("waiting", "held", at(5), at(99)))
+    log.add("lease/one", LeaseBroken("held", "broken", at(6), "stale", 95.0))
     leases = [f for f in log.findings(KEY) if f.kind == "lease"]
     assert texts(leases) == [
-        "GPU lease L1 granted to comfy (slot video) while it was up",
-        "GPU lease L1 of comfy (slot video) broken: stale, stale for 95 s",
+        "GPU lease one granted to comfy (slot video) while it was up",
+        "GPU lease one of comfy (slot video) broken: stale, stale for 95 s",
     ]
     assert leases[0].subject == KEY
 
@@ -351,8 +351,8 @@ def test_an_unload_is_tied_to_a_lease_granted_at_most_five_seconds_before(
     log: Log, gap: float, cited: bool
 ) -> None:
     start(log)
-    log.add("lease/L1", LeaseRequested("new", "waiting", at(5), "image", "comfy"))
-    grant = log.add("lease/L1", LeaseGranted("waiting", "held", at(5), at(99)))
+    log.add("lease/one", LeaseRequested("new", "waiting", at(5), "image", "comfy"))
+    grant = log.add("lease/one", LeaseGranted("waiting", "held", at(5), at(99)))
     log.add(
         f"engine/{KEY}",
         EngineStopRequested("running", "stopping", at(9), "evicted", {"rule": "PP6"}),
@@ -363,7 +363,7 @@ def test_an_unload_is_tied_to_a_lease_granted_at_most_five_seconds_before(
     if cited:
         assert stop.cause["lease_seq"] == grant
         assert stop.text.endswith(
-            f"GPU lease L1 (slot image, holder comfy) was granted (seq {grant})"
+            f"GPU lease one (slot image, holder comfy) was granted (seq {grant})"
         )
 
 
@@ -444,9 +444,9 @@ def test_an_unknown_target_says_what_was_searched(log: Log) -> None:
 
 
 def test_a_window_keeps_its_findings_and_remembers_what_came_before(log: Log) -> None:
-    log.add("lease/L1", LeaseRequested("new", "waiting", at(0), "image", "comfy"))
+    log.add("lease/one", LeaseRequested("new", "waiting", at(0), "image", "comfy"))
     start(log)
-    log.add("lease/L1", LeaseGranted("waiting", "held", at(5), at(99)))
+    log.add("lease/one", LeaseGranted("waiting", "held", at(5), at(99)))
     everything = log.findings(KEY)
     moment = everything[-1].at
     later = log.findings(KEY, since=moment)

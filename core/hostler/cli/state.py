@@ -59,7 +59,7 @@ def add_parser(sub: Any) -> None:
 
 
 def parse_at(text: str, *, now: datetime) -> int | datetime:
-    """``--at``'s value: a seq (digits only) or a moment as :func:`parse_moment` reads it."""
+    """``--at``'s value (PM6): a seq (digits only) or a moment as :func:`parse_moment` reads."""
     cleaned = text.strip()
     if cleaned.isascii() and cleaned.isdigit():
         if len(cleaned) > 19 or int(cleaned) > _MAX_SEQ:

@@ -4,7 +4,8 @@ A snapshot is the lifecycle :class:`~hostler.replay.World` and the
 :class:`~hostler.postmortem.runtime_state.RuntimeState` after some seq, saved every
 :data:`SNAPSHOT_EVERY` events by whoever folds past that point (``hostler state --at``). It is a
 cache, never trusted over the log: each carries the fingerprint of the last row it folded
-(seq, stream, version and type) and the schema and hostler version that wrote it, and is thrown
+(seq, stream, version, type and recorded time) and the schema and hostler version that wrote
+it, and is thrown
 away when any of them no longer matches (the log replaced by another file, a newer fold), then
 rebuilt from the log.
 
@@ -229,9 +230,14 @@ def _decode(body: bytes, seq: int) -> tuple[World, RuntimeState] | None:
 
 
 def fingerprint_at(store: EventStore, seq: int) -> str | None:
-    """``seq|stream|version|type`` of the row at ``seq``, or None when there is none."""
+    """``seq|stream|version|type|recorded_at`` of the row at ``seq`` (None: no such row).
+
+    Another log, even one that recorded the same kinds of events in the same order, differs
+    here: its rows were recorded at other moments.
+    """
     for record in store.read_all(after_seq=seq - 1, until_seq=seq, limit=1):
-        return f"{record.seq}|{record.stream_id}|{record.version}|{record.type}"
+        stamp = record.recorded_at.isoformat()
+        return f"{record.seq}|{record.stream_id}|{record.version}|{record.type}|{stamp}"
     return None
 
 
