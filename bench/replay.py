@@ -275,18 +275,13 @@ def build(path: Path, total: int) -> int:
     return log.count
 
 
-def cli(log: Path, *args: str) -> float:
-    """Seconds one ``hostler state`` takes, as a fresh process (start-up included)."""
-    command = [
-        sys.executable,
-        "-c",
-        "import sys; from hostler.cli import main; sys.exit(main())",
-        "state",
-        "--db",
-        str(log),
-        "--json",
-        *args,
-    ]
+def cli(log: Path | None, *args: str) -> float:
+    """Seconds one ``hostler state`` takes, as a fresh process (start-up included).
+
+    With no log: ``hostler --version``, the floor every command pays (interpreter, imports).
+    """
+    command = [sys.executable, "-c", "import sys; from hostler.cli import main; sys.exit(main())"]
+    command += ["--version"] if log is None else ["state", "--db", str(log), "--json", *args]
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, check=False, env=os.environ.copy())
     elapsed = time.perf_counter() - start
@@ -327,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
         results.setdefault(label, {})[mode] = value
         print(f"  {label:<12} {mode:<13} {value:6.2f} s  (runs {times})", file=sys.stderr)
 
+    floor = statistics.median(cli(None) for _ in range(args.runs))
+    print(f"  start-up floor (hostler --version) {floor:6.2f} s", file=sys.stderr)
     for label, at in points:
         if not args.skip_cold:
             measure(label, "cold", ["--at", at], fresh=True)
@@ -334,7 +331,9 @@ def main(argv: list[str] | None = None) -> int:
         measure(label, "warm", ["--at", at], fresh=False)
         measure(label, "no snapshots", ["--at", at, "--no-snapshots"], fresh=False)
     OUT.mkdir(exist_ok=True)
-    (OUT / "replay.json").write_text(json.dumps({"events": total, "results": results}, indent=2))
+    document = {"events": total, "startup_floor": floor, "results": results}
+    (OUT / "replay.json").write_text(json.dumps(document, indent=2))
+    print(f"start-up floor (`hostler --version`): {floor:.2f} s")
     print(f"| point ({total:,} events) | cold | warm | no snapshots |")
     print("|---|---:|---:|---:|")
     for label, row in results.items():
