@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -89,9 +89,19 @@ class World:
 
 
 def replay(
-    store: EventStore, *, until_seq: int | None = None, until: datetime | None = None
+    store: EventStore,
+    *,
+    until_seq: int | None = None,
+    until: datetime | None = None,
+    world: World | None = None,
+    after_seq: int = 0,
+    on_page: Callable[[Sequence[Sequence[Any]]], None] | None = None,
 ) -> World:
     """Fold the log (up to ``until_seq`` / recorded time ``until``) into a :class:`World`.
+
+    ``world`` and ``after_seq`` continue an earlier fold (a snapshot taken at ``after_seq``)
+    instead of starting from an empty world; ``on_page`` sees each page of raw rows after it
+    was folded (another fold riding the same read, e.g. the post-mortem's runtime state).
 
     Every stream of a lifecycle is folded with :func:`~hostler.events.fold.fold_step`, as
     :func:`load` folds one: each model's ``version`` is its stream's last version. Events of
@@ -99,14 +109,14 @@ def replay(
     longer fits their class are kept in the log and listed in ``World.unknown``; they never
     stop a replay.
     """
-    world = World()
+    world = World() if world is None else world
     step = fold_step
     unknown = world.unknown
     # Per stream: its model and the event classes its lifecycle folds (None: no lifecycle).
     streams: dict[str, tuple[LifecycleModel, frozenset[type[Event]]] | None] = {}
     # Per (type, schema version): a typed decoder from the payload's JSON text, or None.
     decoders: dict[tuple[str, int], Callable[[Any], Any] | None] = {}
-    for page in store.read_rows(until_seq=until_seq, until=until):
+    for page in store.read_rows(after_seq=after_seq, until_seq=until_seq, until=until):
         for seq, stream_id, version, type_name, schema_version, raw in page:
             target = streams.get(stream_id, _UNSEEN)
             if target is _UNSEEN:
@@ -135,6 +145,8 @@ def replay(
                 unknown.append(seq)
         world.last_seq = page[-1][0]
         world.events += len(page)
+        if on_page is not None:
+            on_page(page)
     return world
 
 

@@ -1,4 +1,4 @@
-"""``hostler state``: every machine's state rebuilt from the log, now or as of a moment."""
+"""``hostler state``: the whole runtime rebuilt from the log, now or as of a seq or a time."""
 
 from __future__ import annotations
 
@@ -9,10 +9,15 @@ from typing import Any
 
 from hostler.cli.common import DamageReport, add_log_options, open_existing_log
 from hostler.cli.numbers import count
+from hostler.cli.tables import size
 from hostler.cli.timeparse import parse_moment
-from hostler.replay import World, replay
+from hostler.errors import UsageError
+from hostler.postmortem.runtime_state import RuntimeState
+from hostler.postmortem.snapshots import SnapshotCache, as_of, seq_at
+from hostler.replay import World
+from hostler.store.log import EventStore
 
-__all__ = ["add_parser", "format_world", "run"]
+__all__ = ["add_parser", "format_runtime", "format_world", "parse_at", "run"]
 
 _COLUMNS: dict[str, tuple[str, ...]] = {
     "Engine": ("pid", "stop_reason", "starts", "crashes", "retry_at", "last_error"),
@@ -20,33 +25,139 @@ _COLUMNS: dict[str, tuple[str, ...]] = {
     "Reservation": ("requested_bytes", "granted_bytes", "owner", "shortfall", "denial_reason"),
 }
 
+#: The largest seq ``--at`` takes (SQLite's integer limit).
+_MAX_SEQ = 2**63 - 1
+
 
 def add_parser(sub: Any) -> None:
     """Register the subcommand."""
     parser: argparse.ArgumentParser = sub.add_parser(
         "state",
-        help="replay the log into every machine's state (now, or as of a seq or time)",
+        help="the whole runtime rebuilt from the log (now, or as of a seq or time)",
+        description=(
+            "Resident engines, reservations, the budget, leases, queues and sessions, and "
+            "every lifecycle machine, as the log describes them after one row. Snapshots "
+            "kept beside the log (LOG.snapshots, a cache rebuilt whenever stale) make a "
+            "moment deep in a large log quick to reach."
+        ),
     )
     add_log_options(parser)
-    parser.add_argument("--until-seq", type=count(0), help="replay events up to this seq only")
-    parser.add_argument("--until", help="replay events recorded up to this time")
+    parser.add_argument(
+        "--at",
+        help="a seq (a whole number) or a time (ISO-8601, or relative: 15m, 2h): the state "
+        "after the last row recorded then",
+    )
+    parser.add_argument("--until-seq", type=count(0), help="the same as --at SEQ")
+    parser.add_argument("--until", help="the same as --at TIME")
+    parser.add_argument(
+        "--no-snapshots",
+        action="store_true",
+        help="fold the whole log from its start, neither reading nor saving snapshots",
+    )
     parser.add_argument("--json", action="store_true", help="print the state as JSON")
     parser.set_defaults(run=run)
 
 
+def parse_at(text: str, *, now: datetime) -> int | datetime:
+    """``--at``'s value (PM6): a seq (digits only) or a moment as :func:`parse_moment` reads."""
+    cleaned = text.strip()
+    if cleaned.isascii() and cleaned.isdigit():
+        if len(cleaned) > 19 or int(cleaned) > _MAX_SEQ:
+            raise UsageError(f"--at {cleaned[:30]}: a seq is at most {_MAX_SEQ}")
+        return int(cleaned)
+    return parse_moment(cleaned, now=now)
+
+
+def _moment(args: argparse.Namespace) -> int | datetime | None:
+    given = [g for g in (args.at, args.until_seq, args.until) if g is not None]
+    if len(given) > 1:
+        raise UsageError("state: give one of --at, --until-seq and --until")
+    now = datetime.now(UTC)
+    if args.at is not None:
+        return parse_at(args.at, now=now)
+    if args.until is not None:
+        return parse_moment(args.until, now=now)
+    return args.until_seq  # type: ignore[no-any-return]
+
+
+def _target_seq(store: EventStore, moment: int | datetime | None) -> int | None:
+    if isinstance(moment, datetime):
+        return seq_at(store, moment)
+    return moment
+
+
 def run(args: argparse.Namespace) -> int:
-    """Replay and print."""
-    until = parse_moment(args.until, now=datetime.now(UTC)) if args.until else None
+    """Fold (from the nearest snapshot) and print."""
+    moment = _moment(args)
     with open_existing_log(args) as store:
-        world = replay(store, until_seq=args.until_seq, until=until)
+        seq = _target_seq(store, moment)
+        cache = None if args.no_snapshots else SnapshotCache.beside(store)
+        answer = as_of(store, seq, cache=cache)
+        last = answer.world.last_seq
+        at = next(iter(store.read_all(after_seq=last - 1, until_seq=last)), None) if last else None
         damage = DamageReport(store.name)
-    for seq, why in world.damaged:
-        damage.note(seq, why)
+    world, state = answer.world, answer.state
+    for damaged_seq, why in world.damaged:
+        damage.note(damaged_seq, why)
+    recorded = None if at is None else at.recorded_at.isoformat()
     if args.json:
-        print(json.dumps(world.snapshot(), indent=2, sort_keys=True))
+        document: dict[str, Any] = {
+            **world.snapshot(),
+            "as_of": {"seq": world.last_seq, "recorded_at": recorded, "events": world.events},
+            "runtime": state.to_json(),
+        }
+        print(json.dumps(document, indent=2, sort_keys=True))
     else:
-        print("\n".join(format_world(world)))
+        lines = format_world(world)
+        if recorded:
+            lines[0] += f", recorded {recorded}"
+        print("\n".join([*lines[:1], *format_runtime(state), *lines[1:]]))
     return damage.status()
+
+
+def format_runtime(state: RuntimeState) -> list[str]:
+    """Readable lines: budget, resident engines, reservations, leases, queues, sessions."""
+    budget = state.budget
+    explicit = "automatic" if budget["explicit"] is None else size(budget["explicit"])
+    spill = {None: "automatic", True: "allowed", False: "forbidden"}.get(budget["spillover"], "?")
+    in_force = "-" if budget["budget"] is None else size(budget["budget"])
+    lines = [
+        "",
+        f"BUDGET  {in_force} in force (operator: {explicit}; spillover {spill}); "
+        f"committed {size(state.committed)}",
+    ]
+    resident = state.resident
+    lines.append("")
+    lines.append(f"RESIDENT ENGINES ({len(resident)})")
+    for key, e in sorted(resident.items()):
+        lines.append(
+            f"  {key:<36} {e['state']:<9} pid={e['pid']} port={e['port']} "
+            f"reserved={size(e['reserved'])} measured={size(e['measured'])}"
+        )
+    lines.append("")
+    lines.append(f"RESERVATIONS ({len(state.reservations)})")
+    for key, r in sorted(state.reservations.items()):
+        lines.append(f"  {key:<36} {size(r['bytes']):>10}  owner={r['owner']}")
+    lines.append("")
+    lines.append(f"GPU LEASES ({len(state.leases)})")
+    for lease, held in sorted(state.leases.items()):
+        lines.append(
+            f"  {lease:<20} {held['state']:<8} slot={held['slot']} holder={held['holder']} "
+            f"expires_at={held['expires_at']}"
+        )
+    lines.append("")
+    lines.append(f"QUEUES ({len(state.queues)})")
+    for key, queue in sorted(state.queues.items()):
+        lines.append(f"  {key:<36} waiting={queue['waiting']} running={queue['running']}")
+    lines.append("")
+    lines.append(f"SESSIONS ({len(state.sessions)})")
+    for session, key in sorted(state.sessions.items())[:50]:
+        lines.append(f"  {session:<36} -> {key}")
+    if len(state.sessions) > 50:
+        lines.append(f"  ... {len(state.sessions) - 50} more (--json lists every one)")
+    if state.unreadable:
+        lines.append(f"{len(state.unreadable)} rows of known types did not fit and were skipped")
+    return lines
 
 
 def format_world(world: World) -> list[str]:

@@ -1,0 +1,392 @@
+"""The whole runtime as of a moment (pure): resident engines, reservations, budget, leases, queues.
+
+:func:`fold_rows` folds raw log rows (as :meth:`hostler.store.log.EventStore.read_rows` pages
+them) into a :class:`RuntimeState`; :meth:`RuntimeState.to_json` and
+:meth:`RuntimeState.from_json` carry it to and from JSON, so that it can be snapshotted and a
+later fold can continue from the snapshot (PM3). Nothing here does I/O or reads a clock.
+
+What each part is folded from (PM4):
+
+- engines: the ``engine/KEY`` streams (state, pid, port), the ledger's ``reserved`` /
+  ``measured`` / ``released`` for the bytes reserved and measured;
+- reservations: the ledger (``reserved``, ``adopted``, ``carried`` hold; ``released`` frees);
+- budget: the last figures a ledger decision recorded, the operator's ``budget_set`` and
+  ``spillover_set``;
+- leases: the ``lease/ID`` streams, kept while waiting or held;
+- queues: ``queue.*`` per engine (waiting and running request ids); a ``daemon.started``
+  empties them, since an earlier daemon's requests died with it;
+- sessions: ``router.bound``, the engine each session was last bound to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+__all__ = ["FOLDS", "STATE_SCHEMA", "RuntimeState", "fold_rows"]
+
+#: Bumped whenever the fold or the JSON form changes: older snapshots are then rebuilt.
+STATE_SCHEMA = 1
+
+_UP = frozenset({"starting", "running", "stopping", "adopting"})
+
+
+@dataclass
+class RuntimeState:
+    """The runtime as the log describes it after ``last_seq``.
+
+    Attributes:
+        last_seq: The seq of the last row folded (0: none).
+        events: How many rows were folded.
+        engines: Per engine key: ``state``, ``pid``, ``port``, ``reserved`` and ``measured``
+            bytes (None when none), ``since`` (seq of its last state change). Stopped engines
+            stay listed with their last state.
+        reservations: Per engine key: ``owner``, ``bytes`` held, ``measured`` (None until
+            measured).
+        budget: ``budget``, ``ceiling``, ``enforced`` (from the last ledger decision),
+            ``explicit`` (the operator's budget; None: automatic) and ``spillover`` (True,
+            False or None: automatic).
+        leases: Per lease id, while waiting or held: ``slot``, ``holder``, ``state``,
+            ``granted_at``, ``expires_at`` (epoch seconds).
+        queues: Per engine key: ``waiting`` and ``running`` request ids, in arrival order.
+        sessions: Session id to the engine key it was last bound to.
+        unreadable: Seqs of rows of a folded type whose payload did not fit (skipped).
+    """
+
+    last_seq: int = 0
+    events: int = 0
+    engines: dict[str, dict[str, Any]] = field(default_factory=dict)
+    reservations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    budget: dict[str, Any] = field(
+        default_factory=lambda: {
+            "budget": None,
+            "ceiling": None,
+            "enforced": None,
+            "explicit": None,
+            "spillover": None,
+        }
+    )
+    leases: dict[str, dict[str, Any]] = field(default_factory=dict)
+    queues: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    sessions: dict[str, str] = field(default_factory=dict)
+    unreadable: list[int] = field(default_factory=list)
+
+    @property
+    def resident(self) -> dict[str, dict[str, Any]]:
+        """The engines that are up (starting, running, stopping or being adopted)."""
+        return {k: v for k, v in self.engines.items() if v["state"] in _UP}
+
+    @property
+    def committed(self) -> int:
+        """Bytes every reservation holds together."""
+        return sum(int(r["bytes"]) for r in self.reservations.values())
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON object holding everything (``schema`` included), for snapshots and ``--json``."""
+        return {
+            "schema": STATE_SCHEMA,
+            "last_seq": self.last_seq,
+            "events": self.events,
+            "engines": self.engines,
+            "reservations": self.reservations,
+            "budget": self.budget,
+            "leases": self.leases,
+            "queues": self.queues,
+            "sessions": self.sessions,
+            "unreadable": self.unreadable,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> RuntimeState:
+        """The state :meth:`to_json` wrote.
+
+        Raises:
+            ValueError: Not such an object, or of another schema (rebuild it from the log).
+        """
+        if not isinstance(data, dict) or data.get("schema") != STATE_SCHEMA:
+            raise ValueError(f"not a runtime state of schema {STATE_SCHEMA}")
+        try:
+            state = cls(
+                last_seq=_whole(data["last_seq"]),
+                events=_whole(data["events"]),
+                engines=_objects(data["engines"]),
+                reservations=_objects(data["reservations"]),
+                budget=dict(data["budget"]),
+                leases=_objects(data["leases"]),
+                queues={
+                    str(k): {"waiting": list(v["waiting"]), "running": list(v["running"])}
+                    for k, v in data["queues"].items()
+                },
+                sessions={str(k): str(v) for k, v in data["sessions"].items()},
+                unreadable=[_whole(s) for s in data["unreadable"]],
+            )
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"a runtime state with a missing or bad field: {exc}") from None
+        return state
+
+
+def _whole(value: Any) -> int:
+    if type(value) is not int:
+        raise ValueError(f"{value!r} is not a whole number")
+    return value
+
+
+def _objects(value: Any) -> dict[str, dict[str, Any]]:
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        raise ValueError("expected an object of objects")
+    return {str(k): dict(v) for k, v in value.items()}
+
+
+# -- the fold -------------------------------------------------------------------------------------
+
+Fold = Callable[[RuntimeState, int, str, dict[str, Any]], None]
+
+
+def _engine(state: RuntimeState, key: str) -> dict[str, Any]:
+    found = state.engines.get(key)
+    if found is None:
+        found = state.engines[key] = {
+            "state": "stopped",
+            "pid": None,
+            "port": None,
+            "reserved": None,
+            "measured": None,
+            "since": 0,
+        }
+    return found
+
+
+def _on_engine(state: RuntimeState, seq: int, stream: str, p: dict[str, Any]) -> None:
+    engine = _engine(state, stream[7:])
+    to_state = p["to_state"]
+    if not isinstance(to_state, str):
+        raise TypeError("to_state is not text")
+    if to_state != engine["state"]:
+        engine["state"], engine["since"] = to_state, seq
+    if to_state not in _UP:
+        engine["pid"] = engine["port"] = None
+
+
+def _on_spawned(state: RuntimeState, seq: int, stream: str, p: dict[str, Any]) -> None:
+    _on_engine(state, seq, stream, p)
+    engine = state.engines[stream[7:]]
+    engine["pid"], engine["port"] = _int(p["pid"]), _int(p["port"])
+
+
+def _on_adopted(state: RuntimeState, seq: int, stream: str, p: dict[str, Any]) -> None:
+    _on_engine(state, seq, stream, p)
+    state.engines[stream[7:]]["pid"] = _int(p["pid"])
+
+
+def _on_reserved(state: RuntimeState, _seq: int, _stream: str, p: dict[str, Any]) -> None:
+    key = _text(p["key"])
+    state.reservations[key] = {"owner": p["owner"], "bytes": _int(p["bytes"]), "measured": None}
+    _engine(state, key)["reserved"] = p["bytes"]
+    _engine(state, key)["measured"] = None
+    _limits(state, p)
+
+
+def _on_held(state: RuntimeState, _seq: int, _stream: str, p: dict[str, Any]) -> None:
+    """ledger.adopted / ledger.carried: the bytes are held for their (new) owner."""
+    key = _text(p["key"])
+    state.reservations[key] = {"owner": p["owner"], "bytes": _int(p["bytes"]), "measured": None}
+    _engine(state, key)["reserved"] = p["bytes"]
+    if "budget" in p:
+        state.budget["budget"] = p["budget"]
+
+
+def _on_measured(state: RuntimeState, _seq: int, _stream: str, p: dict[str, Any]) -> None:
+    key = _text(p["key"])
+    held = state.reservations.get(key)
+    if held is not None:
+        held["bytes"] = _int(p["bytes"])
+        held["measured"] = p["bytes"]
+    _engine(state, key)["measured"] = p["bytes"]
+
+
+def _on_released(state: RuntimeState, _seq: int, _stream: str, p: dict[str, Any]) -> None:
+    key = _text(p["key"])
+    state.reservations.pop(key, None)
+    engine = _engine(state, key)
+    engine["reserved"] = engine["measured"] = None
+
+
+def _on_denied(state: RuntimeState, _seq: int, _stream: str, p: dict[str, Any]) -> None:
+    _limits(state, p)
+
+
+def _limits(state: RuntimeState, p: dict[str, Any]) -> None:
+    state.budget["budget"] = _int(p["budget"])
+    state.budget["ceiling"] = p.get("ceiling")
+    if "enforced" in p:
+        state.budget["enforced"] = p["enforced"]
+
+
+def _on_budget_set(state: RuntimeState, _seq: int, _stream: str, p: dict[str, Any]) -> None:
+    state.budget["explicit"] = p["budget"]
+
+
+def _on_spillover_set(state: RuntimeState, _seq: int, _stream: str, p: dict[str, Any]) -> None:
+    state.budget["spillover"] = p["allowed"]
+
+
+def _on_lease_requested(state: RuntimeState, _seq: int, stream: str, p: dict[str, Any]) -> None:
+    state.leases[stream[6:]] = {
+        "slot": p["slot"],
+        "holder": p["holder"],
+        "state": "waiting",
+        "granted_at": None,
+        "expires_at": None,
+    }
+
+
+def _on_lease_granted(state: RuntimeState, _seq: int, stream: str, p: dict[str, Any]) -> None:
+    lease = state.leases.get(stream[6:])
+    if lease is not None:
+        lease.update(state="held", granted_at=p["at"], expires_at=p["expires_at"])
+
+
+def _on_lease_ended(state: RuntimeState, _seq: int, stream: str, _p: dict[str, Any]) -> None:
+    state.leases.pop(stream[6:], None)
+
+
+def _queue(state: RuntimeState, p: dict[str, Any]) -> tuple[dict[str, list[int]], int]:
+    engine = _text(p["engine"])
+    number = _int(p["id"])
+    found = state.queues.get(engine)
+    if found is None:
+        found = state.queues[engine] = {"waiting": [], "running": []}
+    return found, number
+
+
+def _on_enqueued(state: RuntimeState, _seq: int, _stream: str, p: dict[str, Any]) -> None:
+    queue, number = _queue(state, p)
+    queue["waiting"].append(number)
+
+
+def _on_dispatched(state: RuntimeState, _seq: int, _stream: str, p: dict[str, Any]) -> None:
+    queue, number = _queue(state, p)
+    _discard(queue["waiting"], number)
+    queue["running"].append(number)
+
+
+def _on_request_ended(state: RuntimeState, _seq: int, _stream: str, p: dict[str, Any]) -> None:
+    queue, number = _queue(state, p)
+    _discard(queue["waiting"], number)
+    _discard(queue["running"], number)
+    if not queue["waiting"] and not queue["running"]:
+        del state.queues[_text(p["engine"])]
+
+
+def _on_moved(state: RuntimeState, _seq: int, _stream: str, p: dict[str, Any]) -> None:
+    queue, number = _queue(state, p)
+    waiting = queue["waiting"]
+    other = _int(p["swapped_with"])
+    if number in waiting and other in waiting:
+        i, j = waiting.index(number), waiting.index(other)
+        waiting[i], waiting[j] = other, number
+
+
+def _on_daemon_started(state: RuntimeState, _seq: int, _stream: str, _p: dict[str, Any]) -> None:
+    state.queues.clear()
+
+
+def _on_bound(state: RuntimeState, _seq: int, _stream: str, p: dict[str, Any]) -> None:
+    state.sessions[_text(p["session"])] = _text(p["key"])
+
+
+def _discard(items: list[int], number: int) -> None:
+    if number in items:
+        items.remove(number)
+
+
+def _object(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError("payload is not a JSON object")
+    return value
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{value!r} is not text")
+    return value
+
+
+def _int(value: Any) -> int:
+    if type(value) is not int:
+        raise TypeError(f"{value!r} is not a whole number")
+    return value
+
+
+_ENGINE_TYPES = (
+    "engine.start_requested",
+    "engine.ready",
+    "engine.stop_requested",
+    "engine.stop_failed",
+    "engine.stopped",
+    "engine.crashed",
+    "engine.failed",
+    "engine.reset",
+    "engine.adoption_started",
+    "engine.lost",
+)
+
+#: The fold of each event type the runtime state reads; every other type is passed over.
+FOLDS: dict[str, Fold] = {
+    **dict.fromkeys(_ENGINE_TYPES, _on_engine),
+    "engine.spawned": _on_spawned,
+    "engine.adopted": _on_adopted,
+    "ledger.reserved": _on_reserved,
+    "ledger.adopted": _on_held,
+    "ledger.carried": _on_held,
+    "ledger.measured": _on_measured,
+    "ledger.released": _on_released,
+    "ledger.denied": _on_denied,
+    "ledger.budget_set": _on_budget_set,
+    "ledger.spillover_set": _on_spillover_set,
+    "lease.requested": _on_lease_requested,
+    "lease.granted": _on_lease_granted,
+    "lease.released": _on_lease_ended,
+    "lease.broken": _on_lease_ended,
+    "queue.enqueued": _on_enqueued,
+    "queue.dispatched": _on_dispatched,
+    "queue.released": _on_request_ended,
+    "queue.cancelled": _on_request_ended,
+    "queue.moved": _on_moved,
+    "daemon.started": _on_daemon_started,
+    "router.bound": _on_bound,
+}
+
+_STREAM_PREFIX = {"engine": "engine/", "lease": "lease/"}
+_DECODE = msgspec.json.Decoder()
+
+
+def fold_rows(state: RuntimeState, rows: Iterable[Sequence[Any]]) -> RuntimeState:
+    """Fold raw rows ``(seq, stream_id, version, type, schema_version, payload)`` into ``state``.
+
+    ``payload`` is JSON text (or an already decoded object). Rows of other types only move
+    ``last_seq``; a row of a folded type whose payload is not a fitting JSON object is listed in
+    ``unreadable`` and skipped, never stopping the fold. Returns ``state``.
+    """
+    folds = FOLDS
+    decode = _DECODE.decode
+    for row in rows:
+        seq, stream, type_name, raw = row[0], row[1], row[3], row[5]
+        state.last_seq = seq
+        state.events += 1
+        fold = folds.get(type_name)
+        if fold is None:
+            continue
+        prefix = _STREAM_PREFIX.get(type_name.partition(".")[0])
+        if prefix is not None and not (isinstance(stream, str) and stream.startswith(prefix)):
+            state.unreadable.append(seq)
+            continue
+        try:
+            payload = raw if isinstance(raw, dict) else decode(raw)
+            fold(state, seq, stream, _object(payload))
+        except (msgspec.DecodeError, TypeError, KeyError, ValueError, AttributeError):
+            state.unreadable.append(seq)
+    return state
