@@ -116,6 +116,9 @@ EQUIVALENT: dict[tuple[str, int, str], str] = {
     ("policies.queue", 237, "const 0 -> -1 @51"): (
         "with cap 0 the slice kept[len(kept):] is empty too"
     ),
+    ("postmortem.verify", 231, "const 0 -> 1 @47"): (
+        "pick_replica reads each replica's key and draining flag, never its bytes"
+    ),
     ("budget", 95, "const 0 -> -1 @45"): "without a card has_card is False before vram is read",
     ("budget", 117, "const 0 -> -1 @36"): "a discrete host has vram > 0: the `or` never applies",
     ("budget", 117, "const 0 -> 1 @36"): "a discrete host has vram > 0: the `or` never applies",

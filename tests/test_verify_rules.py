@@ -143,6 +143,18 @@ def test_room_planned_old_records_fall_back_to_recent_hits(
     assert answer(rederive(planned(cands, 5, ["b"]), "p")) == ("PP4", ("evict",))
 
 
+def test_room_planned_without_any_demand_figure_counts_none() -> None:
+    bare = [candidate("a", 10, 30.0, None), candidate("b", 10, 1.0, None)]
+    for c in bare:
+        del c["recent_hits"]
+    out = rederive(planned(bare, 5, ["a"]), "p")
+    assert answer(out) == ("PP4", ())
+    assert out is not None and out.rederived is not None
+    assert out.rederived["demand"] == {"a": 0, "b": 0}
+    assert out.recorded["demand"] == {"a": None, "b": None}
+    assert out.note == ""  # no eviction_version recorded: taken as v1, the installed one
+
+
 def test_room_planned_prefers_the_exact_observed_figures() -> None:
     # rounded idle_for says a tie; the exact last uses say a is older by a tenth of a ms
     cands = [candidate("b", 10, 5.0, []), candidate("a", 10, 5.0, [])]
@@ -261,6 +273,9 @@ def test_stops_no_policy_decided_are_not_decisions() -> None:
         assert rederive(stop("evicted", {"rule": rule}), "engine/k") is None
     odd = rederive(stop("x", {"rule": "ZZ1"}), "engine/k")
     assert odd is not None and odd.rederived is None and "ZZ1" in odd.missing
+    assert odd.rule == "ZZ1" and odd.recorded == {"stop": "x"}
+    nameless = rederive(stop("x", {"now": 1.0}), "engine/k")
+    assert nameless is not None and nameless.rule == "?" and "(none)" in nameless.missing
     malformed = rederive(stop("idle", {"rule": "SP4", "now": "soon"}), "engine/k")
     assert malformed is not None and malformed.rederived is None
 

@@ -181,7 +181,7 @@ def _pool_room_planned(event: PoolRoomPlanned, _stream: str, ctx: Context) -> Re
         "evict": list(event.evict),
         "drain": event.drain,
         "reachable": event.reachable,
-        "demand": {c["key"]: c["recent_hits"] for c in decision["candidates"]},
+        "demand": {c["key"]: c.get("recent_hits") for c in decision["candidates"]},
     }
     compared = ("evict", "drain", "reachable")
     answer, missing, note = _room(decision, event.shortfall, ctx)
@@ -227,6 +227,7 @@ def _router_bound(event: SessionBound, _stream: str, _ctx: Context) -> Rederived
     if parsed is None:
         raise ValueError(f"{event.key!r} is not an engine key")
     running = [] if event.how == "first" else sorted(event.sessions)
+    # pick_replica reads only each replica's key and draining flag (none drains: peek said so)
     choice = pick_replica([PoolEntry(k, 0, 0.0) for k in running], event.sessions)
     key = choice if choice is not None else make_key(parsed.engine, parsed.model, 0)
     answer = {"key": key, "how": "balanced" if choice else "first"}
@@ -237,8 +238,9 @@ def _router_bound(event: SessionBound, _stream: str, _ctx: Context) -> Rederived
 
 
 def _limits(*, enforced: bool, budget: int, ceiling: int) -> LedgerLimits:
-    # shortfall and denial_reason read only these three; the rest follows from them
-    return LedgerLimits(enforced, budget, ceiling, ceiling >= budget, ceiling)
+    # shortfall and denial_reason read only these three; the fast budget and the spillover
+    # flag are not recorded, and not read
+    return LedgerLimits(enforced, budget, ceiling, False, ceiling)
 
 
 def _admission(limits: LedgerLimits, others: int, wanted: int) -> dict[str, Any]:
@@ -527,7 +529,6 @@ def verify_records(records: Iterable[Any], ctx: Context | None = None) -> Verify
 
     A row needs ``seq``, ``stream_id``, ``type``, ``event`` and (optionally) ``damage``.
     """
-    context = ctx or Context()
     report = VerifyReport()
     for row in records:
         seq, stream, type_name = int(row.seq), str(row.stream_id), str(row.type)
@@ -537,7 +538,7 @@ def verify_records(records: Iterable[Any], ctx: Context | None = None) -> Verify
             why = damage or (event.reason if isinstance(event, UnknownEvent) else "")
             report.unreadable.append(Finding(seq, type_name, stream, "unreadable", why=why))
             continue
-        out = rederive(event, stream, context)
+        out = rederive(event, stream, ctx)
         if out is not None:
             _check(report, seq, type_name, stream, out)
     return report
