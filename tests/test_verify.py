@@ -216,3 +216,62 @@ async def test_same_log_same_decisions_twice(world: World) -> None:
     await record_evictions(world)
     first = verify_records(world.store.read_all()).as_dict()
     assert verify_records(world.store.read_all()).as_dict() == first
+
+
+async def test_a_real_queues_dispatches_re_derive_and_a_scoring_change_shows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from contextlib import AsyncExitStack
+
+    import anyio
+
+    import hostler.policies.queue as queue_policy
+    from hostler.events.base import Event
+    from hostler.runtime.queue import RequestQueue
+    from test_request_queue import FakeTime, Harness
+
+    fake = FakeTime()
+    with EventStore.open(tmp_path / "q.db") as store:
+
+        def record(event: Event) -> None:
+            store.append("queue/llama:m:0", [event], expected_version=None)
+
+        queue = RequestQueue(
+            "llama:m:0", 1, clock=fake, sleep=fake.sleep, record=record, quiet_window=0
+        )
+        async with AsyncExitStack() as stack:
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(tg.cancel_scope.cancel)
+            h = Harness(queue, tg)
+            await h.submit("s1", session_id="s")
+            await h.submit("other", session_id="x")
+            await h.submit("bg", lane="background", group="g")
+            await h.submit("s2", session_id="s")
+            await h.submit("mine", session_id="s", affinity=False)
+            await h.submit("gone", session_id="y")
+            assert queue.move(5, "up") and queue.move(5, "up")  # mine: ahead of s2, then other
+            assert queue.cancel(6)
+            await fake.advance(1.0)
+            await h.finish("s1")  # s2: same session (affinity)
+            await fake.advance(61.0)
+            await h.finish("s2")  # every one waited past a minute: starvation, in rank order
+            for _ in range(3):
+                await h.finish(h.started[-1])
+            assert h.started == ["s1", "s2", "mine", "other", "bg"]
+        report = verify_records(store.read_all())
+        assert report.differences == [] and report.not_rederivable == []
+        assert report.by_kind["queue.dispatched/Q4"] == 5
+        rules = {
+            r.seq: getattr(r.event, "decision")["rule"]  # noqa: B009
+            for r in store.read_all()
+            if r.type == "queue.dispatched"
+        }
+        assert sorted(set(rules.values())) == ["affinity", "oldest", "starvation"]
+        # the pick no longer scores affinity: exactly the affinity-ruled dispatches change
+        monkeypatch.setattr(queue_policy, "_score", lambda *_: 0)
+        changed = verify_records(store.read_all())
+        assert [f.seq for f in changed.differences] == [
+            s for s, rule in rules.items() if rule == "affinity"
+        ]
+        assert changed.differences[0].recorded == {"id": 4, "rule": "affinity"}
+        assert changed.differences[0].rederived == {"id": 5, "rule": "oldest"}  # first in rank

@@ -19,7 +19,13 @@ from hostler.events.base import Event, UnknownEvent
 from hostler.events.cache import CacheEvicted
 from hostler.events.ledger import LedgerDenied, LedgerReserved
 from hostler.events.pool import PoolDrainEnded, PoolRoomPlanned
-from hostler.events.queue import QueueDispatched
+from hostler.events.queue import (
+    QueueCancelled,
+    QueueDispatched,
+    QueueEnqueued,
+    QueueMoved,
+    QueueReleased,
+)
 from hostler.events.router import SessionBound
 from hostler.machines.engine import EngineFailed, EngineStopRequested
 from hostler.machines.lease import LeaseBroken
@@ -321,11 +327,104 @@ def test_a_cache_eviction_re_derives_cc9(monkeypatch: pytest.MonkeyPatch) -> Non
     assert out is not None and out.rederived is None
 
 
-def test_queue_and_lease_decisions_are_reported_missing_inputs() -> None:
-    q = rederive(QueueDispatched("e", 1, "interactive", 0.0, 1.0, {"rule": "oldest"}), "q")
-    assert q is not None and q.rule == "Q4" and q.rederived is None and "queued" in q.missing
+def test_a_lease_break_is_reported_missing_its_verdict() -> None:
     lease = rederive(LeaseBroken("held", "broken", 1.0, "held 700 s", 1.0), "lease/x")
     assert lease is not None and lease.rule == "GA4" and lease.rederived is None
+
+
+def enqueued(i: int, at: float, lane: str = "interactive", session: str | None = None) -> Row:
+    return Row(
+        i, "queue/e", "queue.enqueued", QueueEnqueued("e", i, lane, False, session, None, None, at)
+    )
+
+
+def dispatched(
+    seq: int, i: int, at: float, rule: str, pending: int, *, running: int = 0, **inputs: Any
+) -> Row:
+    decision: dict[str, Any] = {
+        "rule": rule,
+        "pending": pending,
+        "running": running,
+        "width": 1,
+        "interactive_cap": 1,
+        "background_cap": 1,
+        "ambient_open": True,
+    }
+    if inputs:
+        decision["inputs"] = {
+            "now": at,
+            "max_wait": 60.0,
+            "window": 30.0,
+            "affinity": True,
+            "opted_out": [],
+            **inputs,
+        }
+    return Row(
+        seq,
+        "queue/e",
+        "queue.dispatched",
+        QueueDispatched("e", i, "interactive", 0.0, at, decision),
+    )
+
+
+def test_a_dispatch_re_derives_from_the_folded_queue() -> None:
+    rows = [
+        enqueued(1, 0.0, session="s"),
+        dispatched(2, 1, 0.0, "oldest", 1, now=0.0),
+        enqueued(3, 1.0),
+        enqueued(4, 2.0, session="s"),
+        Row(5, "queue/e", "queue.released", QueueReleased("e", 1, "interactive", 3.0, 3.0)),
+        dispatched(6, 4, 3.0, "affinity", 2, now=3.0),  # same session as what just ran
+    ]
+    report = verify_records(rows)
+    assert report.by_kind["queue.dispatched/Q4"] == 2 and report.differences == []
+    opted = [*rows[:5], dispatched(6, 4, 3.0, "affinity", 2, now=3.0, opted_out=[4])]
+    out = verify_records(opted).differences
+    assert [(f.seq, f.rederived) for f in out] == [(6, {"id": 3, "rule": "oldest"})]
+    late = [*rows[:5], dispatched(6, 4, 63.0, "affinity", 2, now=63.0)]  # ran 60 s ago
+    out = verify_records(late).differences  # past the window, and 3 starves (62 s >= 60 s)
+    assert [(f.seq, f.rederived) for f in out] == [(6, {"id": 3, "rule": "starvation"})]
+    moved = [*rows[:4], Row(7, "queue/e", "queue.moved", QueueMoved("e", 4, "up", 3, 2.5)), rows[4]]
+    no_affinity = [*moved, dispatched(8, 4, 3.0, "oldest", 2, now=3.0, affinity=False)]
+    assert verify_records(no_affinity).differences == []  # 4 was moved ahead of 3
+    cancelled = Row(
+        9,
+        "queue/e",
+        "queue.cancelled",
+        QueueCancelled("e", 3, "interactive", "cancelled", 1.0, 2.6),
+    )
+    left = [*rows[:4], cancelled, rows[4], dispatched(10, 4, 3.0, "affinity", 1, now=3.0)]
+    folded = verify_records(left)  # the cancel was folded: one queued, as recorded
+    assert folded.differences == [] and folded.not_rederivable == [] and folded.rederived == 2
+
+
+def test_a_dispatch_without_its_inputs_or_history_is_not_re_derivable() -> None:
+    lone = rederive(QueueDispatched("e", 1, "interactive", 0.0, 1.0, {"rule": "oldest"}), "q")
+    assert lone is not None and lone.rule == "Q4" and lone.rederived is None
+    assert "settings" in lone.missing
+    old = verify_records([enqueued(1, 0.0), dispatched(2, 1, 0.0, "oldest", 1)])
+    assert [f.seq for f in old.not_rederivable] == [2] and old.rederived == 0
+    gap = verify_records([enqueued(1, 0.0), dispatched(2, 1, 0.0, "oldest", 2, now=0.0)])
+    assert "history" in gap.not_rederivable[0].why  # the log lost an enqueue: never "agree"
+    busy = verify_records(
+        [enqueued(1, 0.0), dispatched(2, 1, 0.0, "oldest", 1, running=1, now=0.0)]
+    )
+    assert busy.rederived == 0 and len(busy.not_rederivable) == 1
+    history = rederive(dispatched(2, 1, 0.0, "oldest", 1, now=0.0).event, "queue/e")  # type: ignore[arg-type]
+    assert history is not None and "history" in history.missing
+
+
+def test_a_long_malformation_is_clipped() -> None:
+    out = rederive(bound("x" * 500, "balanced", {}), "r")
+    assert out is not None and out.missing.startswith("well-formed inputs (ValueError: ")
+    assert len(out.missing) == len("well-formed inputs ()") + 200
+
+
+def test_a_failure_without_a_known_rule_is_listed() -> None:
+    odd = rederive(EngineFailed("a", "b", 1.0, "x", None, {"rule": "ZZ2"}), "engine/k")
+    assert odd is not None and odd.rule == "ZZ2" and "ZZ2" in odd.missing
+    bare = rederive(EngineFailed("a", "b", 1.0, "x", None, {"now": 1.0}), "engine/k")
+    assert bare is not None and bare.rule == "?" and "(none)" in bare.missing
 
 
 @dataclass

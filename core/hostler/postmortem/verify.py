@@ -19,7 +19,8 @@ reported, never folded (PM13). Nothing here reads a clock or does I/O.
 
 from __future__ import annotations
 
-from collections import Counter
+import dataclasses
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -30,7 +31,13 @@ from hostler.events.base import Event, UnknownEvent
 from hostler.events.cache import CacheEvicted
 from hostler.events.ledger import LedgerDenied, LedgerReserved
 from hostler.events.pool import PoolDrainEnded, PoolRoomPlanned
-from hostler.events.queue import QueueDispatched
+from hostler.events.queue import (
+    QueueCancelled,
+    QueueDispatched,
+    QueueEnqueued,
+    QueueMoved,
+    QueueReleased,
+)
 from hostler.events.router import SessionBound
 from hostler.machines.engine import EngineFailed, EngineStopRequested
 from hostler.machines.lease import LeaseBroken
@@ -41,6 +48,15 @@ from hostler.policies.eviction import (
     EvictionPolicy,
 )
 from hostler.policies.pool import PoolEntry, drain_verdict, pick_replica, plan_make_room
+from hostler.policies.queue import (
+    RECENT_CAP,
+    LaneCaps,
+    Pending,
+    RecentRun,
+    Running,
+    pick_next,
+    prune_recent,
+)
 from hostler.policies.supervision import (
     SupervisionPolicy,
     decide_health,
@@ -54,6 +70,7 @@ __all__ = [
     "REDERIVERS",
     "Context",
     "Finding",
+    "QueueHistory",
     "Rederived",
     "Rederiver",
     "Status",
@@ -97,11 +114,75 @@ class Rederived:
         return tuple(f for f in self.compared if self.recorded.get(f) != self.rederived.get(f))
 
 
+class _Queue:
+    """One engine's queue as its events rebuild it: what waits, what runs, what ended."""
+
+    __slots__ = ("pending", "recent", "running")
+
+    def __init__(self) -> None:
+        self.pending: dict[int, Pending] = {}
+        self.running: dict[int, Running] = {}
+        self.recent: deque[RecentRun] = deque(maxlen=16 * RECENT_CAP)
+
+
+class QueueHistory:
+    """PM18: every engine's queue folded from its ``queue.*`` events, in log order.
+
+    :func:`verify_records` shows each event to :meth:`observe` after re-deriving it, so a
+    ``queue.dispatched`` re-derivation sees the queue as it stood just before that dispatch.
+    """
+
+    def __init__(self) -> None:
+        self._queues: dict[str, _Queue] = {}
+
+    def queue(self, stream: str) -> _Queue | None:
+        """The queue of ``stream`` (``queue/KEY``) so far; None before its first event."""
+        return self._queues.get(stream)
+
+    def observe(self, event: Event, stream: str) -> None:
+        """Fold one event (events of other kinds are ignored)."""
+        if not stream.startswith("queue/"):
+            return
+        q = self._queues.setdefault(stream, _Queue())
+        if isinstance(event, QueueEnqueued):
+            q.pending[event.id] = Pending(
+                event.id,
+                "background" if event.lane == "background" else "interactive",
+                event.at,
+                event.id,  # a request's rank is its id until a move swaps it (Q8)
+                ambient=event.ambient,
+                session_id=event.session_id,
+                group=event.group,
+            )
+        elif isinstance(event, QueueDispatched):
+            p = q.pending.pop(event.id, None)
+            if p is not None:
+                q.running[p.id] = Running(p.id, p.lane, event.at, p.ambient, p.session_id, p.group)
+        elif isinstance(event, QueueReleased):
+            r = q.running.pop(event.id, None)
+            if r is not None:
+                q.recent.append(RecentRun(r.session_id, r.group, event.at))
+        elif isinstance(event, QueueCancelled):
+            q.pending.pop(event.id, None)
+        elif isinstance(event, QueueMoved):
+            a, b = q.pending.get(event.id), q.pending.get(event.swapped_with)
+            if a is not None and b is not None:
+                q.pending[a.id] = dataclasses.replace(a, order=b.order)
+                q.pending[b.id] = dataclasses.replace(b, order=a.order)
+
+
 @dataclass(frozen=True, slots=True)
 class Context:
-    """What re-derivation may use besides the event: policies plugins registered (by name)."""
+    """What re-derivation may use besides the event.
+
+    Attributes:
+        eviction_policies: Policies plugins registered, by name.
+        queues: The queues folded so far (set by :func:`verify_records`; without it a
+            dispatch is not re-derivable).
+    """
 
     eviction_policies: Mapping[str, EvictionPolicy] = field(default_factory=dict)
+    queues: QueueHistory | None = None
 
     def eviction(self, name: str) -> EvictionPolicy | None:
         """The eviction policy called ``name`` (built-in or a plugin's), or None."""
@@ -359,12 +440,35 @@ def _cache_evicted(event: CacheEvicted, _stream: str, _ctx: Context) -> Rederive
     return Rederived("CC9", {"evicted": list(event.ids)}, {"evicted": list(plan.ids)}, ("evicted",))
 
 
-def _queue_dispatched(event: QueueDispatched, _stream: str, _ctx: Context) -> Rederived:
-    return _not(
-        "Q4",
-        {"id": event.id, "rule": event.decision.get("rule")},
-        "the queued requests it chose among (their order, arrival, affinity keys)",
+def _queue_dispatched(event: QueueDispatched, stream: str, ctx: Context) -> Rederived:
+    d = event.decision
+    recorded = {"id": event.id, "rule": d.get("rule")}
+    inputs = d.get("inputs")
+    if not isinstance(inputs, Mapping):
+        return _not("Q4", recorded, "the queue's settings (recorded since PM18: max_wait, ...)")
+    q = ctx.queues.queue(stream) if ctx.queues is not None else None
+    if q is None or (len(q.pending), len(q.running)) != (d["pending"], d["running"]):
+        return _not("Q4", recorded, "the queue's history (this log lacks some of its events)")
+    opted_out = set(inputs["opted_out"])
+    pending = [
+        dataclasses.replace(p, affinity=p.id not in opted_out)
+        for p in sorted(q.pending.values(), key=lambda p: p.id)
+    ]
+    now = float(inputs["now"])
+    window = float(inputs["window"])
+    pick = pick_next(
+        pending,
+        running=list(q.running.values()),
+        recent=prune_recent(q.recent, now, window=window, cap=RECENT_CAP),
+        caps=LaneCaps(int(d["width"]), int(d["interactive_cap"]), int(d["background_cap"])),
+        now=now,
+        ambient_open=bool(d["ambient_open"]),
+        affinity=bool(inputs["affinity"]),
+        max_wait=float(inputs["max_wait"]),
+        window=window,
     )
+    answer = {"id": pick.id, "rule": pick.decision["rule"]}
+    return Rederived("Q4", recorded, answer, ("id", "rule"))
 
 
 def _lease_broken(event: LeaseBroken, _stream: str, _ctx: Context) -> Rederived:
@@ -530,6 +634,8 @@ def verify_records(records: Iterable[Any], ctx: Context | None = None) -> Verify
     A row needs ``seq``, ``stream_id``, ``type``, ``event`` and (optionally) ``damage``.
     """
     report = VerifyReport()
+    history = QueueHistory()
+    context = dataclasses.replace(ctx or Context(), queues=history)
     for row in records:
         seq, stream, type_name = int(row.seq), str(row.stream_id), str(row.type)
         damage = getattr(row, "damage", "")
@@ -538,7 +644,8 @@ def verify_records(records: Iterable[Any], ctx: Context | None = None) -> Verify
             why = damage or (event.reason if isinstance(event, UnknownEvent) else "")
             report.unreadable.append(Finding(seq, type_name, stream, "unreadable", why=why))
             continue
-        out = rederive(event, stream, ctx)
+        out = rederive(event, stream, context)
         if out is not None:
             _check(report, seq, type_name, stream, out)
+        history.observe(event, stream)
     return report
