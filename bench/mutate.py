@@ -116,8 +116,17 @@ EQUIVALENT: dict[tuple[str, int, str], str] = {
     ("policies.queue", 237, "const 0 -> -1 @51"): (
         "with cap 0 the slice kept[len(kept):] is empty too"
     ),
-    ("postmortem.verify", 231, "const 0 -> 1 @47"): (
+    ("postmortem.verify", 312, "const 0 -> 1 @40"): (
         "pick_replica reads each replica's key and draining flag, never its bytes"
+    ),
+    ("postmortem.verify", 312, "const 0 -> -1 @40"): (
+        "pick_replica reads each replica's key and draining flag, never its bytes"
+    ),
+    ("postmortem.verify", 438, "const 0 -> 1 @44"): (
+        "plan_eviction orders and sums by bytes and last use, never by token count"
+    ),
+    ("postmortem.verify", 438, "const 0 -> -1 @44"): (
+        "plan_eviction orders and sums by bytes and last use, never by token count"
     ),
     ("budget", 95, "const 0 -> -1 @45"): "without a card has_card is False before vram is read",
     ("budget", 117, "const 0 -> -1 @36"): "a discrete host has vram > 0: the `or` never applies",

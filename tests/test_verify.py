@@ -275,3 +275,27 @@ async def test_a_real_queues_dispatches_re_derive_and_a_scoring_change_shows(
         ]
         assert changed.differences[0].recorded == {"id": 4, "rule": "affinity"}
         assert changed.differences[0].rederived == {"id": 5, "rule": "oldest"}  # first in rank
+
+
+@pytest.mark.slow
+async def test_a_log_of_real_llama_servers_swapping_verifies(tmp_path: Path) -> None:
+    """Real llama-server engines, tiny real models, a budget for two of three: every swap's
+    decisions (plans, evictions, drains, admissions) re-derive as recorded."""
+    from _rigs import LlamaRig
+
+    models = ("alpha", "beta", "gamma")
+    with EventStore.open(tmp_path / "events.db") as store:
+        rig = LlamaRig(tmp_path, store, models)
+        async with rig.runtime() as rt:
+            async with rt.request("llamacpp:alpha:0"):
+                pass
+            one = max(rig.price("llamacpp:alpha:0"), (await rt.budget())["committed"])
+            rig.budget_gib = 2.5 * one / GIB  # room for two engines, never three
+            for name in ("beta", "gamma", "alpha", "beta", "gamma"):
+                async with rt.request(f"llamacpp:{name}:0"):
+                    pass
+        report = verify_records(store.read_all())
+    assert report.differences == [] and report.unreadable == []
+    assert report.by_kind["pool.room_planned/PP4"] >= 3
+    assert report.by_kind["engine.stop_requested/PP4"] >= 3
+    assert report.by_kind["pool.drain_ended/PP5"] >= 3
