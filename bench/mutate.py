@@ -87,6 +87,7 @@ TESTS: dict[str, list[str]] = {
     "policies.cache": ["tests/test_cache_policy.py"],
     "postmortem.runtime_state": ["tests/test_runtime_state.py"],
     "postmortem.explain": ["tests/test_explain.py"],
+    "postmortem.verify": ["tests/test_verify_rules.py"],
 }
 DEFAULT_MODULES = list(TESTS)
 #: ledger.py: only its pure functions (module-level ``def``s) are mutated.
@@ -116,6 +117,18 @@ EQUIVALENT: dict[tuple[str, int, str], str] = {
     ),
     ("policies.queue", 237, "const 0 -> -1 @51"): (
         "with cap 0 the slice kept[len(kept):] is empty too"
+    ),
+    ("postmortem.verify", 312, "const 0 -> 1 @40"): (
+        "pick_replica reads each replica's key and draining flag, never its bytes"
+    ),
+    ("postmortem.verify", 312, "const 0 -> -1 @40"): (
+        "pick_replica reads each replica's key and draining flag, never its bytes"
+    ),
+    ("postmortem.verify", 438, "const 0 -> 1 @44"): (
+        "plan_eviction orders and sums by bytes and last use, never by token count"
+    ),
+    ("postmortem.verify", 438, "const 0 -> -1 @44"): (
+        "plan_eviction orders and sums by bytes and last use, never by token count"
     ),
     ("budget", 95, "const 0 -> -1 @45"): "without a card has_card is False before vram is read",
     ("budget", 117, "const 0 -> -1 @36"): "a discrete host has vram > 0: the `or` never applies",

@@ -34,6 +34,7 @@ from hostler.drivers.host_ledger import LedgerLocation, default_ledger_location
 from hostler.engines.logs import DEFAULT_LOG_KEEP, DEFAULT_LOG_MAX_BYTES
 from hostler.errors import UsageError
 from hostler.paths import default_data_dir, user_path
+from hostler.policies.eviction import DEFAULT_EVICTION_POLICY, valid_policy_name
 
 __all__ = [
     "DEFAULT_HOST",
@@ -153,6 +154,9 @@ class DaemonConfig:
     budget_bytes: BudgetSetting = None
     spillover: SpilloverSetting = None
     arbiter: ArbiterPolicy = "auto"
+    #: The eviction policy's name (EV1, ``[pool] eviction``); checked against the built-ins and
+    #: the plugins' policies when the daemon starts (PM17).
+    eviction: str = DEFAULT_EVICTION_POLICY.name
 
     def idle_timeout_of(self, engine: EngineConfig) -> float:
         """The idle stop of ``engine``: 0 (never) when pinned, its own TTL, else the daemon's."""
@@ -274,6 +278,21 @@ class _ArbiterSection(_Strict):
     policy: ArbiterPolicy = "auto"
 
 
+def _eviction_name(value: str) -> str:
+    if not valid_policy_name(value):
+        raise ValueError(
+            "an eviction policy's name: lower-case letters, digits and dashes, "
+            'like "demand-lru" or "lru"'
+        )
+    return value
+
+
+class _PoolSection(_Strict):
+    eviction: Annotated[str, Field(max_length=40), AfterValidator(_eviction_name)] = (
+        DEFAULT_EVICTION_POLICY.name
+    )
+
+
 class _DaemonSection(_Strict):
     data_dir: PathText | None = None
     idle_timeout: Seconds = 300.0
@@ -292,6 +311,7 @@ class _ConfigFile(_Strict):
     server: _ServerSection = _ServerSection()
     budget: _BudgetSection = _BudgetSection()
     arbiter: _ArbiterSection = _ArbiterSection()
+    pool: _PoolSection = _PoolSection()
     engine_defaults: Annotated[dict[EngineName, _EngineDefaults], Field(max_length=64)] = {}
     engines: Annotated[list[_EngineEntry], Field(max_length=MAX_ENGINES)] = []
     models: Annotated[list[_ModelEntry], Field(max_length=MAX_ENGINES)] = []
@@ -340,6 +360,7 @@ def load_config(path: str | os.PathLike[str], *, data_dir: Path | None = None) -
         budget_bytes=parsed.budget.bytes,
         spillover=parsed.budget.spillover,
         arbiter=parsed.arbiter.policy,
+        eviction=parsed.pool.eviction,
     )
 
 
@@ -469,6 +490,7 @@ _KNOWN = {
     ("server",): set(_ServerSection.model_fields),
     ("budget",): set(_BudgetSection.model_fields),
     ("arbiter",): set(_ArbiterSection.model_fields),
+    ("pool",): set(_PoolSection.model_fields),
     ("engine_defaults", "*"): set(_EngineDefaults.model_fields),
 }
 

@@ -67,6 +67,7 @@ from hostler.machines.engine import StopReason
 from hostler.paths import private_dir, private_file
 from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec
 from hostler.pluginhost import PluginHost
+from hostler.policies.eviction import EvictionPolicy, eviction_policy
 from hostler.probes.device import DEVICE_STREAM, budget_from, sample_device
 from hostler.probes.nvml import NvmlProbe, open_nvml
 from hostler.probes.process import measure_process
@@ -400,6 +401,7 @@ class Daemon:
             store.append(PLUGIN_STREAM, [event], expected_version=None)
 
         plugins = await io.run_patiently(lambda: PluginHost(record=record).load())
+        eviction = _eviction_of(config.eviction, plugins)  # PM17: an unknown name stops here
         probe = await io.run(open_nvml)
         self.probe = probe
         device = DeviceWatch(store, probe)
@@ -418,6 +420,7 @@ class Daemon:
         assert runtime is not None  # noqa: S101 - made by _run
         runtime.ledger = runtime.pool.ledger = ledger
         runtime.pool.estimate = self._estimate
+        runtime.pool.eviction = eviction
         await self._apply_budget(ledger)
         # One engine whose plugin is missing or raises is one failed engine, not a dead daemon.
         adapters: dict[str, EngineAdapter] = {}
@@ -916,3 +919,15 @@ def _damage_message(
         "no work on a damaged log: restore it from a backup, or move it aside (it stays "
         "readable with `hostler events --db`)"
     )
+
+
+def _eviction_of(name: str, plugins: PluginHost) -> EvictionPolicy:
+    """PM17: the configured eviction policy among the built-ins and the plugins' ones.
+
+    Raises:
+        UsageError: No policy is called so; one line naming the known ones.
+    """
+    try:
+        return eviction_policy(name, plugins.eviction_policies)
+    except UsageError as exc:
+        raise UsageError(f"[pool] eviction (or HOSTLER_EVICTION): {exc.message}") from None

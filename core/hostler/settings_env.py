@@ -29,6 +29,7 @@ from hostler.config import (
 )
 from hostler.errors import SettingError
 from hostler.paths import user_path
+from hostler.policies.eviction import valid_policy_name
 
 __all__ = ["ENV_VARIABLES", "EnvOverrides", "apply_overrides", "read_overrides", "valid_token"]
 
@@ -43,6 +44,7 @@ ENV_VARIABLES = {
     "HOSTLER_BUDGET_BYTES": "[budget] bytes",
     "HOSTLER_SPILLOVER": "[budget] spillover",
     "HOSTLER_ARBITER": "[arbiter] policy",
+    "HOSTLER_EVICTION": "[pool] eviction",
     "HOSTLER_MODELS_DIR": "where serve without a config looks for *.gguf",
 }
 #: The longest value read from any of them (a path's limit); longer is refused, not scanned.
@@ -65,6 +67,7 @@ class EnvOverrides:
     budget_bytes: BudgetSetting = None
     spillover: SpilloverSetting = None
     arbiter: ArbiterPolicy | None = None
+    eviction: str | None = None
     models_dir: Path | None = None
 
 
@@ -93,6 +96,7 @@ def read_overrides(environ: Mapping[str, str]) -> EnvOverrides:
         budget_bytes=_budget(raw["HOSTLER_BUDGET_BYTES"]),
         spillover=_spillover(raw["HOSTLER_SPILLOVER"]),
         arbiter=_choice("HOSTLER_ARBITER", raw["HOSTLER_ARBITER"], ("auto", "swap", "coexist")),  # type: ignore[arg-type]
+        eviction=_eviction(raw["HOSTLER_EVICTION"]),
         models_dir=_path("HOSTLER_MODELS_DIR", raw["HOSTLER_MODELS_DIR"]),
     )
 
@@ -109,6 +113,7 @@ def apply_overrides(config: DaemonConfig, env: EnvOverrides) -> DaemonConfig:
         budget_bytes=config.budget_bytes if env.budget_bytes is None else env.budget_bytes,
         spillover=config.spillover if env.spillover is None else env.spillover,
         arbiter=config.arbiter if env.arbiter is None else env.arbiter,
+        eviction=config.eviction if env.eviction is None else env.eviction,
     )
 
 
@@ -149,6 +154,19 @@ def _choice(name: str, value: str, allowed: tuple[str, ...]) -> str | None:
     if value.lower() not in allowed:
         raise _refuse(name, value, f"one of {', '.join(allowed)}")
     return value.lower()
+
+
+def _eviction(value: str) -> str | None:
+    """An eviction policy's name; whether one is called so is checked at start (PM17)."""
+    if not value:
+        return None
+    if not valid_policy_name(value):
+        raise _refuse(
+            "HOSTLER_EVICTION",
+            value,
+            "an eviction policy's name (lower-case letters, digits, dashes: demand-lru, lru)",
+        )
+    return value
 
 
 def _token(value: str) -> str | None:

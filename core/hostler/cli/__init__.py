@@ -18,6 +18,7 @@ from hostler.cli import (
     models,
     plugins,
     ps,
+    replay,
     state,
     tour,
 )
@@ -42,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"hostler {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (events, state, demo, plugins, daemon, ps, models, load, tour, explain):
+    for module in (events, state, demo, plugins, daemon, ps, models, load, tour, explain, replay):
         module.add_parser(sub)
     daemon.add_serve_parser(sub)
     capacity.add_parsers(sub)

@@ -29,6 +29,7 @@ from hostler.drivers.offloop import OffLoop
 from hostler.engines.supervisor import Supervisor
 from hostler.errors import HostlerError, RuntimeClosedError, UsageError
 from hostler.events.base import Event
+from hostler.policies.eviction import DEFAULT_EVICTION_POLICY, EvictionPolicy
 from hostler.policies.pool import DRAIN_WAIT
 from hostler.policies.queue import Lane, engine_queue_caps
 from hostler.runtime.arbiter import GpuArbiter, Release
@@ -111,6 +112,8 @@ class Runtime:
         cache: The prompt-cache controller (CC1–CC12); by default one with the 4 GiB
             default budget per engine. Each engine that offers a cache adapter (L16) is
             registered with it when it is launched.
+        eviction: The order idle engines are given up in to make room (EV1; default
+            demand-weighted LRU). Settable later as ``pool.eviction``.
     """
 
     def __init__(
@@ -129,6 +132,7 @@ class Runtime:
         pin_interval: float = 1.0,
         arbiter: GpuArbiter | None = None,
         cache: CacheController | None = None,
+        eviction: EvictionPolicy = DEFAULT_EVICTION_POLICY,
     ) -> None:
         self._io = offloop or OffLoop()
         self._clock = clock
@@ -170,6 +174,7 @@ class Runtime:
             pinned=pinned,
             pin_interval=pin_interval,
             busy_hint=lambda key: key in self._queues and self._queues[key].busy,
+            eviction=eviction,
         )
         self.router = Router(self.pool, clock=clock, offloop=self._io)
         self._ledger_fold: LedgerFold | None = None  # reserved vs measured bytes, for ps

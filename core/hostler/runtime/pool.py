@@ -560,6 +560,7 @@ class Pool:
                 if k not in self.pinned and k not in self._protected and k not in spoken
             ]
             room = plan_make_room(candidates, short, now, self.eviction)
+            decision = {**room.decision, "observed": _observed(candidates)}  # PM14
             if not room.reachable and spoken and anyio.current_time() < patience:
                 await anyio.sleep(self.drain_poll)  # PP4: wait for them, then look again
                 continue
@@ -571,7 +572,7 @@ class Pool:
                 evict=list(room.evict) if room.reachable else [],
                 drain=room.drain if room.reachable else None,
                 reachable=room.reachable,
-                decision=room.decision,
+                decision=decision,
             )
             await self._record(planned)  # SF2: a decision the log cannot take is not taken
             if not room.reachable or not (room.evict or room.drain):
@@ -582,7 +583,7 @@ class Pool:
                     "was unloaded. Raise the budget (HOSTLER_CAPACITY_BUDGET_GB), or stop what "
                     "else holds memory (hostler state shows it)"
                 )
-            why = {**room.decision, "for": key}
+            why = {**decision, "for": key}
             tried.update(room.evict)
             async with anyio.create_task_group() as evictions:
                 for victim in room.evict:
@@ -640,13 +641,15 @@ class Pool:
             await self._record(PoolDrainStarted(started, key, for_key, wait))
             while True:
                 busy = self._busy(key, entry, queued=False)
-                verdict = drain_verdict(busy=busy, started_at=started, now=self._clock(), wait=wait)
+                now = self._clock()
+                verdict = drain_verdict(busy=busy, started_at=started, now=now, wait=wait)
                 waited = float(verdict.decision["waited"])
+                exact = {**verdict.decision, "started_at": started, "now": now}  # PM14
                 if for_key is not None and not self._wanted(for_key):
                     # PP18: everyone who asked for for_key left while this drained: the warm
                     # engine stays, and nothing is started for nobody
                     await self._record(
-                        PoolDrainEnded(self._clock(), key, "abandoned", waited, verdict.decision)
+                        PoolDrainEnded(self._clock(), key, "abandoned", waited, exact)
                     )
                     raise StartAbandonedError(
                         f"{for_key}: not started: everyone who asked for it left while {key} "
@@ -654,20 +657,16 @@ class Pool:
                     )
                 if verdict.action == "evict":
                     if entry.supervisor.state not in _UP:
-                        await self._record(PoolDrainEnded(self._clock(), key, "gone", waited, {}))
+                        await self._record(
+                            PoolDrainEnded(self._clock(), key, "gone", waited, exact)
+                        )
                         return False
                     await self._tell_stopping(entry.supervisor)
-                    await entry.supervisor.stop(
-                        StopReason.EVICTED, {**why, "drain": verdict.decision}
-                    )
-                    await self._record(
-                        PoolDrainEnded(self._clock(), key, "evicted", waited, verdict.decision)
-                    )
+                    await entry.supervisor.stop(StopReason.EVICTED, {**why, "drain": exact})
+                    await self._record(PoolDrainEnded(self._clock(), key, "evicted", waited, exact))
                     return True
                 if verdict.action == "busy":
-                    await self._record(
-                        PoolDrainEnded(self._clock(), key, "busy", waited, verdict.decision)
-                    )
+                    await self._record(PoolDrainEnded(self._clock(), key, "busy", waited, exact))
                     raise EngineBusyError(
                         f"{key} is busy and did not drain within {wait:g} s; not evicting it"
                         + (f" for {for_key}" if for_key else "")
@@ -844,6 +843,11 @@ def _checked_targets(targets: Mapping[str, int]) -> dict[str, int]:
             )
         checked[model] = want
     return checked
+
+
+def _observed(candidates: list[PoolEntry]) -> dict[str, dict[str, Any]]:
+    """PM14: each candidate's exact last use and request times (the decision rounds them)."""
+    return {c.key: {"last_used_at": c.last_used_at, "hits": list(c.hits)} for c in candidates}
 
 
 def _gib(size: int) -> str:

@@ -457,6 +457,14 @@ class RequestQueue:
             )
             if pick.id is None:
                 break
+            opted_out = sorted(t.id for t in self._pending.values() if not t.affinity)
+            inputs = {  # PM18: what the log does not otherwise hold, for replay --verify
+                "now": now,
+                "max_wait": self.max_wait,
+                "window": self.affinity_window,
+                "affinity": self.affinity,
+                "opted_out": opted_out,
+            }
             ticket = self._pending.pop(pick.id)
             ticket._outcome = "granted"
             ticket.started_at = now
@@ -470,7 +478,7 @@ class RequestQueue:
                     ticket.lane,
                     round(now - ticket.enqueued_at, 6),
                     round(now, 6),
-                    pick.decision,
+                    {**pick.decision, "inputs": inputs},
                 )
             )
             ticket._done.set()

@@ -1,0 +1,98 @@
+"""``hostler replay --verify LOG``: re-derive every recorded decision with the current code.
+
+The pure part is :mod:`hostler.postmortem.verify`; this module opens the log, loads the
+plugins' eviction policies (a decision made by a plugin's policy re-derives with it), and
+prints each difference with both answers side by side. Exit status: 0 when every re-derived
+decision agrees, 1 when any differs (PM16).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any
+
+from hostler.cli.common import add_log_options, open_existing_log, path_argument
+from hostler.errors import UsageError
+from hostler.pluginhost import PluginHost
+from hostler.postmortem.verify import Context, Finding, VerifyReport, verify_records
+
+__all__ = ["add_parser", "format_report", "run"]
+
+#: Decisions that cannot be re-derived are listed one per line up to this many.
+_SHOWN = 20
+
+
+def add_parser(sub: Any) -> None:
+    """Register the subcommand."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "replay",
+        help="re-derive every recorded decision with the current policy code (--verify)",
+        description="Re-derive every recorded decision from the inputs the log recorded, with "
+        "this hostler's policy code, and report each one that comes out differently (both "
+        "answers side by side). Exit 0 when all agree, 1 when any differs.",
+    )
+    parser.add_argument(
+        "log", nargs="?", type=path_argument, metavar="LOG", help="the event log file to check"
+    )
+    add_log_options(parser)
+    parser.add_argument(
+        "--verify", action="store_true", help="re-derive and compare every decision"
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check the log; print the report."""
+    if not args.verify:
+        raise UsageError("replay: say what to replay for: --verify (re-derive every decision)")
+    if args.log is not None:
+        if args.db:
+            raise UsageError("replay: give the log either as LOG or as --db, not both")
+        args.db = str(args.log)
+    logging.getLogger("hostler.pluginhost").setLevel(logging.ERROR)
+    ctx = Context(eviction_policies=PluginHost().load().eviction_policies)
+    with open_existing_log(args) as store:
+        name = store.name
+        report = verify_records(store.read_all(), ctx)
+    if args.json:
+        print(json.dumps({"log": name, **report.as_dict()}, indent=2, sort_keys=True))
+    else:
+        print("\n".join(format_report(report)))
+    for row in report.unreadable[:_SHOWN]:
+        print(f"hostler: warning: {name}: seq {row.seq}: {row.why} (not checked)", file=sys.stderr)
+    return 1 if report.differences else 0
+
+
+def _answer(answer: dict[str, Any] | None) -> str:
+    if answer is None:
+        return "-"
+    return " ".join(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in answer.items())
+
+
+def _difference(f: Finding) -> list[str]:
+    lines = [
+        f"seq {f.seq}  {f.type}  {f.stream}  {f.rule}  differs in: {', '.join(f.fields)}",
+        f"  recorded:   {_answer(f.recorded)}",
+        f"  re-derived: {_answer(f.rederived)}",
+    ]
+    if f.why:
+        lines.append(f"  note: {f.why}")
+    return lines
+
+
+def format_report(report: VerifyReport) -> list[str]:
+    """Readable lines: each difference side by side, the undecidable, then the summary."""
+    lines: list[str] = []
+    for f in report.differences:
+        lines.extend(_difference(f))
+    shown = report.not_rederivable[:_SHOWN]
+    for f in shown:
+        lines.append(f"seq {f.seq}  {f.type}  {f.rule}: not re-derivable (missing {f.why})")
+    if len(report.not_rederivable) > len(shown):
+        lines.append(f"... {len(report.not_rederivable) - len(shown)} more not re-derivable")
+    lines.append(report.summary())
+    return lines
