@@ -17,7 +17,12 @@ from hostler.cli.common import DamageReport, path_argument
 from hostler.cli.numbers import count
 from hostler.cli.remote_capacity import bytes_argument
 from hostler.errors import StoreError, UsageError
-from hostler.policies.eviction import BUILTIN_EVICTION_POLICIES, EvictionPolicy, valid_policy_name
+from hostler.policies.eviction import (
+    BUILTIN_EVICTION_POLICIES,
+    EvictionPolicy,
+    eviction_policy,
+    valid_policy_name,
+)
 from hostler.postmortem.figures import Figures, KeyFigures, recorded_figures
 from hostler.postmortem.whatif import simulate
 from hostler.postmortem.workload import Settings, Workload, workload_from
@@ -97,6 +102,8 @@ def _policies(*names: str) -> dict[str, EvictionPolicy]:
 
 def run(args: argparse.Namespace) -> int:
     """Read the log, simulate twice, print side by side."""
+    if args.policy is not None:  # a name no policy has is said before the log is read
+        eviction_policy(args.policy, _policies(args.policy))
     path = args.log
     target = str(path)
     if sqlite_path_of(target) is not None and not path.exists():

@@ -170,7 +170,8 @@ def _count_row(tally: Tally, drains: dict[str, str], row: LogRow) -> None:
     p, kind = row.payload, row.type
     engine = p.get("engine")
     if kind == "queue.enqueued" and isinstance(engine, str):
-        tally.request(engine)
+        if p.get("lane") in ("interactive", "background"):
+            tally.request(engine)
     elif kind == "queue.dispatched" and isinstance(engine, str):
         waited = number(p, "waited")
         if waited is not None:
