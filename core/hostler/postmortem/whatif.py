@@ -25,6 +25,7 @@ import heapq
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from hostler.capacity.ledger import LedgerLimits
 from hostler.capacity.ledger import shortfall as ledger_shortfall
@@ -68,6 +69,78 @@ def limits_for(settings: Settings, fast: int | None) -> LedgerLimits:
     return LedgerLimits(True, budget, quick, settings.spillover, ceiling)
 
 
+_Index = dict[tuple[str, bool, str], dict[int, Pending]]
+
+
+class _Line:
+    """An engine's queued requests, indexed so that a pick is shown only those that can win.
+
+    :func:`~hostler.policies.queue.pick_next` picks, within a lane (and, for ambient work,
+    the gate), the first in queue order, or the first of a session or group that runs or ran
+    lately. So the first of each (lane, ambient) class, and the first of each class for each
+    session and group in those contexts, are all that it can choose among: the pick over them
+    is the pick over the whole queue, at a cost that does not grow with the queue (PM22).
+    """
+
+    __slots__ = ("by_class", "by_group", "by_session", "items", "non_ambient")
+
+    def __init__(self) -> None:
+        self.items: dict[int, Pending] = {}
+        self.by_class: dict[tuple[str, bool], dict[int, Pending]] = {}
+        self.by_session: _Index = {}
+        self.by_group: _Index = {}
+        self.non_ambient = 0
+
+    def add(self, item: Pending) -> None:
+        self.items[item.id] = item
+        self.by_class.setdefault((item.lane, item.ambient), {})[item.id] = item
+        if item.session_id is not None:
+            key = (item.lane, item.ambient, item.session_id)
+            self.by_session.setdefault(key, {})[item.id] = item
+        if item.group is not None:
+            self.by_group.setdefault((item.lane, item.ambient, item.group), {})[item.id] = item
+        if not item.ambient:
+            self.non_ambient += 1
+
+    def remove(self, ident: int) -> Pending | None:
+        item = self.items.pop(ident, None)
+        if item is None:
+            return None
+        _drop(self.by_class, (item.lane, item.ambient), ident)
+        if item.session_id is not None:
+            _drop(self.by_session, (item.lane, item.ambient, item.session_id), ident)
+        if item.group is not None:
+            _drop(self.by_group, (item.lane, item.ambient, item.group), ident)
+        if not item.ambient:
+            self.non_ambient -= 1
+        return item
+
+    def candidates(self, contexts: Iterable[tuple[str | None, str | None]]) -> list[Pending]:
+        found = {}
+        for members in self.by_class.values():
+            first = next(iter(members.values()))
+            found[first.id] = first
+        if self.by_session or self.by_group:
+            sessions = {s for s, _ in contexts}
+            groups = {g for _, g in contexts}
+            for key, members in self.by_session.items():
+                if key[2] in sessions:
+                    first = next(iter(members.values()))
+                    found[first.id] = first
+            for key, members in self.by_group.items():
+                if key[2] in groups:
+                    first = next(iter(members.values()))
+                    found[first.id] = first
+        return sorted(found.values(), key=lambda p: p.order)
+
+
+def _drop(index: dict[Any, dict[int, Pending]], key: Any, ident: int) -> None:
+    members = index[key]
+    del members[ident]
+    if not members:
+        del index[key]
+
+
 class _Engine:
     __slots__ = (
         "caps",
@@ -100,7 +173,7 @@ class _Engine:
         self.held = 0
         self.last_used = 0.0
         self.hits: tuple[float, ...] = ()
-        self.pending: dict[int, Pending] = {}
+        self.pending = _Line()
         self.running: dict[int, Running] = {}  # dispatched: holds a queue slot
         self.recent: tuple[RecentRun, ...] = ()
         self.last_activity = 0.0
@@ -116,7 +189,9 @@ class _Engine:
         return self.in_gate + len(self.gate_wait)
 
     def entry(self) -> PoolEntry:
-        busy = self.in_use() > 0 or self.state == _BUILDING or bool(self.running or self.pending)
+        busy = (
+            self.in_use() > 0 or self.state == _BUILDING or bool(self.running or self.pending.items)
+        )
         return PoolEntry(
             self.key, self.held, self.last_used, self.hits, busy=busy, draining=self.draining
         )
@@ -150,6 +225,7 @@ class _Sim:
         self.admit: deque[str] = deque()
         self.build: _Build | None = None
         self.tally = Tally(sorted(keys))
+        self.arrivals = 0  # the queue order: requests go in line as they arrive here
         self.followers: dict[int, list[int]] = {}
         self.open: list[int] = []  # requests that follow none: they arrive when recorded
         for index, request in enumerate(workload.requests):
@@ -209,14 +285,17 @@ class _Sim:
         self.tally.request(engine.key)
         if not request.ambient:
             engine.last_activity = now
-        engine.pending[index] = Pending(
-            index,
-            "background" if request.lane == "background" else "interactive",
-            now,
-            index,
-            request.ambient,
-            request.session,
-            request.group,
+        self.arrivals += 1
+        engine.pending.add(
+            Pending(
+                index,
+                "background" if request.lane == "background" else "interactive",
+                now,
+                self.arrivals,
+                request.ambient,
+                request.session,
+                request.group,
+            )
         )
         if request.gave_up is not None:
             self.push(now + request.gave_up, _GIVE_UP, index)
@@ -224,19 +303,27 @@ class _Sim:
 
     def dispatch(self, engine: _Engine, now: float) -> None:
         caps = engine.caps
-        while engine.pending and len(engine.running) < caps.width:
-            engine.recent = prune_recent(engine.recent, now, window=AFFINITY_WINDOW, cap=RECENT_CAP)
-            running = engine.running.values()
+        line = engine.pending
+        while line.items and len(engine.running) < caps.width:
+            # the ended runs are pruned as each is added (Q3); the pick itself leaves out those
+            # past the affinity window, so pruning again here would change no pick
+            running = list(engine.running.values())
             gate = ambient_gate_open(
                 caps=caps,
-                running=len(engine.running),
+                running=len(running),
                 non_ambient_running=sum(1 for r in running if not r.ambient),
-                non_ambient_pending=sum(1 for p in engine.pending.values() if not p.ambient),
+                non_ambient_pending=line.non_ambient,
                 quiet_for=now - engine.last_activity,
             )
+            if len(line.items) == 1:
+                shown = list(line.items.values())
+            else:
+                contexts = [(r.session_id, r.group) for r in running]
+                contexts += [(r.session_id, r.group) for r in engine.recent]
+                shown = line.candidates(contexts)
             pick = pick_next(
-                list(engine.pending.values()),
-                running=list(running),
+                shown,
+                running=running,
                 recent=engine.recent,
                 caps=caps,
                 now=now,
@@ -244,7 +331,8 @@ class _Sim:
             )
             if pick.id is None:
                 return
-            item = engine.pending.pop(pick.id)
+            item = line.remove(pick.id)
+            assert item is not None  # noqa: S101 - picked among the queued
             engine.running[item.id] = Running(
                 item.id, item.lane, now, item.ambient, item.session_id, item.group
             )
@@ -255,14 +343,14 @@ class _Sim:
 
     def give_up(self, index: int, now: float) -> None:
         engine = self.engines[self.requests[index].key]
-        if engine.pending.pop(index, None) is not None:
+        if engine.pending.remove(index) is not None:
             self.ended(index, now)
             self.dispatch(engine, now)
 
     # -- the pool: using an engine (PP1) ---------------------------------------------------
 
     def handed_out(self, engine: _Engine, index: int, now: float) -> None:
-        touched = touch(engine.entry(), now)
+        touched = touch(PoolEntry(engine.key, engine.held, engine.last_used, engine.hits), now)
         engine.hits, engine.last_used = touched.hits, now
         if engine.state == _UP and not engine.draining:
             self.enter_gate(engine, index, now)

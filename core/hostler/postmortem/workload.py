@@ -459,21 +459,27 @@ def _paid(fold: _Fold) -> dict[int, float]:
     """
     if not math.isfinite(fold.lag):
         return {}
-    by_key: dict[str, list[tuple[int, float, float]]] = {}
+    by_key: dict[str, list[tuple[float, int, float]]] = {}
     for index, item in enumerate(fold.queued):
         if item.dispatched is not None and item.ran_for is not None:
-            by_key.setdefault(item.key, []).append((index, item.dispatched, item.ran_for))
+            by_key.setdefault(item.key, []).append((item.dispatched, index, item.ran_for))
     paid: dict[int, float] = {}
     for key, starts in fold.starts.items():
-        candidates = by_key.get(key, [])
+        candidates = sorted(by_key.get(key, []))
+        low = 0  # those before it ended before an earlier start was ready, or paid for one
         for start in starts:
             if start.ready is None:
                 continue
-            for index, dispatched, ran_for in candidates:
+            while low < len(candidates):
+                dispatched, index, ran_for = candidates[low]
+                if index not in paid and dispatched + fold.lag + ran_for + FLUSH_LAG >= start.ready:
+                    break
+                low += 1
+            for dispatched, index, ran_for in candidates[low:]:
                 begun = dispatched + fold.lag
-                if index in paid or begun - FLUSH_LAG > start.begin:
-                    continue
-                if begun + ran_for + FLUSH_LAG < start.ready:
+                if begun - FLUSH_LAG > start.begin:
+                    break  # dispatched after the start: nor are those after it
+                if index in paid or begun + ran_for + FLUSH_LAG < start.ready:
                     continue
                 paid[index] = min(max(start.ready - start.begin, 0.0), ran_for)
                 break
