@@ -553,3 +553,19 @@ def test_cli_whatif_prints_what_happened_beside_the_replay_and_the_what_if(
     assert "happened" in text and "replayed" in text and "what-if" in text
     assert "demand-lru" in text and "lru" in text
     assert "note: the budget changed" in text and "skipped: 1 row(s): damaged" in text
+
+
+def test_the_next_start_plans_only_once_the_victims_of_the_last_have_stopped() -> None:
+    table = models(stop=2.0, d=10)
+    requests = [
+        Request(0.0, A, 1.0),
+        Request(2.0, B, 1.0),
+        Request(10.0, C, 1.0),
+        Request(10.5, "llamacpp:d:0", 1.0),
+        Request(10.6, "llamacpp:d:0", 1.0),
+    ]
+    figures = run(requests, 20, table)
+    assert figures.total.evictions == 2
+    # c evicts a (stop 2 s): the lock is held to 12; d then evicts b (2 s more): ready 14,
+    # done 15, when the second d gets its slot
+    assert figures.by_key["llamacpp:d:0"].waits.max == pytest.approx(4.4)

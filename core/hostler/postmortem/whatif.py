@@ -54,7 +54,7 @@ DRAIN_POLL = 0.5
 
 _DOWN, _BUILDING, _UP = 0, 1, 2
 # event kinds, in the order they go at one instant
-_READY, _RELEASE, _DEADLINE, _PATIENCE, _GIVE_UP, _ARRIVE = range(6)
+_READY, _RELEASE, _DEADLINE, _PATIENCE, _GIVE_UP, _ARRIVE, _UNLOCK = range(7)
 
 
 def limits_for(settings: Settings, fast: int | None) -> LedgerLimits:
@@ -272,6 +272,9 @@ class _Sim:
             self.give_up(index, now)
         elif kind == _ARRIVE:
             self.arrive(index, now)
+        elif kind == _UNLOCK:
+            self.build = None
+            self.next_build(now)
         elif kind == _DEADLINE:
             self.drain_deadline(key, now)
         else:
@@ -430,7 +433,7 @@ class _Sim:
                 wanted = limits.budget
             short = ledger_shortfall(limits, self.committed, wanted)
             if short <= 0:
-                self.start(engine, wanted, now + build.delay)
+                self.start(engine, wanted, now, build.delay)
                 return
             up = [e for k, e in self.resident.items() if k != build.key and k not in build.tried]
             spoken = [e for e in up if e.state == _BUILDING or e.waiters]
@@ -460,15 +463,19 @@ class _Sim:
                 self.evict(victim)
                 build.delay = max(build.delay, victim.model.stop)
 
-    def start(self, engine: _Engine, wanted: int, ready_at: float) -> None:
+    def start(self, engine: _Engine, wanted: int, now: float, delay: float) -> None:
+        """Reserved: it loads once its victims have stopped; the next start plans then."""
         engine.queued_build = False
         engine.state = _BUILDING
         engine.held = wanted
         self.committed += wanted
         self.resident[engine.key] = engine
-        self.push(ready_at + engine.model.cold_start, _READY, key=engine.key)
+        self.push(now + delay + engine.model.cold_start, _READY, key=engine.key)
+        if delay > 0:  # the admission lock is held until the stops end (SG2, PP4)
+            self.push(now + delay, _UNLOCK)
+            return
         self.build = None
-        self.next_build(ready_at)
+        self.next_build(now)
 
     def refuse(self, engine: _Engine, now: float) -> None:
         self.tally.refusal(engine.key)
