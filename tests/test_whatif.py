@@ -569,3 +569,66 @@ def test_the_next_start_plans_only_once_the_victims_of_the_last_have_stopped() -
     # c evicts a (stop 2 s): the lock is held to 12; d then evicts b (2 s more): ready 14,
     # done 15, when the second d gets its slot
     assert figures.by_key["llamacpp:d:0"].waits.max == pytest.approx(4.4)
+
+
+def test_ambient_work_waits_for_the_quiet_window_then_runs() -> None:
+    requests = [Request(0.0, A, 1.0), Request(0.5, A, 1.0, lane="background", ambient=True)]
+    figures = run(requests, 10)
+    # the interactive request ends at 1; the queue is then quiet for 180 s, and the ambient
+    # one is looked at again 25 ms after that (Q5)
+    assert figures.by_key[A].waits.count == 2
+    assert figures.by_key[A].waits.max == pytest.approx(180.525)
+    # alone, it waits the window from when its engine's queue was made (its own arrival)
+    alone = run([Request(0.0, B, 0.1), Request(1.0, A, 1.0, ambient=True)], 20)
+    assert alone.by_key[A].waits.max == pytest.approx(180.025)
+
+
+@pytest.mark.parametrize("by", ["session", "group"])
+def test_a_request_of_what_ran_last_goes_first(by: str) -> None:
+    def asked(at: float, work: float, tag: str) -> Request:
+        if by == "session":
+            return Request(at, A, work, session=tag)
+        return Request(at, A, work, group=tag)
+
+    requests = [asked(0.0, 2.0, "x"), asked(0.5, 1.0, "y"), asked(1.0, 1.0, "x")]
+    figures = run(requests, 10)
+    # at 2 the third (same as the one that ran) goes before the second: waits 1.0, then 2.5
+    assert figures.by_key[A].waits == Waits(3, 1.0, 2.5, 2.5)
+    untagged = [asked(0.0, 2.0, "x"), asked(0.5, 1.0, "y"), asked(1.0, 1.0, "z")]
+    assert run(untagged, 10).by_key[A].waits == Waits(3, 1.5, 2.0, 2.0)
+
+
+def test_only_the_first_of_a_session_is_shown_to_the_pick_and_the_rest_follow() -> None:
+    requests = [
+        Request(0.0, A, 2.0, session="x"),
+        Request(0.5, A, 1.0, session="y"),
+        Request(0.6, A, 1.0, session="x"),
+        Request(0.7, A, 1.0, session="x"),
+        Request(0.8, A, 1.0, lane="background", session="z"),
+    ]
+    figures = run(requests, 10, slots=1)
+    # the background one gets its lane's slot at 0.8 and the gate at 2 (runs 2..3); x keeps
+    # the engine: its two get their slots at 2 and 4 (run 3..4, 4..5); y goes last, at 5
+    waits = figures.by_key[A].waits
+    assert waits.count == 5
+    assert waits.median == pytest.approx(1.4)
+    assert waits.p95 == waits.max == pytest.approx(4.5)
+
+
+def test_requests_that_waited_for_a_drained_engine_build_it_again() -> None:
+    table = models(cold=1.0)
+    requests = [
+        Request(0.0, A, 5.0),
+        Request(2.0, B, 1.0),
+        Request(3.0, A, 1.0, lane="background"),
+    ]
+    figures = run(requests, 10, table)
+    # a drains for b and goes at 6; the background request given a slot at 3 waited for the
+    # drain, so a is built again once b (ready 7, done 8) has been drained in turn
+    assert figures.by_key[A].counts() == (2, 1, 0, 2)
+    assert figures.by_key[B].counts() == (1, 1, 0, 1)
+
+
+def test_a_request_dispatched_before_it_would_give_up_runs() -> None:
+    requests = [Request(0.0, A, 1.0), Request(0.5, A, 0.0, gave_up=2.0)]
+    assert run(requests, 10).by_key[A].waits == Waits(2, 0.25, 0.5, 0.5)

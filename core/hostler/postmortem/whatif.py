@@ -39,6 +39,7 @@ from hostler.policies.queue import (
     RecentRun,
     Running,
     ambient_gate_open,
+    ambient_recheck_in,
     engine_queue_caps,
     pick_next,
     prune_recent,
@@ -54,7 +55,7 @@ DRAIN_POLL = 0.5
 
 _DOWN, _BUILDING, _UP = 0, 1, 2
 # event kinds, in the order they go at one instant
-_READY, _RELEASE, _DEADLINE, _PATIENCE, _GIVE_UP, _ARRIVE, _UNLOCK = range(7)
+_READY, _RELEASE, _DEADLINE, _PATIENCE, _GIVE_UP, _ARRIVE, _UNLOCK, _RECHECK = range(8)
 
 
 def limits_for(settings: Settings, fast: int | None) -> LedgerLimits:
@@ -176,7 +177,7 @@ class _Engine:
         self.pending = _Line()
         self.running: dict[int, Running] = {}  # dispatched: holds a queue slot
         self.recent: tuple[RecentRun, ...] = ()
-        self.last_activity = 0.0
+        self.last_activity: float | None = None  # Q1: the quiet clock starts with its queue
         self.waiters: list[int] = []  # dispatched, waiting for the engine to be up
         self.in_gate = 0
         self.gate_wait: deque[int] = deque()
@@ -275,6 +276,8 @@ class _Sim:
         elif kind == _UNLOCK:
             self.build = None
             self.next_build(now)
+        elif kind == _RECHECK:
+            self.dispatch(self.engines[key], now)
         elif kind == _DEADLINE:
             self.drain_deadline(key, now)
         else:
@@ -285,6 +288,8 @@ class _Sim:
     def arrive(self, index: int, now: float) -> None:
         request = self.requests[index]
         engine = self.engines[request.key]
+        if engine.last_activity is None:  # its queue is made for its first request
+            engine.last_activity = now
         self.tally.request(engine.key)
         if not request.ambient:
             engine.last_activity = now
@@ -316,7 +321,7 @@ class _Sim:
                 running=len(running),
                 non_ambient_running=sum(1 for r in running if not r.ambient),
                 non_ambient_pending=line.non_ambient,
-                quiet_for=now - engine.last_activity,
+                quiet_for=now - (engine.last_activity or now),
             )
             if len(line.items) == 1:
                 shown = list(line.items.values())
@@ -333,6 +338,7 @@ class _Sim:
                 ambient_open=gate,
             )
             if pick.id is None:
+                self.recheck(engine, running, now)
                 return
             item = line.remove(pick.id)
             assert item is not None  # noqa: S101 - picked among the queued
@@ -343,6 +349,21 @@ class _Sim:
                 engine.last_activity = now
             self.tally.wait(engine.key, now - item.enqueued_at)
             self.handed_out(engine, item.id, now)
+
+    def recheck(self, engine: _Engine, running: list[Running], now: float) -> None:
+        """Q5: ambient work held only by the quiet window is looked at again when it ends."""
+        line = engine.pending
+        if line.non_ambient == len(line.items):
+            return  # no ambient work waits
+        delay = ambient_recheck_in(
+            caps=engine.caps,
+            running=len(running),
+            non_ambient_running=sum(1 for r in running if not r.ambient),
+            non_ambient_pending=line.non_ambient,
+            quiet_for=now - (engine.last_activity or now),
+        )
+        if delay is not None:
+            self.push(now + delay, _RECHECK, key=engine.key)
 
     def give_up(self, index: int, now: float) -> None:
         engine = self.engines[self.requests[index].key]
