@@ -12,10 +12,10 @@ import json
 from typing import Any
 
 from hostler.capacity.slots import MAX_SLOTS
-from hostler.capacity.units import GIB, format_half_up
 from hostler.cli.common import DamageReport, path_argument
 from hostler.cli.numbers import count
 from hostler.cli.remote_capacity import bytes_argument
+from hostler.cli.tables import size
 from hostler.errors import StoreError, UsageError
 from hostler.policies.eviction import (
     BUILTIN_EVICTION_POLICIES,
@@ -158,14 +158,10 @@ def _as_json(
     }
 
 
-def _gib(size: int) -> str:
-    return f"{format_half_up(size, 2, per=GIB)} GiB"
-
-
 def _describe(settings: Settings) -> list[str]:
     slots = "as launched" if settings.slots is None else str(settings.slots)
     return [
-        _gib(settings.budget),
+        size(settings.budget),
         settings.policy,
         "on" if settings.spillover else "off",
         slots,
@@ -199,14 +195,15 @@ def report_lines(
     width = 24
     head = f"{'':<22}{'happened':>{width}}{'replayed':>{width}}{'what-if':>{width}}"
     lines = [f"{len(workload.requests)} requests for {len(workload.models)} engine(s)", ""]
-    lines.append(f"{'settings':<22}{'recorded':>{width}}{'':>{width}}{'what-if':>{width}}")
+    # the replay runs under the recorded settings: they stand in its column
+    lines.append(f"{'settings':<22}{'':>{width}}{'recorded':>{width}}{'what-if':>{width}}")
     for name, old, new in zip(
         ("budget", "eviction policy", "spillover", "slots per engine"),
         _describe(workload.settings),
         _describe(settings),
         strict=True,
     ):
-        lines.append(f"  {name:<20}{old:>{width}}{'':>{width}}{new:>{width}}")
+        lines.append(f"  {name:<20}{'':>{width}}{old:>{width}}{new:>{width}}")
     sections: list[tuple[str, KeyFigures | None, KeyFigures | None, KeyFigures | None]] = [
         ("total", happened.total, None if replayed is None else replayed.total, whatif.total)
     ]
