@@ -88,6 +88,9 @@ TESTS: dict[str, list[str]] = {
     "postmortem.runtime_state": ["tests/test_runtime_state.py"],
     "postmortem.explain": ["tests/test_explain.py"],
     "postmortem.verify": ["tests/test_verify_rules.py"],
+    "postmortem.whatif": ["tests/test_whatif.py"],
+    "postmortem.workload": ["tests/test_whatif.py"],
+    "postmortem.figures": ["tests/test_whatif.py"],
 }
 DEFAULT_MODULES = list(TESTS)
 #: ledger.py: only its pure functions (module-level ``def``s) are mutated.

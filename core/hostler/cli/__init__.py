@@ -14,13 +14,16 @@ from hostler.cli import (
     demo,
     events,
     explain,
+    export,
     load,
     models,
     plugins,
     ps,
     replay,
     state,
+    timeline,
     tour,
+    whatif,
 )
 from hostler.errors import HostlerError
 
@@ -43,7 +46,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"hostler {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (events, state, demo, plugins, daemon, ps, models, load, tour, explain, replay):
+    commands = (
+        events,
+        state,
+        demo,
+        plugins,
+        daemon,
+        ps,
+        models,
+        load,
+        tour,
+        explain,
+        replay,
+        whatif,
+        timeline,
+        export,
+    )
+    for module in commands:
         module.add_parser(sub)
     daemon.add_serve_parser(sub)
     capacity.add_parsers(sub)

@@ -1,0 +1,228 @@
+"""``hostler whatif LOG``: the recorded requests replayed under another budget, policy or width.
+
+It prints three columns per figure: what *happened* (read straight from the log), what the
+simulator gives under the *recorded* settings (how faithful it is to this log), and the
+*what-if* under the changed settings (PM22-PM25).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from hostler.capacity.slots import MAX_SLOTS
+from hostler.cli.common import DamageReport, path_argument
+from hostler.cli.numbers import count
+from hostler.cli.remote_capacity import bytes_argument
+from hostler.cli.tables import size
+from hostler.errors import StoreError, UsageError
+from hostler.policies.eviction import (
+    BUILTIN_EVICTION_POLICIES,
+    EvictionPolicy,
+    eviction_policy,
+    valid_policy_name,
+)
+from hostler.postmortem.figures import Figures, KeyFigures, recorded_figures
+from hostler.postmortem.whatif import simulate
+from hostler.postmortem.workload import Settings, Workload, workload_from
+from hostler.store.connect import sqlite_path_of
+from hostler.store.log import EventStore
+
+__all__ = ["add_parser", "budget_argument", "changed_settings", "report_lines", "run"]
+
+
+def budget_argument(text: str) -> int:
+    """An argparse type: a budget in bytes (``24GiB``, ``512MiB``, ``8589934592``); not ``auto``."""
+    value = bytes_argument(text)
+    if not isinstance(value, int):
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r} is not a size: give bytes (8589934592) or a size (24GiB, 512MiB)"
+        )
+    return value
+
+
+def _spillover(text: str) -> bool:
+    choices = {"on": True, "off": False}
+    key = text.strip().lower()
+    if key not in choices:
+        raise argparse.ArgumentTypeError(f"spillover is on or off, not {text[:20]!r}")
+    return choices[key]
+
+
+def _policy_name(text: str) -> str:
+    if not valid_policy_name(text):
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r} is not a policy name (lowercase letters, digits and dashes)"
+        )
+    return text
+
+
+def add_parser(sub: Any) -> None:
+    """Register the subcommand."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "whatif",
+        help="replay a log's requests under another budget, eviction policy, spillover or width",
+    )
+    parser.add_argument("log", type=path_argument, metavar="LOG", help="the event log file")
+    parser.add_argument(
+        "--budget", type=budget_argument, metavar="BYTES", help="the budget (24GiB, 512MiB...)"
+    )
+    parser.add_argument(
+        "--policy", type=_policy_name, metavar="NAME", help="eviction policy (demand-lru, lru...)"
+    )
+    parser.add_argument(
+        "--spillover", type=_spillover, metavar="on|off", help="RAM spillover of co-resident models"
+    )
+    parser.add_argument(
+        "--slots", type=count(1, MAX_SLOTS), metavar="N", help="slots per engine, every engine"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.set_defaults(run=run)
+
+
+def changed_settings(recorded: Settings, args: argparse.Namespace) -> Settings:
+    """The recorded settings with the flags given applied."""
+    return Settings(
+        recorded.budget if args.budget is None else args.budget,
+        recorded.policy if args.policy is None else args.policy,
+        recorded.spillover if args.spillover is None else args.spillover,
+        recorded.slots if args.slots is None else args.slots,
+    )
+
+
+def _policies(*names: str) -> dict[str, EvictionPolicy]:
+    """Plugins' eviction policies, loaded only when a name is not a built-in one."""
+    if all(name in BUILTIN_EVICTION_POLICIES for name in names):
+        return {}
+    from hostler.pluginhost import PluginHost  # noqa: PLC0415 - plugins load only if needed
+
+    return dict(PluginHost().load().eviction_policies)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Read the log, simulate twice, print side by side."""
+    if args.policy is not None:  # a name no policy has is said before the log is read
+        eviction_policy(args.policy, _policies(args.policy))
+    path = args.log
+    target = str(path)
+    if sqlite_path_of(target) is not None and not path.exists():
+        raise StoreError(f"{path}: no event log here")
+    with EventStore.open(target) as store:
+        rows = list(store.read_all())
+        damage = DamageReport(store.name)
+    for row in rows:
+        if row.damage:
+            damage.note(row.seq, row.damage)
+    workload = workload_from(rows)
+    happened = recorded_figures(rows)
+    settings = changed_settings(workload.settings, args)
+    policies = _policies(workload.settings.policy, settings.policy)
+    try:
+        replayed = simulate(workload, workload.settings, policies=policies)
+    except UsageError:  # a log recorded under a policy this hostler lacks: said, not replayed
+        replayed = None
+    whatif = simulate(workload, settings, policies=policies)
+    if args.json:
+        print(json.dumps(_as_json(workload, settings, happened, replayed, whatif), indent=2))
+    else:
+        print("\n".join(report_lines(workload, settings, happened, replayed, whatif)))
+    return damage.status()
+
+
+def _settings_json(settings: Settings) -> dict[str, Any]:
+    return {
+        "budget": settings.budget,
+        "policy": settings.policy,
+        "spillover": settings.spillover,
+        "slots": settings.slots,
+    }
+
+
+def _as_json(
+    workload: Workload,
+    settings: Settings,
+    happened: Figures,
+    replayed: Figures | None,
+    whatif: Figures,
+) -> dict[str, Any]:
+    return {
+        "requests": len(workload.requests),
+        "recorded_settings": _settings_json(workload.settings),
+        "whatif_settings": _settings_json(settings),
+        "happened": happened.as_dict(),
+        "replayed": None if replayed is None else replayed.as_dict(),
+        "whatif": whatif.as_dict(),
+        "skipped": dict(workload.skipped),
+        "notes": list(workload.notes),
+    }
+
+
+def _describe(settings: Settings) -> list[str]:
+    slots = "as launched" if settings.slots is None else str(settings.slots)
+    return [
+        size(settings.budget),
+        settings.policy,
+        "on" if settings.spillover else "off",
+        slots,
+    ]
+
+
+def _cells(figures: KeyFigures | None) -> list[str]:
+    if figures is None:
+        return ["-"] * 5
+    w = figures.waits
+    return [
+        str(figures.evictions),
+        str(figures.refusals),
+        str(figures.cold_starts),
+        str(w.count),
+        f"{w.median:.3f}/{w.p95:.3f}/{w.max:.3f}",
+    ]
+
+
+_ROWS = ("evictions", "refusals", "cold starts", "waits", "wait s med/p95/max")
+
+
+def report_lines(
+    workload: Workload,
+    settings: Settings,
+    happened: Figures,
+    replayed: Figures | None,
+    whatif: Figures,
+) -> list[str]:
+    """The report as people read it: settings, then each figure in three columns."""
+    width = 24
+    head = f"{'':<22}{'happened':>{width}}{'replayed':>{width}}{'what-if':>{width}}"
+    lines = [f"{len(workload.requests)} requests for {len(workload.models)} engine(s)", ""]
+    # the replay runs under the recorded settings: they stand in its column
+    lines.append(f"{'settings':<22}{'':>{width}}{'recorded':>{width}}{'what-if':>{width}}")
+    for name, old, new in zip(
+        ("budget", "eviction policy", "spillover", "slots per engine"),
+        _describe(workload.settings),
+        _describe(settings),
+        strict=True,
+    ):
+        lines.append(f"  {name:<20}{'':>{width}}{old:>{width}}{new:>{width}}")
+    sections: list[tuple[str, KeyFigures | None, KeyFigures | None, KeyFigures | None]] = [
+        ("total", happened.total, None if replayed is None else replayed.total, whatif.total)
+    ]
+    keys = sorted(set(happened.by_key) | set(whatif.by_key))
+    for key in keys:
+        sections.append(
+            (
+                key,
+                happened.by_key.get(key),
+                None if replayed is None else replayed.by_key.get(key),
+                whatif.by_key.get(key),
+            )
+        )
+    for title, a, b, c in sections:
+        lines += ["", head.replace(" " * 22, f"{title[:21]:<22}", 1)]
+        for row, x, y, z in zip(_ROWS, _cells(a), _cells(b), _cells(c), strict=True):
+            lines.append(f"  {row:<20}{x:>{width}}{y:>{width}}{z:>{width}}")
+    if replayed is None:
+        lines += ["", f"note: the recorded policy {workload.settings.policy!r} is not known here"]
+    lines += [f"note: {note}" for note in workload.notes]
+    lines += [f"skipped: {n} row(s): {why}" for why, n in workload.skipped.items()]
+    return lines

@@ -1,0 +1,193 @@
+"""The figures a what-if compares: evictions, refusals, cold starts, queue waits (PM23).
+
+:class:`Tally` counts them per engine key as a run goes (the simulator's, or a log's);
+:func:`recorded_figures` reads them straight from a log's rows, so that what happened is
+shown as the log says it, beside what the simulator makes of it. Pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hostler.postmortem.workload import LogRow, median, number
+
+__all__ = ["Figures", "KeyFigures", "Tally", "Waits", "percentile", "recorded_figures", "waits_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class Waits:
+    """Queue waits (seconds from joining a queue to getting a slot) of the requests that got one."""
+
+    count: int
+    median: float
+    p95: float
+    max: float
+
+
+def percentile(ordered: list[float], fraction: float) -> float:
+    """The nearest-rank percentile of sorted values (``fraction`` in 0..1); 0 when empty."""
+    if not ordered:
+        return 0.0
+    rank = max(math.ceil(fraction * len(ordered)), 1)
+    return float(ordered[rank - 1])
+
+
+def waits_of(values: Iterable[float]) -> Waits:
+    """PM23: count, median, p95 (nearest rank) and max of some waits."""
+    ordered = sorted(values)
+    if not ordered:
+        return Waits(0, 0.0, 0.0, 0.0)
+    return Waits(len(ordered), median(ordered), percentile(ordered, 0.95), float(ordered[-1]))
+
+
+@dataclass(frozen=True, slots=True)
+class KeyFigures:
+    """One engine key's figures (or the total's).
+
+    Attributes:
+        requests: Requests that asked for it.
+        evictions: Times it was evicted to make room for another.
+        refusals: Starts of it refused (no room could be made, or a drain did not end).
+        cold_starts: Starts of it that reached ready.
+        waits: Its requests' queue waits.
+    """
+
+    requests: int
+    evictions: int
+    refusals: int
+    cold_starts: int
+    waits: Waits
+
+    def counts(self) -> tuple[int, int, int, int]:
+        """(requests, evictions, refusals, cold starts)."""
+        return (self.requests, self.evictions, self.refusals, self.cold_starts)
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """Figures per engine key and in total."""
+
+    by_key: Mapping[str, KeyFigures]
+    total: KeyFigures
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data for ``--json``."""
+
+        def one(f: KeyFigures) -> dict[str, Any]:
+            w = f.waits
+            return {
+                "requests": f.requests,
+                "evictions": f.evictions,
+                "refusals": f.refusals,
+                "cold_starts": f.cold_starts,
+                "waits": {"count": w.count, "median": w.median, "p95": w.p95, "max": w.max},
+            }
+
+        return {
+            "total": one(self.total),
+            "by_key": {key: one(f) for key, f in sorted(self.by_key.items())},
+        }
+
+
+@dataclass
+class _Counts:
+    requests: int = 0
+    evictions: int = 0
+    refusals: int = 0
+    cold_starts: int = 0
+    waits: list[float] = field(default_factory=list)
+
+
+class Tally:
+    """Counts figures per engine key as a run goes."""
+
+    def __init__(self, keys: Iterable[str] = ()) -> None:
+        self._by: dict[str, _Counts] = {key: _Counts() for key in keys}
+
+    def _of(self, key: str) -> _Counts:
+        found = self._by.get(key)
+        if found is None:
+            found = self._by[key] = _Counts()
+        return found
+
+    def request(self, key: str) -> None:
+        """A request asked for ``key``."""
+        self._of(key).requests += 1
+
+    def eviction(self, key: str) -> None:
+        """``key`` was evicted."""
+        self._of(key).evictions += 1
+
+    def refusal(self, key: str) -> None:
+        """A start of ``key`` was refused."""
+        self._of(key).refusals += 1
+
+    def cold_start(self, key: str) -> None:
+        """``key`` became ready after a start."""
+        self._of(key).cold_starts += 1
+
+    def wait(self, key: str, seconds: float) -> None:
+        """A request for ``key`` got its slot after ``seconds`` queued."""
+        self._of(key).waits.append(seconds)
+
+    def figures(self) -> Figures:
+        """The figures so far."""
+        by_key = {
+            key: KeyFigures(c.requests, c.evictions, c.refusals, c.cold_starts, waits_of(c.waits))
+            for key, c in sorted(self._by.items())
+        }
+        counts = self._by.values()
+        total = KeyFigures(
+            sum(c.requests for c in counts),
+            sum(c.evictions for c in counts),
+            sum(c.refusals for c in counts),
+            sum(c.cold_starts for c in counts),
+            waits_of(w for c in counts for w in c.waits),
+        )
+        return Figures(by_key, total)
+
+
+def recorded_figures(rows: Iterable[LogRow]) -> Figures:
+    """PM23: what happened, read straight from the log (no simulation).
+
+    Requests: ``queue.enqueued``; evictions: ``engine.stop_requested`` with reason
+    ``evicted``; refusals: ``ledger.denied``, and drains that ended ``busy`` (counted for the
+    engine the room was for); cold starts: ``engine.ready``; waits: ``queue.dispatched``.
+    Damaged rows and rows lacking a field are left out.
+    """
+    tally = Tally()
+    drains: dict[str, str] = {}
+    for row in rows:
+        if not row.damage:
+            _count_row(tally, drains, row)
+    return tally.figures()
+
+
+def _count_row(tally: Tally, drains: dict[str, str], row: LogRow) -> None:
+    p, kind = row.payload, row.type
+    engine = p.get("engine")
+    if kind == "queue.enqueued" and isinstance(engine, str):
+        if p.get("lane") in ("interactive", "background"):
+            tally.request(engine)
+    elif kind == "queue.dispatched" and isinstance(engine, str):
+        waited = number(p, "waited")
+        if waited is not None:
+            tally.wait(engine, max(waited, 0.0))
+    elif kind == "ledger.denied" and isinstance(p.get("key"), str):
+        tally.refusal(p["key"])
+    elif kind == "pool.drain_started":
+        if isinstance(p.get("key"), str) and isinstance(p.get("for_key"), str):
+            drains[p["key"]] = p["for_key"]
+    elif kind == "pool.drain_ended":
+        for_key = drains.pop(str(p.get("key")), None)
+        if for_key is not None and p.get("outcome") == "busy":
+            tally.refusal(for_key)
+    elif row.stream_id.startswith("engine/"):
+        key = row.stream_id.removeprefix("engine/")
+        if kind == "engine.ready":
+            tally.cold_start(key)
+        elif kind == "engine.stop_requested" and p.get("reason") == "evicted":
+            tally.eviction(key)

@@ -1,0 +1,572 @@
+"""What a recorded log asked of hostler, as a pure :class:`Workload` the what-if replays (PM20).
+
+:func:`workload_from` reads recorded rows (anything with ``seq``, ``stream_id``, ``type``,
+``payload``, ``recorded_at`` and ``damage``, as :class:`hostler.store.log.RecordedEvent` has) and
+keeps what the simulator needs:
+
+- the requests, from each engine's queue stream: when each arrived (the queue's clock), its
+  engine key, session, lane, and how long it held its slot once it had run
+  (``queue.released.ran_for``, less the cold start it paid, PM21) or, for a request that left the
+  queue without running, how long it waited before leaving;
+- each model's footprint: what its starts reserved (``ledger.reserved``) and what it was
+  measured at (``ledger.measured``), its cold start (``engine.start_requested`` to
+  ``engine.ready``) and its stop (``engine.stop_requested`` to ``engine.stopped``), medians;
+- the settings in force: the budget and co-residency ceiling of the last ledger decision, the
+  spillover choice, the eviction policy the pool named, slots per engine (the queue's
+  interactive cap once the engine was launched), and the engines started as pinned.
+
+Nothing here reads a clock or a file. Rows that are damaged, of unknown types, or whose payload
+lacks a field the workload needs are skipped and counted in :attr:`Workload.skipped`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from hostler.policies.eviction import DEFAULT_EVICTION_POLICY
+
+__all__ = [
+    "FLUSH_LAG",
+    "LogRow",
+    "Model",
+    "Request",
+    "Settings",
+    "Workload",
+    "median",
+    "number",
+    "workload_from",
+]
+
+#: PM21: how late the runtime may write a queue event after its time (its flush period, s).
+FLUSH_LAG = 0.5
+
+
+class LogRow(Protocol):
+    """What the workload reads of a recorded row (:class:`~hostler.store.log.RecordedEvent`)."""
+
+    @property
+    def seq(self) -> int:
+        """Global position in the log."""
+        ...
+
+    @property
+    def stream_id(self) -> str:
+        """The stream it belongs to."""
+        ...
+
+    @property
+    def type(self) -> str:
+        """The event type."""
+        ...
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """The payload as stored."""
+        ...
+
+    @property
+    def recorded_at(self) -> datetime:
+        """When the log took it (UTC)."""
+        ...
+
+    @property
+    def damage(self) -> str:
+        """Why it could not be read; empty for a sound row."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One recorded request.
+
+    Attributes:
+        at: When it joined its engine's queue (the queue's clock, seconds).
+        key: The engine key it asked for.
+        work: Seconds it held its slot once its engine was up (its recorded ``ran_for`` less
+            any cold start it paid, PM21); 0 for one that never ran.
+        session: Its session id (queue affinity).
+        lane: ``interactive`` or ``background``.
+        gave_up: Seconds after arriving at which it left the queue without running (cancelled,
+            timed out, aborted); None when it ran.
+        group: Its wider affinity key.
+        ambient: Ambient background work (held by the queue's quiet gate).
+        after: The index (in :attr:`Workload.requests`) of the request it followed: the last
+            that ended before it arrived; None when none had.
+            A replay sends it ``gap`` seconds after that one ends there (PM21: closed loop).
+        gap: Seconds between the end of ``after`` and its arrival, as recorded.
+    """
+
+    at: float
+    key: str
+    work: float
+    session: str | None = None
+    lane: str = "interactive"
+    gave_up: float | None = None
+    group: str | None = None
+    ambient: bool = False
+    after: int | None = None
+    gap: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    """One engine key's recorded costs.
+
+    Attributes:
+        key: The engine key.
+        reserve: Bytes a start of it asks the ledger for (its last recorded reservation).
+        held: Bytes it holds once ready (its last measurement; else ``reserve``).
+        cold_start: Seconds from start asked to ready (median of its recorded starts).
+        stop: Seconds an eviction of it takes to finish (median of its recorded stops).
+    """
+
+    key: str
+    reserve: int
+    held: int
+    cold_start: float = 0.0
+    stop: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """What a what-if may change (PM22).
+
+    Attributes:
+        budget: The admission budget in bytes, enforced whatever its size.
+        policy: The eviction policy's name (EV1).
+        spillover: Whether co-resident models may spill into RAM (the ceiling is the budget);
+            without it they share the fast budget.
+        slots: Slots per engine for every engine, or None to keep each engine's own.
+    """
+
+    budget: int
+    policy: str = DEFAULT_EVICTION_POLICY.name
+    spillover: bool = True
+    slots: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """Everything a what-if replays, pure data.
+
+    Attributes:
+        requests: The requests in arrival order.
+        models: Each engine key's costs.
+        settings: The settings the log was recorded under.
+        fast: The fast (accelerator) budget in bytes when the log shows one (a co-residency
+            ceiling below the budget), else None: spillover then changes nothing.
+        slots: Slots per engine key as launched (1 when the log does not say).
+        pinned: Engine keys kept resident (started as ``pinned``).
+        skipped: Rows not used, by why (damaged, a field missing...).
+        notes: Things a reader of the what-if should know about this log.
+    """
+
+    requests: tuple[Request, ...]
+    models: Mapping[str, Model]
+    settings: Settings
+    fast: int | None = None
+    slots: Mapping[str, int] = field(default_factory=dict)
+    pinned: frozenset[str] = frozenset()
+    skipped: Mapping[str, int] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+
+def median(values: Iterable[float]) -> float:
+    """The median (the mean of the two middle values for an even count); 0 when empty."""
+    ordered = sorted(values)
+    n = len(ordered)
+    if n == 0:
+        return 0.0
+    mid = n // 2
+    if n % 2:
+        return float(ordered[mid])
+    return (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def number(payload: Mapping[str, Any], name: str) -> float | None:
+    """``payload[name]`` as a finite float, or None when it is not a finite number."""
+    value = payload.get(name)
+    if type(value) not in (int, float):
+        return None
+    number = float(value)  # type: ignore[arg-type]
+    return number if math.isfinite(number) else None
+
+
+def _count(payload: Mapping[str, Any], name: str) -> int | None:
+    value = payload.get(name)
+    return value if type(value) is int and value >= 0 else None
+
+
+def _text(payload: Mapping[str, Any], name: str) -> str | None:
+    value = payload.get(name)
+    return value if isinstance(value, str) else None
+
+
+@dataclass
+class _Queued:
+    at: float
+    key: str
+    session: str | None
+    lane: str
+    group: str | None
+    ambient: bool
+    dispatched: float | None = None
+    ran_for: float | None = None
+    gave_up: float | None = None
+    released: float | None = None
+
+    def ended(self) -> float:
+        """When it left (released, or gave up), on the queue's clock."""
+        if self.released is not None:
+            return self.released
+        return self.at + (self.gave_up or 0.0)
+
+
+@dataclass
+class _Start:
+    begin: float  # start asked (or its room planned just before)
+    ready: float | None = None
+
+
+@dataclass
+class _Fold:
+    queued: list[_Queued] = field(default_factory=list)
+    open_queue: dict[tuple[str, int], _Queued] = field(default_factory=dict)
+    reserve: dict[str, int] = field(default_factory=dict)
+    measured: dict[str, int] = field(default_factory=dict)
+    starts: dict[str, list[_Start]] = field(default_factory=dict)
+    stopping: dict[str, float] = field(default_factory=dict)
+    stops: dict[str, list[float]] = field(default_factory=dict)
+    planned: dict[str, float] = field(default_factory=dict)
+    budgets: list[int] = field(default_factory=list)
+    ceiling: int | None = None
+    spillover: bool | None = None
+    policy: str | None = None
+    slots: dict[str, int] = field(default_factory=dict)
+    pinned: set[str] = field(default_factory=set)
+    lag: float = math.inf  # min(recorded_at - at) over queue events: their clock's offset
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def skip(self, why: str) -> None:
+        self.skipped[why] = self.skipped.get(why, 0) + 1
+
+
+def workload_from(rows: Iterable[LogRow]) -> Workload:
+    """PM20: the workload a log records (rows in seq order)."""
+    fold = _Fold()
+    for row in rows:
+        if row.damage:
+            fold.skip("damaged")
+            continue
+        handler = _HANDLERS.get(row.type)
+        if handler is None:
+            continue
+        if not handler(fold, row, row.payload):
+            fold.skip(f"{row.type} without the fields it needs")
+    return _assemble(fold)
+
+
+def _on_enqueued(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
+    key, ident, at = _text(p, "engine"), _count(p, "id"), number(p, "at")
+    lane = _text(p, "lane")
+    if key is None or ident is None or at is None or lane not in ("interactive", "background"):
+        return False
+    _saw_queue_time(fold, row, at)
+    item = _Queued(
+        at, key, _text(p, "session_id"), lane, _text(p, "group"), p.get("ambient") is True
+    )
+    fold.queued.append(item)
+    fold.open_queue[(key, ident)] = item
+    return True
+
+
+def _on_dispatched(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
+    key, ident, at = _text(p, "engine"), _count(p, "id"), number(p, "at")
+    if key is None or ident is None or at is None:
+        return False
+    _saw_queue_time(fold, row, at)
+    item = fold.open_queue.get((key, ident))
+    if item is not None:
+        item.dispatched = at
+    decision = p.get("decision")
+    if isinstance(decision, dict):
+        cap = _count(decision, "interactive_cap")
+        if cap is not None and cap > 0:
+            fold.slots[key] = cap
+    return True
+
+
+def _on_released(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
+    key, ident, ran = _text(p, "engine"), _count(p, "id"), number(p, "ran_for")
+    at = number(p, "at")
+    if key is None or ident is None or ran is None or at is None:
+        return False
+    _saw_queue_time(fold, row, at)
+    item = fold.open_queue.pop((key, ident), None)
+    if item is not None:
+        item.ran_for = max(ran, 0.0)
+        item.released = at
+    return True
+
+
+def _on_cancelled(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
+    key, ident, waited = _text(p, "engine"), _count(p, "id"), number(p, "waited")
+    at = number(p, "at")
+    if key is None or ident is None or waited is None or at is None:
+        return False
+    _saw_queue_time(fold, row, at)
+    item = fold.open_queue.pop((key, ident), None)
+    if item is not None:
+        item.gave_up = max(waited, 0.0)
+    return True
+
+
+def _saw_queue_time(fold: _Fold, row: LogRow, at: float) -> None:
+    try:
+        stamp = row.recorded_at.timestamp()
+    except (AttributeError, OverflowError, OSError, ValueError):
+        return
+    fold.lag = min(fold.lag, stamp - at)
+
+
+def _engine_key(row: LogRow) -> str | None:
+    stream = row.stream_id
+    return stream.removeprefix("engine/") if stream.startswith("engine/") else None
+
+
+def _on_start(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
+    key, at = _engine_key(row), number(p, "at")
+    if key is None or at is None:
+        return False
+    if p.get("cause") == "pinned":
+        fold.pinned.add(key)
+    planned = fold.planned.pop(key, None)
+    begin = planned if planned is not None and planned <= at else at
+    fold.starts.setdefault(key, []).append(_Start(begin))
+    return True
+
+
+def _on_ready(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
+    key, at = _engine_key(row), number(p, "at")
+    if key is None or at is None:
+        return False
+    starts = fold.starts.get(key)
+    if starts and starts[-1].ready is None:
+        starts[-1].ready = at
+    return True
+
+
+def _on_stop_requested(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
+    key, at = _engine_key(row), number(p, "at")
+    if key is None or at is None:
+        return False
+    if p.get("reason") == "evicted":
+        fold.stopping[key] = at
+    return True
+
+
+def _on_stopped(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
+    key, at = _engine_key(row), number(p, "at")
+    if key is None or at is None:
+        return False
+    began = fold.stopping.pop(key, None)
+    if began is not None:
+        fold.stops.setdefault(key, []).append(max(at - began, 0.0))
+    return True
+
+
+def _on_reserved(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
+    key, size = _text(p, "key"), _count(p, "bytes")
+    budget, ceiling = _count(p, "budget"), _count(p, "ceiling")
+    if key is None or size is None or budget is None or ceiling is None:
+        return False
+    if row.type == "ledger.reserved":
+        fold.reserve[key] = size
+    else:
+        fold.planned.pop(key, None)  # a refused start: its room plan starts nothing
+    fold.budgets.append(budget)
+    fold.ceiling = ceiling
+    return True
+
+
+def _on_measured(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
+    key, size = _text(p, "key"), _count(p, "bytes")
+    if key is None or size is None:
+        return False
+    fold.measured[key] = size
+    return True
+
+
+def _on_budget_set(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
+    budget = p.get("budget")
+    if budget is None:
+        return True  # back to automatic: the next decision says what that is
+    if type(budget) is not int or budget < 0:
+        return False
+    fold.budgets.append(budget)
+    return True
+
+
+def _on_spillover_set(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
+    allowed = p.get("allowed")
+    if allowed is not None and type(allowed) is not bool:
+        return False
+    fold.spillover = allowed
+    return True
+
+
+def _on_room_planned(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
+    key, at = _text(p, "for_key"), number(p, "at")
+    if key is None or at is None:
+        return False
+    fold.planned.setdefault(key, at)
+    decision = p.get("decision")
+    if isinstance(decision, dict) and isinstance(decision.get("eviction"), str):
+        fold.policy = decision["eviction"]
+    return True
+
+
+_HANDLERS = {
+    "queue.enqueued": _on_enqueued,
+    "queue.dispatched": _on_dispatched,
+    "queue.released": _on_released,
+    "queue.cancelled": _on_cancelled,
+    "engine.start_requested": _on_start,
+    "engine.ready": _on_ready,
+    "engine.stop_requested": _on_stop_requested,
+    "engine.stopped": _on_stopped,
+    "ledger.reserved": _on_reserved,
+    "ledger.denied": _on_reserved,
+    "ledger.measured": _on_measured,
+    "ledger.budget_set": _on_budget_set,
+    "ledger.spillover_set": _on_spillover_set,
+    "pool.room_planned": _on_room_planned,
+}
+
+
+def _paid(fold: _Fold) -> dict[int, float]:
+    """PM21: the cold start each request paid inside its ``ran_for``, by its index.
+
+    The queue's clock and the engines' differ by an offset the log does not record; the
+    smallest ``recorded_at - at`` of the queue's events bounds it from above (the runtime
+    writes them at most :data:`FLUSH_LAG` late). Each start of an engine is paid by the
+    earliest request for it that was dispatched before the start (within that lag) and was
+    still running when the engine became ready.
+    """
+    if not math.isfinite(fold.lag):
+        return {}
+    by_key: dict[str, list[tuple[float, int, float]]] = {}
+    for index, item in enumerate(fold.queued):
+        if item.dispatched is not None and item.ran_for is not None:
+            by_key.setdefault(item.key, []).append((item.dispatched, index, item.ran_for))
+    paid: dict[int, float] = {}
+    for key, starts in fold.starts.items():
+        candidates = sorted(by_key.get(key, []))
+        low = 0  # those before it ended before an earlier start was ready, or paid for one
+        for start in starts:
+            if start.ready is None:
+                continue
+            while low < len(candidates):
+                dispatched, index, ran_for = candidates[low]
+                if index not in paid and dispatched + fold.lag + ran_for + FLUSH_LAG >= start.ready:
+                    break
+                low += 1
+            for dispatched, index, ran_for in candidates[low:]:
+                begun = dispatched + fold.lag
+                if begun - FLUSH_LAG > start.begin:
+                    break  # dispatched after the start: nor are those after it
+                if index in paid or begun + ran_for + FLUSH_LAG < start.ready:
+                    continue
+                paid[index] = min(max(start.ready - start.begin, 0.0), ran_for)
+                break
+    return paid
+
+
+def _followed(items: list[_Queued]) -> list[tuple[int | None, float]]:
+    """PM21: for each request (in arrival order), the one it followed and the gap after it.
+
+    The one followed is the last to end before it arrived (whatever its session: a client
+    that waits for one answer before it asks again is followed faithfully, and its next
+    request is not sent into a start the replay has not finished); a request that arrived
+    before any had ended follows none.
+    """
+    ends = sorted(range(len(items)), key=lambda i: items[i].ended())
+    last: int | None = None
+    found: list[tuple[int | None, float]] = []
+    at = 0
+    for item in items:
+        while at < len(ends) and items[ends[at]].ended() <= item.at:
+            last = ends[at]
+            at += 1
+        found.append((last, 0.0 if last is None else item.at - items[last].ended()))
+    return found
+
+
+def _assemble(fold: _Fold) -> Workload:
+    paid = _paid(fold)
+    kept: list[tuple[_Queued, float]] = []
+    for index, item in enumerate(fold.queued):
+        if item.ran_for is None and item.gave_up is None:
+            fold.skip("queue.enqueued of a request the log never saw end")
+            continue
+        work = 0.0 if item.ran_for is None else item.ran_for - paid.get(index, 0.0)
+        kept.append((item, max(work, 0.0)))
+    kept.sort(key=lambda pair: pair[0].at)
+    followed = _followed([item for item, _ in kept])
+    requests = [
+        Request(
+            item.at,
+            item.key,
+            work,
+            item.session,
+            item.lane,
+            item.gave_up if item.ran_for is None else None,
+            item.group,
+            item.ambient,
+            after,
+            gap,
+        )
+        for (item, work), (after, gap) in zip(kept, followed, strict=True)
+    ]
+    keys = {r.key for r in requests} | set(fold.reserve) | set(fold.starts)
+    models = {}
+    for key in sorted(keys):
+        reserve = fold.reserve.get(key, fold.measured.get(key, 0))
+        colds = [s.ready - s.begin for s in fold.starts.get(key, []) if s.ready is not None]
+        models[key] = Model(
+            key,
+            reserve,
+            fold.measured.get(key, reserve),
+            max(median(colds), 0.0),
+            median(fold.stops.get(key, [])),
+        )
+    notes = []
+    budget = fold.budgets[-1] if fold.budgets else 0
+    if not fold.budgets:
+        notes.append("the log records no ledger decision: the budget is unknown (0)")
+    elif len(set(fold.budgets)) > 1:
+        notes.append(
+            f"the budget changed during the log; the recorded settings use the last ({budget})"
+        )
+    fast = fold.ceiling if fold.ceiling is not None and fold.ceiling < budget else None
+    spillover = fold.spillover if fold.spillover is not None else fast is None
+    if fast is None:
+        notes.append("the log shows no fast (accelerator) budget: spillover changes nothing")
+    missing = sorted(k for k in keys if k not in fold.reserve and k not in fold.measured)
+    if missing:
+        notes.append(f"no recorded footprint for {', '.join(missing)}: priced at 0 (runs alone)")
+    settings = Settings(budget, fold.policy or DEFAULT_EVICTION_POLICY.name, spillover, None)
+    return Workload(
+        tuple(requests),
+        models,
+        settings,
+        fast,
+        {k: fold.slots.get(k, 1) for k in models},
+        frozenset(fold.pinned),
+        dict(sorted(fold.skipped.items())),
+        tuple(notes),
+    )
