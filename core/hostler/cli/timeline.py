@@ -41,8 +41,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     parser.add_argument("--since", help="from this time (ISO-8601 UTC, or 15m, 2h ago)")
     parser.add_argument("--until", help="up to this time")
-    parser.add_argument("--width", type=count(_MIN_SIDE, _MAX_SIDE), default=1400, help="pixels (1400)")
-    parser.add_argument("--height", type=count(_MIN_SIDE, _MAX_SIDE), default=700, help="pixels (700)")
+    parser.add_argument(
+        "--width", type=count(_MIN_SIDE, _MAX_SIDE), default=1400, help="pixels (1400)"
+    )
+    parser.add_argument(
+        "--height", type=count(_MIN_SIDE, _MAX_SIDE), default=700, help="pixels (700)"
+    )
     parser.add_argument("--data-dir", type=data_directory, help="data directory")
     parser.set_defaults(run=run)
 
@@ -85,7 +89,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         output.write_bytes(picture.getvalue())
     except OSError as exc:
-        raise UsageError(f"{str(output)[:200]}: cannot write the picture ({exc.strerror})") from None
+        raise UsageError(
+            f"{str(output)[:200]}: cannot write the picture ({exc.strerror})"
+        ) from None
     marks = len(timeline.markers)
     print(
         f"{output}: {len(timeline.engines)} engines, {marks} markers, "

@@ -57,7 +57,6 @@ def render(
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: one of {', '.join(FORMATS)}")
     import matplotlib  # noqa: PLC0415 - lazily: the CLI must start fast
-
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415
     from matplotlib.figure import Figure  # noqa: PLC0415
 
@@ -94,7 +93,7 @@ def _short(key: str | None) -> str:
     if key is None:
         return ""
     parts = key.split(":")
-    if len(parts) == 3:  # noqa: PLR2004 - engine:model:replica
+    if len(parts) == 3:
         return parts[1] if parts[2] == "0" else f"{parts[1]}#{parts[2]}"
     return key
 
@@ -104,7 +103,9 @@ def _clock(at: float) -> str:
 
 
 def _draw(figure: Any, timeline: Timeline, title: str) -> None:  # noqa: PLR0915
-    from matplotlib import dates  # noqa: PLC0415
+    from matplotlib import dates as typed_dates  # noqa: PLC0415
+
+    dates: Any = typed_dates  # matplotlib.dates is untyped
     from matplotlib.lines import Line2D  # noqa: PLC0415
     from matplotlib.patches import Patch  # noqa: PLC0415
 
@@ -167,9 +168,7 @@ def _draw(figure: Any, timeline: Timeline, title: str) -> None:  # noqa: PLR0915
     kinds = [k for k in MARKER_KINDS if any(m.kind == k for m in timeline.markers)]
     for kind in kinds:
         shape, colour, text, _row = MARKER_STYLE[kind]
-        handles.append(
-            Line2D([], [], marker=shape, color=colour, ls="", markersize=9, label=text)
-        )
+        handles.append(Line2D([], [], marker=shape, color=colour, ls="", markersize=9, label=text))
     ax.set_xlim(x(start), x(end))
     ax.set_ylim(0, ceiling)
     ax.set_ylabel(f"memory ({unit})")
@@ -219,6 +218,6 @@ def _marker(ax: Any, marker: Marker, x: Any, *, labelled: bool, depth: int) -> N
     point.set_gid(f"marker-{marker.kind}-{marker.seq}")
     if labelled:
         ax.text(
-            x(marker.at), row - 0.03 - 0.025 * depth, _short(marker.engine), transform=ax.get_xaxis_transform(),
-            fontsize=7, ha="center", va="top", color=colour,
+            x(marker.at), row - 0.03 - 0.025 * depth, _short(marker.engine),
+            transform=ax.get_xaxis_transform(), fontsize=7, ha="center", va="top", color=colour,
         )  # fmt: skip

@@ -181,7 +181,7 @@ def _eviction_label(decision: dict[str, Any] | None) -> str:
     return f"evicted for {wanted}" if isinstance(wanted, str) else "evicted"
 
 
-def _fold_one(fold: _Fold, record: RecordedEvent, at: float) -> None:  # noqa: C901, PLR0912
+def _fold_one(fold: _Fold, record: RecordedEvent, at: float) -> None:  # noqa: PLR0912
     event, seq = record.event, record.seq
     if isinstance(event, LedgerReserved | LedgerAdopted | LedgerCarried):
         fold.set(fold.reserved, event.key, Step(at, seq, event.bytes))
