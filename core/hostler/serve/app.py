@@ -33,6 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hostler.runtime.facade import Runtime
 from hostler.serve.access import is_loopback
+from hostler.serve.dashboard import dashboard_routes
 from hostler.serve.errors import error_response
 from hostler.serve.metrics import Metrics
 from hostler.serve.openapi import OPENAPI_PATH, openapi_schema
@@ -170,6 +171,7 @@ def make_app(
         Route("/api/queues", queues, methods=["GET"]),
         Route(OPENAPI_PATH, openapi, methods=["GET"]),
         *operator_routes(runtime, guard, models),
+        *dashboard_routes(runtime.store, guard),
     ]
 
     @contextlib.asynccontextmanager
