@@ -162,6 +162,17 @@ def test_a_window_carries_in_what_was_held_at_its_start(store: EventStore, clock
     assert (span.start, span.end, span.open) == (at(7), at(8), True)
 
 
+def test_a_window_reaching_back_before_the_log_starts_at_its_first_event(
+    store: EventStore, clock: Clock
+) -> None:
+    scenario(store, clock)
+    timeline = build_timeline(store.read_all(), since=at(-600), until=at(20))
+    assert (timeline.start, timeline.end) == (at(0), at(20))
+    nothing = build_timeline(store.read_all(), since=at(30), until=at(40))
+    assert (nothing.start, nothing.end, nothing.markers) == (at(30), at(40), ())
+    assert [(s.at, s.value) for s in nothing.budget] == [(at(30), 80 * MIB)]
+
+
 def test_an_edge_exactly_at_since_is_kept_once(store: EventStore, clock: Clock) -> None:
     scenario(store, clock)
     timeline = build_timeline(store.read_all(), since=at(3))
@@ -404,3 +415,40 @@ def test_the_timeline_of_a_real_run_shows_every_engine_budget_and_eviction(
     assert run_cli("timeline", str(log), "-o", str(png)).returncode == 0
     if target := os.environ.get("HOSTLER_KEEP_TIMELINE"):  # docs/img/timeline.png is made so
         Path(target).write_bytes(png.read_bytes())
+
+
+def test_a_ledger_kept_in_its_own_log_is_merged_by_time(tmp_path: Path) -> None:
+    """A daemon's log (evictions, leases) and the host ledger's log (bytes), drawn as one."""
+    clock = Clock()
+    with (
+        EventStore.open(tmp_path / "events.db", clock=clock) as events,
+        EventStore.open(tmp_path / "ledger.db", clock=clock) as ledger,
+    ):
+        put(ledger, clock, 1, "ledger/host", reserved("e:a:0", 40 * MIB))
+        evicted = put(events, clock, 2, "engine/e:a:0", stop("evicted", "e:b:0"))
+        put(ledger, clock, 3, "ledger/host", LedgerReleased("e:a:0", 40 * MIB, "me", "released"))
+        put(ledger, clock, 4, "ledger/host", reserved("e:b:0", 50 * MIB))
+        alone = build_timeline(events.read_all())
+        assert alone.engines == () and [m.seq for m in alone.markers] == [evicted]
+        merged = build_timeline(events.read_all(), ledger=ledger.read_all())
+    assert merged.engines == ("e:a:0", "e:b:0") and merged.events == 4
+    assert (merged.start, merged.end) == (at(1), at(4))
+    assert [(s.at, s.value) for s in merged.reserved["e:a:0"]] == [(at(1), 40 * MIB), (at(3), 0)]
+    picture = tmp_path / "m.svg"
+    given = run_cli(
+        "timeline", str(tmp_path / "events.db"), "--ledger", str(tmp_path / "ledger.db"),
+        "-o", str(picture),
+    )  # fmt: skip
+    assert given.returncode == 0 and given.stderr == "", given.stderr
+    assert {"engine-e:a:0", "engine-e:b:0", f"marker-evicted-{evicted}"} <= svg_ids(
+        picture.read_bytes()
+    )
+    without = run_cli("timeline", str(tmp_path / "events.db"), "-o", str(picture))
+    assert without.returncode == 0
+    assert "holds no memory decisions (ledger.*)" in without.stderr
+    assert "--ledger PATH" in without.stderr
+    missing = run_cli(
+        "timeline", str(tmp_path / "events.db"), "--ledger", str(tmp_path / "nope.db"),
+        "-o", str(picture),
+    )  # fmt: skip
+    assert missing.returncode == 1 and "nope.db: no event log here yet" in missing.stderr

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from hostler.cli.common import (
 from hostler.cli.numbers import count
 from hostler.cli.timeparse import parse_moment
 from hostler.errors import UsageError
+from hostler.events.ledger import LEDGER_STREAM
 
 __all__ = ["add_parser", "run"]
 
@@ -38,6 +41,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     parser.add_argument(
         "-o", "--output", type=path_argument, required=True, help="picture to write: .svg or .png"
+    )
+    parser.add_argument(
+        "--ledger",
+        type=path_argument,
+        help="the host ledger's log, when the daemon kept its memory decisions there (its "
+        "config's `ledger`, else $HOSTLER_LEDGER or ~/.local/state/hostler/ledger.db)",
     )
     parser.add_argument("--since", help="from this time (ISO-8601 UTC, or 15m, 2h ago)")
     parser.add_argument("--until", help="up to this time")
@@ -65,16 +74,28 @@ def run(args: argparse.Namespace) -> int:
     args.db = args.log
     from hostler.postmortem.timeline import build_timeline  # noqa: PLC0415
 
-    with open_existing_log(args) as store:
+    with contextlib.ExitStack() as stack:
+        store = stack.enter_context(open_existing_log(args))
         name = store.name
+        ledger = None
+        if args.ledger is not None:
+            ledger = stack.enter_context(open_existing_log(argparse.Namespace(db=args.ledger)))
         timeline = build_timeline(
             store.read_all(until=until),
+            ledger=ledger.read_all(until=until) if ledger else (),
             since=since.timestamp() if since else None,
             until=until.timestamp() if until else None,
         )
+        has_ledger = ledger is not None or store.stream_version(LEDGER_STREAM) > 0
     damage = DamageReport(name)
     for seq, why in timeline.damaged:
         damage.note(seq, why)
+    if not has_ledger:
+        print(
+            f"hostler: note: {name} holds no memory decisions (ledger.*): a daemon keeps them "
+            "in the host ledger's log; give it with --ledger PATH",
+            file=sys.stderr,
+        )
     from hostler.postmortem.draw import render  # noqa: PLC0415 - matplotlib only when drawing
 
     picture = io.BytesIO()

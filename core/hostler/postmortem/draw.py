@@ -179,6 +179,8 @@ def _draw(figure: Any, timeline: Timeline, title: str) -> None:  # noqa: PLR0915
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     if not timeline.engines:
+        ax.set_ylim(0, 1)
+        ax.set_yticks([])
         ax.text(0.5, 0.5, "no memory decisions in this range", ha="center", transform=ax.transAxes)
     figure.suptitle(title, x=0.07, ha="left", fontsize=14, fontweight="bold")
     figure.text(0.07, 0.905, _subtitle(timeline), fontsize=10, color="#444444")

@@ -14,6 +14,11 @@ What each series is made of (PM30 in docs/rules.md):
   ``ledger.reserved``, ``ledger.denied`` and ``ledger.adopted`` decision was taken against
   (so an automatic budget appears as it was used).
 
+A daemon keeps its memory decisions (``ledger.*``) in the host's ledger, a log of its own
+(``ledger`` in the daemon's config, else ``$HOSTLER_LEDGER`` or the per-user one): give its
+records as ``ledger`` and they are merged with the daemon's log by time. A marker's ``seq`` is
+of the log it came from.
+
 Markers (PM31): ``engine.stop_requested`` with reason ``evicted`` (``evicted``),
 ``ledger.denied`` (``refused``), ``engine.crashed`` (``crashed``) and ``engine.lost``
 (``lost``); a lease is a span from ``lease.granted`` to ``lease.released`` or
@@ -22,6 +27,7 @@ Markers (PM31): ``engine.stop_requested`` with reason ``evicted`` (``evicted``),
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -224,17 +230,25 @@ def _fold_one(fold: _Fold, record: RecordedEvent, at: float) -> None:  # noqa: P
 
 
 def build_timeline(
-    records: Iterable[RecordedEvent], *, since: float | None = None, until: float | None = None
+    records: Iterable[RecordedEvent],
+    *,
+    ledger: Iterable[RecordedEvent] = (),
+    since: float | None = None,
+    until: float | None = None,
 ) -> Timeline:
     """Fold ``records`` (in seq order) into a :class:`Timeline`.
 
-    ``since``/``until`` (seconds since the epoch) bound what is shown; what the series held
-    at ``since`` is carried in as their first step there. A damaged row, or one whose time
+    ``ledger``: the records of the host ledger's own log, when it is not ``records``' log;
+    merged in by the time each was recorded.
+
+    ``since``/``until`` (seconds since the epoch) bound what is shown (from the later of
+    ``since`` and the first event); what the series held at ``since`` is carried in as their
+    first step there. A damaged row, or one whose time
     cannot be read, is listed in ``damaged`` and skipped; events of other types are ignored.
     """
     fold = _Fold(since, until)
     count = 0
-    for record in records:
+    for record in heapq.merge(records, ledger, key=lambda r: r.recorded_at):
         count += 1
         if record.damage:
             fold.damaged.append((record.seq, record.damage))
@@ -252,7 +266,11 @@ def build_timeline(
 
 
 def _finish(fold: _Fold, count: int) -> Timeline:
+    # from the later of ``since`` and the first event: a window reaching back before the log
+    # began would squeeze the whole log against its right edge
     start = fold.since if fold.since is not None else (fold.first or 0.0)
+    if fold.first is not None and fold.first > start:
+        start = fold.first
     end = fold.until if fold.until is not None else (fold.last or start)
     end = max(end, start)
     spans = [*fold.spans]

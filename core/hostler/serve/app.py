@@ -171,7 +171,7 @@ def make_app(
         Route("/api/queues", queues, methods=["GET"]),
         Route(OPENAPI_PATH, openapi, methods=["GET"]),
         *operator_routes(runtime, guard, models),
-        *dashboard_routes(runtime.store, guard),
+        *dashboard_routes(runtime.store, _ledger_log(runtime), guard),
     ]
 
     @contextlib.asynccontextmanager
@@ -192,6 +192,14 @@ def make_app(
         middleware=[Middleware(_OneLine)],
         exception_handlers={HTTPException: _http_error},
     )
+
+
+def _ledger_log(runtime: Runtime) -> EventStore | None:
+    """The host ledger's log when it is not the daemon's own (the timeline reads both)."""
+    ledger = runtime.ledger
+    if ledger is None or ledger.store is runtime.store or ledger.store.name == runtime.store.name:
+        return None
+    return ledger.store
 
 
 def foreign_caller(scope: Scope) -> str | None:

@@ -79,21 +79,32 @@ def _asset(name: str) -> bytes:
     return files("hostler.serve").joinpath("static", name).read_bytes()
 
 
-def timeline_svg(store: EventStore, *, minutes: int, now: float, title: str) -> bytes:
-    """The timeline of the last ``minutes`` of ``store`` as SVG (blocking: run it off the loop)."""
+def timeline_svg(
+    store: EventStore, ledger: EventStore | None, *, minutes: int, now: float, title: str
+) -> bytes:
+    """The timeline of the last ``minutes`` of ``store`` as SVG (blocking: run it off the loop).
+
+    ``ledger``: the host ledger's log, when the daemon keeps it apart from ``store``.
+    """
     from hostler.postmortem.draw import render  # noqa: PLC0415 - matplotlib when drawn only
     from hostler.postmortem.timeline import build_timeline  # noqa: PLC0415
 
     timeline = build_timeline(
-        store.read_all(types=TIMELINE_TYPES), since=now - minutes * 60, until=now
+        store.read_all(types=TIMELINE_TYPES),
+        ledger=() if ledger is None else ledger.read_all(types=TIMELINE_TYPES),
+        since=now - minutes * 60,
+        until=now,
     )
     out = io.BytesIO()
     render(timeline, out, fmt="svg", width=1200, height=520, title=title)
     return out.getvalue()
 
 
-def dashboard_routes(store: EventStore, guard: Guard) -> list[Route]:
-    """The page (open: it holds nothing), its assets, and the guarded timeline route."""
+def dashboard_routes(store: EventStore, ledger: EventStore | None, guard: Guard) -> list[Route]:
+    """The page (open: it holds nothing), its assets, and the guarded timeline route.
+
+    ``store`` is the daemon's log; ``ledger`` the host ledger's, when it is another one.
+    """
 
     def asset(path: str) -> Route:
         name, media = ASSETS[path]
@@ -120,7 +131,7 @@ def dashboard_routes(store: EventStore, guard: Guard) -> list[Route]:
         title = f"hostler memory timeline — last {minutes} min"
         try:
             svg = await anyio.to_thread.run_sync(
-                lambda: timeline_svg(store, minutes=minutes, now=time.time(), title=title),
+                lambda: timeline_svg(store, ledger, minutes=minutes, now=time.time(), title=title),
                 limiter=limiter,
             )
         except HostlerError as exc:  # the log could not be read (busy, damaged file)

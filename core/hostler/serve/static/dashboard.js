@@ -9,13 +9,14 @@ const $ = (id) => document.getElementById(id);
 // The token, when reads need one: from the URL fragment (#token=...), which never reaches the
 // server; kept for this tab only, and taken out of the address bar.
 const TOKEN_KEY = "hostler-token";
-(function takeToken() {
+function takeToken() {
   const found = /(?:^#|&)token=([^&]+)/.exec(location.hash);
   if (found) {
     sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(found[1]));
     history.replaceState(null, "", location.pathname + location.search);
   }
-})();
+}
+takeToken();
 
 function headers() {
   const token = sessionStorage.getItem(TOKEN_KEY);
@@ -289,6 +290,8 @@ async function tail() {
 
 async function start() {
   $("minutes").addEventListener("change", refreshTimeline);
+  // a token given after the page opened (/#token=... typed into the address bar)
+  window.addEventListener("hashchange", () => { takeToken(); refresh(); refreshTimeline(); });
   await refresh();
   refreshTimeline();
   tail();
