@@ -202,7 +202,7 @@ def test_the_dashboard_shows_engines_and_new_events_live(
         ),
     )
     states = {k: engine_state(browser, f"llamacpp:{k}:0") for k in MODELS}
-    assert sorted(states.values()) == ["running", "running", "stopped"], states
+    assert sorted(str(v) for v in states.values()) == ["running", "running", "stopped"], states
     victim = next(k for k, state in states.items() if state == "stopped")
     why = browser.find_element(By.CSS_SELECTOR, f'#engines tr[data-key="llamacpp:{victim}:0"]')
     assert "evicted for llamacpp:gamma:0" in why.text
