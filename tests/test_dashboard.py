@@ -53,7 +53,7 @@ FLAGS = (
     "--disable-component-update",
     "--disable-sync",
     "--disable-dev-shm-usage",
-    "--window-size=1400,1900",
+    "--window-size=1400,1760",
 )
 
 
@@ -148,15 +148,28 @@ def wait(browser: webdriver.Chrome, what: str, check, timeout: float = 30) -> ob
 
 
 def engine_state(browser: webdriver.Chrome, key: str) -> str | None:
-    rows = browser.find_elements(By.CSS_SELECTOR, f'#engines tr[data-key="{key}"]')
-    return rows[0].get_attribute("data-state") if rows else None
+    """The state the page shows for ``key`` (None when it has no row); read in one script."""
+    return engine_row(browser, key)[0]
+
+
+def engine_row(browser: webdriver.Chrome, key: str) -> tuple[str | None, str]:
+    """The state and text of ``key``'s row, read at once (the page redraws its tables)."""
+    found = browser.execute_script(
+        "const row = [...document.querySelectorAll('#engines tbody tr')]"
+        ".find((r) => r.dataset.key === arguments[0]);"
+        "return row ? [row.dataset.state, row.innerText] : [null, ''];",
+        key,
+    )
+    return found[0], found[1]
 
 
 def tail_types(browser: webdriver.Chrome) -> list[tuple[int, str, str]]:
-    return [
-        (int(li.get_attribute("data-seq") or 0), li.get_attribute("data-type") or "", li.text)
-        for li in browser.find_elements(By.CSS_SELECTOR, "#events li")
-    ]
+    """The live tail as the page shows it: (seq, type, text), newest first."""
+    rows = browser.execute_script(
+        "return [...document.querySelectorAll('#events li')]"
+        ".map((li) => [Number(li.dataset.seq), li.dataset.type, li.innerText]);"
+    )
+    return [(int(seq), str(kind), str(text)) for seq, kind, text in rows]
 
 
 def test_the_dashboard_shows_engines_and_new_events_live(
@@ -167,8 +180,8 @@ def test_the_dashboard_shows_engines_and_new_events_live(
     browser.get(f"{base}/")
     assert browser.title == "hostler"
     wait(browser, "alpha running", lambda b: engine_state(b, "llamacpp:alpha:0") == "running")
-    row = browser.find_element(By.CSS_SELECTOR, '#engines tr[data-key="llamacpp:alpha:0"]')
-    assert "MiB" in row.text and "running" in row.text
+    _, text = engine_row(browser, "llamacpp:alpha:0")
+    assert "MiB" in text and "running" in text
     assert "committed of a" in browser.find_element(By.ID, "budget-text").text
     wait(browser, "the recent events", lambda b: len(tail_types(b)) > 0)
     before = max(seq for seq, _, _ in tail_types(browser))
@@ -204,8 +217,7 @@ def test_the_dashboard_shows_engines_and_new_events_live(
     states = {k: engine_state(browser, f"llamacpp:{k}:0") for k in MODELS}
     assert sorted(str(v) for v in states.values()) == ["running", "running", "stopped"], states
     victim = next(k for k, state in states.items() if state == "stopped")
-    why = browser.find_element(By.CSS_SELECTOR, f'#engines tr[data-key="llamacpp:{victim}:0"]')
-    assert "evicted for llamacpp:gamma:0" in why.text
+    assert "evicted for llamacpp:gamma:0" in engine_row(browser, f"llamacpp:{victim}:0")[1]
     svg = httpx.get(f"{base}/api/timeline.svg?minutes=5", timeout=60)
     assert svg.status_code == 200 and svg.headers["content-type"] == "image/svg+xml"
     ids = {e.get("id") for e in ET.fromstring(svg.content).iter()}  # noqa: S314 - our own

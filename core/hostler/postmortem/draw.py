@@ -71,7 +71,7 @@ def render(
 
 
 def _axis_peak(timeline: Timeline) -> int:
-    """What the y axis must show: the engines' peak, and each budget not far above it.
+    """What the y axis must show: the engines' peak, and each budget not far above it (PM33).
 
     A budget over three times what the engines ever held (a 40 GiB budget over 60 MiB
     engines) would flatten them to a line: it is drawn at the top edge and its figure named.
@@ -173,7 +173,7 @@ def _draw(figure: Any, timeline: Timeline, title: str) -> None:  # noqa: PLR0915
     ax.set_ylim(0, ceiling)
     ax.set_ylabel(f"memory ({unit})")
     ax.set_xlabel("time (UTC, HH:MM:SS)")
-    locator = dates.AutoDateLocator(tz=UTC, minticks=4, maxticks=10)
+    locator = dates.AutoDateLocator(tz=UTC, minticks=6, maxticks=14)
     ax.xaxis.set_major_locator(locator)
     ax.xaxis.set_major_formatter(dates.DateFormatter("%H:%M:%S", tz=UTC))
     ax.grid(True, axis="y", alpha=0.3)
