@@ -171,7 +171,7 @@ def make_app(
         Route("/api/queues", queues, methods=["GET"]),
         Route(OPENAPI_PATH, openapi, methods=["GET"]),
         *operator_routes(runtime, guard, models),
-        *dashboard_routes(runtime.store, _ledger_log(runtime), guard),
+        *dashboard_routes(runtime.store, lambda: _ledger_log(runtime), guard),
     ]
 
     @contextlib.asynccontextmanager

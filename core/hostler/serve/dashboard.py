@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import time
+from collections.abc import Callable
 from functools import cache
 from importlib.resources import files
 
@@ -100,10 +101,13 @@ def timeline_svg(
     return out.getvalue()
 
 
-def dashboard_routes(store: EventStore, ledger: EventStore | None, guard: Guard) -> list[Route]:
+def dashboard_routes(
+    store: EventStore, ledger: Callable[[], EventStore | None], guard: Guard
+) -> list[Route]:
     """The page (open: it holds nothing), its assets, and the guarded timeline route.
 
-    ``store`` is the daemon's log; ``ledger`` the host ledger's, when it is another one.
+    ``store`` is the daemon's log; ``ledger()`` the host ledger's when it is another one
+    (asked for when a timeline is drawn).
     """
 
     def asset(path: str) -> Route:
@@ -131,7 +135,9 @@ def dashboard_routes(store: EventStore, ledger: EventStore | None, guard: Guard)
         title = f"hostler memory timeline — last {minutes} min"
         try:
             svg = await anyio.to_thread.run_sync(
-                lambda: timeline_svg(store, ledger, minutes=minutes, now=time.time(), title=title),
+                lambda: timeline_svg(
+                    store, ledger(), minutes=minutes, now=time.time(), title=title
+                ),
                 limiter=limiter,
             )
         except HostlerError as exc:  # the log could not be read (busy, damaged file)
