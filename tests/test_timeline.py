@@ -452,3 +452,34 @@ def test_a_ledger_kept_in_its_own_log_is_merged_by_time(tmp_path: Path) -> None:
         "-o", str(picture),
     )  # fmt: skip
     assert missing.returncode == 1 and "nope.db: no event log here yet" in missing.stderr
+
+
+def test_peaks_in_keeps_every_spike_of_a_column() -> None:
+    from hostler.postmortem.timeline import peaks_in
+
+    steps = (Step(1.0, 1, 5), Step(1.2, 2, 50), Step(1.3, 3, 0), Step(3.0, 4, 7))
+    assert peaks_in(steps, [0.0, 1.0, 2.0, 3.0, 4.0]) == [0, 50, 0, 7]
+    assert peaks_in(steps, [1.25, 2.0]) == [50]  # held from before the span
+    assert peaks_in(steps, [0.0]) == [] and peaks_in((), [0.0, 1.0]) == [0]
+
+
+def test_a_long_log_is_drawn_per_pixel_column_and_markers_grouped(
+    store: EventStore, clock: Clock
+) -> None:
+    import io
+
+    events: list[tuple[float, str, Event]] = []
+    for i in range(1200):
+        events.append((i * 100.0, "ledger/host", reserved(f"e:m{i % 2}:0", (i % 7 + 1) * MIB)))
+        events.append((i * 100.0 + 1, "engine/e:m0:0", crashed()))
+    for when, stream, event in events:
+        put(store, clock, when, stream, event)
+    timeline = build_timeline(store.read_all())
+    assert len(timeline.markers) == 1200 and timeline.end - timeline.start > 86_400
+    out = io.BytesIO()
+    render(timeline, out, fmt="svg", width=600, height=300)
+    ids = svg_ids(out.getvalue())
+    assert "markers-crashed" in ids and not any(i.startswith("marker-crashed-") for i in ids)
+    assert {"engine-e:m0:0", "engine-e:m1:0", "budget"} <= ids
+    assert "time (UTC, MM-DD HH:MM)" in out.getvalue().decode()
+    assert len(out.getvalue()) < 400_000  # 2,400 steps drawn on 600 columns

@@ -5,7 +5,9 @@ No pyplot: a :class:`~matplotlib.figure.Figure` of its own per picture, no globa
 
 Every series and marker carries a stable SVG element id (``gid``), so that a program can read
 the picture back (PM32): ``engine-<key>`` (its reserved area), ``engine-<key>-measured``,
-``budget``, ``marker-<kind>-<seq>`` and ``lease-<seq>`` (the lease's grant).
+``budget``, ``marker-<kind>-<seq>`` and ``lease-<seq>`` (the lease's grant). Past 1,000
+markers, one element per kind (``markers-<kind>``); past one step per pixel column, each
+column shows the most each engine held within it (PM33).
 """
 
 from __future__ import annotations
@@ -13,7 +15,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import IO, Any
 
-from hostler.postmortem.timeline import MARKER_KINDS, Marker, Span, Timeline, value_at
+from hostler.postmortem.timeline import (
+    MARKER_KINDS,
+    Marker,
+    Span,
+    Timeline,
+    peaks_in,
+    values_at,
+)
 
 __all__ = ["FORMATS", "MARKER_STYLE", "render"]
 
@@ -33,12 +42,16 @@ _PALETTE = (
     "#e377c2", "#7f7f7f", "#8c564b", "#9467bd", "#aec7e8",
 )  # fmt: skip
 _DPI = 100
+_DAY = 86_400.0
 #: The y axis reaches this much above the peak (room for the marker rows).
 _HEADROOM = 1.45
 #: A budget more than this many times the engines' peak is drawn off the scale.
 _OFF_SCALE = 3
 #: Marker labels are written beside each marker up to this many markers.
 _LABELLED = 40
+#: Up to this many markers, each is an element of its own (``marker-<kind>-<seq>``); past it,
+#: one element per kind (``markers-<kind>``) keeps a picture of a long log small.
+_MARKERS_EACH = 1000
 
 
 def render(
@@ -102,7 +115,7 @@ def _clock(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%H:%M:%S")
 
 
-def _draw(figure: Any, timeline: Timeline, title: str) -> None:  # noqa: PLR0915
+def _draw(figure: Any, timeline: Timeline, title: str) -> None:  # noqa: PLR0912, PLR0915
     from matplotlib import dates as typed_dates  # noqa: PLC0415
 
     dates: Any = typed_dates  # matplotlib.dates is untyped
@@ -116,18 +129,24 @@ def _draw(figure: Any, timeline: Timeline, title: str) -> None:  # noqa: PLR0915
     peak = _axis_peak(timeline)
     scale, unit = _unit(peak)
     start, end = timeline.start, max(timeline.end, timeline.start + 1.0)
-    moments = sorted(
-        {start, end}
-        | {s.at for k in timeline.engines for s in (*timeline.reserved[k], *timeline.measured[k])}
-    )
-    moments = [m for m in moments if start <= m <= end]
+    moments = [m for m in timeline.moments() if start <= m <= end]
+    if moments[-1] < end:
+        moments.append(end)
+    columns = figure.get_figwidth() * _DPI
+    resampled = len(moments) > columns
+    if resampled:  # more steps than pixels: each column shows the most held in it
+        moments = [start + (end - start) * i / columns for i in range(int(columns) + 1)]
     xs = [x(m) for m in moments]
     base = [0.0] * len(moments)
     handles: list[Any] = []
     for index, key in enumerate(timeline.engines):
         colour = _PALETTE[index % len(_PALETTE)]
-        reserved = [value_at(timeline.reserved[key], m) / scale for m in moments]
-        measured = [value_at(timeline.measured[key], m) / scale for m in moments]
+        sample = peaks_in if resampled else values_at
+        reserved = [v / scale for v in sample(timeline.reserved[key], moments)]
+        measured = [v / scale for v in sample(timeline.measured[key], moments)]
+        if resampled:  # one value per column: the last column's value holds to the end
+            reserved.append(reserved[-1])
+            measured.append(measured[-1])
         top = [b + r for b, r in zip(base, reserved, strict=True)]
         area = ax.fill_between(xs, base, top, step="post", color=colour, alpha=0.3, lw=0)
         area.set_gid(f"engine-{key}")
@@ -160,7 +179,9 @@ def _draw(figure: Any, timeline: Timeline, title: str) -> None:  # noqa: PLR0915
         handles.append(Patch(facecolor="#ffd27f", alpha=0.5, hatch="//", label="GPU lease held"))
     placed: dict[str, list[float]] = {}
     near = (x(end) - x(start)) * 0.03
-    for marker in timeline.markers:
+    if len(timeline.markers) > _MARKERS_EACH:
+        _marker_groups(ax, timeline.markers, x)
+    for marker in timeline.markers if len(timeline.markers) <= _MARKERS_EACH else ():
         row = placed.setdefault(marker.kind, [])
         depth = sum(1 for other in row if abs(other - x(marker.at)) < near)
         row.append(x(marker.at))
@@ -172,10 +193,12 @@ def _draw(figure: Any, timeline: Timeline, title: str) -> None:  # noqa: PLR0915
     ax.set_xlim(x(start), x(end))
     ax.set_ylim(0, ceiling)
     ax.set_ylabel(f"memory ({unit})")
-    ax.set_xlabel("time (UTC, HH:MM:SS)")
+    days = end - start > _DAY  # past a day, the date matters more than the second
+    ax.set_xlabel("time (UTC, MM-DD HH:MM)" if days else "time (UTC, HH:MM:SS)")
     locator = dates.AutoDateLocator(tz=UTC, minticks=6, maxticks=14)
     ax.xaxis.set_major_locator(locator)
-    ax.xaxis.set_major_formatter(dates.DateFormatter("%H:%M:%S", tz=UTC))
+    shown = "%m-%d %H:%M" if days else "%H:%M:%S"
+    ax.xaxis.set_major_formatter(dates.DateFormatter(shown, tz=UTC))
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     if not timeline.engines:
@@ -208,6 +231,20 @@ def _span(ax: Any, span: Span, x: Any) -> None:
         x(span.start), 0.02, f" lease {span.label} {held}", transform=ax.get_xaxis_transform(),
         fontsize=8, va="bottom", color="#8a5a00",
     )  # fmt: skip
+
+
+def _marker_groups(ax: Any, markers: tuple[Marker, ...], x: Any) -> None:
+    """Markers past :data:`_MARKERS_EACH`: one element per kind (``markers-<kind>``)."""
+    for kind in MARKER_KINDS:
+        times = [x(m.at) for m in markers if m.kind == kind]
+        if not times:
+            continue
+        shape, colour, _text, row = MARKER_STYLE[kind]
+        (points,) = ax.plot(
+            times, [row] * len(times), marker=shape, color=colour, markersize=7, ls="",
+            transform=ax.get_xaxis_transform(), clip_on=False,
+        )  # fmt: skip
+        points.set_gid(f"markers-{kind}")
 
 
 def _marker(ax: Any, marker: Marker, x: Any, *, labelled: bool, depth: int) -> None:

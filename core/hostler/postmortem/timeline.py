@@ -52,6 +52,9 @@ __all__ = [
     "Step",
     "Timeline",
     "build_timeline",
+    "peaks_in",
+    "value_at",
+    "values_at",
 ]
 
 #: Every kind of marker, in the order a legend lists them.
@@ -119,28 +122,55 @@ class Timeline:
 
     def peak(self) -> int:
         """The most the engines held together (each its larger figure), in bytes."""
-        times = sorted({s.at for series in self._all_series() for s in series})
-        top = 0
-        for moment in times:
-            total = sum(
-                max(value_at(self.reserved[k], moment), value_at(self.measured.get(k, ()), moment))
-                for k in self.engines
-            )
-            top = max(top, total)
-        return top
+        moments = self.moments()
+        totals = [0] * len(moments)
+        for key in self.engines:
+            reserved = values_at(self.reserved[key], moments)
+            measured = values_at(self.measured.get(key, ()), moments)
+            totals = [t + max(r, m) for t, r, m in zip(totals, reserved, measured, strict=True)]
+        return max(totals, default=0)
 
-    def _all_series(self) -> list[tuple[Step, ...]]:
-        return [*self.reserved.values(), *self.measured.values(), self.budget]
+    def moments(self) -> list[float]:
+        """Every moment a series steps, with ``start`` and ``end``, in order."""
+        steps = (s.at for k in self.engines for s in (*self.reserved[k], *self.measured[k]))
+        return sorted({self.start, self.end, *steps})
 
 
 def value_at(steps: tuple[Step, ...], moment: float) -> int:
     """The value of a step series at ``moment`` (0 before its first step)."""
-    value = 0
-    for step in steps:
-        if step.at > moment:
-            break
-        value = step.value
-    return value
+    return values_at(steps, [moment])[0]
+
+
+def peaks_in(steps: tuple[Step, ...], edges: list[float]) -> list[int]:
+    """The most the series held within each span ``[edges[i], edges[i + 1])`` (edges sorted).
+
+    What a picture too narrow for every step shows: each column its peak, so that no spike
+    is lost to the sampling (PM33). One value per span (``len(edges) - 1`` of them).
+    """
+    peaks: list[int] = []
+    value, index = 0, 0
+    while index < len(steps) and edges and steps[index].at <= edges[0]:
+        value = steps[index].value
+        index += 1
+    for end in edges[1:]:
+        most = value
+        while index < len(steps) and steps[index].at < end:
+            value = steps[index].value
+            most = max(most, value)
+            index += 1
+        peaks.append(most)
+    return peaks
+
+
+def values_at(steps: tuple[Step, ...], moments: list[float]) -> list[int]:
+    """The value of a step series at each of ``moments`` (sorted), in one sweep."""
+    values, value, index = [], 0, 0
+    for moment in moments:
+        while index < len(steps) and steps[index].at <= moment:
+            value = steps[index].value
+            index += 1
+        values.append(value)
+    return values
 
 
 @dataclass
@@ -256,8 +286,8 @@ def build_timeline(
         at = record.recorded_at.timestamp()
         if until is not None and at > until:
             continue  # not `break`: a clock stepped back may have written later rows earlier
-        fold.first = at if fold.first is None else fold.first
-        fold.last = at
+        fold.first = at if fold.first is None else min(fold.first, at)  # a clock stepped back
+        fold.last = at if fold.last is None else max(fold.last, at)
         try:
             _fold_one(fold, record, at)
         except (AttributeError, TypeError, ValueError) as exc:  # a payload of the wrong shape
