@@ -382,7 +382,7 @@ async def record_real_scenario(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_the_timeline_of_a_real_run_shows_every_engine_budget_and_eviction(
+def test_the_cli_draws_a_real_run_with_every_engine_the_budget_and_each_eviction(
     tmp_path: Path,
 ) -> None:
     log = anyio.run(record_real_scenario, tmp_path)
@@ -434,6 +434,17 @@ def test_a_ledger_kept_in_its_own_log_is_merged_by_time(tmp_path: Path) -> None:
     assert merged.engines == ("e:a:0", "e:b:0") and merged.events == 4
     assert (merged.start, merged.end) == (at(1), at(4))
     assert [(s.at, s.value) for s in merged.reserved["e:a:0"]] == [(at(1), 40 * MIB), (at(3), 0)]
+
+
+def test_the_cli_merges_a_ledger_log_and_says_when_one_is_missing(tmp_path: Path) -> None:
+    clock = Clock()
+    with (
+        EventStore.open(tmp_path / "events.db", clock=clock) as events,
+        EventStore.open(tmp_path / "ledger.db", clock=clock) as ledger,
+    ):
+        put(ledger, clock, 1, "ledger/host", reserved("e:a:0", 40 * MIB))
+        evicted = put(events, clock, 2, "engine/e:a:0", stop("evicted", "e:b:0"))
+        put(ledger, clock, 4, "ledger/host", reserved("e:b:0", 50 * MIB))
     picture = tmp_path / "m.svg"
     given = run_cli(
         "timeline", str(tmp_path / "events.db"), "--ledger", str(tmp_path / "ledger.db"),
