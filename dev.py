@@ -12,6 +12,7 @@ It installs uv (into ./.tools, so it never touches the system Python), then lets
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -43,6 +44,41 @@ def uv_command() -> list[str]:
     return [str(binary)]
 
 
+#: What the dashboard tests drive (tests/test_dashboard.py): Debian's Chromium and its driver.
+BROWSER_PACKAGES = ("chromium", "chromium-driver")
+
+
+def ensure_browser() -> None:
+    """Install Chromium and chromedriver with apt-get when they are missing (root only).
+
+    The dashboard tests fail (never skip) without them; on a fresh CI machine this puts them
+    there. ``apt-get update`` runs only when the first install fails (stale package lists).
+    """
+    if shutil.which("chromium") and shutil.which("chromedriver"):
+        return
+    apt = shutil.which("apt-get")
+    if apt is None or not hasattr(os, "geteuid") or os.geteuid() != 0:
+        print(
+            "dev.py: chromium or chromedriver is missing and this is not root with apt-get: "
+            "the dashboard tests will fail; install them (apt-get install -y chromium "
+            "chromium-driver)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return
+    install = [apt, "install", "-y", "--no-install-recommends", *BROWSER_PACKAGES]
+    quiet = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    print(
+        f"dev.py: installing {' '.join(BROWSER_PACKAGES)}: {' '.join(install)}",
+        file=sys.stderr,
+        flush=True,
+    )
+    if subprocess.run(install, env=quiet, check=False).returncode != 0:
+        print(f"dev.py: that failed; running {apt} update, then again", file=sys.stderr, flush=True)
+        subprocess.run([apt, "update"], env=quiet, check=False)
+        subprocess.run(install, env=quiet, check=False)
+
+
 def main(argv: list[str]) -> int:
     """Dispatch ``demo``, ``test`` or ``run``."""
     if sys.version_info < (3, 11):
@@ -56,6 +92,7 @@ def main(argv: list[str]) -> int:
     if command == "demo":
         line = [*uv, "hostler", "tour", *rest]
     elif command == "test":
+        ensure_browser()
         line = [*uv, "pytest", *rest]
     else:
         line = [*uv, *rest]

@@ -91,6 +91,7 @@ TESTS: dict[str, list[str]] = {
     "postmortem.whatif": ["tests/test_whatif.py"],
     "postmortem.workload": ["tests/test_whatif.py"],
     "postmortem.figures": ["tests/test_whatif.py"],
+    "postmortem.timeline": ["tests/test_timeline.py"],
 }
 DEFAULT_MODULES = list(TESTS)
 #: ledger.py: only its pure functions (module-level ``def``s) are mutated.

@@ -33,6 +33,7 @@ PREFIXES = sorted(
         "M",
         "NR",
         "OW",
+        "PM",
         "P",
         "PM",
         "PP",

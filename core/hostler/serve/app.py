@@ -33,6 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hostler.runtime.facade import Runtime
 from hostler.serve.access import is_loopback
+from hostler.serve.dashboard import dashboard_routes
 from hostler.serve.errors import error_response
 from hostler.serve.metrics import Metrics
 from hostler.serve.openapi import OPENAPI_PATH, openapi_schema
@@ -170,6 +171,7 @@ def make_app(
         Route("/api/queues", queues, methods=["GET"]),
         Route(OPENAPI_PATH, openapi, methods=["GET"]),
         *operator_routes(runtime, guard, models),
+        *dashboard_routes(runtime.store, lambda: _ledger_log(runtime), guard),
     ]
 
     @contextlib.asynccontextmanager
@@ -190,6 +192,14 @@ def make_app(
         middleware=[Middleware(_OneLine)],
         exception_handlers={HTTPException: _http_error},
     )
+
+
+def _ledger_log(runtime: Runtime) -> EventStore | None:
+    """The host ledger's log when it is not the daemon's own (the timeline reads both)."""
+    ledger = runtime.ledger
+    if ledger is None or ledger.store is runtime.store or ledger.store.name == runtime.store.name:
+        return None
+    return ledger.store
 
 
 def foreign_caller(scope: Scope) -> str | None:

@@ -13,6 +13,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from hostler.serve.dashboard import MAX_MINUTES
 from hostler.serve.operator import ENGINE_KEY
 
 __all__ = ["OPENAPI_PATH", "openapi_schema"]
@@ -235,6 +236,12 @@ def _op(
     return operation
 
 
+def _asset(summary: str, media: str) -> _Schema:
+    """A file of the dashboard: open to anyone who reaches the server (it holds no data)."""
+    ok = {"description": summary, "content": {media: {"schema": _STR}}}
+    return _op(summary, ok, tag="dashboard", auth="never")
+
+
 def _path_param(name: str, description: str, **schema: Any) -> _Schema:
     return {
         "name": name,
@@ -372,6 +379,33 @@ def _paths() -> dict[str, _Schema]:
                         "required": False,
                         "description": "resume after this seq (browsers send it on reconnect)",
                         "schema": {"type": "string", "pattern": "^[0-9]{1,18}$"},
+                    },
+                ),
+            )
+        },
+        "/": {
+            "get": _asset("The dashboard (HTML; its data comes from the routes below)", "text/html")
+        },
+        "/dashboard.js": {"get": _asset("The dashboard's script", "text/javascript")},
+        "/dashboard.css": {"get": _asset("The dashboard's style", "text/css")},
+        "/api/timeline.svg": {
+            "get": _op(
+                "The memory timeline of the last minutes of the log, as SVG (PM30-PM32)",
+                {
+                    "description": "reserved and measured bytes per engine, the budget, "
+                    "markers (`marker-<kind>-<seq>` ids) and lease holds",
+                    "content": {"image/svg+xml": {"schema": _STR}},
+                },
+                tag="events",
+                auth="public",
+                errors=("BadRequest", "Unavailable"),
+                params=(
+                    {
+                        "name": "minutes",
+                        "in": "query",
+                        "required": False,
+                        "description": "how far back it reaches (default 30; at most a week)",
+                        "schema": {"type": "integer", "minimum": 1, "maximum": MAX_MINUTES},
                     },
                 ),
             )

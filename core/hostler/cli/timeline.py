@@ -1,0 +1,121 @@
+"""``hostler timeline LOG -o FILE.svg|png``: the log's memory over time, as a picture."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from hostler.cli.common import (
+    DamageReport,
+    data_directory,
+    log_argument,
+    open_existing_log,
+    path_argument,
+)
+from hostler.cli.numbers import count
+from hostler.cli.timeparse import parse_moment
+from hostler.errors import UsageError
+from hostler.events.ledger import LEDGER_STREAM
+
+__all__ = ["add_parser", "run"]
+
+#: Picture sizes accepted, in pixels.
+_MIN_SIDE, _MAX_SIDE = 300, 10_000
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register the subcommand."""
+    parser = sub.add_parser(
+        "timeline",
+        help="draw reserved and measured memory per engine over time (SVG or PNG)",
+        description="Reserved (light) and measured (solid) memory per engine as stacked "
+        "areas under the budget line, with markers for evictions, refusals and crashes, "
+        "and GPU lease holds shaded.",
+    )
+    parser.add_argument(
+        "log", nargs="?", type=log_argument, help="event log file (default: DATA_DIR/events.db)"
+    )
+    parser.add_argument(
+        "-o", "--output", type=path_argument, required=True, help="picture to write: .svg or .png"
+    )
+    parser.add_argument(
+        "--ledger",
+        type=path_argument,
+        help="the host ledger's log, when the daemon kept its memory decisions there (its "
+        "config's `ledger`, else $HOSTLER_LEDGER or ~/.local/state/hostler/ledger.db)",
+    )
+    parser.add_argument("--since", help="from this time (ISO-8601 UTC, or 15m, 2h ago)")
+    parser.add_argument("--until", help="up to this time")
+    parser.add_argument(
+        "--width", type=count(_MIN_SIDE, _MAX_SIDE), default=1400, help="pixels (1400)"
+    )
+    parser.add_argument(
+        "--height", type=count(_MIN_SIDE, _MAX_SIDE), default=700, help="pixels (700)"
+    )
+    parser.add_argument("--data-dir", type=data_directory, help="data directory")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Read the log, draw, write the file; warn about damaged rows."""
+    output: Path = args.output
+    fmt = output.suffix.lower().removeprefix(".")
+    if fmt not in ("svg", "png"):
+        raise UsageError(f"{str(output)[:200]}: the picture is written as .svg or .png")
+    now = datetime.now(UTC)
+    since = parse_moment(args.since, now=now) if args.since else None
+    until = parse_moment(args.until, now=now) if args.until else None
+    if since and until and since >= until:
+        raise UsageError("--since must be before --until")
+    args.db = args.log
+    from hostler.postmortem.timeline import build_timeline  # noqa: PLC0415
+
+    with contextlib.ExitStack() as stack:
+        store = stack.enter_context(open_existing_log(args))
+        name = store.name
+        ledger = None
+        if args.ledger is not None:
+            ledger = stack.enter_context(open_existing_log(argparse.Namespace(db=args.ledger)))
+        timeline = build_timeline(
+            store.read_all(until=until),
+            ledger=ledger.read_all(until=until) if ledger else (),
+            since=since.timestamp() if since else None,
+            until=until.timestamp() if until else None,
+        )
+        has_ledger = ledger is not None or store.stream_version(LEDGER_STREAM) > 0
+    damage = DamageReport(name)
+    for seq, why in timeline.damaged:
+        damage.note(seq, why)
+    if not has_ledger:
+        print(
+            f"hostler: note: {name} holds no memory decisions (ledger.*): a daemon keeps them "
+            "in the host ledger's log; give it with --ledger PATH",
+            file=sys.stderr,
+        )
+    from hostler.postmortem.draw import render  # noqa: PLC0415 - matplotlib only when drawing
+
+    picture = io.BytesIO()
+    render(
+        timeline,
+        picture,
+        fmt=fmt,
+        width=args.width,
+        height=args.height,
+        title=f"hostler memory timeline — {Path(name).name}",
+    )
+    try:
+        output.write_bytes(picture.getvalue())
+    except OSError as exc:
+        raise UsageError(
+            f"{str(output)[:200]}: cannot write the picture ({exc.strerror})"
+        ) from None
+    marks = len(timeline.markers)
+    print(
+        f"{output}: {len(timeline.engines)} engines, {marks} markers, "
+        f"{len(timeline.spans)} leases, {timeline.events} events read"
+    )
+    return damage.status()
