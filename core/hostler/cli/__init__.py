@@ -8,7 +8,19 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from hostler._version import __version__
-from hostler.cli import capacity, daemon, demo, events, load, models, plugins, ps, state, tour
+from hostler.cli import (
+    capacity,
+    daemon,
+    demo,
+    events,
+    export,
+    load,
+    models,
+    plugins,
+    ps,
+    state,
+    tour,
+)
 from hostler.errors import HostlerError
 
 __all__ = ["main"]
@@ -30,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"hostler {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (events, state, demo, plugins, daemon, ps, models, load, tour):
+    for module in (events, state, demo, plugins, daemon, ps, models, load, tour, export):
         module.add_parser(sub)
     daemon.add_serve_parser(sub)
     capacity.add_parsers(sub)

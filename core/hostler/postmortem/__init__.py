@@ -1,0 +1,1 @@
+"""Post-mortem: answers and files made from a recorded event log, without the machine."""
