@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 import types
 import typing
 from typing import Any
@@ -22,6 +23,8 @@ from hostler.postmortem.redact import (
     Redactor,
     parse_redaction,
 )
+
+from _support import REPO
 
 ALL = Redaction(paths=True, prompts=True)
 PATHS = Redaction(paths=True)
@@ -86,6 +89,24 @@ def test_the_table_names_only_real_types_and_fields() -> None:
         assert FIELDS[type_name][field] is Kind.TREE
     assert {"session", "session_id", "group", "holder", "label"} == METADATA_SESSION_KEYS
     assert REDACTED == "<redacted>"
+
+
+def test_docs_list_every_classified_field() -> None:
+    text = (REPO / "docs" / "postmortem.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `([\w.]+)` \| `(\w+)` \| (\w+) \|$", text, flags=re.MULTILINE)
+    expected = [
+        (type_name, field, kind.value)
+        for type_name, table in FIELDS.items()
+        for field, kind in table.items()
+        if field not in {"from_state", "to_state"}
+    ]
+    assert rows == expected
+    assert all(
+        table[state] is Kind.SAFE
+        for table in FIELDS.values()
+        for state in ("from_state", "to_state")
+        if state in table
+    )
 
 
 def test_parse_redaction() -> None:

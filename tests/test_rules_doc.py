@@ -34,6 +34,7 @@ PREFIXES = sorted(
         "NR",
         "OW",
         "P",
+        "PM",
         "PP",
         "Q",
         "QA",

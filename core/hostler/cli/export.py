@@ -146,7 +146,7 @@ def export_rows(
 ) -> int:
     """Write the header, the selected rows (paged, never all in memory) and the end line.
 
-    The export is the log as it was when it began: rows appended meanwhile are left out.
+    The export is the log as it was when it began (PM45): rows appended meanwhile are left out.
     Returns how many rows were written.
     """
     last_seq = store.last_seq()
