@@ -85,6 +85,7 @@ TESTS: dict[str, list[str]] = {
     "policies.queue": ["tests/test_queue_policy.py", "tests/test_request_queue.py"],
     "policies.health": ["tests/test_health_policy.py"],
     "policies.cache": ["tests/test_cache_policy.py"],
+    "postmortem.redact": ["tests/test_redact.py"],
 }
 DEFAULT_MODULES = list(TESTS)
 #: ledger.py: only its pure functions (module-level ``def``s) are mutated.

@@ -240,6 +240,24 @@ def test_paths_only_keeps_sessions_and_labels(
     assert "user: alice asks about <path:" in text  # an output tail keeps its words
 
 
+def test_export_pages_through_the_log(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = tmp_path / "paged.db"
+    with EventStore.open(source) as store:
+        for n in range(7):
+            store.append(
+                f"engine/e:m:{n}",
+                [EngineFailed("a", "b", 1.0, "e", None, None)],
+                expected_version=0,
+            )
+    monkeypatch.setattr("hostler.store.log._PAGE", 3)  # seven rows: pages of 3, 3 and 1
+    status, out, _ = _hostler(capsysbinary, "export", str(source))
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert status == 0 and [line["seq"] for line in lines[1:-1]] == list(range(1, 8))
+    assert lines[-1]["rows"] == 7
+
+
 def test_selection_and_header(recorded: Path, capsysbinary: pytest.CaptureFixture[bytes]) -> None:
     rows = _table(recorded)
     middle = rows[len(rows) // 2]
@@ -439,6 +457,7 @@ def test_a_bad_file_is_refused_in_one_line_and_nothing_is_imported(
     assert err.startswith("hostler: error [export.format]: ") and message in err, err
     assert err.count("\n") == 1 and "nothing was imported" in err
     assert not target.exists()  # the log this import created is removed again
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "small.db"]
 
 
 def test_the_good_file_imports(

@@ -266,13 +266,14 @@ def run_import(args: argparse.Namespace) -> int:
         lines = _Lines(stream)
         head = lines.header()
         created = not path.exists()
+        lock_made = not Path(f"{path}.lock").exists()
         try:
             with EventStore.open(target, owner=True) as store:
                 written = store.import_rows(lines.rows())
                 name = store.name
         except BaseException:
             if created:
-                _remove_log(path)
+                _remove_log(path, lock=lock_made)
             raise
     redactions = ", ".join(head["redactions"]) or "none"
     print(
@@ -297,8 +298,9 @@ def _source(name: str) -> Iterator[IO[bytes]]:
         yield stream
 
 
-def _remove_log(path: Path) -> None:
+def _remove_log(path: Path, *, lock: bool) -> None:
     """Remove a log this import created and left empty (and its journal and lock files)."""
-    for leftover in (path, *(Path(f"{path}{end}") for end in ("-wal", "-shm", "-journal"))):
+    ends = ("-wal", "-shm", "-journal", ".lock") if lock else ("-wal", "-shm", "-journal")
+    for leftover in (path, *(Path(f"{path}{end}") for end in ends)):
         with contextlib.suppress(OSError):
             leftover.unlink()
