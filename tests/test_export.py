@@ -25,6 +25,7 @@ from hostler.store.log import EventStore
 
 from _fake_engine import BallastEngine
 from _pools import BALLAST_MIB, PRICE, World, work, world_at
+from _support import run_cli
 
 # -- a log recorded by a real runtime ------------------------------------------------------
 
@@ -358,6 +359,23 @@ def test_damaged_and_unknown_rows_are_exported_as_they_are(
     status, before, _ = _hostler(capsysbinary, "events", "--db", str(source), "--json")
     assert status == 1
     assert _hostler(capsysbinary, "events", "--db", str(copy), "--json")[1] == before
+
+
+def test_a_real_process_exports_to_stdout_and_imports_the_file(tmp_path: Path) -> None:
+    source = tmp_path / "damaged.db"
+    rows = _damaged_log(source)
+    result = run_cli("export", str(source), "--redact", "none")
+    assert result.returncode == 1  # damaged rows, named; never a traceback
+    assert "Traceback" not in result.stderr
+    assert result.stderr.count("hostler: warning [store.damaged-row]:") == 3
+    lines = result.stdout.splitlines()
+    assert len(lines) == 7 and json.loads(lines[-1])["damaged"] == 3
+    export = tmp_path / "e.jsonl"
+    export.write_text(result.stdout)
+    copy = tmp_path / "copy.db"
+    result = run_cli("import", str(export), "--db", str(copy))
+    assert result.returncode == 0, result.stderr
+    assert _table(copy) == rows
 
 
 def test_redaction_of_damaged_and_unknown_rows(
