@@ -65,9 +65,12 @@ _MAX_SEQ = 2**63 - 1
 _SCALAR = str | int | float
 
 
+_STORED = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+
+
 def stored_json(value: Any) -> str:
     """A payload or metadata as the log stores it (the text :meth:`EventStore.append` writes)."""
-    return json.dumps(value, allow_nan=False, separators=(",", ":"))
+    return _STORED.encode(value)
 
 
 def header(

@@ -104,7 +104,7 @@ FIELDS: Mapping[str, Mapping[str, Kind]] = {
     "pool.drain_ended": {"key": S, "outcome": S, "decision": J},
     "pool.drain_started": {"key": S, "for_key": S},
     "pool.room_planned": {"for_key": S, "evict": S, "drain": S, "decision": J},
-    "queue.cancelled": {"engine": S, "lane": S, "why": T},
+    "queue.cancelled": {"engine": S, "lane": S, "why": S},
     "queue.dispatched": {"engine": S, "lane": S, "decision": J},
     "queue.enqueued": {"engine": S, "lane": S, "session_id": Q, "group": Q, "label": U},
     "queue.moved": {"engine": S, "direction": S},
@@ -161,6 +161,7 @@ _TOKEN = re.compile(
 _TRAILING = ".,:;!?'\")]}"
 _EXTENSION = re.compile(r"(?<=[^.])\.[A-Za-z0-9]{1,8}$")
 _LETTER = re.compile(r"[A-Za-z]")
+_MEMO_LIMIT = 10_000
 _LINE_NUMBER = re.compile(r"(?::\d+)+$")
 
 
@@ -215,6 +216,7 @@ class Redactor:
         self.redaction = redaction
         self._paths: dict[str, int] = {}
         self._sessions: dict[str, str] = {}
+        self._scrubbed: dict[str, str] = {}  # text -> text: logs repeat their messages
 
     # -- events ------------------------------------------------------------------------
 
@@ -334,9 +336,14 @@ class Redactor:
 
     def _scrub(self, text: str) -> str:
         """``text`` with every path in it replaced by its pseudonym (under ``paths``)."""
-        if not self.redaction.paths or not text:
-            return text
-        return _TOKEN.sub(self._replace, text)
+        if not self.redaction.paths or ("/" not in text and "\\" not in text):
+            return text  # every path has a separator: most strings are done here
+        done = self._scrubbed.get(text)
+        if done is None:
+            if len(self._scrubbed) >= _MEMO_LIMIT:
+                self._scrubbed.clear()  # the pseudonyms stay: the answers cannot change
+            done = self._scrubbed[text] = _TOKEN.sub(self._replace, text)
+        return done
 
     def _replace(self, match: re.Match[str]) -> str:
         token = match.group(0)
