@@ -304,6 +304,31 @@ def test_metadata() -> None:
     assert Redactor(PATHS).metadata(meta)["session"] == "alice"
 
 
+def test_forgetting_memoised_text_changes_no_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    texts = [f"open /m/{n % 3}.gguf failed" for n in range(7)]
+    expected = [Redactor(PATHS).payload("engine.failed", {"error": t}) for t in texts]
+    steady = Redactor(PATHS)
+    assert [steady.payload("engine.failed", {"error": t}) for t in texts] == [
+        {"error": f"open <path:{n % 3 + 1}>.gguf failed"} for n in range(7)
+    ]
+    monkeypatch.setattr("hostler.postmortem.redact._MEMO_LIMIT", 2)
+    forgetful = Redactor(PATHS)
+    assert [forgetful.payload("engine.failed", {"error": t})["error"] for t in texts] == [
+        e["error"] for e in [steady.payload("engine.failed", {"error": t}) for t in texts]
+    ]
+    assert len(forgetful._scrubbed) <= 2
+    assert expected[0] == {"error": "open <path:1>.gguf failed"}
+
+
+def test_a_tree_index_past_the_end_changes_nothing() -> None:
+    redactor = Redactor(ALL)
+    short = {"key": "k", "ids": [], "reason": "r", "decision": {"entries": [["a"]], "evicted": []}}
+    out = redactor.payload("cache.evicted", short)
+    assert out["decision"] == {"entries": [["<session:1>"]], "evicted": []}
+    empty_row = {"key": "k", "ids": [], "reason": "r", "decision": {"entries": [[]]}}
+    assert redactor.payload("cache.evicted", empty_row)["decision"] == {"entries": [[]]}
+
+
 def test_no_redaction_is_a_copy() -> None:
     redactor = Redactor(Redaction())
     payload = {"error": "/a/b", "label": "x"}

@@ -309,7 +309,7 @@ class Redactor:
         step, rest = steps[0], steps[1:]
         if step == "*" and isinstance(value, list):
             return [self._at(item, rest) for item in value]
-        if isinstance(step, int) and isinstance(value, list) and 0 <= step < len(value):
+        if isinstance(step, int) and isinstance(value, list):  # an index past the end: no-op
             return [self._at(item, rest) if n == step else item for n, item in enumerate(value)]
         if isinstance(step, str) and isinstance(value, dict) and step in value:
             return {k: self._at(v, rest) if k == step else v for k, v in value.items()}
