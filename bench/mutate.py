@@ -86,6 +86,7 @@ TESTS: dict[str, list[str]] = {
     "policies.health": ["tests/test_health_policy.py"],
     "policies.cache": ["tests/test_cache_policy.py"],
     "postmortem.redact": ["tests/test_redact.py"],
+    "postmortem.exchange": ["tests/test_exchange.py"],
 }
 DEFAULT_MODULES = list(TESTS)
 #: ledger.py: only its pure functions (module-level ``def``s) are mutated.
