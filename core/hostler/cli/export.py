@@ -39,7 +39,7 @@ from hostler.postmortem.exchange import (
 )
 from hostler.postmortem.redact import Redaction, Redactor, parse_redaction
 from hostler.store.connect import sqlite_path_of
-from hostler.store.log import EventStore, StoredRow, format_time
+from hostler.store.log import EventStore, RawRow, format_time
 
 __all__ = ["add_parser", "run_export", "run_import"]
 
@@ -234,7 +234,7 @@ class _Lines:
             raise ExportFormatError("the file is empty: no hostler-events header")
         return parse_header(decode_line(data, 1))
 
-    def rows(self) -> Iterator[StoredRow]:
+    def rows(self) -> Iterator[RawRow]:
         previous = written = 0
         while True:
             data = self.next()

@@ -27,7 +27,7 @@ import msgspec
 
 from hostler.errors import ExportFormatError
 from hostler.postmortem.redact import Redaction, Redactor
-from hostler.store.log import RecordedEvent, StoredRow, parse_time
+from hostler.store.log import RecordedEvent, RawRow, parse_time
 
 __all__ = [
     "FORMAT",
@@ -93,7 +93,7 @@ def header(
     }
 
 
-def row_line(row: StoredRow, record: RecordedEvent, redactor: Redactor) -> dict[str, Any]:
+def row_line(row: RawRow, record: RecordedEvent, redactor: Redactor) -> dict[str, Any]:
     """One row's line: the record as decoded, or a damaged row's stored values, redacted."""
     if not record.damage:
         return {
@@ -208,7 +208,7 @@ def _text(value: Any, name: str, line: int, longest: int) -> str:
     return value
 
 
-def parse_row(value: Mapping[str, Any], line: int, previous_seq: int) -> StoredRow:
+def parse_row(value: Mapping[str, Any], line: int, previous_seq: int) -> RawRow:
     """A row line as the row to store, checked (seqs must increase from ``previous_seq``)."""
     missing = [key for key in _ROW_KEYS if key not in value]
     if missing:
@@ -247,7 +247,7 @@ def parse_row(value: Mapping[str, Any], line: int, previous_seq: int) -> StoredR
     )
 
 
-def _raw_row(value: Mapping[str, Any], line: int, seq: int) -> StoredRow:
+def _raw_row(value: Mapping[str, Any], line: int, seq: int) -> RawRow:
     """A damaged row's stored values, handed back as they were (never null: NOT NULL)."""
     if not isinstance(value.get("damaged"), str):
         raise _fail(line, "raw: true without the damaged reason")

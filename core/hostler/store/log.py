@@ -40,7 +40,7 @@ __all__ = [
     "AppendResult",
     "EventStore",
     "RecordedEvent",
-    "StoredRow",
+    "RawRow",
     "format_time",
     "parse_time",
     "payload_of",
@@ -51,7 +51,7 @@ Clock = Callable[[], datetime]
 #: A row as stored, for export and import: ``(seq, stream_id, version, type, schema_version,
 #: payload, metadata, recorded_at)``, payload and metadata as their stored JSON text (a damaged
 #: row's columns hold whatever the file held).
-StoredRow = tuple[Any, Any, Any, Any, Any, Any, Any, Any]
+RawRow = tuple[Any, Any, Any, Any, Any, Any, Any, Any]
 T = TypeVar("T")
 
 _PAGE = 5000
@@ -450,7 +450,7 @@ class EventStore:
         for request in batch:
             request.done = True
 
-    def import_rows(self, rows: Iterable[StoredRow]) -> int:
+    def import_rows(self, rows: Iterable[RawRow]) -> int:
         """Fill an EMPTY log with rows kept exactly as given; the import-only write path.
 
         Unlike :meth:`append`, each row keeps its own ``seq``, ``recorded_at`` and stored
@@ -482,7 +482,7 @@ class EventStore:
                 self._writing = False
                 self._cond.notify_all()
 
-    def _import(self, rows: Iterable[StoredRow]) -> int:
+    def _import(self, rows: Iterable[RawRow]) -> int:
         writer = self._writer_connection()
         if not isinstance(writer, SqliteWriter):
             raise UsageError(f"{self.name}: import needs the SQLite write path")
@@ -649,10 +649,10 @@ class EventStore:
         until_seq: int | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
-    ) -> Iterator[tuple[StoredRow, RecordedEvent]]:
+    ) -> Iterator[tuple[RawRow, RecordedEvent]]:
         """Rows as stored, each beside its decoded record, in seq order; read in pages, lazily.
 
-        For export: the :data:`StoredRow` keeps a damaged row's columns as the file holds
+        For export: the :data:`RawRow` keeps a damaged row's columns as the file holds
         them, so it can be handed on as it is; the record says whether (and why) it is damaged.
         """
         base = self._filtered(until_seq=until_seq, since=since, until=until)
