@@ -92,6 +92,8 @@ TESTS: dict[str, list[str]] = {
     "postmortem.workload": ["tests/test_whatif.py"],
     "postmortem.figures": ["tests/test_whatif.py"],
     "postmortem.timeline": ["tests/test_timeline.py"],
+    "postmortem.redact": ["tests/test_redact.py"],
+    "postmortem.exchange": ["tests/test_exchange.py"],
 }
 DEFAULT_MODULES = list(TESTS)
 #: ledger.py: only its pure functions (module-level ``def``s) are mutated.

@@ -125,3 +125,11 @@ def test_device_unhealthy_error_is_pinned() -> None:
     assert not isinstance(err, errors.UsageError)
     assert str(err).startswith("image workload blocked after 12.0 s by the device health gate")
     assert "GPU 0 at 90 °C" in str(err) and "HOSTLER_DEVICE_SAFETY_MODE" in str(err)
+
+
+def test_export_and_import_errors_are_pinned() -> None:
+    assert errors.StoreNotEmptyError.code == "store.not-empty"
+    assert issubclass(errors.StoreNotEmptyError, errors.StoreError)
+    assert errors.ExportFormatError.code == "export.format"
+    assert errors.ExportFormatError.exit_status == 1
+    assert not issubclass(errors.ExportFormatError, errors.UsageError)

@@ -18,6 +18,7 @@ __all__ = [
     "EngineBinaryError",
     "EngineBusyError",
     "EngineStartError",
+    "ExportFormatError",
     "HostlerError",
     "IllegalTransitionError",
     "ModelFileError",
@@ -36,6 +37,7 @@ __all__ = [
     "StoreForeignError",
     "StoreFullError",
     "StoreLockedError",
+    "StoreNotEmptyError",
     "StorePathError",
     "StoreSchemaError",
     "StoreUrlError",
@@ -148,6 +150,22 @@ class StoreDriverError(StoreError):
     """The database URL's driver package is not installed in hostler's environment."""
 
     code = "store.driver-missing"
+
+
+class StoreNotEmptyError(StoreError):
+    """An import was pointed at a log that already holds events; nothing was written."""
+
+    code = "store.not-empty"
+
+
+class ExportFormatError(HostlerError):
+    """A file given to ``hostler import`` is not a whole, valid hostler export.
+
+    The message names the line: a missing or foreign header, another format version, a line
+    that is not JSON, misses a field, is longer than the limit, or a file cut short.
+    """
+
+    code = "export.format"
 
 
 class ConcurrencyError(StoreError):

@@ -15,7 +15,13 @@ import msgspec
 import sqlalchemy as sa
 
 from hostler._version import __version__
-from hostler.errors import ConcurrencyError, StoreError, UsageError
+from hostler.errors import (
+    ConcurrencyError,
+    ExportFormatError,
+    StoreError,
+    StoreNotEmptyError,
+    UsageError,
+)
 from hostler.events.base import Event, UnknownEvent, decode, encode, payload_of
 from hostler.store.connect import Engines, make_engines
 from hostler.store.lock import OwnerLock
@@ -34,12 +40,18 @@ __all__ = [
     "AppendResult",
     "EventStore",
     "RecordedEvent",
+    "RawRow",
     "format_time",
     "parse_time",
     "payload_of",
 ]
 
 Clock = Callable[[], datetime]
+
+#: A row as stored, for export and import: ``(seq, stream_id, version, type, schema_version,
+#: payload, metadata, recorded_at)``, payload and metadata as their stored JSON text (a damaged
+#: row's columns hold whatever the file held).
+RawRow = tuple[Any, Any, Any, Any, Any, Any, Any, Any]
 T = TypeVar("T")
 
 _PAGE = 5000
@@ -438,6 +450,61 @@ class EventStore:
         for request in batch:
             request.done = True
 
+    def import_rows(self, rows: Iterable[RawRow]) -> int:
+        """Fill an EMPTY log with rows kept exactly as given; the import-only write path.
+
+        Unlike :meth:`append`, each row keeps its own ``seq``, ``recorded_at`` and stored
+        payload/metadata text (``hostler import`` restores an export with them, so that state,
+        events and replay answer as on the original). All rows go in one transaction, which
+        first checks that the log is empty: an exception raised while ``rows`` is iterated
+        (a malformed line) rolls everything back. SQLite only: on another database the
+        identity sequence would have to be moved past the imported seqs by hand. Returns how
+        many rows were written.
+
+        Raises:
+            StoreNotEmptyError: The log already holds events; nothing was written.
+            ExportFormatError: Two rows give the same stream the same version.
+            UsageError: The log is not a SQLite file.
+        """
+        if self._closed:
+            raise StoreError(f"{self.name}: the event log is closed")
+        if self._engines.sqlite_file is None:
+            raise UsageError(f"{self.name}: import fills SQLite logs only; import into a file")
+        with self._cond:
+            while self._writing:
+                self._cond.wait()
+            self._writing = True
+        try:
+            return self._import(rows)
+        finally:
+            self._versions.clear()
+            with self._cond:
+                self._writing = False
+                self._cond.notify_all()
+
+    def _import(self, rows: Iterable[RawRow]) -> int:
+        writer = self._writer_connection()
+        if not isinstance(writer, SqliteWriter):
+            raise UsageError(f"{self.name}: import needs the SQLite write path")
+        written = 0
+        writer.begin()
+        try:
+            _refuse_non_empty(self.name, writer.row_count())
+            for row in rows:
+                try:
+                    writer.insert_exact(row)
+                except UniqueViolation as exc:
+                    raise ExportFormatError(
+                        f"seq {row[0]}: stream {row[1]!r} has version {row[2]} twice; "
+                        "nothing was imported"
+                    ) from exc
+                written += 1
+            writer.commit()
+        except BaseException:
+            writer.rollback()
+            raise
+        return written
+
     @property
     def commit_stats(self) -> tuple[int, int]:
         """``(commits, appends)`` since open: fewer commits than appends means group commit."""
@@ -575,6 +642,25 @@ class EventStore:
         for page in self._paged(base, after_seq=after_seq, limit=limit):
             yield from (_record(row) for row in page)
 
+    def read_stored(
+        self,
+        *,
+        after_seq: int = 0,
+        until_seq: int | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> Iterator[tuple[RawRow, RecordedEvent]]:
+        """Rows as stored, each beside its decoded record, in seq order; read in pages, lazily.
+
+        For export: the :data:`RawRow` keeps a damaged row's columns as the file holds
+        them, so it can be handed on as it is; the record says whether (and why) it is damaged.
+        """
+        base = self._filtered(until_seq=until_seq, since=since, until=until)
+        assert base is not None  # noqa: S101 - no empty filter was given
+        for page in self._paged(base, after_seq=after_seq, limit=None):
+            for row in page:
+                yield tuple(row), _record(row)
+
     def read_rows(
         self, *, after_seq: int = 0, until_seq: int | None = None, until: datetime | None = None
     ) -> Iterator[Sequence[Sequence[Any]]]:
@@ -707,6 +793,14 @@ def _record(row: Sequence[Any]) -> RecordedEvent:
         event,
         why,
     )
+
+
+def _refuse_non_empty(name: str, held: int) -> None:
+    if held:
+        raise StoreNotEmptyError(
+            f"{name}: holds {held} events; import fills an empty log only "
+            "(give a new file to --db); nothing was written"
+        )
 
 
 def _json_object(value: Any, column: str, damage: list[str]) -> dict[str, Any]:

@@ -108,6 +108,11 @@ _SQLITE_INSERT = (
     "recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 
+_SQLITE_INSERT_EXACT = (
+    "INSERT INTO events (seq, stream_id, version, type, schema_version, payload, metadata, "
+    "recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
 
 class SqliteWriter:
     """The SQLite write path on the pooled connection's driver connection."""
@@ -173,6 +178,18 @@ class SqliteWriter:
             )
             seqs.append(int(cursor.lastrowid or 0))
         return tuple(seqs)
+
+    def row_count(self) -> int:
+        """How many rows the log holds, inside this transaction (import only)."""
+        return int(self._run("SELECT count(*) FROM events").fetchone()[0])
+
+    def insert_exact(self, row: Sequence[Any]) -> None:
+        """Insert one row with its own seq and stored values, as given (import only).
+
+        ``row`` is ``(seq, stream_id, version, type, schema_version, payload text, metadata
+        text, recorded_at)``.
+        """
+        self._run(_SQLITE_INSERT_EXACT, tuple(row))
 
     def stream_rows(self, stream_id: str, after_version: int) -> list[StoredRow]:
         """See :class:`Writer`."""

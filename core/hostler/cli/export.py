@@ -1,0 +1,306 @@
+"""``hostler export`` and ``hostler import``: a log as JSON lines, and back into an empty log."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+import msgspec
+
+from hostler._version import __version__
+from hostler.cli.common import (
+    DamageReport,
+    add_log_options,
+    log_argument,
+    log_target,
+    open_existing_log,
+    path_argument,
+)
+from hostler.cli.numbers import count
+from hostler.cli.timeparse import parse_moment
+from hostler.errors import ExportFormatError, UsageError
+from hostler.postmortem.exchange import (
+    MAX_LINE_BYTES,
+    decode_line,
+    end_line,
+    header,
+    is_end,
+    parse_end,
+    parse_header,
+    parse_row,
+    row_line,
+)
+from hostler.postmortem.redact import Redaction, Redactor, parse_redaction
+from hostler.store.connect import sqlite_path_of
+from hostler.store.log import EventStore, RawRow, format_time
+
+__all__ = ["add_parser", "run_export", "run_import"]
+
+_encode = msgspec.json.Encoder().encode
+
+
+def _redaction(text: str) -> Redaction:
+    try:
+        return parse_redaction(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``export`` and ``import``."""
+    export: argparse.ArgumentParser = sub.add_parser(
+        "export",
+        help="write the log (or part of it) as JSON lines, optionally redacted",
+        description="Write the log's rows as JSON lines (a header, one line per row, an end "
+        "line) to stdout or -o FILE, to attach to a bug report; `hostler import` reads it back. "
+        "Damaged rows are written as stored, flagged, and named on stderr (exit 1).",
+    )
+    export.add_argument(
+        "log", nargs="?", type=log_argument, metavar="LOG", help="the log (same as --db)"
+    )
+    add_log_options(export)
+    export.add_argument("--since", help="rows recorded at or after (ISO-8601 UTC, or 15m, 2h)")
+    export.add_argument("--until", help="rows recorded at or before (same forms as --since)")
+    export.add_argument("--after-seq", type=count(0), default=0, help="only rows with seq > N")
+    export.add_argument(
+        "--redact",
+        type=_redaction,
+        default=Redaction(),
+        metavar="WHAT",
+        help="paths (pseudonyms keeping the extension), prompts (user text removed, session "
+        "ids pseudonymised), paths,prompts, all, or none (the default)",
+    )
+    export.add_argument(
+        "-o", "--output", type=path_argument, help="write FILE (atomically) instead of stdout"
+    )
+    export.set_defaults(run=run_export)
+
+    imp: argparse.ArgumentParser = sub.add_parser(
+        "import",
+        help="fill an empty log from a `hostler export` file",
+        description="Read an export (FILE, or - for stdin) into an EMPTY log, keeping every "
+        "seq, time, payload and metadata, so that state, events and replay answer as on the "
+        "original. The whole file is checked as it is written, in one transaction: a bad line "
+        "is named and nothing is imported. SQLite logs only.",
+    )
+    imp.add_argument("file", metavar="FILE", help="the export file, or - for stdin")
+    add_log_options(imp)
+    imp.set_defaults(run=run_import)
+
+
+# -- export --------------------------------------------------------------------------------
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """Write the export; the exit status is 1 when damaged rows were met."""
+    if args.log:
+        if args.db:
+            raise UsageError("give the log once: as LOG or as --db")
+        args.db = args.log
+    now = datetime.now(UTC)
+    since = parse_moment(args.since, now=now) if args.since else None
+    until = parse_moment(args.until, now=now) if args.until else None
+    with open_existing_log(args) as store:
+        damage = DamageReport(store.name)
+        if args.output is None:
+            written = export_rows(
+                store,
+                sys.stdout.buffer,
+                args.redact,
+                damage,
+                after_seq=args.after_seq,
+                since=since,
+                until=until,
+            )
+        else:
+            with atomic_output(args.output) as out:
+                written = export_rows(
+                    store,
+                    out,
+                    args.redact,
+                    damage,
+                    after_seq=args.after_seq,
+                    since=since,
+                    until=until,
+                )
+            print(f"hostler: exported {written} rows to {args.output}", file=sys.stderr)
+        return damage.status()
+
+
+def export_rows(
+    store: EventStore,
+    out: IO[bytes],
+    redaction: Redaction,
+    damage: DamageReport,
+    *,
+    after_seq: int = 0,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> int:
+    """Write the header, the selected rows (paged, never all in memory) and the end line.
+
+    The export is the log as it was when it began (PM45): rows appended meanwhile are left out.
+    Returns how many rows were written.
+    """
+    last_seq = store.last_seq()
+    first = next(store.read_all(limit=1), None)
+    selection = {
+        "since": format_time(since) if since else None,
+        "until": format_time(until) if until else None,
+        "after_seq": after_seq,
+    }
+    head = header(
+        hostler_version=__version__,
+        rows=store.count(),
+        first_seq=first.seq if first else 0,
+        last_seq=last_seq,
+        selection=selection,
+        redaction=redaction,
+    )
+    out.write(_encode(head) + b"\n")
+    redactor = Redactor(redaction)
+    rows = damaged = 0
+    for row, record in store.read_stored(
+        after_seq=after_seq, until_seq=last_seq, since=since, until=until
+    ):
+        if record.damage:
+            damage.note(record.seq, record.damage)
+            damaged += 1
+        out.write(_encode(row_line(row, record, redactor)) + b"\n")
+        rows += 1
+    out.write(_encode(end_line(rows, damaged)) + b"\n")
+    out.flush()
+    return rows
+
+
+@contextlib.contextmanager
+def atomic_output(path: Path) -> Iterator[IO[bytes]]:
+    """A file written beside ``path`` (mode 0600) and renamed onto it once complete.
+
+    On any failure the temporary file is removed and ``path`` is left as it was.
+    """
+    try:
+        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write here ({exc.strerror or exc})") from None
+    try:
+        with os.fdopen(fd, "wb") as out:
+            yield out
+            out.flush()
+            os.fsync(out.fileno())
+        Path(temp).replace(path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            Path(temp).unlink()
+        if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError):
+            raise UsageError(f"{path}: cannot write ({exc.strerror or exc})") from None
+        raise
+
+
+# -- import --------------------------------------------------------------------------------
+
+
+class _Lines:
+    """An export file read line by line, none longer than :data:`MAX_LINE_BYTES`."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self._stream = stream
+        self.number = 0
+
+    def next(self) -> bytes | None:
+        data = self._stream.readline(MAX_LINE_BYTES + 1)
+        if not data:
+            return None
+        self.number += 1
+        if len(data) > MAX_LINE_BYTES and not data.endswith(b"\n"):
+            raise ExportFormatError(
+                f"line {self.number}: longer than {MAX_LINE_BYTES // 2**20} MiB; "
+                "nothing was imported"
+            )
+        if not data.strip():
+            raise ExportFormatError(f"line {self.number}: empty; nothing was imported")
+        return data
+
+    def header(self) -> dict[str, Any]:
+        data = self.next()
+        if data is None:
+            raise ExportFormatError("the file is empty: no hostler-events header")
+        return parse_header(decode_line(data, 1))
+
+    def rows(self) -> Iterator[RawRow]:
+        previous = written = 0
+        while True:
+            data = self.next()
+            if data is None:
+                raise ExportFormatError(
+                    f"the file ends after line {self.number} without its end line (cut "
+                    "short?); nothing was imported"
+                )
+            value = decode_line(data, self.number)
+            if is_end(value):
+                parse_end(value, self.number, written)
+                break
+            row = parse_row(value, self.number, previous)
+            previous, written = row[0], written + 1
+            yield row
+        if self.next() is not None:
+            raise ExportFormatError(
+                f"line {self.number}: a line after the end line; nothing was imported"
+            )
+
+
+def run_import(args: argparse.Namespace) -> int:
+    """Import the file into the empty log ``--db`` names (created when absent)."""
+    target = log_target(args)
+    path = sqlite_path_of(target)
+    if path is None:
+        raise UsageError(f"{target}: import fills a SQLite log file only; give --db FILE")
+    with _source(args.file) as stream:
+        lines = _Lines(stream)
+        head = lines.header()
+        created = not path.exists()
+        lock_made = not Path(f"{path}.lock").exists()
+        try:
+            with EventStore.open(target, owner=True) as store:
+                written = store.import_rows(lines.rows())
+                name = store.name
+        except BaseException:
+            if created:
+                _remove_log(path, lock=lock_made)
+            raise
+    redactions = ", ".join(head["redactions"]) or "none"
+    print(
+        f"hostler: imported {written} rows into {name} (exported by hostler "
+        f"{head.get('hostler_version', '?')}; redactions: {redactions})",
+        file=sys.stderr,
+    )
+    return 0
+
+
+@contextlib.contextmanager
+def _source(name: str) -> Iterator[IO[bytes]]:
+    if name == "-":
+        yield sys.stdin.buffer
+        return
+    try:
+        stream = path_argument(name).open("rb")
+    except (OSError, argparse.ArgumentTypeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise UsageError(f"{name}: cannot read ({why})") from None
+    with stream:
+        yield stream
+
+
+def _remove_log(path: Path, *, lock: bool) -> None:
+    """Remove a log this import created and left empty (and its journal and lock files)."""
+    ends = ("-wal", "-shm", "-journal", ".lock") if lock else ("-wal", "-shm", "-journal")
+    for leftover in (path, *(Path(f"{path}{end}") for end in ends)):
+        with contextlib.suppress(OSError):
+            leftover.unlink()
