@@ -27,7 +27,7 @@ import msgspec
 
 from hostler.errors import ExportFormatError
 from hostler.postmortem.redact import Redaction, Redactor
-from hostler.store.log import RecordedEvent, RawRow, parse_time
+from hostler.store.log import RawRow, RecordedEvent, parse_time
 
 __all__ = [
     "FORMAT",

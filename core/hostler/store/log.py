@@ -39,8 +39,8 @@ from hostler.store.writers import (
 __all__ = [
     "AppendResult",
     "EventStore",
-    "RecordedEvent",
     "RawRow",
+    "RecordedEvent",
     "format_time",
     "parse_time",
     "payload_of",
