@@ -4,9 +4,11 @@
 runtime with real ``llama-server`` processes, under a budget that fits two of them and never
 three, and writes everything to one SQLite log:
 
-1. ``alpha`` alone (its real price sets the budget: 2.5 engines' worth);
-2. requests ``beta``, ``gamma`` (``alpha`` evicted: the least wanted), ``alpha`` again (``beta``
-   evicted), ``beta`` (``gamma`` evicted);
+1. ``alpha`` alone, asked twice (its real price sets the budget: 2.5 engines' worth);
+2. requests ``beta``; ``gamma`` (``beta`` evicted: fewer requests than ``alpha``, though
+   ``alpha`` was used longer ago); ``beta`` (``gamma`` evicted, the same way); ``gamma``
+   (``alpha`` evicted: as wanted as ``beta``, and used longer ago). Under plain LRU the first
+   two victims would have been ``alpha``: the test of ``replay --verify`` relies on that;
 3. ``beta``'s engine is killed (SIGKILL, unasked): ``engine.crashed``; the next ``beta`` request
    starts it again;
 4. an ``image`` lease is held by ``render-job`` and released (in ``swap`` mode it unloads the
@@ -35,7 +37,7 @@ from hostler import EventStore, Runtime
 GIB = 2**30
 MODELS = ("alpha", "beta", "gamma")
 #: The requests after the first, in order (each to the model named), before the crash.
-SEQUENCE = ("beta", "gamma", "alpha", "beta")
+SEQUENCE = ("beta", "gamma", "beta", "gamma")
 
 
 def key_of(name: str) -> str:
@@ -96,6 +98,7 @@ async def record_scenario(folder: Path) -> Scenario:
         rig = LlamaRig(folder, store, MODELS)
         async with rig.runtime() as rt:
             await _ask(rt, "alpha", scenario)
+            await _ask(rt, "alpha", scenario)
             one = max(rig.price(key_of("alpha")), (await rt.budget())["committed"])
             rig.budget_gib = 2.5 * one / GIB  # room for two engines, never three
             scenario.budget = int(2.5 * one)  # under 1 GiB: a live budget would not bind (CB1)
@@ -128,5 +131,5 @@ def _evictions(log: Path) -> list[tuple[str, str]]:
         return [
             (r.stream_id.removeprefix("engine/"), str(r.payload["decision"].get("for")))
             for r in store.read_all(types=["engine.stop_requested"])
-            if r.payload.get("reason") == "evicted"
+            if r.payload["decision"].get("rule") == "PP4"  # not the lease's unloads (GA1)
         ]

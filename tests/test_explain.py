@@ -508,7 +508,9 @@ def test_the_cli_prints_json_reports_damage_and_refuses_unknown_targets(
     assert main(["explain", KEY, "--db", db]) == 1
     out, err = capsys.readouterr()
     assert "seq 2: payload is not JSON" in err
-    assert out.splitlines()[0] == f"engine {KEY} ({KEY}): 3 decisions"
+    assert out.splitlines()[0] == f"engine {KEY}: 3 decisions"
+    assert main(["explain", "qwen", "--db", db]) == 1  # a model names the keys it covers
+    assert capsys.readouterr().out.splitlines()[0] == f"model qwen ({KEY}): 3 decisions"
     assert main(["explain", "nothing-here", "--db", db]) == 2
     assert "hostler: error [usage.invalid]: explain: nothing in this log matches" in (
         capsys.readouterr().err

@@ -156,7 +156,7 @@ def test_the_cli_refuses_without_verify_and_with_two_logs(
     assert main(["replay", str(tmp_path / "e.db")]) == 2
     assert "--verify" in capsys.readouterr().err
     assert main(["replay", "--verify", str(tmp_path / "e.db"), "--db", "x.db"]) == 2
-    assert "not both" in capsys.readouterr().err
+    assert "replay: give the log once: as LOG or as --db" in capsys.readouterr().err
     assert main(["replay", "--verify", str(tmp_path / "none.db")]) != 0
     err = capsys.readouterr().err
     assert err.startswith("hostler: error [") and "Traceback" not in err

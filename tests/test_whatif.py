@@ -11,6 +11,7 @@ import json
 import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -411,7 +412,7 @@ def recorded(tmp_path: Path) -> tuple[Path, Log]:
     log.queue(QueueCancelled(A, 3, "interactive", "cancelled", 1.5, Q + 6.5), Q + 6.5)
     log.queue(QueueEnqueued(A, 4, "interactive", False, None, None, None, Q + 7), Q + 7)
     # a evicted (stop 0.4 s); b drained busy for c; a pin
-    _engine(log, A, EngineStopRequested, T + 8, reason="evicted", decision={})
+    _engine(log, A, EngineStopRequested, T + 8, reason="evicted", decision={"rule": "PP4"})
     _engine(log, A, EngineStopped, T + 8.4, exit_code=0, signal=None)
     log.add("pool/host", PoolDrainStarted(T + 9, B, C, 30.0), T + 9)
     log.add("pool/host", PoolDrainEnded(T + 40, B, "busy", 31.0, {}), T + 40)
@@ -476,6 +477,21 @@ def test_the_figures_a_log_records(recorded: tuple[Path, Log]) -> None:
     assert path.exists()
 
 
+def test_only_evictions_for_room_count_not_unloads_someone_asked_for() -> None:
+    def stop(rule: str | None) -> Any:
+        decision = {} if rule is None else {"rule": rule}
+        payload = {"reason": "evicted", "decision": decision, "at": 1.0}
+        return SimpleNamespace(
+            seq=1, stream_id=f"engine/{A}", type="engine.stop_requested", payload=payload, damage=""
+        )
+
+    for rule, counted in (("PP4", 1), ("PP6", 0), ("GA1", 0), (None, 0)):
+        assert recorded_figures([stop(rule)]).total.evictions == counted, rule
+    idle = stop("PP4")
+    idle.payload["reason"] = "idle"
+    assert recorded_figures([idle]).total.evictions == 0
+
+
 def test_a_log_without_ledger_decisions_says_its_budget_is_unknown(tmp_path: Path) -> None:
     with EventStore.open(tmp_path / "e.db") as store:
         store.append(
@@ -527,6 +543,13 @@ def test_cli_whatif_refuses_an_unknown_policy_and_a_missing_log(
     assert main(["whatif", str(tmp_path / "none.db")]) != 0
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no event log here" in err
+    assert main(["whatif", str(path), "--db", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err == "hostler: error [usage.invalid]: whatif: give the log once: as LOG or as --db\n"
+    assert main(["whatif", "--db", str(path), "--json"]) == 1  # --db as LOG (a damaged row: 1)
+    assert json.loads(capsys.readouterr().out)["requests"] == 4
+    assert main(["whatif", "--data-dir", str(tmp_path / "empty")]) != 0  # no DATA_DIR/events.db
+    assert "no event log here" in capsys.readouterr().err
 
 
 def test_cli_whatif_prints_what_happened_beside_the_replay_and_the_what_if(

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from hostler.errors import StoreDamagedRowError, StoreError
+from hostler.errors import StoreDamagedRowError, StoreError, UsageError
 from hostler.paths import default_log_path, user_path
 from hostler.store.connect import sqlite_path_of
 from hostler.store.log import EventStore
@@ -14,11 +14,13 @@ from hostler.store.log import EventStore
 __all__ = [
     "DamageReport",
     "add_log_options",
+    "add_log_source",
     "data_directory",
     "log_argument",
     "log_target",
     "open_existing_log",
     "path_argument",
+    "take_log_argument",
 ]
 
 #: Damaged rows named one per line before the rest are counted.
@@ -83,6 +85,33 @@ def add_log_options(parser: argparse.ArgumentParser) -> None:
         type=data_directory,
         help="data directory (default: $HOSTLER_HOME or ~/.local/share/hostler)",
     )
+
+
+def add_log_source(parser: argparse.ArgumentParser) -> None:
+    """An optional ``LOG`` argument beside ``--db`` and ``--data-dir`` (the post-mortem commands).
+
+    :func:`take_log_argument` folds it into ``--db``; giving both is refused.
+    """
+    parser.add_argument(
+        "log",
+        nargs="?",
+        type=log_argument,
+        metavar="LOG",
+        help="event log file or SQLAlchemy URL, as --db (default: DATA_DIR/events.db)",
+    )
+    add_log_options(parser)
+
+
+def take_log_argument(args: argparse.Namespace, command: str) -> None:
+    """Fold the ``LOG`` argument of :func:`add_log_source` into ``args.db``.
+
+    Raises:
+        UsageError: both ``LOG`` and ``--db`` were given.
+    """
+    if args.log:
+        if args.db:
+            raise UsageError(f"{command}: give the log once: as LOG or as --db")
+        args.db = args.log
 
 
 def log_target(args: argparse.Namespace) -> str:

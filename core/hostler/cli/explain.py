@@ -63,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(document, indent=2))
     else:
         keys = ", ".join(sorted(target.keys))
-        print(f"{target.kind} {target.text} ({keys}): {len(findings)} decisions")
+        covers = "" if keys == target.text else f" ({keys or 'no engine'})"
+        print(f"{target.kind} {target.text}{covers}: {len(findings)} decisions")
         for finding in findings:
             print(finding.line())
     return damage.status()

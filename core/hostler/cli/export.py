@@ -18,10 +18,11 @@ from hostler._version import __version__
 from hostler.cli.common import (
     DamageReport,
     add_log_options,
-    log_argument,
+    add_log_source,
     log_target,
     open_existing_log,
     path_argument,
+    take_log_argument,
 )
 from hostler.cli.numbers import count
 from hostler.cli.timeparse import parse_moment
@@ -62,10 +63,7 @@ def add_parser(sub: Any) -> None:
         "line) to stdout or -o FILE, to attach to a bug report; `hostler import` reads it back. "
         "Damaged rows are written as stored, flagged, and named on stderr (exit 1).",
     )
-    export.add_argument(
-        "log", nargs="?", type=log_argument, metavar="LOG", help="the log (same as --db)"
-    )
-    add_log_options(export)
+    add_log_source(export)
     export.add_argument("--since", help="rows recorded at or after (ISO-8601 UTC, or 15m, 2h)")
     export.add_argument("--until", help="rows recorded at or before (same forms as --since)")
     export.add_argument("--after-seq", type=count(0), default=0, help="only rows with seq > N")
@@ -100,10 +98,7 @@ def add_parser(sub: Any) -> None:
 
 def run_export(args: argparse.Namespace) -> int:
     """Write the export; the exit status is 1 when damaged rows were met."""
-    if args.log:
-        if args.db:
-            raise UsageError("give the log once: as LOG or as --db")
-        args.db = args.log
+    take_log_argument(args, "export")
     now = datetime.now(UTC)
     since = parse_moment(args.since, now=now) if args.since else None
     until = parse_moment(args.until, now=now) if args.until else None

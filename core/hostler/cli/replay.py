@@ -14,7 +14,7 @@ import logging
 import sys
 from typing import Any
 
-from hostler.cli.common import add_log_options, open_existing_log, path_argument
+from hostler.cli.common import add_log_source, open_existing_log, take_log_argument
 from hostler.errors import UsageError
 from hostler.pluginhost import PluginHost
 from hostler.postmortem.verify import Context, Finding, VerifyReport, verify_records
@@ -34,10 +34,7 @@ def add_parser(sub: Any) -> None:
         "this hostler's policy code, and report each one that comes out differently (both "
         "answers side by side). Exit 0 when all agree, 1 when any differs.",
     )
-    parser.add_argument(
-        "log", nargs="?", type=path_argument, metavar="LOG", help="the event log file to check"
-    )
-    add_log_options(parser)
+    add_log_source(parser)
     parser.add_argument(
         "--verify", action="store_true", help="re-derive and compare every decision"
     )
@@ -49,10 +46,7 @@ def run(args: argparse.Namespace) -> int:
     """Check the log; print the report."""
     if not args.verify:
         raise UsageError("replay: say what to replay for: --verify (re-derive every decision)")
-    if args.log is not None:
-        if args.db:
-            raise UsageError("replay: give the log either as LOG or as --db, not both")
-        args.db = str(args.log)
+    take_log_argument(args, "replay")
     logging.getLogger("hostler.pluginhost").setLevel(logging.ERROR)
     ctx = Context(eviction_policies=PluginHost().load().eviction_policies)
     with open_existing_log(args) as store:

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from hostler.cli.common import (
     DamageReport,
-    data_directory,
-    log_argument,
+    add_log_source,
     open_existing_log,
     path_argument,
+    take_log_argument,
 )
 from hostler.cli.numbers import count
 from hostler.cli.timeparse import parse_moment
@@ -36,9 +36,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "areas under the budget line, with markers for evictions, refusals and crashes, "
         "and GPU lease holds shaded.",
     )
-    parser.add_argument(
-        "log", nargs="?", type=log_argument, help="event log file (default: DATA_DIR/events.db)"
-    )
+    add_log_source(parser)
     parser.add_argument(
         "-o", "--output", type=path_argument, required=True, help="picture to write: .svg or .png"
     )
@@ -56,7 +54,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser.add_argument(
         "--height", type=count(_MIN_SIDE, _MAX_SIDE), default=700, help="pixels (700)"
     )
-    parser.add_argument("--data-dir", type=data_directory, help="data directory")
     parser.set_defaults(run=run)
 
 
@@ -71,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     until = parse_moment(args.until, now=now) if args.until else None
     if since and until and since >= until:
         raise UsageError("--since must be before --until")
-    args.db = args.log
+    take_log_argument(args, "timeline")
     from hostler.postmortem.timeline import build_timeline  # noqa: PLC0415
 
     with contextlib.ExitStack() as stack:

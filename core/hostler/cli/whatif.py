@@ -12,11 +12,11 @@ import json
 from typing import Any
 
 from hostler.capacity.slots import MAX_SLOTS
-from hostler.cli.common import DamageReport, path_argument
+from hostler.cli.common import DamageReport, add_log_source, open_existing_log, take_log_argument
 from hostler.cli.numbers import count
 from hostler.cli.remote_capacity import bytes_argument
 from hostler.cli.tables import size
-from hostler.errors import StoreError, UsageError
+from hostler.errors import UsageError
 from hostler.policies.eviction import (
     BUILTIN_EVICTION_POLICIES,
     EvictionPolicy,
@@ -26,8 +26,6 @@ from hostler.policies.eviction import (
 from hostler.postmortem.figures import Figures, KeyFigures, recorded_figures
 from hostler.postmortem.whatif import simulate
 from hostler.postmortem.workload import Settings, Workload, workload_from
-from hostler.store.connect import sqlite_path_of
-from hostler.store.log import EventStore
 
 __all__ = ["add_parser", "budget_argument", "changed_settings", "report_lines", "run"]
 
@@ -64,7 +62,7 @@ def add_parser(sub: Any) -> None:
         "whatif",
         help="replay a log's requests under another budget, eviction policy, spillover or width",
     )
-    parser.add_argument("log", type=path_argument, metavar="LOG", help="the event log file")
+    add_log_source(parser)
     parser.add_argument(
         "--budget", type=budget_argument, metavar="BYTES", help="the budget (24GiB, 512MiB...)"
     )
@@ -104,11 +102,8 @@ def run(args: argparse.Namespace) -> int:
     """Read the log, simulate twice, print side by side."""
     if args.policy is not None:  # a name no policy has is said before the log is read
         eviction_policy(args.policy, _policies(args.policy))
-    path = args.log
-    target = str(path)
-    if sqlite_path_of(target) is not None and not path.exists():
-        raise StoreError(f"{path}: no event log here")
-    with EventStore.open(target) as store:
+    take_log_argument(args, "whatif")
+    with open_existing_log(args) as store:
         rows = list(store.read_all())
         damage = DamageReport(store.name)
     for row in rows:

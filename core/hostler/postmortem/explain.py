@@ -438,8 +438,13 @@ class _Walker:
             if isinstance(drain, dict) and "waited" in drain:
                 text += f", after draining {_secs(drain.get('waited'))}"
             cause["for"] = decision.get("for")
-        elif rule == "PP6":
-            text = "stop requested: evicted (PP6): unloaded while idle"
+        elif rule in ("PP6", "GA1"):
+            text = (
+                "stop requested: evicted (PP6): unloaded while idle"
+                if rule == "PP6"
+                else f"stop requested: unloaded (GA1): its GPU slot ({decision.get('slot')}) "
+                "gave the card to another slot"
+            )
             near = self._lease_near(record)
             if near is not None:
                 grant, lease = near

@@ -189,5 +189,13 @@ def _count_row(tally: Tally, drains: dict[str, str], row: LogRow) -> None:
         key = row.stream_id.removeprefix("engine/")
         if kind == "engine.ready":
             tally.cold_start(key)
-        elif kind == "engine.stop_requested" and p.get("reason") == "evicted":
+        elif kind == "engine.stop_requested" and _made_room(p):
             tally.eviction(key)
+
+
+def _made_room(p: Mapping[str, Any]) -> bool:
+    """An eviction to make room for another (PP4), not an unload someone asked for (PP6, GA1)."""
+    decision = p.get("decision")
+    return (
+        p.get("reason") == "evicted" and isinstance(decision, dict) and decision.get("rule") == "PP4"
+    )

@@ -79,8 +79,8 @@ __all__ = [
     "verify_records",
 ]
 
-#: Rules of stops a person or a reconcile asked for: requests carried out, not policy choices.
-OPERATOR_RULES = frozenset({"PP6", "PP9", "PP10"})
+#: Rules of stops a person, a lease (GA1) or a reconcile asked for: carried out, not chosen.
+OPERATOR_RULES = frozenset({"PP6", "PP9", "PP10", "GA1"})
 
 Status = Literal["agree", "differ", "not-rederivable", "unreadable"]
 
