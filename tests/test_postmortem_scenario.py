@@ -135,7 +135,11 @@ def test_a_changed_demand_window_differs_exactly_where_lru_would_have_chosen_oth
         if lru_victim(plan) != victim:
             expected.add(seq)  # the plan, and the stop of the victim it no longer chooses
             expected.add(
-                min(s for s, key, wanted in stops if s > seq and key == victim and wanted == plan["for_key"])
+                min(
+                    s
+                    for s, key, wanted in stops
+                    if s > seq and key == victim and wanted == plan["for_key"]
+                )
             )
     assert len(expected) == 4  # the first two evictions: alpha was older but wanted more
     monkeypatch.setattr(pool_policy, "DEMAND_WINDOW", 1e-6)  # no request is recent: plain LRU

@@ -3,31 +3,38 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
 from hostler._version import __version__
-from hostler.cli import (
-    capacity,
-    daemon,
-    demo,
-    events,
-    explain,
-    export,
-    load,
-    models,
-    plugins,
-    ps,
-    replay,
-    state,
-    timeline,
-    tour,
-    whatif,
-)
 from hostler.errors import HostlerError
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
+
+#: Every subcommand as (module in ``hostler.cli``, the function that registers it, the names it
+#: registers), in the order ``hostler --help`` lists them. A command's module is imported only
+#: when that command runs (or when every command is listed): ``hostler state`` does not pay for
+#: the HTTP face's or the plotting libraries' imports.
+COMMANDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("events", "add_parser", ("events",)),
+    ("state", "add_parser", ("state",)),
+    ("demo", "add_parser", ("demo",)),
+    ("plugins", "add_parser", ("plugins",)),
+    ("daemon", "add_parser", ("daemon",)),
+    ("ps", "add_parser", ("ps",)),
+    ("models", "add_parser", ("models",)),
+    ("load", "add_parser", ("load", "unload")),
+    ("tour", "add_parser", ("tour",)),
+    ("explain", "add_parser", ("explain",)),
+    ("replay", "add_parser", ("replay",)),
+    ("whatif", "add_parser", ("whatif",)),
+    ("timeline", "add_parser", ("timeline",)),
+    ("export", "add_parser", ("export", "import")),
+    ("daemon", "add_serve_parser", ("serve",)),
+    ("capacity", "add_parsers", ("budget", "preview")),
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -38,41 +45,33 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"hostler: error [usage.invalid]: {self.prog}: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of every subcommand."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser: of ``command`` alone when it names one, else of every subcommand."""
     parser = _Parser(
         prog="hostler",
         description="Keeps local inference engines resident within memory, and says why.",
     )
     parser.add_argument("--version", action="version", version=f"hostler {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    commands = (
-        events,
-        state,
-        demo,
-        plugins,
-        daemon,
-        ps,
-        models,
-        load,
-        tour,
-        explain,
-        replay,
-        whatif,
-        timeline,
-        export,
-    )
-    for module in commands:
-        module.add_parser(sub)
-    daemon.add_serve_parser(sub)
-    capacity.add_parsers(sub)
+    chosen = [entry for entry in COMMANDS if command in entry[2]] or COMMANDS
+    for module_name, register, _ in chosen:
+        module = importlib.import_module(f"hostler.cli.{module_name}")
+        getattr(module, register)(sub)
     return parser
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names (its first word not an option), if any."""
+    return next((word for word in argv if not word.startswith("-")), None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the process exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    if words[:1] == ["--version"]:
+        print(f"hostler {__version__}")
+        return 0
+    args = build_parser(_command_of(words)).parse_args(words)
     try:
         return int(args.run(args))
     except HostlerError as exc:

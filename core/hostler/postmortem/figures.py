@@ -196,6 +196,5 @@ def _count_row(tally: Tally, drains: dict[str, str], row: LogRow) -> None:
 def _made_room(p: Mapping[str, Any]) -> bool:
     """An eviction to make room for another (PP4), not an unload someone asked for (PP6, GA1)."""
     decision = p.get("decision")
-    return (
-        p.get("reason") == "evicted" and isinstance(decision, dict) and decision.get("rule") == "PP4"
-    )
+    made_room = isinstance(decision, dict) and decision.get("rule") == "PP4"
+    return p.get("reason") == "evicted" and made_room

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import functools
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 
 from hostler.errors import StoreForeignError, StoreSchemaError
-from hostler_migrations import SCRIPT_LOCATION
+from hostler_migrations import REVISIONS, SCRIPT_LOCATION
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 __all__ = [
     "EVENTS_COLUMNS",
@@ -55,6 +54,8 @@ EVENTS_COLUMNS = frozenset(
 
 
 def _config() -> Config:
+    from alembic.config import Config  # noqa: PLC0415 - alembic is imported only to migrate
+
     cfg = Config()
     cfg.set_main_option("script_location", str(SCRIPT_LOCATION))
     return cfg
@@ -62,16 +63,12 @@ def _config() -> Config:
 
 def head_revision() -> str:
     """The newest schema revision this hostler knows."""
-    head = ScriptDirectory.from_config(_config()).get_current_head()
-    if head is None:  # pragma: no cover - the package always ships revisions
-        raise RuntimeError("hostler ships no migrations")
-    return head
+    return REVISIONS[-1]
 
 
-@functools.cache
 def shipped_revisions() -> frozenset[str]:
     """Every schema revision this hostler ships (a log at any other is not this version's)."""
-    return frozenset(s.revision for s in ScriptDirectory.from_config(_config()).walk_revisions())
+    return frozenset(REVISIONS)
 
 
 def schema_too_new(where: str, current: str) -> StoreSchemaError:
@@ -83,8 +80,20 @@ def schema_too_new(where: str, current: str) -> StoreSchemaError:
 
 
 def current_revision(conn: sa.Connection) -> str | None:
-    """The revision a database is at, or None for an empty one."""
-    return MigrationContext.configure(conn).get_current_revision()
+    """The revision a database is at, or None for an empty one.
+
+    Read from alembic's ``alembic_version`` table directly (alembic itself is imported only when
+    a migration runs); a table holding more than one revision is refused as not hostler's.
+    """
+    if not sa.inspect(conn).has_table("alembic_version"):
+        return None
+    rows = conn.execute(sa.text("SELECT version_num FROM alembic_version")).fetchall()
+    if len(rows) > 1:
+        raise StoreForeignError(
+            f"{conn.engine.url.render_as_string(hide_password=True)}: more than one schema "
+            "revision in alembic_version; hostler's log has one"
+        )
+    return str(rows[0][0]) if rows else None
 
 
 def upgrade_to_head(engine: sa.Engine, *, where: str, reader: sa.Engine | None = None) -> str:
@@ -98,9 +107,7 @@ def upgrade_to_head(engine: sa.Engine, *, where: str, reader: sa.Engine | None =
     A log already at head is recognised through ``reader`` (a read transaction), so opening
     it never waits for another process's write lock.
     """
-    cfg = _config()
-    scripts = ScriptDirectory.from_config(cfg)
-    head = scripts.get_current_head()
+    head = head_revision()
     if reader is not None:
         with reader.connect() as conn:
             if current_revision(conn) == head:
@@ -119,6 +126,9 @@ def upgrade_to_head(engine: sa.Engine, *, where: str, reader: sa.Engine | None =
                 )
         if current is not None and current not in shipped_revisions():
             raise schema_too_new(where, current)
+        from alembic import command  # noqa: PLC0415 - alembic is imported only to migrate
+
+        cfg = _config()
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
     return str(head)
