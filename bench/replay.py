@@ -11,8 +11,10 @@ are the real registered classes, encoded as the store encodes them, inserted in 
 Then it runs ``hostler state --db LOG --at SEQ --json`` as a user runs it (a fresh Python
 process each time) at several points of the log, and at one time, each the median of
 ``--runs`` runs; each figure is the whole run's wall time, and in brackets the command's own
-work (``main`` alone, after the interpreter started and imported hostler: on a loaded machine
-the start-up alone can take seconds, so ``hostler --version`` is timed too, as the floor):
+work (``main`` alone, after the interpreter started and imported the ``hostler`` package; since
+the CLI imports a command's module only when it runs, this includes importing ``state``'s
+dependencies, the log store's SQLAlchemy among them). ``hostler --version``, which imports no
+command, is timed too, as the floor every command pays:
 
 * cold: the snapshot cache beside the log is deleted before each run (the first question
   ever asked of that log folds from its start and saves snapshots on its way);
@@ -288,7 +290,7 @@ _RUN = (
 def cli(log: Path | None, *args: str) -> tuple[float, float]:
     """Seconds one ``hostler state`` takes as a fresh process, and of those its own work.
 
-    With no log: ``hostler --version``, the floor every command pays (interpreter, imports).
+    With no log: ``hostler --version``, the floor every command pays (interpreter, ``hostler``).
     """
     command = [sys.executable, "-c", _RUN]
     command += ["--version"] if log is None else ["state", "--db", str(log), "--json", *args]
