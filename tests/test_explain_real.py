@@ -2,7 +2,7 @@
 
 The scenario: three tiny models under a budget that fits two, so starting the third evicts the
 least wanted idle one (PP4); one engine killed with SIGKILL (a crash) and started again; a GPU
-lease in swap mode that unloads the idle engines (PP6); and a start the budget can never fit
+lease in swap mode that unloads the idle engines (GA1); and a start the budget can never fit
 (refused). Every engine's story is then told by ``hostler explain``, and each test asserts the
 causes it cites against the recorded decisions.
 """
@@ -138,7 +138,8 @@ def test_the_lease_unloads_are_explained_with_the_lease(
     (grant,) = payloads(log, "lease.granted")
     for key in (ALPHA, BETA):
         story = explained(capsys, log, key)
-        unloads = [f for f in of(story, "stop") if f["cause"].get("rule") == "PP6"]
+        # in swap mode the lease takes the card from the llm slot: its idle engines go (GA1)
+        unloads = [f for f in of(story, "stop") if f["cause"].get("rule") == "GA1"]
         assert len(unloads) == 1
         assert unloads[0]["cause"]["lease_seq"] == grant[0]
         assert unloads[0]["cause"]["holder"] == "comfy" and unloads[0]["cause"]["slot"] == "image"

@@ -97,7 +97,7 @@ def test_every_decision_kind_has_a_re_deriver() -> None:
         "queue.dispatched",
         "lease.broken",
     }
-    assert frozenset({"PP6", "PP9", "PP10"}) == OPERATOR_RULES
+    assert frozenset({"PP6", "PP9", "PP10", "GA1"}) == OPERATOR_RULES
 
 
 def test_room_planned_agrees_and_differs_on_the_victims() -> None:
