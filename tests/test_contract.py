@@ -339,7 +339,13 @@ def test_check_model_path_says_what_is_wrong_in_one_line(tmp_path: Path) -> None
 
 
 def test_extra_args_are_spelled_one_way() -> None:
-    args = {"alpha": 1, "flag": True, "off": False, "-x": "y", "ratio": 0.5}
+    args: dict[str, str | int | float | bool] = {
+        "alpha": 1,
+        "flag": True,
+        "off": False,
+        "-x": "y",
+        "ratio": 0.5,
+    }
     assert extra_args_argv(args) == ["--alpha", "1", "--flag", "-x", "y", "--ratio", "0.5"]
     assert extra_args_argv({}) == []
 

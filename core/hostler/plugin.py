@@ -456,10 +456,10 @@ def launch_command(adapter: EngineAdapter, spec: LaunchSpec) -> LaunchCommand:
     command = adapter.build_command(spec)
     if adapter.applies_extra_args or not spec.extra_args:
         return command
-    extra = adapter.extra_args_argv(spec.extra_args)
+    extra: object = adapter.extra_args_argv(spec.extra_args)  # a plugin's: checked
     if not isinstance(extra, list) or not all(isinstance(arg, str) for arg in extra):
         raise TypeError(f"extra_args_argv returned {repr(extra)[:60]}, not a list of strings")
-    return LaunchCommand([*command.argv, *extra], command.env)
+    return LaunchCommand([*command.argv, *map(str, extra)], command.env)
 
 
 #: The ``register`` callable a plugin receives.

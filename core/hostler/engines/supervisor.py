@@ -603,7 +603,7 @@ class Supervisor:
             spec = dataclasses.replace(spec, offload=self.offload)
         self._launched_offload, self._start_panic = spec.offload, None
         try:  # RD2: absolute, and a file or a directory as the adapter says
-            model = self._plugin("validate_model", self.adapter.validate_model, spec.model)
+            model: object = self._plugin("validate_model", self.adapter.validate_model, spec.model)
         except HostlerError as exc:
             raise EngineStartError(f"{self.key}: {exc.message}") from exc
         if not isinstance(model, Path) or not model.is_absolute():
