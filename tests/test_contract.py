@@ -316,23 +316,36 @@ async def test_a_file_is_refused_where_a_directory_is_wanted_and_back(
     store: EventStore, tmp_path: Path, model_file: Path
 ) -> None:
     sup = supervisor(store, ScriptedDir(tmp_path), model_file, tmp_path / "work")
-    with pytest.raises(EngineStartError, match=r"model\.bin is a file; this engine takes a model"):
+    with pytest.raises(EngineStartError, match=r"model\.bin: is a file, not a model directory$"):
         await sup.ensure_running()
     sup = supervisor(store, Scripted(tmp_path), tmp_path, tmp_path / "work2")
-    with pytest.raises(EngineStartError, match=r"is a directory; this engine takes a model file"):
+    with pytest.raises(EngineStartError, match=r": is a directory, not a model file$"):
         await sup.ensure_running()
     assert not (tmp_path / "argv.json").exists()  # neither was launched
 
 
 def test_check_model_path_says_what_is_wrong_in_one_line(tmp_path: Path) -> None:
-    with pytest.raises(ModelFileError, match=r"^model directory .*/gone does not exist$"):
-        check_model_path(tmp_path / "gone", "directory")
-    with pytest.raises(ModelFileError, match=r"^model .*/gone does not exist$"):
-        check_model_path(tmp_path / "gone", "either")
+    gone = tmp_path / "gone"
+    with pytest.raises(ModelFileError, match=rf"^{gone}: no such model directory$"):
+        check_model_path(gone, "directory")
+    with pytest.raises(ModelFileError, match=rf"^{gone}: no such model$"):
+        check_model_path(gone, "either")
+    with pytest.raises(ModelFileError, match=rf"^{gone}: no such model file$"):
+        check_model_path(gone)
+    with pytest.raises(ModelFileError, match=r"^/dev/null: is a character device, not a model$"):
+        check_model_path(Path("/dev/null"), "either")
     assert check_model_path(tmp_path, "either") == tmp_path
     (tmp_path / "f").write_text("x")
     assert check_model_path(tmp_path / "f", "either") == tmp_path / "f"
     assert check_model_path(tmp_path / "f") == tmp_path / "f"
+
+
+async def test_a_missing_directory_model_fails_its_start_in_one_line(
+    store: EventStore, tmp_path: Path
+) -> None:
+    sup = supervisor(store, ScriptedDir(tmp_path), tmp_path / "gone", tmp_path / "work")
+    with pytest.raises(EngineStartError, match=r"^scripted-dir:m:0: model directory .*/gone does"):
+        await sup.ensure_running()
 
 
 # -- extra_args: one rule (RD5) ---------------------------------------------------------------
@@ -472,7 +485,7 @@ def test_an_adapter_supplied_geometry_is_priced_planned_and_learned(tmp_path: Pa
 
 def test_pricing_validates_the_model_with_the_adapter(tmp_path: Path) -> None:
     (tmp_path / "weights.bin").write_bytes(b"x")
-    with pytest.raises(ModelFileError, match="is a file; this engine takes a model directory"):
+    with pytest.raises(ModelFileError, match=r"weights\.bin: is a file, not a model directory$"):
         price(Priced(), tmp_path / "weights.bin")
 
 

@@ -242,7 +242,7 @@ def test_preview_prices_an_adapter_supplied_geometry(
     assert plan["reserved_bytes"] == plan["estimated_bytes"]  # learning: nothing yet
     status = main(["preview", str(model / "config.json"), "--engine", "toy", "--ledger", ledger])
     _out, err = capsys.readouterr()
-    assert status == 1 and "config.json is a file; this engine takes a model directory" in err
+    assert status == 1 and "config.json: is a file, not a model directory" in err
 
 
 def test_preview_of_an_engine_no_plugin_provides_is_one_line(

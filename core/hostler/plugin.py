@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+import stat
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -114,23 +115,40 @@ def engine_name_problem(name: object) -> str | None:
     return None
 
 
+_NOT_REGULAR: tuple[tuple[Callable[[int], bool], str], ...] = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
 def check_model_path(model: Path, kind: ModelKind = "file") -> Path:
     """``model`` made absolute (against the working directory) and checked against ``kind``.
 
     Raises:
-        ModelFileError: One line: missing, or a file where a directory is wanted (or back).
+        ModelFileError: One line, as the GGUF reader words it: ``PATH: no such model file``,
+            ``PATH: is a directory, not a model file``, ``PATH: is a file, not a model
+            directory``, ``PATH: is a FIFO (named pipe), not a model file``...
     """
     path = Path(model).absolute()
     what = {"file": "model file", "directory": "model directory"}.get(kind, "model")
-    if not path.exists():
-        raise ModelFileError(f"{what} {path} does not exist")
-    if path.is_dir():
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise ModelFileError(f"{path}: no such {what}") from None
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ModelFileError(f"{path}: cannot be read ({reason})") from None
+    if stat.S_ISDIR(mode):
         if kind == "file":
-            raise ModelFileError(f"{path} is a directory; this engine takes a model file")
-    elif not path.is_file():
-        raise ModelFileError(f"{path} is not a regular file nor a directory")
-    elif kind == "directory":
-        raise ModelFileError(f"{path} is a file; this engine takes a model directory")
+            raise ModelFileError(f"{path}: is a directory, not a model file")
+        return path
+    if not stat.S_ISREG(mode):
+        found = next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
+        raise ModelFileError(f"{path}: is {found}, not a {what}")
+    if kind == "directory":
+        raise ModelFileError(f"{path}: is a file, not a model directory")
     return path
 
 

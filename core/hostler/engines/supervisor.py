@@ -71,6 +71,7 @@ from hostler.errors import (
     ConcurrencyError,
     EngineStartError,
     HostlerError,
+    ModelFileError,
     PluginError,
     RestartBudgetError,
     StoreCorruptError,
@@ -605,6 +606,11 @@ class Supervisor:
         try:  # RD2: absolute, and a file or a directory as the adapter says
             model: object = self._plugin("validate_model", self.adapter.validate_model, spec.model)
         except HostlerError as exc:
+            path = spec.model.absolute()
+            if isinstance(exc, ModelFileError) and not path.exists():
+                kind = {"file": "model file", "directory": "model directory"}
+                what = kind.get(self.adapter.model_kind, "model")
+                raise EngineStartError(f"{self.key}: {what} {path} does not exist") from exc
             raise EngineStartError(f"{self.key}: {exc.message}") from exc
         if not isinstance(model, Path) or not model.is_absolute():
             raise self._plugin_fault(f"returned {repr(model)[:60]} from validate_model")
