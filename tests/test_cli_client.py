@@ -253,6 +253,7 @@ def test_ps_is_a_table_with_pinned_columns_and_json_with_documented_keys(
         "STATE",
         "FOR",
         "PID",
+        "PORT",
         "RESERVED",
         "MEASURED",
         "SLOTS",

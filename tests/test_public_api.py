@@ -96,26 +96,56 @@ def test_the_plugin_contract_is_pinned() -> None:
     import hostler.plugin
 
     assert set(hostler.plugin.__all__) == {
+        "ENGINE_NAME_MAX",
+        "ENGINE_NAME_PATTERN",
         "PROJECT",
+        "RESERVED_ENGINE_NAMES",
         "CacheAdapter",
         "CacheEntry",
         "EngineAdapter",
         "EngineBinaryError",
         "EngineStartError",
+        "ExtraArgs",
         "LaunchCommand",
         "LaunchSpec",
         "ModelFileError",
         "ModelGeometry",
+        "ModelKind",
         "Offload",
         "OffloadPlan",
+        "OptionType",
         "Panic",
+        "ReadinessProbe",
         "Register",
+        "check_model_path",
+        "engine_name_problem",
         "entry_bytes",
         "estimate_llama",
+        "extra_args_argv",
         "hookimpl",
         "hookspec",
+        "json_fields_match",
+        "launch_command",
         "round_half_up",
+        "validate_options",
     }
+    for name in hostler.plugin.__all__:
+        obj = getattr(hostler.plugin, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            assert inspect.getdoc(obj), name
+    # every hook an adapter may override, with the default that keeps old adapters working
+    adapter = hostler.plugin.EngineAdapter
+    assert adapter.readiness_path == "/health"
+    assert adapter.model_kind == "file"
+    assert adapter.applies_extra_args is False
+    assert dict(adapter.options_schema) == {}
+    assert adapter.kv_headroom is None
+    reserved = hostler.plugin.RESERVED_ENGINE_NAMES
+    assert reserved == frozenset({"unavailable"})
+    assert (hostler.plugin.ENGINE_NAME_PATTERN, hostler.plugin.ENGINE_NAME_MAX) == (
+        "[a-z0-9][a-z0-9_-]*",
+        40,
+    )
 
 
 def test_device_unhealthy_error_is_pinned() -> None:

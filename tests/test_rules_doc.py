@@ -40,6 +40,8 @@ PREFIXES = sorted(
         "Q",
         "QA",
         "R",
+        "RD",
+        "PL",
         "S",
         "SF",
         "SG",

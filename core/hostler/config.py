@@ -34,6 +34,7 @@ from hostler.drivers.host_ledger import LedgerLocation, default_ledger_location
 from hostler.engines.logs import DEFAULT_LOG_KEEP, DEFAULT_LOG_MAX_BYTES
 from hostler.errors import UsageError
 from hostler.paths import default_data_dir, user_path
+from hostler.plugin import ENGINE_NAME_MAX, engine_name_problem
 from hostler.policies.eviction import DEFAULT_EVICTION_POLICY, valid_policy_name
 
 __all__ = [
@@ -74,7 +75,6 @@ ArbiterPolicy = Literal["auto", "swap", "coexist"]
 #: (not configured: the ledger keeps what it was told last, by hand or by a previous start).
 BudgetSetting = int | Literal["auto"] | None
 SpilloverSetting = bool | Literal["auto"] | None
-_ENGINE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
 
 
 def _no_nul(value: str) -> str:
@@ -105,6 +105,9 @@ def _arguments(value: dict[str, ExtraValue]) -> dict[str, ExtraValue]:
 
 
 ExtraArgs = Annotated[dict[str, ExtraValue], Field(max_length=256), AfterValidator(_arguments)]
+#: An engine's ``options`` table: names and plain values, checked against the engine
+#: adapter's ``options_schema`` once plugins are loaded (RD6).
+Options = Annotated[dict[str, ExtraValue], Field(max_length=256), AfterValidator(_arguments)]
 
 PathText = Annotated[
     str, Field(min_length=1, max_length=4096), AfterValidator(_no_nul), AfterValidator(_as_used)
@@ -127,6 +130,11 @@ class EngineConfig:
     idle_ttl: float | None = None
     #: The engine program to run (``[engine_defaults.<engine>] binary``); None: the adapter's.
     binary: Path | None = None
+    #: Engine settings for ``LaunchSpec.options``: ``[engine_defaults.<engine>.options]``,
+    #: then the entry's own ``options`` (which win), checked against the adapter's schema.
+    options: dict[str, Any] = field(default_factory=dict)
+    #: Per option, where it was set (``FILE: models[0].options``), for one-line errors.
+    options_from: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +191,7 @@ class _EngineEntry(_Strict):
     kv_type: KvType | None = None
     autostart: bool = True
     extra_args: ExtraArgs = {}
+    options: Options = {}
     pinned: bool = False
 
     @field_validator("key")
@@ -205,12 +214,18 @@ def _model_id(value: str) -> str:
 
 
 def _engine_name(value: str) -> str:
-    if not _ENGINE_NAME.fullmatch(value):
-        raise ValueError("an engine name is lower-case letters, digits, - or _ (like 'llamacpp')")
+    """The one engine-name rule (:func:`hostler.plugin.engine_name_problem`)."""
+    if engine_name_problem(value) is not None:
+        raise ValueError(
+            "an engine name is lower-case letters, digits, - or _ (like 'llamacpp'), "
+            "not a reserved one"
+        )
     return value
 
 
-EngineName = Annotated[str, Field(min_length=1, max_length=40), AfterValidator(_engine_name)]
+EngineName = Annotated[
+    str, Field(min_length=1, max_length=ENGINE_NAME_MAX), AfterValidator(_engine_name)
+]
 
 
 class _ModelEntry(_Strict):
@@ -225,11 +240,13 @@ class _ModelEntry(_Strict):
     idle_ttl: Seconds | None = None
     autostart: bool = False
     extra_args: ExtraArgs = {}
+    options: Options = {}
 
 
 class _EngineDefaults(_Strict):
     binary: PathText | None = None
     extra_args: ExtraArgs = {}
+    options: Options = {}
 
     @field_validator("binary")
     @classmethod
@@ -378,10 +395,15 @@ def _engines_of(file: Path, parsed: _ConfigFile) -> tuple[EngineConfig, ...]:
     defaults = parsed.engine_defaults
     engines: list[EngineConfig] = []
 
-    def add(engine: str, key: str, model: str, entry: _EngineEntry | _ModelEntry) -> None:
+    def add(
+        engine: str, key: str, model: str, entry: _EngineEntry | _ModelEntry, where: str
+    ) -> None:
         preset = defaults.get(engine)
         args = {**(preset.extra_args if preset else {}), **entry.extra_args}  # the entry's win
         binary = preset.binary if preset else None
+        options = {**(preset.options if preset else {}), **entry.options}  # the entry's win
+        origin = {name: f"{file}: engine_defaults.{engine}.options" for name in options}
+        origin.update({name: f"{file}: {where}.options" for name in entry.options})
         engines.append(
             EngineConfig(
                 key=key,
@@ -394,12 +416,15 @@ def _engines_of(file: Path, parsed: _ConfigFile) -> tuple[EngineConfig, ...]:
                 pinned=entry.pinned,
                 idle_ttl=entry.idle_ttl if isinstance(entry, _ModelEntry) else None,
                 binary=Path(binary) if binary else None,
+                options=options,
+                options_from=origin,
             )
         )
 
-    for entry in parsed.engines:
+    for index, entry in enumerate(parsed.engines):
         parsed_key = parse_key(entry.key)
-        add(parsed_key.engine if parsed_key else "", entry.key, entry.model, entry)
+        engine_name = parsed_key.engine if parsed_key else ""
+        add(engine_name, entry.key, entry.model, entry, f"engines[{index}]")
     seen: set[str] = set()
     for index, model in enumerate(parsed.models):
         where = f"{file}: models[{index}].id"
@@ -419,7 +444,8 @@ def _engines_of(file: Path, parsed: _ConfigFile) -> tuple[EngineConfig, ...]:
                 f"{where}: its engine keys ({key!r}) are over {MAX_KEY_LENGTH} characters"
             )
         for replica in range(model.replicas):
-            add(model.engine, f"{model.engine}:{model.id}:{replica}", model.path, model)
+            key = f"{model.engine}:{model.id}:{replica}"
+            add(model.engine, key, model.path, model, f"models[{index}]")
     return tuple(engines)
 
 

@@ -20,7 +20,7 @@ import secrets
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -65,7 +65,7 @@ from hostler.events.daemon import (
 )
 from hostler.machines.engine import StopReason
 from hostler.paths import private_dir, private_file
-from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec
+from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec, validate_options
 from hostler.pluginhost import PluginHost
 from hostler.policies.eviction import EvictionPolicy, eviction_policy
 from hostler.probes.device import DEVICE_STREAM, budget_from, sample_device
@@ -86,7 +86,14 @@ from hostler.serve.server import (
 )
 from hostler.store.log import EventStore
 
-__all__ = ["Daemon", "DaemonConfig", "DaemonStarted", "EngineConfig", "load_config"]
+__all__ = [
+    "Daemon",
+    "DaemonConfig",
+    "DaemonStarted",
+    "EngineConfig",
+    "check_engine_options",
+    "load_config",
+]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -402,6 +409,7 @@ class Daemon:
 
         plugins = await io.run_patiently(lambda: PluginHost(record=record).load())
         eviction = _eviction_of(config.eviction, plugins)  # PM17: an unknown name stops here
+        check_engine_options(config.engines, plugins)  # RD6: an unknown option stops here
         probe = await io.run(open_nvml)
         self.probe = probe
         device = DeviceWatch(store, probe)
@@ -785,6 +793,7 @@ class Daemon:
                 kv_type=plan.kv_type,
                 work_dir=run_dir / "work",
                 extra_args=engine.extra_args,
+                options=engine.options,
                 binary=engine.binary,
             )
 
@@ -825,6 +834,7 @@ def _price_engine(adapter: EngineAdapter, ledger: HostLedger, engine: EngineConf
         slots=engine.slots,
         kv_type=engine.kv_type,
         extra_args=engine.extra_args,
+        options=engine.options,
     )
 
 
@@ -919,6 +929,24 @@ def _damage_message(
         "no work on a damaged log: restore it from a backup, or move it aside (it stays "
         "readable with `hostler events --db`)"
     )
+
+
+def check_engine_options(engines: Iterable[EngineConfig], plugins: PluginHost) -> None:
+    """RD6: every configured ``options`` table against its engine adapter's schema.
+
+    An engine whose plugin is not loaded is skipped (it fails on its own, naming that).
+
+    Raises:
+        UsageError: One line naming the file, the table and the key.
+    """
+    for engine in engines:
+        parsed = parse_key(engine.key)
+        cls = plugins.adapters.get(parsed.engine) if parsed else None
+        if cls is None:
+            continue
+        for name, value in engine.options.items():
+            where = engine.options_from.get(name, f"{engine.key}: options")
+            validate_options({name: value}, cls.options_schema, where=where, engine=cls.engine_type)
 
 
 def _eviction_of(name: str, plugins: PluginHost) -> EvictionPolicy:

@@ -21,12 +21,14 @@ and is declared in its ``pyproject.toml`` under ``[project.entry-points.hostler]
 
 from __future__ import annotations
 
+import json
 import re
+import stat
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import pluggy
 
@@ -35,29 +37,42 @@ from hostler.capacity.geometry import ModelGeometry
 from hostler.capacity.gguf_header import read_geometry as read_gguf_geometry
 from hostler.capacity.offload import Offload, OffloadPlan
 from hostler.capacity.units import round_half_up
-from hostler.errors import EngineBinaryError, EngineStartError, ModelFileError
+from hostler.errors import EngineBinaryError, EngineStartError, ModelFileError, UsageError
 from hostler.policies.cache import CacheEntry, entry_bytes
 
 __all__ = [
+    "ENGINE_NAME_MAX",
+    "ENGINE_NAME_PATTERN",
     "PROJECT",
+    "RESERVED_ENGINE_NAMES",
     "CacheAdapter",
     "CacheEntry",
     "EngineAdapter",
     "EngineBinaryError",
     "EngineStartError",
+    "ExtraArgs",
     "LaunchCommand",
     "LaunchSpec",
     "ModelFileError",
     "ModelGeometry",
+    "ModelKind",
     "Offload",
     "OffloadPlan",
+    "OptionType",
     "Panic",
+    "ReadinessProbe",
     "Register",
+    "check_model_path",
+    "engine_name_problem",
     "entry_bytes",
     "estimate_llama",
+    "extra_args_argv",
     "hookimpl",
     "hookspec",
+    "json_fields_match",
+    "launch_command",
     "round_half_up",
+    "validate_options",
 ]
 
 #: The hook project name, the entry-point group and the distribution prefix.
@@ -65,7 +80,188 @@ PROJECT = "hostler"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
-_ENGINE_TYPE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+#: The rule for an engine name (``engine_type``, the first part of ``engine:model:replica``
+#: keys and ``[[models]] engine``): lower-case letters, digits, ``-`` and ``_``, starting with
+#: a letter or digit, at most :data:`ENGINE_NAME_MAX` characters.
+ENGINE_NAME_PATTERN = r"[a-z0-9][a-z0-9_-]*"
+#: The longest engine name.
+ENGINE_NAME_MAX = 40
+#: Names no plugin may register: hostler's own stand-in for an engine whose plugin is gone.
+#: Built-in plugins hold only the names they actually register (``llamacpp``...); a built-in
+#: placeholder that registers no engine reserves nothing (docs/plugins.md).
+RESERVED_ENGINE_NAMES: frozenset[str] = frozenset({"unavailable"})
+_ENGINE_TYPE = re.compile(ENGINE_NAME_PATTERN)
+
+#: Operator flags: a value of True is a bare flag, False omits it, anything else its text.
+ExtraArgs = Mapping[str, str | int | float | bool]
+#: What a model is for an engine: one file, one directory, or either.
+ModelKind = Literal["file", "directory", "either"]
+#: The type an option's value must have: one of ``bool``, ``int``, ``float``, ``str``, or a
+#: tuple of them (an ``int`` is accepted where ``float`` is; a ``bool`` never is a number).
+OptionType = type | tuple[type, ...]
+
+
+def engine_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot be an engine name, or None when it can (the one rule, public)."""
+    if not isinstance(name, str) or not name:
+        return "an engine name is a non-empty string"
+    if len(name) > ENGINE_NAME_MAX or not _ENGINE_TYPE.fullmatch(name):
+        return (
+            f"{name[:60]!r}: an engine name is lower-case letters, digits, '-' or '_', "
+            f"starting with a letter or digit, at most {ENGINE_NAME_MAX} characters"
+        )
+    if name in RESERVED_ENGINE_NAMES:
+        return f"{name!r} is reserved by hostler"
+    return None
+
+
+_NOT_REGULAR: tuple[tuple[Callable[[int], bool], str], ...] = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def check_model_path(model: Path, kind: ModelKind = "file") -> Path:
+    """``model`` made absolute (against the working directory) and checked against ``kind``.
+
+    Raises:
+        ModelFileError: One line, as the GGUF reader words it: ``PATH: no such model file``,
+            ``PATH: is a directory, not a model file``, ``PATH: is a file, not a model
+            directory``, ``PATH: is a FIFO (named pipe), not a model file``...
+    """
+    path = Path(model).absolute()
+    what = {"file": "model file", "directory": "model directory"}.get(kind, "model")
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise ModelFileError(f"{path}: no such {what}") from None
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ModelFileError(f"{path}: cannot be read ({reason})") from None
+    if stat.S_ISDIR(mode):
+        if kind == "file":
+            raise ModelFileError(f"{path}: is a directory, not a model file")
+        return path
+    if not stat.S_ISREG(mode):
+        found = next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
+        raise ModelFileError(f"{path}: is {found}, not a {what}")
+    if kind == "directory":
+        raise ModelFileError(f"{path}: is a file, not a model directory")
+    return path
+
+
+def extra_args_argv(extra_args: ExtraArgs) -> list[str]:
+    """The one rule for ``extra_args``: each as ``--key value`` in the config's order.
+
+    A key that starts with ``-`` is used as written (``-ngl``); any other gets ``--``. A value
+    of True is the bare flag, False leaves the flag out, anything else follows as its text.
+    """
+    argv: list[str] = []
+    for raw, value in extra_args.items():
+        if value is False:
+            continue
+        argv.append(raw if raw.startswith("-") else f"--{raw}")
+        if value is not True:
+            argv.append(str(value))
+    return argv
+
+
+def _type_name(kind: OptionType) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(k.__name__ for k in kinds)
+
+
+def _fits(value: object, kind: OptionType) -> bool:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    for wanted in kinds:
+        if wanted is bool:
+            if isinstance(value, bool):
+                return True
+        elif isinstance(value, bool):
+            continue
+        elif isinstance(value, int | float if wanted is float else wanted):
+            return True
+    return False
+
+
+def validate_options(
+    options: Mapping[str, object], schema: Mapping[str, OptionType], *, where: str, engine: str
+) -> dict[str, object]:
+    """``options`` checked against an adapter's ``options_schema``.
+
+    Raises:
+        UsageError: One line naming ``where`` (the file and table) and the key: an unknown
+            key, or a value of the wrong type.
+    """
+    for key, value in options.items():
+        kind = schema.get(key)
+        if kind is None:
+            known = ", ".join(sorted(schema)) or "none"
+            raise UsageError(
+                f"{where}.{key}: unknown option for engine {engine!r} (known: {known})"[:500]
+            )
+        if not _fits(value, kind):
+            raise UsageError(
+                f"{where}.{key}: should be {_type_name(kind)} (got {repr(value)[:60]})"
+            )
+    return dict(options)
+
+
+def json_fields_match(body: bytes, expected: Mapping[str, object]) -> bool:
+    """Whether ``body`` is a JSON object holding every ``expected`` field with its value.
+
+    A dotted key looks into nested objects (``"model.loaded": true``).
+    """
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return False
+    for dotted, wanted in expected.items():
+        node: object = data
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return False
+            node = node[part]
+        if node != wanted or type(node) is not type(wanted):
+            return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class ReadinessProbe:
+    """How hostler tells that a starting engine is ready (RD1): every part given must pass.
+
+    Attributes:
+        path: The HTTP path to ask (None: no HTTP check, only ``ready_line``).
+        method: ``GET``, or ``POST`` for a probe request (a 1-token completion, say).
+        body: The request body of a probe (sent as ``content_type``).
+        content_type: The body's media type.
+        expect_json: Fields the response body must hold, with these values (a dotted key
+            looks into nested objects), on top of :meth:`EngineAdapter.is_ready_response`.
+        ready_line: A regular expression; the engine is not ready before a line of its
+            output matches it (searched, not anchored).
+        wait: Seconds one probe request may take (a 1-token completion on a CPU: a few).
+    """
+
+    path: str | None = "/health"
+    method: Literal["GET", "POST"] = "GET"
+    body: bytes | None = None
+    content_type: str = "application/json"
+    expect_json: Mapping[str, object] | None = None
+    ready_line: str | None = None
+    wait: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.path is None and self.ready_line is None:
+            raise ValueError("a readiness probe needs a path, a ready_line, or both")
+        if self.path is not None and not self.path.startswith("/"):
+            raise ValueError(f"readiness path {self.path!r} must start with '/'")
+        if self.ready_line is not None:
+            re.compile(self.ready_line)  # a bad pattern fails where the adapter made it
+        if not 0 < self.wait <= 600:
+            raise ValueError("readiness wait must be over 0 and at most 600 seconds")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,15 +270,20 @@ class LaunchSpec:
 
     Attributes:
         key: The engine key (``engine:model:replica``).
-        model: The model file.
+        model: The model, an absolute path: a file or a directory, as the adapter's
+            ``model_kind`` says (what :meth:`EngineAdapter.validate_model` returned).
         port: The loopback port hostler chose; the engine must bind 127.0.0.1 only.
         ctx_per_slot: The planned per-slot context window.
         slots: Concurrent slots.
         kv_type: KV cache type, or None for the engine's default.
         work_dir: A directory the engine may write (slot saves, caches).
-        extra_args: Operator flags appended last (they win): a value of True is a bare flag,
+        extra_args: Operator flags (``extra_args`` in the config), appended by hostler after
+            the adapter's argv (see :func:`extra_args_argv`) unless the adapter sets
+            ``applies_extra_args`` and places them itself: a value of True is a bare flag,
             False omits it, anything else is passed as its text.
-        options: Engine-specific settings from the config.
+        options: Engine-specific settings from the config's ``options`` tables
+            (``[engine_defaults.<engine>.options]``, then the model's own ``options``),
+            already checked against the adapter's ``options_schema``.
         offload: The planner's GPU offload plan (L12; after a start that died of GPU
             out-of-memory, the next step of the L13 ladder), or None to leave it to the engine.
             The operator's own offload settings in ``options`` or ``extra_args`` win over it.
@@ -157,26 +358,74 @@ class EngineAdapter(ABC):
     with defaults, so existing adapters keep working.
     """
 
-    #: The engine's name in engine keys and configs (lower case, digits, ``-``, ``_``).
+    #: The engine's name in engine keys and configs (:func:`engine_name_problem` says the rule).
     engine_type: ClassVar[str] = ""
-    #: The HTTP path that answers 2xx once the engine is ready (503 while loading).
+    #: The HTTP path that answers 2xx once the engine is ready (503 while loading); also the
+    #: path of the periodic health check (a GET, judged by :meth:`is_ready`).
     readiness_path: ClassVar[str] = "/health"
+    #: What a model is for this engine (``file``, ``directory`` or ``either``).
+    model_kind: ClassVar[ModelKind] = "file"
+    #: True when :meth:`build_command` places ``spec.extra_args`` itself (merging them with
+    #: its own flags); False (default): hostler appends :meth:`extra_args_argv` after it.
+    applies_extra_args: ClassVar[bool] = False
+    #: The ``options`` keys this engine takes and each one's type (default: none); any other
+    #: key in the config is refused in one line naming the file and the key.
+    options_schema: ClassVar[Mapping[str, OptionType]] = {}
+    #: The share of free memory the planner holds back from KV sizing for this engine
+    #: (compute buffers it grows at run time); None: hostler's figure for the engine name
+    #: (0.35 for ``mlx``, else 0.20).
+    kv_headroom: ClassVar[float | None] = None
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
-        if cls.engine_type and not _ENGINE_TYPE.match(cls.engine_type):
+        if cls.engine_type and not _ENGINE_TYPE.fullmatch(cls.engine_type):
             raise ValueError(
                 f"{cls.__qualname__}.engine_type {cls.engine_type!r}: use lower-case letters, "
                 "digits, '-' or '_'"
             )
+        if cls.kv_headroom is not None and not 0 <= cls.kv_headroom < 1:
+            raise ValueError(f"{cls.__qualname__}.kv_headroom must be from 0 to under 1")
 
     @abstractmethod
     def build_command(self, spec: LaunchSpec) -> LaunchCommand:
         """The argv and environment that start the engine for ``spec``."""
 
     def is_ready(self, status: int) -> bool:
-        """Whether a readiness response means ready (default: any 2xx)."""
+        """Whether a readiness (and health) status means ready (default: any 2xx)."""
         return 200 <= status < 300
+
+    def readiness(self, spec: LaunchSpec) -> ReadinessProbe:
+        """How readiness is told for the engine launched for ``spec`` (RD1).
+
+        Default: ``GET readiness_path``, ready on a status :meth:`is_ready` accepts. Return a
+        :class:`ReadinessProbe` to check the body, send a probe request or wait for a line.
+        """
+        del spec
+        return ReadinessProbe(path=self.readiness_path)
+
+    def is_ready_response(self, status: int, body: bytes) -> bool:
+        """Whether a readiness response (status and body, up to 64 KiB) means ready.
+
+        Default: :meth:`is_ready` on the status; the body is for adapters that need it.
+        """
+        del body
+        return self.is_ready(status)
+
+    def validate_model(self, model: Path) -> Path:
+        """The model path to launch with: absolute, and what ``model_kind`` says (RD2).
+
+        Called before pricing and before each start. Override to look inside (an MLX
+        directory needs its ``config.json``) and raise ``ModelFileError`` in one line.
+        """
+        return check_model_path(model, self.model_kind)
+
+    def model_identity(self, model: Path) -> str:
+        """The name learning keys this model by (default: the file or directory name)."""
+        return model.name
+
+    def extra_args_argv(self, extra_args: ExtraArgs) -> list[str]:
+        """The argv hostler appends for ``extra_args`` (default: :func:`extra_args_argv`)."""
+        return extra_args_argv(extra_args)
 
     def classify_line(self, line: str) -> Panic | None:
         """A fatal line of output, or None (default: nothing is recognised)."""
@@ -184,13 +433,20 @@ class EngineAdapter(ABC):
         return None
 
     def read_geometry(self, model: Path) -> ModelGeometry:
-        """The model's shape, for the planner (default: a GGUF header)."""
+        """The model's shape, for the planner and ``hostler preview`` (default: a GGUF header).
+
+        A non-GGUF engine builds a :class:`ModelGeometry` from its own metadata (the fields it
+        cannot know stay None: KV is then priced by the heuristic); raise ``ModelFileError``
+        when the model cannot be read.
+        """
         return read_gguf_geometry(model)
 
     def estimate_footprint(self, geometry: ModelGeometry, spec: LaunchSpec) -> int:
         """Bytes the ready engine will hold at its peak (default: on-disk size + 10% + 256 MiB).
 
-        The ledger reserves this before a start; the measured figure replaces it once ready.
+        The raw estimate: hostler corrects it by what measured launches of the same
+        ``model_identity`` and build taught (learning, for every engine), and the ledger
+        reserves the result before a start; the measured figure replaces it once ready.
         """
         del spec
         return round_half_up((geometry.file_size + geometry.mmproj_size) * 1.10) + 256 * 1024**2
@@ -207,6 +463,21 @@ class EngineAdapter(ABC):
     def build_identity(self, command: LaunchCommand) -> str:
         """A name for the engine build, for learning per build (default: the binary's path)."""
         return command.argv[0] if command.argv else "unknown"
+
+
+def launch_command(adapter: EngineAdapter, spec: LaunchSpec) -> LaunchCommand:
+    """The command hostler runs for ``spec``: the adapter's, then the ``extra_args`` (RD5).
+
+    Unless the adapter sets ``applies_extra_args``, the operator's flags are appended after
+    everything :meth:`EngineAdapter.build_command` returned, so the last word is theirs.
+    """
+    command = adapter.build_command(spec)
+    if adapter.applies_extra_args or not spec.extra_args:
+        return command
+    extra: object = adapter.extra_args_argv(spec.extra_args)  # a plugin's: checked
+    if not isinstance(extra, list) or not all(isinstance(arg, str) for arg in extra):
+        raise TypeError(f"extra_args_argv returned {repr(extra)[:60]}, not a list of strings")
+    return LaunchCommand([*command.argv, *map(str, extra)], command.env)
 
 
 #: The ``register`` callable a plugin receives.

@@ -5,7 +5,8 @@ is imported, validated and asked for its engines on its own; one that fails to i
 hook raises, that registers something that is not an adapter, or that claims an engine name
 already taken is disabled with a recorded event and a clear message, and the rest keep
 working. Built-in plugins (the ``hostler`` distribution's) load first, so no plugin can take
-over a built-in engine name.
+over a built-in engine name. A built-in placeholder that registers no engine holds no name at
+all: a third-party plugin of the same entry-point name replaces it (PL1).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pluggy
 from hostler.errors import HostlerError, PluginError, UnknownEngineError
 from hostler.events.base import Event
 from hostler.events.plugin import PluginFailed, PluginLoaded
-from hostler.plugin import PROJECT, EngineAdapter, Hookspecs
+from hostler.plugin import PROJECT, EngineAdapter, Hookspecs, engine_name_problem
 from hostler.policies.eviction import (
     BUILTIN_EVICTION_POLICIES,
     EvictionPolicy,
@@ -78,6 +79,7 @@ class PluginHost:
         self.eviction_policies: dict[str, EvictionPolicy] = {}
         self.owners: dict[str, str] = {}
         self.plugins: dict[str, PluginRecord] = {}
+        self._placeholders: set[str] = set()  # built-ins that registered nothing (PL1)
 
     def load(self) -> PluginHost:
         """Load every plugin (built-ins first); never raises for a plugin's fault."""
@@ -89,6 +91,10 @@ class PluginHost:
 
     def _load_one(self, point: EntryPoint) -> None:
         name, version = point.name, _version(point)
+        if name in self._placeholders:  # PL1: an empty built-in yields its name
+            self._placeholders.discard(name)
+            self._unregister(name)
+            del self.plugins[name]
         if name in self.plugins:
             self._fail(name, version, "load", f"a second plugin is named {name!r}; ignored")
             return
@@ -121,6 +127,8 @@ class PluginHost:
             self.owners[cls.engine_type] = name
             engines.append(cls.engine_type)
         self.plugins[name] = PluginRecord(name, version, "ok", engines)
+        if not engines and not policies and _distribution(point) == PROJECT:
+            self._placeholders.add(name)
         self._record(PluginLoaded(name, version, engines))
 
     def _collect(
@@ -152,6 +160,9 @@ class PluginHost:
             engine = cls.engine_type
             if not engine:
                 return f"{cls.__qualname__} has no engine_type"
+            problem = engine_name_problem(engine)
+            if problem is not None:
+                return f"{cls.__qualname__}.engine_type {problem}"
             if engine in self.adapters:
                 return (
                     f"engine {engine!r} is already registered by plugin "

@@ -26,6 +26,7 @@ from hostler_llamacpp.panic import classify_line
 
 __all__ = [
     "DEFAULT_CACHE_REUSE",
+    "LLAMA_OPTIONS",
     "REPACKED_TYPES",
     "LlamaCppAdapter",
     "build_metadata",
@@ -35,6 +36,29 @@ __all__ = [
 ]
 
 BUILD_SIDECAR = "hostler-llama-build.json"
+
+#: Every setting L14 reads from ``options``, with its type.
+LLAMA_OPTIONS: Mapping[str, type | tuple[type, ...]] = {
+    "batch_size": int,
+    "cache_reuse": (int, bool),
+    "chat_template": str,
+    "cpu_moe": bool,
+    "flash_attn": (bool, str),
+    "mlock": bool,
+    "mmproj": str,
+    "n_cpu_moe": int,
+    "n_gpu_layers": (int, str),
+    "reasoning_budget": int,
+    "reasoning_format": str,
+    "reasoning_preserve": bool,
+    "spec_draft_model": str,
+    "spec_draft_n_max": int,
+    "spec_type": str,
+    "swa_full": bool,
+    "threads": int,
+    "ubatch_size": int,
+    "vision": bool,
+}
 
 
 #: Tensor types whose matrix weights llama.cpp's CPU backend repacks into a second buffer
@@ -103,6 +127,11 @@ class LlamaCppAdapter(EngineAdapter):
 
     engine_type = "llamacpp"
     readiness_path = "/health"
+    #: L14: the operator's extras are merged into llama-server's flags (a flag given again
+    #: replaces the earlier one, at its last place), not appended after them.
+    applies_extra_args = True
+    #: The ``options`` L14 reads (``[engine_defaults.llamacpp.options]``, a model's ``options``).
+    options_schema = LLAMA_OPTIONS
 
     def __init__(
         self,

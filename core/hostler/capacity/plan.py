@@ -35,7 +35,7 @@ from hostler.capacity.kvtrade import (
     is_gemma,
 )
 from hostler.capacity.ledger import LedgerLimits, fallback_resident_bytes, format_denial, shortfall
-from hostler.capacity.slots import default_slots, planned_slots, slot_ceiling
+from hostler.capacity.slots import compute_headroom, default_slots, planned_slots, slot_ceiling
 from hostler.capacity.units import round_half_up
 
 __all__ = [
@@ -64,6 +64,8 @@ class PlanRequest:
         manifest_context: A catalog's context size for the model.
         growth_ceiling: C3's ceiling for adaptive growth set by the operator
             (``HOSTLER_LLAMA_GROWTH_CEILING_TOKENS``); None for unbounded (the native window).
+        engine: The engine name, for S5's compute headroom.
+        kv_headroom: The engine adapter's own S5 share (None: hostler's for ``engine``).
     """
 
     model: str
@@ -75,6 +77,8 @@ class PlanRequest:
     min_context: int | None = None
     manifest_context: int | None = None
     growth_ceiling: int | None = None
+    engine: str = "llamacpp"
+    kv_headroom: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +234,11 @@ def plan_llama(
             cache_type=cache_type,
             exact_f16_per_slot=exact_f16,
             sizing_budget=auto.concurrency_sizing,
+            headroom=(
+                compute_headroom(request.engine)
+                if request.kv_headroom is None
+                else request.kv_headroom
+            ),
         )
 
     ceiling = ceiling_at(kv_type)

@@ -46,8 +46,12 @@ def slot_ceiling(
     cache_type: str | None,
     exact_f16_per_slot: int | None,
     sizing_budget: int | None = None,
+    headroom: float | None = None,
 ) -> int:
-    """S6–S7: how many slots of ``ctx`` tokens fit beside the weights (never below 1)."""
+    """S6–S7: how many slots of ``ctx`` tokens fit beside the weights (never below 1).
+
+    ``headroom`` is the engine adapter's own S5 share (None: :func:`compute_headroom`).
+    """
     if exact_f16_per_slot and exact_f16_per_slot > 0:
         per_slot = round_half_up(exact_f16_per_slot * kv_scale(cache_type))
     else:
@@ -56,7 +60,7 @@ def slot_ceiling(
         return 1
     effective = min(budget, sizing_budget) if sizing_budget is not None else budget
     free = effective - committed_other - fallback_resident_bytes(engine, weights_bytes)
-    usable = free * (1 - compute_headroom(engine))
+    usable = free * (1 - (compute_headroom(engine) if headroom is None else headroom))
     return max(1, math.floor(usable / per_slot))
 
 

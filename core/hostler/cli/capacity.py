@@ -76,7 +76,14 @@ def add_parsers(sub: Any) -> None:
         "preview",
         help="plan a model's launch (window, slots, bytes) without loading or evicting anything",
     )
-    preview.add_argument("model", type=path_argument, help="path of a GGUF model file")
+    preview.add_argument(
+        "model", type=path_argument, help="path of the model (a GGUF file for llamacpp)"
+    )
+    preview.add_argument(
+        "--engine",
+        metavar="NAME",
+        help="the engine whose adapter reads and prices the model (default: llamacpp)",
+    )
     preview.add_argument(
         "--ctx", type=count(1, 16_777_216), help="per-slot context window to ask for"
     )
@@ -210,7 +217,7 @@ def run_budget(args: argparse.Namespace) -> int:
 
 def run_preview(args: argparse.Namespace) -> int:
     """Plan, price (the way the daemon does) and print (the daemon's own plan with ``--url``)."""
-    url = args.url or (None if args.model.is_file() else daemon_url(args, default=None))
+    url = args.url or (None if args.model.exists() else daemon_url(args, default=None))
     if url is not None:
         return remote_capacity.run_preview(args, url)
     for option in ("ctx", "slots"):
@@ -218,16 +225,21 @@ def run_preview(args: argparse.Namespace) -> int:
         if value is not None and value < 1:
             raise UsageError(f"--{option} must be at least 1")
     settings = read_context_overrides(os.environ)  # C1, C3: refused before any work if bad
-    model_path: Path = args.model
-    geometry = read_geometry(model_path, mmproj=args.mmproj)
+    engine = args.engine or "llamacpp"
+    adapter = PluginHost().load().adapter(engine)
+    model_path: Path = adapter.validate_model(args.model)
+    if args.mmproj is not None:  # a projector is llama.cpp's: both read as GGUF
+        geometry = read_geometry(model_path, mmproj=args.mmproj)
+    else:  # RD4: the engine's own reader (a GGUF header by default)
+        geometry = adapter.read_geometry(model_path)
     sample = _sample()
     budget = budget_from(sample)
     path: Path = args.ledger or default_ledger_path()
     state, calibration = _read_ledger(path)
     name = model_path.stem
     price = price_engine(
-        PluginHost().load().adapter("llamacpp"),
-        key=f"llamacpp:{name}:0",
+        adapter,
+        key=f"{engine}:{name}:0",
         model=model_path,
         ctx=args.ctx,
         slots=args.slots,

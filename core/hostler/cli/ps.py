@@ -28,6 +28,7 @@ PS_HEADERS = (
     "STATE",
     "FOR",
     "PID",
+    "PORT",
     "RESERVED",
     "MEASURED",
     "SLOTS",
@@ -36,7 +37,7 @@ PS_HEADERS = (
     "LEASE",
     "REASON",
 )
-_RIGHT = ("FOR", "PID", "RESERVED", "MEASURED", "SLOTS", "QUEUED", "IDLE STOP")
+_RIGHT = ("FOR", "PID", "PORT", "RESERVED", "MEASURED", "SLOTS", "QUEUED", "IDLE STOP")
 
 
 def add_parser(sub: Any) -> None:
@@ -81,6 +82,7 @@ def ps_rows(engines: Mapping[str, Any], queues: Mapping[str, Any]) -> list[tuple
                 str(engine["state"]),
                 "-" if since is None or not now else duration(now - since),
                 str(engine.get("pid") or "-"),
+                str(engine.get("port") or "-"),  # the engine's own loopback port
                 size(reserved if reserved is not None else engine.get("bytes") or None),
                 size(engine.get("measured_bytes")),
                 f"{queue.get('running', 0)}/{width}" if width else "-",

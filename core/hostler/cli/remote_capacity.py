@@ -31,7 +31,7 @@ __all__ = [
 #: The reservation table's columns (pinned by the tests).
 BUDGET_HEADERS = ("KEY", "BYTES", "OWNER", "PID")
 #: ``hostler preview``'s options that price a file here, meaningless against the daemon.
-LOCAL_PREVIEW_OPTIONS = ("ctx", "slots", "kv", "mmproj", "standalone", "live", "ledger")
+LOCAL_PREVIEW_OPTIONS = ("engine", "ctx", "slots", "kv", "mmproj", "standalone", "live", "ledger")
 
 _UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?", re.IGNORECASE)
@@ -135,7 +135,7 @@ def run_preview(args: argparse.Namespace, url: str) -> int:
         used.append("--policy")
     if used:
         raise UsageError(
-            f"{', '.join(used)}: only for a local preview of a GGUF file (without --url / "
+            f"{', '.join(used)}: only for a local preview of a model file (without --url / "
             "HOSTLER_URL); the daemon previews each engine as it is configured"
         )
     token = token_of(args)

@@ -24,7 +24,7 @@ from hostler.capacity.pricing import LaunchPrice, price_launch
 from hostler.drivers.host_ledger import HostLedger
 from hostler.drivers.measure import load_calibration
 from hostler.errors import HostlerError
-from hostler.plugin import EngineAdapter, LaunchSpec
+from hostler.plugin import EngineAdapter, LaunchSpec, launch_command
 
 __all__ = ["engine_build", "price_engine", "price_from_ledger"]
 
@@ -32,7 +32,7 @@ __all__ = ["engine_build", "price_engine", "price_from_ledger"]
 def engine_build(adapter: EngineAdapter, spec: LaunchSpec) -> str:
     """The build a launch of ``spec`` would run (as the supervisor names it), or ``unknown``."""
     try:
-        return adapter.build_identity(adapter.build_command(spec))
+        return adapter.build_identity(launch_command(adapter, spec))
     except HostlerError:  # no binary here: nothing learned applies
         return "unknown"
 
@@ -54,17 +54,25 @@ def price_engine(
     free_ram: int | None = None,
     standalone: bool = False,
     geometry: ModelGeometry | None = None,
+    options: Mapping[str, object] | None = None,
 ) -> LaunchPrice:
     """Plan and price a launch of ``model`` as ``key`` (see the module's docstring).
 
     ``ctx`` and ``slots`` are what the operator asked for (a per-model window, taken as a
     deliberate override, C4); ``standalone`` prices the model as the only resident;
     ``geometry`` is the model's, when the caller read it already (with a projector, say).
+
+    The same for every engine (RD4): the model validated by its adapter, the adapter's
+    geometry and raw estimate, the adapter's S5 headroom (``kv_headroom``) in slot sizing,
+    and learning's correction keyed by the adapter's ``model_identity``.
     """
     parsed = parse_key(key)
     engine, name = (parsed.engine, parsed.model) if parsed else (adapter.engine_type, model.stem)
+    model = adapter.validate_model(model)
     geometry = geometry or adapter.read_geometry(model)
+    identity = str(adapter.model_identity(model))
     extras = dict(extra_args or {})
+    settings = dict(options or {})
 
     def spec(ctx_total: int, count: int, cache_type: str) -> LaunchSpec:
         count = max(1, count)
@@ -76,6 +84,7 @@ def price_engine(
             slots=count,
             kv_type=cache_type,
             extra_args=extras,
+            options=settings,
         )
 
     build = engine_build(adapter, spec(256, 1, kv_type or "f16"))
@@ -86,7 +95,7 @@ def price_engine(
     def correct(value: int, ctx_total: int, count: int, cache_type: str) -> int:
         return calibration.correct(
             value,
-            model=model.name,
+            model=identity,
             build=build,
             kv_type=cache_type,
             ctx_total=ctx_total,
@@ -103,6 +112,8 @@ def price_engine(
             policy=policy,
             min_context=overrides.min_context if overrides else None,
             growth_ceiling=overrides.growth_ceiling if overrides else None,
+            engine=engine,
+            kv_headroom=adapter.kv_headroom,
         ),
         geometry,
         budget,
@@ -124,6 +135,7 @@ def price_from_ledger(
     slots: int | None,
     kv_type: str | None,
     extra_args: Mapping[str, str | int | float | bool] | None = None,
+    options: Mapping[str, object] | None = None,
 ) -> LaunchPrice:
     """:func:`price_engine` against the host ledger as it stands now (the daemon's way)."""
     return price_engine(
@@ -137,5 +149,6 @@ def price_from_ledger(
         state=ledger.refresh(),
         calibration=load_calibration(ledger.store),
         extra_args=extra_args,
+        options=options,
         overrides=read_context_overrides(os.environ),  # C1, C3: as preview reads them
     )

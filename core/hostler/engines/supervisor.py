@@ -30,6 +30,7 @@ import copy
 import dataclasses
 import logging
 import os
+import re
 import secrets
 import socket
 import subprocess
@@ -49,7 +50,7 @@ from hostler.drivers.host_ledger import HostLedger
 from hostler.drivers.loghealth import LogHealth
 from hostler.drivers.measure import LaunchFacts, record_launch
 from hostler.drivers.offloop import OffLoop
-from hostler.engines.http import probe_status
+from hostler.engines.http import probe_response, probe_status
 from hostler.engines.logs import (
     DEFAULT_LOG_KEEP,
     DEFAULT_LOG_MAX_BYTES,
@@ -70,6 +71,7 @@ from hostler.errors import (
     ConcurrencyError,
     EngineStartError,
     HostlerError,
+    ModelFileError,
     PluginError,
     RestartBudgetError,
     StoreCorruptError,
@@ -78,7 +80,15 @@ from hostler.errors import (
 from hostler.events.offload import OffloadDegraded, offload_stream
 from hostler.machines.engine import Engine, EngineState, StopReason
 from hostler.paths import private_dir
-from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec, Panic
+from hostler.plugin import (
+    EngineAdapter,
+    LaunchCommand,
+    LaunchSpec,
+    Panic,
+    ReadinessProbe,
+    json_fields_match,
+    launch_command,
+)
 from hostler.pluginhost import describe_exception, plugin_fault
 from hostler.policies.supervision import (
     SupervisionPolicy,
@@ -157,6 +167,8 @@ class _Child:
     expected_stop: bool = False
     lines: deque[str] = field(default_factory=lambda: deque(maxlen=200))
     pidfd: Pidfd | None = None  # held for the engine's life, closed when it is dropped (SG4)
+    ready_line: re.Pattern[str] | None = None  # RD1: the line readiness waits for, if any
+    saw_ready_line: bool = False
 
 
 class Supervisor:
@@ -535,9 +547,12 @@ class Supervisor:
                 )
             return
         spec = child.spec
+        model: object = spec.model.name
+        with contextlib.suppress(HostlerError):  # a raising plugin costs the lesson, not the start
+            model = self._plugin("model_identity", self.adapter.model_identity, spec.model)
         facts = LaunchFacts(
             engine_key=self.key,
-            model=spec.model.name,
+            model=str(model),
             build=self._build,
             kv_type=spec.kv_type or "f16",
             ctx_total=spec.ctx_per_slot * spec.slots,
@@ -588,9 +603,23 @@ class Supervisor:
         if self.offload is not None:  # a degraded plan (L13) outlives the start that chose it
             spec = dataclasses.replace(spec, offload=self.offload)
         self._launched_offload, self._start_panic = spec.offload, None
-        if not spec.model.is_file():
-            raise EngineStartError(f"{self.key}: model file {spec.model} does not exist")
-        command: LaunchCommand = self._plugin("build_command", self.adapter.build_command, spec)
+        try:  # RD2: absolute, and a file or a directory as the adapter says
+            model: object = self._plugin("validate_model", self.adapter.validate_model, spec.model)
+        except HostlerError as exc:
+            path = spec.model.absolute()
+            if isinstance(exc, ModelFileError) and not path.exists():
+                kind = {"file": "model file", "directory": "model directory"}
+                what = kind.get(self.adapter.model_kind, "model")
+                raise EngineStartError(f"{self.key}: {what} {path} does not exist") from exc
+            raise EngineStartError(f"{self.key}: {exc.message}") from exc
+        if not isinstance(model, Path) or not model.is_absolute():
+            raise self._plugin_fault(f"returned {repr(model)[:60]} from validate_model")
+        spec = dataclasses.replace(spec, model=model)
+        probe = self._plugin("readiness", self.adapter.readiness, spec)
+        if not isinstance(probe, ReadinessProbe):
+            raise self._plugin_fault(f"returned {repr(probe)[:60]} from readiness")
+        # RD5: the adapter's argv, then the operator's extra_args (unless it places them)
+        command: LaunchCommand = self._plugin("build_command", launch_command, self.adapter, spec)
         self._build = self._plugin("build_identity", self.adapter.build_identity, command)
         linked = self._linked_run_dir()
         if linked is not None:  # planted: rotation would cut files wherever it points
@@ -617,6 +646,8 @@ class Supervisor:
             message = f"{self.key}: cannot run {command.argv[0]} ({reason})"
             raise EngineStartError(message) from exc
         child = _Child(identity, process, follower, self._clock(), spec, pidfd=pidfd)
+        if probe.ready_line is not None:
+            child.ready_line = re.compile(probe.ready_line)
         self._child = child
         # Recorded before ensure_running can return: a daemon killed from here on finds it.
         await self._fire(
@@ -637,7 +668,7 @@ class Supervisor:
             except StoreError as exc:
                 # the reservation still names the launch token, which finds the engine (OW2)
                 log.warning("hostler: %s: ledger bind not recorded (%s)", self.key, exc.message)
-        await self._await_ready(child)
+        await self._await_ready(child, probe)
         return port
 
     async def _abandon(self, exc: BaseException) -> None:
@@ -693,9 +724,29 @@ class Supervisor:
             self._drop(child)
         return ended
 
-    async def _await_ready(self, child: _Child) -> None:
+    async def _probe_ready(self, child: _Child, probe: ReadinessProbe) -> bool:
+        """RD1: whether every part of the adapter's readiness probe passes now."""
+        if child.ready_line is not None and not child.saw_ready_line:
+            return False
+        if probe.path is None:
+            return True
+        answer = await probe_response(
+            child.identity.port,
+            probe.path,
+            method=probe.method,
+            body=probe.body,
+            content_type=probe.content_type,
+            wait=probe.wait,
+        )
+        if answer is None:
+            return False
+        status, body = answer
+        if probe.expect_json is not None and not json_fields_match(body, probe.expect_json):
+            return False
+        return bool(self._plugin("is_ready_response", self.adapter.is_ready_response, status, body))
+
+    async def _await_ready(self, child: _Child, probe: ReadinessProbe) -> None:
         deadline = anyio.current_time() + self.policy.startup_timeout
-        path = self.adapter.readiness_path
         while True:
             if self._abort_reason is not None:
                 reason, self._abort_reason = self._abort_reason, None
@@ -705,8 +756,7 @@ class Supervisor:
             exited = child.process is not None and child.process.poll() is not None
             if (child.panic is not None and child.panic.fatal_at_startup) or exited:
                 await self._startup_failed(child, exited=exited)
-            status = await probe_status(child.identity.port, path, wait=1)
-            if status is not None and self._plugin("is_ready", self.adapter.is_ready, status):
+            if await self._probe_ready(child, probe):
                 child.reached_ready = True
                 self._health_failures = 0
                 await self._fire("ready")
@@ -759,6 +809,8 @@ class Supervisor:
         lines = child.log.flush() if final else child.log.new_lines()
         for line in lines:
             child.lines.append(line)
+            if child.ready_line is not None and child.ready_line.search(line):
+                child.saw_ready_line = True
             panic = self._plugin("classify_line", self.adapter.classify_line, line)
             if panic is not None and (
                 child.panic is None or panic.priority >= child.panic.priority

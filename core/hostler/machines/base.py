@@ -44,6 +44,11 @@ class _QuietOverridePolicy(logging.Filter):
 
 
 logging.getLogger("transitions.core").addFilter(_QuietOverridePolicy())
+# Quiet by default: hostler says what each transition did itself (its events, its own log
+# lines); the library's per-callback "Executed callback" notes are INFO noise in a daemon's
+# or a host program's output. A level set on it explicitly (for debugging) is left alone.
+if logging.getLogger("transitions").level == logging.NOTSET:
+    logging.getLogger("transitions").setLevel(logging.WARNING)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,319 @@
+"""The completed contract, from the operator's side: options tables, engine names, a third
+party's placeholder-named plugin, ``hostler preview`` of an adapter's own geometry, the
+engine's port in ``hostler ps``, and a quiet daemon (RD4–RD6, PL1)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import textwrap
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from hostler.cli import main
+from hostler.config import load_config
+from hostler.daemon import check_engine_options
+from hostler.errors import UsageError
+from hostler.machines.engine import Engine
+from hostler.plugin import (
+    ENGINE_NAME_MAX,
+    OptionType,
+    engine_name_problem,
+    validate_options,
+)
+from hostler.pluginhost import PluginHost
+from hostler.testing.tiny_gguf import write_tiny_llama
+
+from _daemons import count, engines, kill_leftovers, served_port, start_daemon, wait_for
+
+TOY = textwrap.dedent(
+    """
+    import json
+    from hostler.plugin import EngineAdapter, LaunchCommand, ModelGeometry, hookimpl
+
+    class Toy(EngineAdapter):
+        engine_type = "toy"
+        model_kind = "directory"
+        options_schema = {"temperature": float, "draft": bool}
+
+        def build_command(self, spec):
+            return LaunchCommand(["toy-server"])
+
+        def read_geometry(self, model):
+            config = json.loads((model / "config.json").read_text())
+            return ModelGeometry(
+                architecture=config["model_type"],
+                block_count=config["num_hidden_layers"],
+                head_count=config["num_attention_heads"],
+                head_count_kv=config["num_key_value_heads"],
+                embedding_length=config["hidden_size"],
+                native_context=config["max_position_embeddings"],
+                file_size=config["bytes"],
+            )
+
+        def estimate_footprint(self, geometry, spec):
+            return geometry.file_size + 1000 * spec.ctx_per_slot * spec.slots
+
+    @hookimpl
+    def register_engines(register):
+        register(Toy)
+    """
+)
+THIRD_PARTY_MLX = textwrap.dedent(
+    """
+    from hostler.plugin import EngineAdapter, LaunchCommand, hookimpl
+
+    class Mlx(EngineAdapter):
+        engine_type = "mlx"
+        def build_command(self, spec):
+            return LaunchCommand(["mlx_lm.server"])
+
+    @hookimpl
+    def register_engines(register):
+        register(Mlx)
+    """
+)
+RESERVED = textwrap.dedent(
+    """
+    from hostler.plugin import EngineAdapter, LaunchCommand, hookimpl
+
+    class Sneaky(EngineAdapter):
+        engine_type = "unavailable"
+        def build_command(self, spec):
+            return LaunchCommand(["true"])
+
+    @hookimpl
+    def register_engines(register):
+        register(Sneaky)
+    """
+)
+
+
+def install(root: Path, entry: str, module: str, code: str) -> None:
+    """A real distribution (package + dist-info) whose entry point is named ``entry``."""
+    (root / module).mkdir(parents=True)
+    (root / module / "__init__.py").write_text(code)
+    dist = root / f"{module}-1.2.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 1.2\n")
+    (dist / "entry_points.txt").write_text(f"[hostler]\n{entry} = {module}\n")
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "site"
+    install(root, "toy", "contract_toy", TOY)
+    install(root, "mlx", "contract_mlx", THIRD_PARTY_MLX)
+    install(root, "sneaky", "contract_sneaky", RESERVED)
+    monkeypatch.syspath_prepend(str(root))
+    return root
+
+
+# -- engine names (PL1) -----------------------------------------------------------------------
+
+
+def test_the_engine_name_rule_is_one_public_function() -> None:
+    assert engine_name_problem("llamacpp") is None
+    assert engine_name_problem("a") is None
+    assert engine_name_problem("x" * ENGINE_NAME_MAX) is None
+    assert engine_name_problem("x" * (ENGINE_NAME_MAX + 1)) is not None
+    assert engine_name_problem("My-Engine") is not None
+    assert engine_name_problem("-lead") is not None
+    assert engine_name_problem("a:b") is not None
+    assert engine_name_problem("") is not None
+    assert engine_name_problem("unavailable") == "'unavailable' is reserved by hostler"
+
+
+def test_a_placeholder_yields_its_name_and_a_reserved_name_is_refused(site: Path) -> None:
+    host = PluginHost().load()
+    mlx = host.plugins["mlx"]
+    assert (mlx.status, mlx.engines, mlx.version) == ("ok", ["mlx"], "1.2")  # the third party's
+    assert host.owners["mlx"] == "mlx" and host.adapters["mlx"].__module__ == "contract_mlx"
+    sneaky = host.plugins["sneaky"]
+    assert sneaky.status == "failed"
+    assert (
+        sneaky.error == "register_engines: Sneaky.engine_type 'unavailable' is reserved by hostler"
+    )
+    assert host.plugins["llamacpp"].engines == ["llamacpp"]  # a real built-in keeps its name
+
+
+def test_a_config_refuses_a_reserved_engine_name(tmp_path: Path) -> None:
+    config = tmp_path / "h.toml"
+    config.write_text('[[models]]\nid = "m"\nengine = "unavailable"\npath = "m.gguf"\n')
+    with pytest.raises(UsageError, match=r"models\[0\]\.engine: .*not a reserved one"):
+        load_config(config)
+
+
+# -- options (RD6) ----------------------------------------------------------------------------
+
+
+def test_options_come_from_the_engine_defaults_then_the_model(tmp_path: Path) -> None:
+    config = tmp_path / "h.toml"
+    config.write_text(
+        "[engine_defaults.llamacpp.options]\nthreads = 2\nmlock = true\n"
+        '\n[[models]]\nid = "m"\npath = "m.gguf"\noptions = { threads = 4 }\n'
+        '\n[[engines]]\nkey = "llamacpp:e:0"\nmodel = "e.gguf"\n'
+    )
+    loaded = load_config(config)
+    model, engine = loaded.engines[1], loaded.engines[0]
+    assert model.options == {"threads": 4, "mlock": True}
+    assert model.options_from == {
+        "threads": f"{config}: models[0].options",
+        "mlock": f"{config}: engine_defaults.llamacpp.options",
+    }
+    assert engine.options == {"threads": 2, "mlock": True}
+    check_engine_options(loaded.engines, PluginHost().load())  # all known to llama.cpp
+
+
+def test_an_unknown_or_mistyped_option_is_one_line_naming_file_and_key(tmp_path: Path) -> None:
+    config = tmp_path / "h.toml"
+    config.write_text('[[models]]\nid = "m"\npath = "m.gguf"\noptions = { thread = 4 }\n')
+    plugins = PluginHost().load()
+    with pytest.raises(UsageError) as caught:
+        check_engine_options(load_config(config).engines, plugins)
+    message = caught.value.message
+    assert message.startswith(f"{config}: models[0].options.thread: unknown option for engine ")
+    assert "'llamacpp' (known: batch_size, cache_reuse," in message and "\n" not in message
+    config.write_text(
+        '[engine_defaults.llamacpp.options]\nmlock = "yes"\n[[models]]\nid = "m"\npath = "m.gguf"\n'
+    )
+    with pytest.raises(
+        UsageError,
+        match=r"engine_defaults\.llamacpp\.options\.mlock: should be bool \(got 'yes'\)$",
+    ):
+        check_engine_options(load_config(config).engines, plugins)
+
+
+def test_an_options_schema_types_values_strictly() -> None:
+    schema: dict[str, OptionType] = {
+        "n": int,
+        "r": float,
+        "s": str,
+        "b": bool,
+        "either": (int, str),
+    }
+    ok = {"n": 1, "r": 2, "s": "x", "b": False, "either": "all"}
+    assert validate_options(ok, schema, where="f", engine="e") == ok
+    assert validate_options({"r": 0.5, "either": 3}, schema, where="f", engine="e")
+    for bad in ({"n": True}, {"n": 1.5}, {"r": True}, {"s": 1}, {"b": 0}, {"either": 1.0}):
+        with pytest.raises(UsageError, match=r"^f\.\w+: should be "):
+            validate_options(bad, schema, where="f", engine="e")
+    with pytest.raises(UsageError, match=r"^f\.x: unknown option for engine 'e' \(known: none\)$"):
+        validate_options({"x": 1}, {}, where="f", engine="e")
+
+
+# -- preview of an adapter's own geometry (RD4) ----------------------------------------------
+
+
+def toy_model(root: Path) -> Path:
+    folder = root / "toy-model"
+    folder.mkdir()
+    config = {
+        "model_type": "qwen2",
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "hidden_size": 64,
+        "max_position_embeddings": 2048,
+        "bytes": 50 * 2**20,
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_preview_prices_an_adapter_supplied_geometry(
+    site: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = toy_model(tmp_path)
+    ledger = str(tmp_path / "ledger.db")
+    status = main(["preview", str(model), "--engine", "toy", "--ctx", "1024", "--slots", "1",
+                   "--ledger", ledger, "--json"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    plan = json.loads(out)
+    assert plan["admitted"] is True and plan["architecture"] == "qwen2"
+    assert (plan["context_window"], plan["slots"]) == (1024, 1)
+    assert plan["estimated_bytes"] == 50 * 2**20 + 1000 * 1024  # the adapter's own price
+    assert plan["reserved_bytes"] == plan["estimated_bytes"]  # learning: nothing yet
+    status = main(["preview", str(model / "config.json"), "--engine", "toy", "--ledger", ledger])
+    _out, err = capsys.readouterr()
+    assert status == 1 and "config.json: is a file, not a model directory" in err
+
+
+def test_preview_of_an_engine_no_plugin_provides_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = toy_model(tmp_path)
+    status = main(["preview", str(model), "--engine", "nosuch", "--ledger", str(tmp_path / "l")])
+    _out, err = capsys.readouterr()
+    assert status != 0 and "no plugin provides engine 'nosuch'" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+# -- quiet by default (item 7) ----------------------------------------------------------------
+
+
+def test_the_state_machine_library_says_nothing_below_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)  # a host program that logs everything
+    engine = Engine("llamacpp:m:0")
+    engine.fire("start", at=1.0, cause="test")
+    assert engine.state == "starting"
+    assert [r for r in caplog.records if r.name.startswith("transitions")] == []
+    assert logging.getLogger("transitions").level == logging.WARNING
+
+
+# -- a real daemon: options reach the engine, ps shows its port, quiet output ---------------
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    write_tiny_llama(tmp_path / "tiny.gguf")
+    config = tmp_path / "hostler.toml"
+    config.write_text(
+        '[daemon]\nidle_timeout = 0\nledger = "ledger.db"\n[server]\nport = 0\nauth = "none"\n'
+        "[engine_defaults.llamacpp.options]\nthreads = 2\n"
+        '[[models]]\nid = "tiny"\npath = "tiny.gguf"\nctx = 512\nautostart = true\n'
+        "extra_args = { seed = 7 }\n"
+    )
+    data = tmp_path / "data"
+    yield config, data
+    kill_leftovers(data)
+
+
+def test_a_served_engine_gets_its_options_shows_its_port_and_the_output_is_quiet(
+    served: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, data = served
+    log = tmp_path / "serve.log"
+    daemon = start_daemon(config, data, log, command="serve")
+    key = "llamacpp:tiny:0"
+    try:
+        port = served_port(log)
+        wait_for(lambda: count(data, key, "engine.ready") == 1, timeout=120)
+        _state, pid, engine_port = engines(data)[key]
+        argv = psutil.Process(pid).cmdline()
+        assert argv[argv.index("--threads") + 1] == "2"  # [engine_defaults.llamacpp.options]
+        assert argv[argv.index("--seed") + 1] == "7"  # extra_args, placed by the adapter
+        assert argv.count("--seed") == 1
+        status = main(["ps", "--url", f"http://127.0.0.1:{port}"])
+        out, err = capsys.readouterr()
+        assert status == 0, err
+        header = out.splitlines()[0].split()
+        assert header[header.index("PID") + 1] == "PORT"
+        row = next(line for line in out.splitlines() if line.startswith(key)).split()
+        assert row[row.index(str(pid)) + 1] == str(engine_port)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/engines", timeout=10) as r:
+            assert json.loads(r.read())["engines"][0]["port"] == engine_port
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(60)
+    text = log.read_text()
+    assert "serving on http://" in text  # hostler's own lines are there
+    assert "Executed callback" not in text and "transitions" not in text
