@@ -115,9 +115,10 @@ class FakeEngineAdapter(EngineAdapter):
         return dataclasses.replace(self.behaviour, **changes)  # type: ignore[arg-type]
 
     def build_command(self, spec: LaunchSpec) -> LaunchCommand:
-        """``python fake_server.py PORT BEHAVIOUR``, then the operator's extras, last."""
+        """``python fake_server.py PORT BEHAVIOUR --model MODEL``, then the extras, last."""
         program = str(spec.binary) if spec.binary is not None else self.python
-        argv = [program, str(SERVER), str(spec.port), self.behaviour_for(spec).to_json()]
+        behaviour = self.behaviour_for(spec).to_json()
+        argv = [program, str(SERVER), str(spec.port), behaviour, "--model", str(spec.model)]
         for flag, value in spec.extra_args.items():
             if value is False:
                 continue

@@ -1,9 +1,10 @@
 """The fake engine's server process: a small OpenAI / llama-server look-alike (stdlib only).
 
-Run as ``python fake_server.py PORT BEHAVIOUR_JSON``; :class:`hostler.testing.fake_engine.
-FakeEngineAdapter` builds that command. It imports nothing outside the standard library, so it
-starts in milliseconds in any interpreter. What it does is scripted by the behaviour (the fields
-of :class:`hostler.testing.fake_engine.Behaviour`):
+Run as ``python fake_server.py PORT BEHAVIOUR_JSON [--model PATH ...]`` (what follows the
+behaviour is ignored); :class:`hostler.testing.fake_engine.FakeEngineAdapter` builds that
+command. It imports nothing outside the standard library, so it starts in milliseconds in any
+interpreter. What it does is scripted by the behaviour (the fields of
+:class:`hostler.testing.fake_engine.Behaviour`):
 
 - ``load_seconds``: it "loads the model" this long before it is ready. Meanwhile its port is
   closed, unless ``listen_while_loading`` (``/health`` answers 503, as llama-server's does) or
