@@ -1,4 +1,3 @@
-# ruff: noqa: S101 - a test suite: its checks are pytest asserts (rewritten, see __init__)
 """The adapter conformance suite: the engine adapter contract, checked for any adapter.
 
 One import and two fixtures run it against your adapter::
