@@ -5,6 +5,7 @@ Real processes, real HTTP, real signals; the fixtures come from the opt-in pytes
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import urllib.error
@@ -17,10 +18,11 @@ import psutil
 import pytest
 
 from hostler import Engine, load
+from hostler.engines.supervisor import SupervisorPolicy
 from hostler.errors import EngineStartError, UsageError
 from hostler.plugin import LaunchSpec
 from hostler.testing.fake_engine import READY_LINE, Behaviour, FakeEngineAdapter
-from hostler.testing.harness import FakeClock, Harness
+from hostler.testing.harness import FAST_POLICY, FakeClock, Harness
 
 pytest_plugins = ["hostler.testing.pytest_plugin"]
 pytestmark = pytest.mark.anyio
@@ -268,3 +270,32 @@ def test_fake_clock_moves_only_forward_when_told() -> None:
     with pytest.raises(UsageError, match="does not go back"):
         clock.advance(-0.001)
     assert clock() == 200.0
+
+
+class TestTheFakeClockDrivesTheIdleTimer:
+    """A harness on ``fake_clock``: the supervisor's idle stop waits for the clock, not time."""
+
+    @pytest.fixture
+    def hostler_clock(self, fake_clock: FakeClock) -> FakeClock:
+        return fake_clock
+
+    @pytest.fixture
+    def hostler_policy(self) -> SupervisorPolicy:
+        return dataclasses.replace(FAST_POLICY, idle_timeout=300)
+
+    async def test_idle_stop_at_the_timeout_by_the_clock(
+        self, hostler_harness: Harness, fake_clock: FakeClock
+    ) -> None:
+        sup = hostler_harness.supervisor(KEY)
+        await sup.ensure_running()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sup.watch)
+            fake_clock.advance(299)
+            await anyio.sleep(0.5)  # ten watch ticks: not idle for 300 s yet
+            assert sup.state == "running"
+            fake_clock.advance(1)  # unused for exactly 300 s: idle (SP4)
+            with anyio.fail_after(10):
+                while sup.state != "stopped":
+                    await anyio.sleep(0.05)
+            tg.cancel_scope.cancel()
+        assert load(hostler_harness.store, Engine, KEY).stop_reason == "idle"

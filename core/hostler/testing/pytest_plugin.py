@@ -16,6 +16,9 @@ Fixtures:
 - ``fake_engine``: a :class:`~hostler.testing.fake_engine.FakeEngineAdapter` with it.
 - ``hostler_adapters``: the adapters by engine name (default: ``{"fake": fake_engine}``);
   override it to run your own.
+- ``hostler_policy``: the supervisors' timings (default: ``FAST_POLICY``).
+- ``hostler_clock``: the wall clock of the harness (default: ``time.time``; return
+  ``fake_clock`` from an override to drive idle and health timers by hand).
 - ``hostler_harness``: a :class:`~hostler.testing.harness.Harness` over the store and adapters
   (supervisors, ledger, prices).
 - ``hostler_runtime``: a :class:`hostler.Runtime` over the harness, not yet entered: use it
@@ -26,7 +29,8 @@ The adapter conformance suite is a separate import: :mod:`hostler.testing.confor
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -44,6 +48,7 @@ __all__ = [
     "fake_clock",
     "fake_engine",
     "hostler_adapters",
+    "hostler_clock",
     "hostler_data_dir",
     "hostler_harness",
     "hostler_policy",
@@ -107,14 +112,27 @@ def hostler_policy() -> SupervisorPolicy:
 
 
 @pytest.fixture
+def hostler_clock() -> Callable[[], float]:
+    """The harness's wall clock (default: the real one)."""
+    return time.time
+
+
+@pytest.fixture
 def hostler_harness(
     hostler_data_dir: Path,
     hostler_store: EventStore,
     hostler_adapters: dict[str, EngineAdapter],
     hostler_policy: SupervisorPolicy,
+    hostler_clock: Callable[[], float],
 ) -> Harness:
     """Supervisors, a ledger and prices for engine keys over ``hostler_store``."""
-    return Harness(hostler_data_dir, hostler_store, hostler_adapters, policy=hostler_policy)
+    return Harness(
+        hostler_data_dir,
+        hostler_store,
+        hostler_adapters,
+        policy=hostler_policy,
+        clock=hostler_clock,
+    )
 
 
 @pytest.fixture
