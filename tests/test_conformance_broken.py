@@ -1,7 +1,7 @@
 """The conformance suite fails adapters that break the contract, each at the rule it breaks.
 
 A pytest run in a subprocess (pytester) runs the whole suite against one well-behaved adapter
-and ten broken ones, each broken in one way; every broken one must fail exactly the checks of
+and eleven broken ones, each broken in one way; every broken one must fail exactly the checks of
 the rule it breaks (and the live ones where the break stops a real engine), and nothing else.
 """
 
@@ -23,7 +23,7 @@ import sys
 from dataclasses import replace
 
 from hostler.plugin import LaunchCommand, Panic, hookimpl
-from hostler.testing.fake_engine import SERVER, FakeEngineAdapter
+from hostler.testing.fake_engine import Behaviour, FakeEngineAdapter
 
 
 class Good(FakeEngineAdapter):
@@ -110,6 +110,14 @@ class WrongPort(FakeEngineAdapter):
         return LaunchCommand([*argv[:4], "--port", str(spec.port), *argv[4:]])
 
 
+class Premature(FakeEngineAdapter):
+    """Its engine answers /health 200 while the model still loads (mlx_lm.server's way)."""
+    engine_type = "premature"
+
+    def __init__(self):
+        super().__init__(Behaviour(load_seconds=3.0, health_before_ready=True))
+
+
 class Unregistered(FakeEngineAdapter):
     """Its plugin never registers it."""
     engine_type = "unregistered"
@@ -118,7 +126,7 @@ class Unregistered(FakeEngineAdapter):
 @hookimpl
 def register_engines(register):
     for cls in (Good, WideOpen, NoExtras, NoModel, Flaky, Greedy, Cheaper, AlwaysReady, Jumpy,
-                WrongPort):
+                WrongPort, Premature):
         register(cls)
 '''
 
@@ -156,7 +164,7 @@ def case(cls):
 for _cls in (broken_plugin.Good, broken_plugin.WideOpen, broken_plugin.NoExtras,
              broken_plugin.NoModel, broken_plugin.Flaky, broken_plugin.Greedy,
              broken_plugin.Cheaper, broken_plugin.AlwaysReady, broken_plugin.Jumpy,
-             broken_plugin.WrongPort, broken_plugin.Unregistered):
+             broken_plugin.WrongPort, broken_plugin.Premature, broken_plugin.Unregistered):
     globals()[f"Test{_cls.__name__}"] = case(_cls)
 """
 
@@ -176,6 +184,8 @@ EXPECTED: dict[str, set[str]] = {
     "AlwaysReady": {"test_readiness_reads_2xx_as_ready_and_loading_as_not"},
     "Jumpy": {"test_ordinary_lines_are_not_fatal", *LIVE},
     "WrongPort": {"test_another_port_changes_only_the_port", *LIVE},
+    # ready by /health while completions still answer 503: the live completion catches it
+    "Premature": {"test_live_start_serve_stop"},
     "Unregistered": {"test_registered_through_the_hook"},
 }
 
