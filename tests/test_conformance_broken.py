@@ -1,7 +1,7 @@
 """The conformance suite fails adapters that break the contract, each at the rule it breaks.
 
 A pytest run in a subprocess (pytester) runs the whole suite against one well-behaved adapter
-and eleven broken ones, each broken in one way; every broken one must fail exactly the checks of
+and twelve broken ones, each broken in one way; every broken one must fail exactly the checks of
 the rule it breaks (and the live ones where the break stops a real engine), and nothing else.
 """
 
@@ -118,6 +118,14 @@ class Premature(FakeEngineAdapter):
         super().__init__(Behaviour(load_seconds=3.0, health_before_ready=True))
 
 
+class NeedsArgs(FakeEngineAdapter):
+    """Cannot be built without an argument (the daemon builds adapters with none)."""
+    engine_type = "needs-args"
+
+    def __init__(self, reply):
+        super().__init__(Behaviour(reply=reply))
+
+
 class Unregistered(FakeEngineAdapter):
     """Its plugin never registers it."""
     engine_type = "unregistered"
@@ -126,7 +134,7 @@ class Unregistered(FakeEngineAdapter):
 @hookimpl
 def register_engines(register):
     for cls in (Good, WideOpen, NoExtras, NoModel, Flaky, Greedy, Cheaper, AlwaysReady, Jumpy,
-                WrongPort, Premature):
+                WrongPort, Premature, NeedsArgs):
         register(cls)
 '''
 
@@ -156,7 +164,7 @@ def case(cls):
     class Case(Base):
         @pytest.fixture
         def adapter(self):
-            return cls()
+            return cls("hi") if cls is broken_plugin.NeedsArgs else cls()
     Case.__name__ = Case.__qualname__ = f"Test{cls.__name__}"
     return Case
 
@@ -164,7 +172,8 @@ def case(cls):
 for _cls in (broken_plugin.Good, broken_plugin.WideOpen, broken_plugin.NoExtras,
              broken_plugin.NoModel, broken_plugin.Flaky, broken_plugin.Greedy,
              broken_plugin.Cheaper, broken_plugin.AlwaysReady, broken_plugin.Jumpy,
-             broken_plugin.WrongPort, broken_plugin.Premature, broken_plugin.Unregistered):
+             broken_plugin.WrongPort, broken_plugin.Premature, broken_plugin.NeedsArgs,
+             broken_plugin.Unregistered):
     globals()[f"Test{_cls.__name__}"] = case(_cls)
 """
 
@@ -186,7 +195,11 @@ EXPECTED: dict[str, set[str]] = {
     "WrongPort": {"test_another_port_changes_only_the_port", *LIVE},
     # ready by /health while completions still answer 503: the live completion catches it
     "Premature": {"test_live_start_serve_stop"},
-    "Unregistered": {"test_registered_through_the_hook"},
+    "NeedsArgs": {"test_the_host_builds_it_with_no_arguments"},
+    "Unregistered": {
+        "test_registered_through_the_hook",
+        "test_the_host_builds_it_with_no_arguments",
+    },
 }
 
 

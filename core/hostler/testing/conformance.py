@@ -300,6 +300,15 @@ class AdapterConformance:
             f"{plugin_module.__name__} registers {record.engines}, not {adapter.engine_type!r}"
         )
 
+    def test_the_host_builds_it_with_no_arguments(
+        self, adapter: EngineAdapter, plugin_module: ModuleType
+    ) -> None:
+        """The daemon builds adapters itself, from the class alone: no constructor arguments."""
+        point = EntryPoint("conformance", plugin_module.__name__, PROJECT)
+        host = PluginHost(entry_points_source=lambda: [point]).load()
+        built = host.adapter(adapter.engine_type)
+        assert type(built) is type(adapter), type(built)
+
     # -- the launch --------------------------------------------------------------------------
 
     def test_argv_is_a_program_and_strings(self, adapter: EngineAdapter, spec: LaunchSpec) -> None:
