@@ -3,6 +3,8 @@
 One import and two fixtures run it against your adapter::
 
     # tests/test_conformance.py
+    from pathlib import Path
+
     import pytest
     from hostler.testing.conformance import AdapterConformance
     from my_plugin import MyAdapter
@@ -129,7 +131,7 @@ class Live:
     def spec(self, port: int) -> LaunchSpec:
         """The launch spec of the live engine on ``port``."""
         work = self.folder / "run" / "work"
-        return self.suite.launch_spec(self.model, port, self.options, work_dir=work)
+        return self.suite.launch_spec(self.model, port, self.options, key=self.key, work_dir=work)
 
     def supervisor(self) -> Supervisor:
         """A fresh supervisor of the live engine's key (as a restarted daemon makes one)."""
