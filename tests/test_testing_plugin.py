@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 pytest_plugins = ["pytester"]
+pytestmark = pytest.mark.slow  # each case is a fresh pytest process
 
 #: Uses every fixture the plugin provides, as a plugin author's test would.
 USES_THE_FIXTURES = """
