@@ -18,7 +18,7 @@ from hostler.capacity.budget import HostMemory, compute_budget
 from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.events.pool import POOL_STREAM
-from hostler.plugin import LaunchSpec
+from hostler.plugin import EngineAdapter, LaunchSpec
 from hostler.runtime.pool import Pool
 
 from _fake_engine import BallastEngine
@@ -46,7 +46,7 @@ class World:
         return self.now
 
     def supervisor_factory(
-        self, engine: BallastEngine, price: int = PRICE
+        self, engine: EngineAdapter, price: int = PRICE
     ) -> Callable[[str], Supervisor]:
         def build(key: str) -> Supervisor:
             run = self.tmp_path / "run" / key.replace(":", "_")

@@ -406,7 +406,7 @@ async def slow_face(
     """Two slow engines priced ``price`` each under the 1 GiB budget: one fits."""
     runtime = hostler.Runtime(
         world.store,
-        world.supervisor_factory(engine, price),  # type: ignore[arg-type]
+        world.supervisor_factory(engine, price),
         ledger=world.ledger,
         estimate=lambda _key: price,
         drain_poll=0.02,

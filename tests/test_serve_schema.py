@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -38,12 +39,12 @@ from starlette.types import Message
 
 import hostler
 from hostler.errors import UnknownEngineError
+from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec
 from hostler.serve.app import make_app
 from hostler.serve.openapi import OPENAPI_PATH, openapi_schema
 from hostler.serve.operator import ENGINE_KEY, JsonAnswer, is_number
 from hostler.serve.server import HttpServer
 
-from _fake_engine import BallastEngine
 from _pools import PRICE, world_at
 
 Case = schemathesis.Case[Any]
@@ -91,15 +92,17 @@ Server(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
 """
 
 
-class EchoEngine(BallastEngine):
-    """:class:`BallastEngine`'s launch, running :data:`ECHO_SCRIPT` instead."""
+class EchoEngine(EngineAdapter):
+    """Runs :data:`ECHO_SCRIPT` on the port hostler chose."""
 
     engine_type = "echo"
 
     def __init__(self, folder: Path) -> None:
-        super().__init__(folder)
         self.script = folder / "echo_engine.py"
         self.script.write_text(ECHO_SCRIPT)
+
+    def build_command(self, spec: LaunchSpec) -> LaunchCommand:
+        return LaunchCommand([sys.executable, str(self.script), str(spec.port)])
 
 
 @contextlib.asynccontextmanager

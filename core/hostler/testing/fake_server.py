@@ -1,0 +1,228 @@
+"""The fake engine's server process: a small OpenAI / llama-server look-alike (stdlib only).
+
+Run as ``python fake_server.py PORT BEHAVIOUR_JSON [--model PATH ...]`` (what follows the
+behaviour is ignored); :class:`hostler.testing.fake_engine.FakeEngineAdapter` builds that
+command. It imports nothing outside the standard library, so it starts in milliseconds in any
+interpreter. What it does is scripted by the behaviour (the fields of
+:class:`hostler.testing.fake_engine.Behaviour`):
+
+- ``load_seconds``: it "loads the model" this long before it is ready. Meanwhile its port is
+  closed, unless ``listen_while_loading`` (``/health`` answers 503, as llama-server's does) or
+  ``health_before_ready`` (``/health`` answers 200 while completions still answer 503, as
+  ``mlx_lm.server``'s does).
+- ``ballast_mib``: it holds this much touched memory (a known footprint).
+- ``fatal_line``: printed once at startup, before loading.
+- ``exit_code``: when not None, it exits with this code where it would have become ready.
+- ``crash_on_request``: the completion request (1-based) on which it exits with ``crash_exit_code``.
+- ``ignore_sigterm``: SIGTERM is ignored (an engine that hangs on stop; only SIGKILL ends it).
+- ``reply`` / ``reply_delay``: the completion text and how long each completion takes.
+
+Endpoints: ``GET /health``, ``GET /v1/models``, ``POST /v1/completions``,
+``POST /v1/chat/completions`` (``"stream": true`` answers server-sent events), ``POST
+/completion`` (llama-server's own), ``GET /busy/<seconds>`` (holds the request that long),
+``GET /spam/<n>`` (prints ``n`` lines), ``GET /stats`` (requests seen); any other ``GET`` is
+answered ``ok`` and printed as ``asked for <path>``.
+
+Every line it prints goes to its output (the engine log): ``fake-engine: listening on
+127.0.0.1:PORT``, ``fake-engine: model loaded`` (the ready line), ``fake-engine: crashing on
+request N``.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import signal
+import socketserver
+import sys
+import threading
+import time
+from typing import Any
+
+READY_LINE = "fake-engine: model loaded"
+MODEL_ID = "fake-model"
+_COMPLETIONS = ("/v1/completions", "/v1/chat/completions", "/completion")
+
+
+class _State:
+    """What the server knows: its behaviour, whether it is loaded, the requests it saw."""
+
+    def __init__(self, behaviour: dict[str, Any]) -> None:
+        self.behaviour = behaviour
+        self.ready = threading.Event()
+        self.lock = threading.Lock()
+        self.completions = 0
+        self.requests = 0
+
+
+def _say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def _handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
+    behaviour = state.behaviour
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _send(self, status: int, body: object) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _loading(self) -> None:
+            self._send(503, {"error": {"code": 503, "message": "Loading model"}})
+
+        def do_GET(self) -> None:
+            with state.lock:
+                state.requests += 1
+            path = self.path.split("?")[0]
+            if path == "/health":
+                if state.ready.is_set() or behaviour.get("health_before_ready"):
+                    self._send(200, {"status": "ok"})
+                else:
+                    self._loading()
+            elif path == "/v1/models":
+                self._send(200, {"object": "list", "data": [{"id": MODEL_ID, "object": "model"}]})
+            elif path == "/stats":
+                with state.lock:
+                    stats = {"requests": state.requests, "completions": state.completions}
+                self._send(200, {**stats, "ready": state.ready.is_set()})
+            elif path.startswith("/busy/"):
+                time.sleep(float(path.split("/")[2]))
+                self._send(200, {"status": "ok"})
+            elif path.startswith("/spam/"):
+                for i in range(int(path.split("/")[2])):
+                    sys.stdout.write(f"spam {i:08d} " + "x" * 100 + "\n")
+                sys.stdout.flush()
+                self._send(200, {"status": "ok"})
+            else:
+                _say(f"asked for {self.path}")
+                self._send(200, {"status": "ok"})
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            path = self.path.split("?")[0]
+            if path not in _COMPLETIONS:
+                self._send(404, {"error": {"code": 404, "message": f"no route {path}"}})
+                return
+            if not state.ready.is_set():
+                self._loading()
+                return
+            try:
+                body = json.loads(raw or b"{}")
+            except ValueError:
+                self._send(400, {"error": {"code": 400, "message": "invalid JSON"}})
+                return
+            with state.lock:
+                state.requests += 1
+                state.completions += 1
+                number = state.completions
+            if number == behaviour.get("crash_on_request"):
+                _say(f"fake-engine: crashing on request {number}")
+                os._exit(int(behaviour.get("crash_exit_code", 1)))
+            time.sleep(float(behaviour.get("reply_delay", 0.0)))
+            self._complete(path, body if isinstance(body, dict) else {})
+
+        def _complete(self, path: str, body: dict[str, Any]) -> None:
+            text = str(behaviour.get("reply", "hello from the fake engine"))
+            usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+            created = int(time.time())
+            if path == "/completion":
+                self._send(200, {"content": text, "stop": True, "tokens_predicted": 1})
+                return
+            chat = path == "/v1/chat/completions"
+            choice: dict[str, Any] = {"index": 0, "finish_reason": "stop"}
+            if chat:
+                choice["message"] = {"role": "assistant", "content": text}
+            else:
+                choice["text"] = text
+            kind = "chat.completion" if chat else "text_completion"
+            reply = {
+                "id": f"fake-{created}",
+                "object": kind,
+                "created": created,
+                "model": str(body.get("model") or MODEL_ID),
+                "choices": [choice],
+                "usage": usage,
+            }
+            if not body.get("stream"):
+                self._send(200, reply)
+                return
+            self._stream(reply, chat, text)
+
+        def _stream(self, reply: dict[str, Any], chat: bool, text: str) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            delta = {"role": "assistant", "content": text} if chat else None
+            first = {**reply, "object": "chat.completion.chunk" if chat else reply["object"]}
+            first["choices"] = [
+                {
+                    "index": 0,
+                    "finish_reason": None,
+                    **({"delta": delta} if chat else {"text": text}),
+                }
+            ]
+            last = {**first, "choices": [{"index": 0, "finish_reason": "stop", "delta": {}}]}
+            for chunk in (first, last):
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+            self.close_connection = True
+
+        def log_message(self, format: str, *args: object) -> None:
+            del format, args
+
+    return Handler
+
+
+class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = False
+
+
+def main(argv: list[str]) -> int:
+    """Serve on ``argv[0]`` (the port) as ``argv[1]`` (the behaviour, JSON) scripts."""
+    port = int(argv[0])
+    behaviour: dict[str, Any] = json.loads(argv[1]) if len(argv) > 1 else {}
+    if behaviour.get("ignore_sigterm"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ballast = bytearray(int(behaviour.get("ballast_mib", 0)) * 1024 * 1024)
+    for i in range(0, len(ballast), 4096):
+        ballast[i] = 1
+    state = _State(behaviour)
+    if behaviour.get("fatal_line"):
+        _say(str(behaviour["fatal_line"]))
+    early = bool(behaviour.get("listen_while_loading") or behaviour.get("health_before_ready"))
+    server: _Server | None = None
+    if early:
+        server = _Server(("127.0.0.1", port), _handler(state))
+        _say(f"fake-engine: listening on 127.0.0.1:{port}")
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    time.sleep(float(behaviour.get("load_seconds", 0.0)))
+    if behaviour.get("exit_code") is not None:
+        _say(f"fake-engine: exiting with {behaviour['exit_code']} before ready")
+        return int(behaviour["exit_code"])
+    state.ready.set()
+    if server is None:
+        server = _Server(("127.0.0.1", port), _handler(state))
+        _say(f"fake-engine: listening on 127.0.0.1:{port}")
+        _say(READY_LINE)
+        server.serve_forever()
+    else:
+        _say(READY_LINE)
+        threading.Event().wait()  # the server thread serves; this one waits for a signal
+    del ballast
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

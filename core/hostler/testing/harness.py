@@ -1,0 +1,165 @@
+"""One daemon's pieces for a test: a data directory, its event log, a ledger and supervisors.
+
+:class:`Harness` builds what ``hostler serve`` would build from a config, minus the config: real
+:class:`~hostler.engines.supervisor.Supervisor` objects for engine keys, over a real SQLite
+event log and a real capacity ledger, and a :class:`hostler.Runtime` over them. The pytest
+plugin (:mod:`hostler.testing.pytest_plugin`) hands one out as the ``hostler_harness``
+fixture; it works as well outside pytest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import hostler
+from hostler.capacity.budget import HostMemory, compute_budget
+from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
+from hostler.engines.supervisor import Supervisor, SupervisorPolicy
+from hostler.errors import UsageError
+from hostler.plugin import EngineAdapter, LaunchSpec
+from hostler.store.log import EventStore
+
+__all__ = ["FAST_POLICY", "HOST_MEMORY", "FakeClock", "Harness"]
+
+#: The memory the harness's ledger believes the host has (a budget tests can reason about).
+HOST_MEMORY = 64 * 2**30
+#: Supervisor timings for tests: a quick watch, no idle stop, a short stop grace.
+FAST_POLICY = SupervisorPolicy(watch_interval=0.05, idle_timeout=0, stop_grace=1.0)
+
+
+class FakeClock:
+    """A wall clock that moves only when told: pass it wherever hostler takes a ``clock``.
+
+    Args:
+        start: The first reading (seconds since the epoch).
+    """
+
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self.now = float(start)
+
+    def __call__(self) -> float:
+        """The current reading."""
+        return self.now
+
+    def advance(self, seconds: float) -> float:
+        """Move forward by ``seconds`` (never backward); returns the new reading."""
+        if seconds < 0:
+            raise UsageError(f"a clock does not go back ({seconds} s)")
+        self.now += seconds
+        return self.now
+
+    def set(self, when: float) -> None:
+        """Jump to ``when`` (never backward)."""
+        self.advance(when - self.now)
+
+
+class Harness:
+    """Supervisors and a runtime for engine keys ``engine:model:replica``, over one log.
+
+    Args:
+        data_dir: The daemon's data directory (engines' run directories go under ``run/``).
+        store: Its event log (an owner store).
+        adapters: The adapter of each engine name.
+        models: The model path of each model name; a name not given gets a small placeholder
+            file under ``models/`` (enough for the fake engine).
+        clock: The supervisors' and runtime's wall clock.
+        policy: Supervisor timings (default :data:`FAST_POLICY`).
+        budget: The ledger's budget in bytes (None: derived from :data:`HOST_MEMORY`).
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        store: EventStore,
+        adapters: Mapping[str, EngineAdapter],
+        *,
+        models: Mapping[str, Path] | None = None,
+        clock: Callable[[], float] = time.time,
+        policy: SupervisorPolicy = FAST_POLICY,
+        budget: int | None = None,
+    ) -> None:
+        self.data_dir = data_dir
+        self.store = store
+        self.adapters = dict(adapters)
+        self.models = dict(models or {})
+        self.clock = clock
+        self.policy = policy
+        #: Launch spec fields set per engine key (``options``, ``extra_args``, ``ctx_per_slot``).
+        self.launch: dict[str, dict[str, Any]] = {}
+        self.token_prefix = f"hostler-testing-{os.getpid()}-{data_dir.name}"
+        self.ledger = HostLedger(
+            store,
+            OwnerIdentity.current("hostler-testing"),
+            lambda: compute_budget(HostMemory(HOST_MEMORY)),
+        )
+        if budget is not None:
+            self.ledger.set_budget(budget)
+
+    def adapter(self, key: str) -> EngineAdapter:
+        """The adapter of ``key``'s engine."""
+        engine = key.split(":", maxsplit=1)[0]
+        try:
+            return self.adapters[engine]
+        except KeyError:
+            known = ", ".join(sorted(self.adapters)) or "none"
+            raise UsageError(f"{key}: no adapter for engine {engine!r} (have: {known})") from None
+
+    def model(self, key: str) -> Path:
+        """The model of ``key`` (``engine:MODEL:replica``); a placeholder file if none given."""
+        parts = key.split(":")
+        name = parts[1] if len(parts) > 1 else parts[0]
+        if name not in self.models:
+            path = self.data_dir / "models" / f"{name}.bin"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"fake weights\n")
+            self.models[name] = path
+        return self.models[name]
+
+    def run_dir(self, key: str) -> Path:
+        """Where ``key``'s engine log and work directory go."""
+        return self.data_dir / "run" / key.replace(":", "_")
+
+    def spec(self, key: str, port: int) -> LaunchSpec:
+        """The launch spec of ``key`` on ``port`` (512 tokens, one slot, :attr:`launch` over)."""
+        base = LaunchSpec(
+            key, self.model(key), port, ctx_per_slot=512, slots=1, work_dir=self.run_dir(key)
+        )
+        return dataclasses.replace(base, **self.launch.get(key, {}))
+
+    def price(self, key: str) -> int:
+        """The adapter's estimate for ``key``: what the ledger reserves before a start."""
+        adapter = self.adapter(key)
+        spec = self.spec(key, 0)
+        return int(adapter.estimate_footprint(adapter.read_geometry(spec.model), spec))
+
+    def supervisor(self, key: str, **launch: Any) -> Supervisor:
+        """A fresh supervisor of ``key``; ``launch`` sets spec fields (kept for later ones)."""
+        if launch:
+            self.launch[key] = {**self.launch.get(key, {}), **launch}
+        return Supervisor(
+            key,
+            self.adapter(key),
+            lambda port: self.spec(key, port),
+            self.store,
+            run_dir=self.run_dir(key),
+            token_prefix=self.token_prefix,
+            policy=self.policy,
+            clock=self.clock,
+            ledger=self.ledger,
+            footprint=lambda: self.price(key),
+        )
+
+    def runtime(self, **options: Any) -> hostler.Runtime:
+        """A :class:`hostler.Runtime` over these supervisors (enter it with ``async with``).
+
+        ``options`` go to the runtime (``drain_wait``, ``arbiter``, ``eviction``...).
+        """
+        settings: dict[str, Any] = {"drain_poll": 0.02, "clock": self.clock, **options}
+        return hostler.Runtime(
+            self.store, self.supervisor, ledger=self.ledger, estimate=self.price, **settings
+        )

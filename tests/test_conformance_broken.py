@@ -1,0 +1,227 @@
+"""The conformance suite fails adapters that break the contract, each at the rule it breaks.
+
+A pytest run in a subprocess (pytester) runs the whole suite against one well-behaved adapter
+and twelve broken ones, each broken in one way; every broken one must fail exactly the checks of
+the rule it breaks (and the live ones where the break stops a real engine), and nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from hostler.testing.conformance import AdapterConformance
+
+pytest_plugins = ["pytester"]
+
+PLUGIN = '''
+import itertools
+import json
+import sys
+from dataclasses import replace
+
+from hostler.plugin import LaunchCommand, Panic, hookimpl
+from hostler.testing.fake_engine import Behaviour, FakeEngineAdapter
+
+
+class Good(FakeEngineAdapter):
+    engine_type = "good"
+
+
+class WideOpen(FakeEngineAdapter):
+    """Binds every interface."""
+    engine_type = "wide-open"
+
+    def build_command(self, spec):
+        argv = super().build_command(replace(spec, extra_args={})).argv
+        extras = super().build_command(spec).argv[len(argv):]
+        return LaunchCommand([*argv, "--host", "0.0.0.0", *extras])
+
+
+class NoExtras(FakeEngineAdapter):
+    """Drops the operator's extra_args."""
+    engine_type = "no-extras"
+
+    def build_command(self, spec):
+        return super().build_command(replace(spec, extra_args={}))
+
+
+class NoModel(FakeEngineAdapter):
+    """Never tells the engine which model."""
+    engine_type = "no-model"
+
+    def build_command(self, spec):
+        argv = super().build_command(spec).argv
+        return LaunchCommand([t for t in argv if t not in ("--model", str(spec.model))])
+
+
+class Flaky(FakeEngineAdapter):
+    """A different argv for the same spec."""
+    engine_type = "flaky"
+    counter = itertools.count()
+
+    def build_command(self, spec):
+        argv = super().build_command(spec).argv
+        return LaunchCommand([*argv[:4], f"--nonce={next(self.counter)}", *argv[4:]])
+
+
+class Greedy(FakeEngineAdapter):
+    """A price that changes on every call."""
+    engine_type = "greedy"
+    counter = itertools.count(1)
+
+    def estimate_footprint(self, geometry, spec):
+        return 2**30 + next(self.counter)
+
+
+class Cheaper(FakeEngineAdapter):
+    """More context costs less."""
+    engine_type = "cheaper"
+
+    def estimate_footprint(self, geometry, spec):
+        return 2**40 // (spec.ctx_per_slot * spec.slots)
+
+
+class AlwaysReady(FakeEngineAdapter):
+    """Any answer means ready, a 503 included."""
+    engine_type = "always-ready"
+
+    def is_ready(self, status):
+        return True
+
+
+class Jumpy(FakeEngineAdapter):
+    """Takes the engine's own "listening" line for a fatal one."""
+    engine_type = "jumpy"
+
+    def classify_line(self, line):
+        return Panic("jumpy", line) if "listening" in line else None
+
+
+class WrongPort(FakeEngineAdapter):
+    """Names the port hostler chose, but starts the engine on the next one."""
+    engine_type = "wrong-port"
+
+    def build_command(self, spec):
+        argv = super().build_command(spec).argv
+        argv[2] = str(spec.port + 1)
+        return LaunchCommand([*argv[:4], "--port", str(spec.port), *argv[4:]])
+
+
+class Premature(FakeEngineAdapter):
+    """Its engine answers /health 200 while the model still loads (mlx_lm.server's way)."""
+    engine_type = "premature"
+
+    def __init__(self):
+        super().__init__(Behaviour(load_seconds=3.0, health_before_ready=True))
+
+
+class NeedsArgs(FakeEngineAdapter):
+    """Cannot be built without an argument (the daemon builds adapters with none)."""
+    engine_type = "needs-args"
+
+    def __init__(self, reply):
+        super().__init__(Behaviour(reply=reply))
+
+
+class Unregistered(FakeEngineAdapter):
+    """Its plugin never registers it."""
+    engine_type = "unregistered"
+
+
+@hookimpl
+def register_engines(register):
+    for cls in (Good, WideOpen, NoExtras, NoModel, Flaky, Greedy, Cheaper, AlwaysReady, Jumpy,
+                WrongPort, Premature, NeedsArgs):
+        register(cls)
+'''
+
+SUITE = """
+import pytest
+
+import broken_plugin
+from hostler.testing.conformance import AdapterConformance
+
+
+class Base(AdapterConformance):
+    stop_grace = 1.0
+    startup_timeout = 3.0
+
+    @pytest.fixture
+    def model(self, tmp_path):
+        path = tmp_path / "weights.bin"
+        path.write_bytes(b"x" * 64)
+        return path
+
+    @pytest.fixture
+    def plugin_module(self):
+        return broken_plugin
+
+
+def case(cls):
+    class Case(Base):
+        @pytest.fixture
+        def adapter(self):
+            return cls("hi") if cls is broken_plugin.NeedsArgs else cls()
+    Case.__name__ = Case.__qualname__ = f"Test{cls.__name__}"
+    return Case
+
+
+for _cls in (broken_plugin.Good, broken_plugin.WideOpen, broken_plugin.NoExtras,
+             broken_plugin.NoModel, broken_plugin.Flaky, broken_plugin.Greedy,
+             broken_plugin.Cheaper, broken_plugin.AlwaysReady, broken_plugin.Jumpy,
+             broken_plugin.WrongPort, broken_plugin.Premature, broken_plugin.NeedsArgs,
+             broken_plugin.Unregistered):
+    globals()[f"Test{_cls.__name__}"] = case(_cls)
+"""
+
+LIVE = {"test_live_start_serve_stop", "test_live_adopted_after_a_daemon_restart"}
+#: What each adapter must fail: the check of the rule it breaks, nothing else.
+EXPECTED: dict[str, set[str]] = {
+    "Good": set(),
+    "WideOpen": {"test_binds_loopback_only"},
+    "NoExtras": {"test_extra_args_come_last"},
+    "NoModel": {"test_argv_names_the_port_and_the_model"},
+    "Flaky": {
+        "test_the_same_spec_builds_the_same_launch",
+        "test_another_port_changes_only_the_port",
+    },
+    "Greedy": {"test_price_is_a_non_negative_int_and_deterministic"},
+    "Cheaper": {"test_more_context_or_slots_never_cost_less"},
+    "AlwaysReady": {"test_readiness_reads_2xx_as_ready_and_loading_as_not"},
+    "Jumpy": {"test_ordinary_lines_are_not_fatal", *LIVE},
+    "WrongPort": {"test_another_port_changes_only_the_port", *LIVE},
+    # ready by /health while completions still answer 503: the live completion catches it
+    "Premature": {"test_live_start_serve_stop"},
+    "NeedsArgs": {"test_the_host_builds_it_with_no_arguments"},
+    "Unregistered": {
+        "test_registered_through_the_hook",
+        "test_the_host_builds_it_with_no_arguments",
+    },
+}
+
+
+@pytest.mark.slow
+def test_the_suite_fails_each_broken_adapter_at_the_rule_it_breaks(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(broken_plugin=PLUGIN, test_suite=SUITE)
+    path = os.environ.get("PYTHONPATH", "")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(pytester.path), path) if p))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rfE", timeout=600)
+    failed: dict[str, set[str]] = {name: set() for name in EXPECTED}
+    for line in result.outlines:
+        found = re.match(r"(?:FAILED|ERROR) test_suite\.py::Test(\w+)::(test_\w+)", line)
+        if found:
+            failed[found[1]].add(found[2])
+    assert failed == EXPECTED, "\n".join(result.outlines[-60:])
+    tests = len(
+        [line for line in result.outlines if re.match(r"(?:FAILED|ERROR) test_suite", line)]
+    )
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) + outcomes.get("errors", 0) == tests
+    checks = [name for name in dir(AdapterConformance) if name.startswith("test_")]
+    assert len(checks) >= 17
+    assert outcomes["passed"] == len(EXPECTED) * len(checks) - tests
