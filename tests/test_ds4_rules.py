@@ -90,7 +90,7 @@ def test_a_model_override_below_the_floor_lowers_it() -> None:
 def test_launch_context_refuses_windows_of_zero_or_less(name: str, bad: int) -> None:
     kwargs: dict[str, int] = {"floor": 65_536, name: bad}
     with pytest.raises(ValueError, match=f"{name} window must be a positive"):
-        launch_context(64 * GIB, **kwargs)  # type: ignore[arg-type]
+        launch_context(64 * GIB, **kwargs)
 
 
 def test_launch_context_takes_one_token() -> None:
