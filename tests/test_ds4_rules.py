@@ -312,3 +312,35 @@ def test_retry_only_once_and_only_after_a_sweep_that_killed_something() -> None:
     assert not should_retry_after_sweep(message, attempt=0, killed=-1)
     assert not should_retry_after_sweep(message, attempt=1, killed=1)
     assert not should_retry_after_sweep("k: did not become ready", attempt=0, killed=1)
+
+
+# -- edges the mutation run asked for -------------------------------------------------------
+
+
+def test_a_catalog_max_equal_to_the_floor_does_not_override_a_configured_window() -> None:
+    assert launch_context(64 * GIB, floor=65_536, configured=200_000, catalog_max=65_536) == (
+        200_000
+    )
+    assert launch_context(64 * GIB, floor=65_536, configured=200_000, catalog_max=65_535) == (
+        65_535
+    )
+
+
+def test_a_catalog_cache_under_one_gib_still_gets_one() -> None:
+    plan = expert_cache(128 * GIB, catalog_cache=GIB - 1)
+    assert plan.requested_gib == 0
+    assert plan.gib == 1
+    assert not plan.clamped
+
+
+def test_a_cache_larger_than_the_resident_figure_leaves_no_fixed_part_not_a_negative_one() -> None:
+    # a fixed part of -1 byte would make 33 GiB - 1 byte of RAM look like one safe GiB
+    plan = expert_cache(33 * GIB - 1, catalog_resident=10 * GIB, catalog_cache=40 * GIB)
+    assert plan.safe_gib == 0
+    assert plan.unsafe
+
+
+def test_a_negative_catalog_figure_prices_a_stream_at_nothing() -> None:
+    stream = Residency.STREAMING
+    assert footprint(stream, launch_ctx=1, model_size=GIB, catalog_resident=-5) == 0
+    assert footprint(stream, launch_ctx=1, model_size=GIB, line=ResidentLine(0, -1)) == 0

@@ -91,9 +91,8 @@ def launch_context(
     ):
         if value is not None and value <= 0:
             raise ValueError(f"ds4 {name} window must be a positive number of tokens, not {value}")
-    if override is not None and override < floor:
-        floor = override
     if override is not None:
+        floor = min(floor, override)
         resolved = override
     elif configured is not None:
         resolved = configured
