@@ -1,7 +1,7 @@
 """The ds4 adapter: how ``ds4-server`` is launched, priced and read (facts, not policy).
 
 ds4 runs DeepSeek-V4 / GLM 5.x GGUF models whose experts stream from the SSD. What differs from
-llama.cpp (§3.2 of the reference behaviour, ``docs/rules.md`` D2–D10):
+llama.cpp (§3.2 of the reference behaviour, ``docs/rules.md`` D2–D8, D10):
 
 - strictly serial (D4): one slot, no ``--parallel``; a launch asked for more is refused;
 - its own launch context (D5), never the llama planner's window;
