@@ -92,6 +92,7 @@ TESTS: dict[str, list[str]] = {
     "postmortem.workload": ["tests/test_whatif.py"],
     "postmortem.figures": ["tests/test_whatif.py"],
     "postmortem.timeline": ["tests/test_timeline.py"],
+    "hostler_ds4.rules": ["tests/test_ds4_rules.py"],
     "postmortem.redact": ["tests/test_redact.py"],
     "postmortem.exchange": ["tests/test_exchange.py"],
 }
