@@ -136,6 +136,8 @@ def replay(
                     pass  # a misfit, or a payload the driver decoded already
                 except msgspec.DecodeError:
                     event = "payload is not JSON"
+                except RecursionError:
+                    event = "payload nests too deep to read"
             if event is None:
                 # an old schema to upcast, an unknown type, a misfit, a damaged row: slow path
                 event = _slow_event(type_name, schema_version, version, raw)
@@ -175,6 +177,8 @@ def _slow_event(
         decoded: object = payload_of(raw)
     except (msgspec.DecodeError, TypeError):
         return "payload is not JSON"
+    except RecursionError:
+        return "payload nests too deep to read"
     if not isinstance(decoded, dict):
         return "payload is not a JSON object"
     return decode(type_name, schema_version, decoded)

@@ -161,6 +161,8 @@ def decode_line(data: bytes, line: int) -> dict[str, Any]:
         value = msgspec.json.decode(data)
     except msgspec.DecodeError as exc:
         raise _fail(line, f"not JSON ({exc})") from None
+    except RecursionError:
+        raise _fail(line, "nests too deep to read") from None
     if not isinstance(value, dict):
         raise _fail(line, "not a JSON object")
     return value

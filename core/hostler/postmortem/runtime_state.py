@@ -389,4 +389,6 @@ def fold_rows(state: RuntimeState, rows: Iterable[Sequence[Any]]) -> RuntimeStat
             fold(state, seq, stream, _object(payload))
         except (msgspec.DecodeError, TypeError, KeyError, ValueError, AttributeError):
             state.unreadable.append(seq)
+        except RecursionError:  # nested past the decoder's depth
+            state.unreadable.append(seq)
     return state

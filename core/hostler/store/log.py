@@ -812,6 +812,9 @@ def _json_object(value: Any, column: str, damage: list[str]) -> dict[str, Any]:
     except (msgspec.DecodeError, TypeError):
         damage.append(f"{column} is not JSON")
         return {}
+    except RecursionError:  # a row nested past the decoder's depth: damaged, never fatal
+        damage.append(f"{column} nests too deep to read")
+        return {}
     if not isinstance(decoded, dict):
         damage.append(f"{column} is not a JSON object")
         return {}

@@ -1,0 +1,73 @@
+"""What a hostile tester broke in the post-mortem commands, each pinned before its fix.
+
+Each test names the break: what the command did, and what it does now.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from _support import Note, run_cli
+from hostler import EventStore
+from hostler.cli import main
+
+DEEP = '{"d":' + "[" * 1000 + "]" * 1000 + "}"
+
+
+def _log(path: Path, notes: int = 6) -> Path:
+    """``notes`` rows, the third on an engine's stream (a stream ``state`` folds)."""
+    with EventStore.open(path) as store:
+        for n in range(notes):
+            stream = "engine/llamacpp:m:0" if n == 2 else f"test/{n}"
+            store.append(stream, [Note(f"n{n}")], expected_version=0)
+    return path
+
+
+def _tamper(path: Path, sql: str, *args: object) -> None:
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TRIGGER IF EXISTS events_no_update")
+        db.execute(sql, args)
+
+
+def test_a_row_nested_past_the_decoders_depth_is_a_damaged_row_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    """Was: RecursionError tracebacks in events, explain, replay, whatif, timeline, export."""
+    path = _log(tmp_path / "events.db")
+    _tamper(path, "UPDATE events SET payload = ? WHERE seq = 3", DEEP)
+    with EventStore.open(path) as store:
+        rows = list(store.read_all())
+    assert [r.damage for r in rows] == ["", "", "payload nests too deep to read", "", "", ""]
+    for argv in (
+        ["events", "--db", str(path)],
+        ["state", "--db", str(path)],
+        ["replay", "--verify", str(path)],
+        ["whatif", str(path)],
+        ["timeline", str(path), "-o", str(tmp_path / "t.svg")],
+        ["export", str(path), "-o", str(tmp_path / "e.jsonl")],
+    ):
+        done = run_cli(*argv)
+        assert "Traceback" not in done.stderr, argv
+        assert f"{path}: seq 3: payload nests too deep to read" in done.stderr, argv
+
+
+def test_an_import_line_nested_too_deep_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _log(tmp_path / "events.db")
+    assert main(["export", str(path), "-o", str(tmp_path / "e.jsonl")]) == 0
+    lines = (tmp_path / "e.jsonl").read_text().splitlines()
+    row = json.loads(lines[3])
+    lines[3] = json.dumps(row)[:-1] + ', "deep": ' + DEEP + "}"
+    (tmp_path / "deep.jsonl").write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    target = tmp_path / "new.db"
+    assert main(["import", str(tmp_path / "deep.jsonl"), "--db", str(target)]) == 1
+    assert capsys.readouterr().err == (
+        "hostler: error [export.format]: line 4: nests too deep to read; nothing was imported\n"
+    )
+    assert not target.exists()
