@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from _support import Note, run_cli
 from hostler import EventStore
 from hostler.cli import main
+
+from _support import Note, run_cli
 
 DEEP = '{"d":' + "[" * 1000 + "]" * 1000 + "}"
 
@@ -71,3 +72,17 @@ def test_an_import_line_nested_too_deep_is_refused_in_one_line(
         "hostler: error [export.format]: line 4: nests too deep to read; nothing was imported\n"
     )
     assert not target.exists()
+
+
+def test_an_import_removes_a_snapshot_cache_left_at_its_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: a redacted import at a path whose old log had a cache was answered from that cache."""
+    path = _log(tmp_path / "events.db")
+    assert main(["export", str(path), "-o", str(tmp_path / "e.jsonl")]) == 0
+    target = tmp_path / "new.db"
+    stale = tmp_path / "new.db.snapshots"
+    stale.write_bytes(b"a cache of another log")
+    assert main(["import", str(tmp_path / "e.jsonl"), "--db", str(target)]) == 0
+    assert not stale.exists()
+    capsys.readouterr()

@@ -46,6 +46,8 @@ from hostler.machines.engine import (
 from hostler.machines.lease import LeaseGranted, LeaseReleased, LeaseRequested
 from hostler.postmortem.runtime_state import STATE_SCHEMA, RuntimeState, fold_rows
 from hostler.postmortem.snapshots import (
+    MAX_BODY,
+    MAX_RATIO,
     SIDECAR_SUFFIX,
     SNAPSHOT_EVERY,
     SNAPSHOT_SCHEMA,
@@ -101,7 +103,8 @@ def life(log: Log, key: str = A, pid: int = 100, size: int = 900 * MIB) -> None:
 
 def test_constants() -> None:
     assert STATE_SCHEMA == 1
-    assert SNAPSHOT_SCHEMA == 1
+    assert SNAPSHOT_SCHEMA == 2
+    assert (MAX_RATIO, MAX_BODY) == (64, 256 * 2**20)
     assert SNAPSHOT_EVERY == 50_000
     assert SIDECAR_SUFFIX == ".snapshots"
 
@@ -375,6 +378,52 @@ def test_a_snapshot_of_another_schema_or_damaged_is_rebuilt(log: Log) -> None:
         body = conn.execute("SELECT body FROM snapshots WHERE seq = 20").fetchone()[0]
     stored = msgspec.json.decode(zlib.decompress(body))
     assert stored["state"]["last_seq"] == 20 and stored["world"]["last_seq"] == 20
+
+
+def test_a_symlinked_cache_is_never_followed(log: Log, tmp_path: Path) -> None:
+    """Was: a cache linked to another log wrote its table into that log (store.foreign)."""
+    busy_log(log, 2)
+    victim = tmp_path / "victim.db"
+    victim.write_bytes(b"not touched")
+    link = log.path.with_name("events.db.snapshots")
+    link.symlink_to(victim)
+    cache = SnapshotCache.beside(log.store)
+    assert cache is not None and not cache.usable()
+    answer = as_of(log.store, None, cache=cache, every=5)
+    assert answer.saved == 0 and answer.resumed_from == 0 and cache.count() == 0
+    assert (answer.world.snapshot(), answer.state.to_json()) == fresh(log, None)
+    assert victim.read_bytes() == b"not touched" and link.is_symlink()
+
+
+def test_a_body_inflating_past_its_bounds_is_a_miss(log: Log) -> None:
+    """Was: a 2 MB crafted cache took 4.3 GB of memory (a decompression bomb)."""
+    busy_log(log, 3)
+    cache = SnapshotCache.beside(log.store)
+    assert cache is not None
+    as_of(log.store, None, cache=cache, every=10)
+    with sqlite3.connect(cache.path) as conn:
+        body = conn.execute("SELECT body FROM snapshots WHERE seq = 20").fetchone()[0]
+        sound = zlib.decompress(body)
+        padded = sound[:-1] + b" " * (1000 * len(body)) + sound[-1:]  # still valid JSON
+        conn.execute("UPDATE snapshots SET body = ? WHERE seq = 20", (zlib.compress(padded, 9),))
+    answer = as_of(log.store, 25, cache=cache, every=10)
+    assert answer.resumed_from == 10  # 20 inflated past 64 times its size: dropped
+    assert (answer.world.snapshot(), answer.state.to_json()) == fresh(log, 25)
+
+
+def test_a_log_differing_only_in_payloads_is_another_log(log: Log) -> None:
+    """Was: a redacted import at a log's path was answered from the unredacted log's cache."""
+    busy_log(log, 3)
+    cache = SnapshotCache.beside(log.store)
+    assert cache is not None
+    as_of(log.store, None, cache=cache, every=10)
+    with sqlite3.connect(log.path) as conn:
+        conn.execute("DROP TRIGGER IF EXISTS events_no_update")
+        conn.execute(
+            "UPDATE events SET payload = json_set(payload, '$.key', 'other') WHERE seq = 20"
+        )
+    answer = as_of(log.store, 25, cache=cache, every=10)
+    assert answer.resumed_from == 10
 
 
 def test_an_unwritable_cache_is_only_a_miss(log: Log, tmp_path: Path) -> None:

@@ -128,16 +128,7 @@ def replay(
             typed = decoders.get(key, _UNSEEN)
             if typed is _UNSEEN:
                 typed = decoders[key] = _typed(type_name, schema_version)
-            event: Event | UnknownEvent | str | None = None
-            if typed is not None:
-                try:
-                    event = typed(raw)
-                except _SLOW:
-                    pass  # a misfit, or a payload the driver decoded already
-                except msgspec.DecodeError:
-                    event = "payload is not JSON"
-                except RecursionError:
-                    event = "payload nests too deep to read"
+            event = None if typed is None else _fast_event(typed, raw)
             if event is None:
                 # an old schema to upcast, an unknown type, a misfit, a damaged row: slow path
                 event = _slow_event(type_name, schema_version, version, raw)
@@ -156,6 +147,19 @@ _UNSEEN: Any = object()
 # A typed decode fails with these when the payload must take decode()'s path: a misfit
 # (ValidationError), or a payload some PostgreSQL drivers decoded already (TypeError).
 _SLOW = (TypeError, msgspec.ValidationError)
+
+
+def _fast_event(typed: Callable[[Any], Any], raw: Any) -> Event | UnknownEvent | str | None:
+    """The typed decode's event, why the row is damaged, or None to take the slow path."""
+    try:
+        event: Event | UnknownEvent = typed(raw)
+    except _SLOW:
+        return None  # a misfit, or a payload the driver decoded already
+    except msgspec.DecodeError:
+        return "payload is not JSON"
+    except RecursionError:
+        return "payload nests too deep to read"
+    return event
 
 
 def _damaged(world: World, model: LifecycleModel, seq: int, version: Any, why: Any) -> None:

@@ -39,6 +39,7 @@ from hostler.postmortem.exchange import (
     row_line,
 )
 from hostler.postmortem.redact import Redaction, Redactor, parse_redaction
+from hostler.postmortem.snapshots import SIDECAR_SUFFIX
 from hostler.store.connect import sqlite_path_of
 from hostler.store.log import EventStore, RawRow, format_time
 
@@ -266,6 +267,9 @@ def run_import(args: argparse.Namespace) -> int:
             with EventStore.open(target, owner=True) as store:
                 written = store.import_rows(lines.rows())
                 name = store.name
+            # a cache beside this path was made from another log: it must never answer for
+            # this one (the link itself, if it is one, never what it points at)
+            Path(f"{path}{SIDECAR_SUFFIX}").unlink(missing_ok=True)
         except BaseException:
             if created:
                 _remove_log(path, lock=lock_made)

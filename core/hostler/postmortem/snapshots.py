@@ -19,6 +19,7 @@ sequence may commit out of order, and the fold always starts from the log.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import sqlite3
 import zlib
 from collections.abc import Iterator
@@ -36,6 +37,8 @@ from hostler.replay import World, replay
 from hostler.store.log import EventStore, format_time
 
 __all__ = [
+    "MAX_BODY",
+    "MAX_RATIO",
     "SIDECAR_SUFFIX",
     "SNAPSHOT_EVERY",
     "SNAPSHOT_SCHEMA",
@@ -52,7 +55,13 @@ __all__ = [
 SNAPSHOT_EVERY = 50_000
 
 #: Bumped whenever a snapshot's layout changes (the runtime state has its own schema too).
-SNAPSHOT_SCHEMA = 1
+#: 2: the fingerprint names the log's first row too, and each row's payload digest.
+SNAPSHOT_SCHEMA = 2
+
+#: A snapshot body inflating past this many times its stored size, or past MAX_BODY bytes, is
+#: not read (a crafted file would otherwise take memory without bound): a cache miss.
+MAX_RATIO = 64
+MAX_BODY = 256 * 2**20
 
 #: The cache file is the log's path with this appended.
 SIDECAR_SUFFIX = ".snapshots"
@@ -134,8 +143,14 @@ class SnapshotCache:
             mode = 0o600
         return cls(log.with_name(log.name + SIDECAR_SUFFIX), mode=mode)
 
+    def usable(self) -> bool:
+        """False when the cache's path is a symbolic link (never followed: read nor written)."""
+        return not self.path.is_symlink()
+
     @contextlib.contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
+        if not self.usable():
+            raise sqlite3.OperationalError("the snapshot cache is a symbolic link")
         fresh = not self.path.exists()
         conn = sqlite3.connect(self.path, timeout=2.0)
         try:
@@ -154,7 +169,7 @@ class SnapshotCache:
 
     def load(self, store: EventStore, at_most: int) -> tuple[World, RuntimeState] | None:
         """The newest sound snapshot at or before seq ``at_most``; unsound ones are deleted."""
-        if not self.path.exists():
+        if not self.path.exists() or not self.usable():
             return None
         try:
             with self._db() as conn:
@@ -204,7 +219,7 @@ class SnapshotCache:
 
     def count(self) -> int:
         """How many snapshots the cache holds (0 when it cannot be read)."""
-        if not self.path.exists():
+        if not self.path.exists() or not self.usable():
             return 0
         try:
             with self._db() as conn:
@@ -217,28 +232,52 @@ def _schema() -> int:
     return SNAPSHOT_SCHEMA * 1000 + STATE_SCHEMA
 
 
+def _inflate(body: bytes) -> bytes | None:
+    """``body`` decompressed, or None past :data:`MAX_RATIO` times its size or :data:`MAX_BODY`."""
+    limit = min(MAX_BODY, MAX_RATIO * len(body))
+    inflater = zlib.decompressobj()
+    data = inflater.decompress(body, limit)
+    if inflater.unconsumed_tail or not inflater.eof:
+        return None  # a bomb, or a truncated body: a miss either way
+    return data
+
+
 def _decode(body: bytes, seq: int) -> tuple[World, RuntimeState] | None:
     try:
-        data = msgspec.json.decode(zlib.decompress(body))
+        text = _inflate(body)
+        if text is None:
+            return None
+        data = msgspec.json.decode(text)
         world = world_from_json(data["world"])
         state = RuntimeState.from_json(data["state"])
-    except (zlib.error, msgspec.DecodeError, KeyError, TypeError, ValueError):
+    except (zlib.error, msgspec.DecodeError, KeyError, TypeError, ValueError, RecursionError):
         return None
     if world.last_seq != seq or state.last_seq != seq:
         return None
     return world, state
 
 
-def fingerprint_at(store: EventStore, seq: int) -> str | None:
-    """``seq|stream|version|type|recorded_at`` of the row at ``seq`` (None: no such row).
-
-    Another log, even one that recorded the same kinds of events in the same order, differs
-    here: its rows were recorded at other moments.
-    """
-    for record in store.read_all(after_seq=seq - 1, until_seq=seq, limit=1):
+def _row_print(store: EventStore, *, after_seq: int = 0, until_seq: int | None = None) -> str:
+    for record in store.read_all(after_seq=after_seq, until_seq=until_seq, limit=1):
+        body = msgspec.json.encode([record.payload, record.damage])
+        digest = hashlib.sha256(body).hexdigest()[:16]
         stamp = record.recorded_at.isoformat()
-        return f"{record.seq}|{record.stream_id}|{record.version}|{record.type}|{stamp}"
-    return None
+        return f"{record.seq}|{record.stream_id}|{record.version}|{record.type}|{stamp}|{digest}"
+    return ""
+
+
+def fingerprint_at(store: EventStore, seq: int) -> str | None:
+    """The log's first row and the row at ``seq``, fingerprinted (None: no row at ``seq``).
+
+    Each row as ``seq|stream|version|type|recorded_at|payload digest``.
+    Another log, even one that recorded the same kinds of events in the same order, differs
+    here: its rows were recorded at other moments, or (a redacted import of the same log)
+    hold other payloads.
+    """
+    last = _row_print(store, after_seq=seq - 1, until_seq=seq)
+    if not last:
+        return None
+    return f"{_row_print(store)}/{last}"
 
 
 def seq_at(store: EventStore, moment: datetime) -> int:
