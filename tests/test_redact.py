@@ -351,3 +351,27 @@ def test_every_kind_is_used() -> None:
     used = {kind for table in FIELDS.values() for kind in table.values()}
     assert used == set(Kind)
     assert [k.value for k in Kind] == ["safe", "path", "text", "prompt", "session", "tree"]
+
+
+@pytest.mark.parametrize(
+    ("text", "redacted"),
+    [
+        # each of these survived `--redact all` once (a hostile tester's list)
+        ("file:/home/alice/x.gguf", "file:<path:1>.gguf"),
+        ("error loading model:/home/alice/m.gguf", "error loading model:<path:1>.gguf"),
+        ("cwd=C:/Users/alice/proj/m.gguf", "cwd=<path:1>.gguf"),
+        ("..\\alice\\dotdot.gguf", "<path:1>.gguf"),
+        ("models\\alice.gguf", "<path:1>.gguf"),
+        ("smb://nas/alice/m.gguf", "smb://<path:1>.gguf"),
+        ("s3://bucket/alice/m.gguf", "s3://<path:1>.gguf"),
+        ("see https://example.com/alice/x", "see https://<path:1>"),
+        # kept: an engine's own address, stream ids, rates, a bare scheme
+        ("http://127.0.0.1:8080/health", "http://127.0.0.1:8080/health"),
+        ("https://localhost/v1/models", "https://localhost/v1/models"),
+        ("http://[::1]:9/x", "http://[::1]:9/x"),
+        ("engine/llamacpp:m:0 at 12 tokens/s", "engine/llamacpp:m:0 at 12 tokens/s"),
+        ("http://", "http://"),
+    ],
+)
+def test_paths_in_every_spelling_are_redacted(text: str, redacted: str) -> None:
+    assert Redactor(Redaction(paths=True, prompts=False)).text(text) == redacted

@@ -150,15 +150,20 @@ _TOKEN = re.compile(
     rf"""
     (?P<url>\b[A-Za-z][A-Za-z0-9+.-]*://{_PATH_CHARS}*)
     | (?P<abs>
-        (?<![\w.~:/\\-])(?:~[\w.-]*|\.\.?)?/{_PATH_CHARS}+
-      | (?<![\w\\])[A-Za-z]:\\{_PATH_CHARS}*
+        (?<![\w.~/\\-])(?:~[\w.-]*|\.\.?)?/{_PATH_CHARS}+
+      | (?<![\w\\])[A-Za-z]:[\\/]{_PATH_CHARS}*
       | (?<![\w\\])\\\\{_PATH_CHARS}+
+      | (?<![\w.~/\\-])(?:\.\.?|[\w.-]+)(?:\\[\w.-]+)+\\?
       )
     | (?P<rel>(?<![\w.~:/\\-])[\w.-]+(?:/[\w.-]+)+/?(?=$|[\s'"<>|;,()\[\]{{}}:]))
     """,
     re.VERBOSE,
 )
 _TRAILING = ".,:;!?'\")]}"
+#: http(s) to this machine itself (an engine's port): kept whole by the path redaction.
+_LOOPBACK_WEB = re.compile(
+    r"https?://(?:localhost|127(?:\.\d{1,3}){3}|\[::1\])(?::\d+)?(?:[/?#]|$)", re.IGNORECASE
+)
 _EXTENSION = re.compile(r"(?<=[^.])\.[A-Za-z0-9]{1,8}$")
 _LETTER = re.compile(r"[A-Za-z]")
 _MEMO_LIMIT = 10_000
@@ -348,10 +353,10 @@ class Redactor:
     def _replace(self, match: re.Match[str]) -> str:
         token = match.group(0)
         if match.group("url") is not None:
-            if not token.lower().startswith("file:"):
-                return token
             scheme, _, rest = token.partition("://")
-            return f"{scheme}://{self._replace_path(rest)}"
+            if _LOOPBACK_WEB.match(token) is not None:
+                return token  # an engine's own address on this machine names nobody
+            return f"{scheme}://{self._replace_path(rest)}" if rest.strip("/") else token
         if match.group("rel") is not None and not _is_relative_path(token):
             return token
         return self._replace_path(token)
