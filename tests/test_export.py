@@ -599,7 +599,8 @@ def test_a_failed_export_leaves_the_previous_file(
 
     monkeypatch.setattr(EventStore, "read_stored", broken)
     status, _, err = _hostler(capsysbinary, "export", str(recorded), "-o", str(target))
-    assert status == 2 and "cannot write (No space left on device)" in err
+    assert status == 1 and "cannot write (No space left on device)" in err
+    assert err.startswith("hostler: error [output.failed]: ")
     assert target.read_text() == "the previous export\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]
 

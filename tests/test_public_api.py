@@ -160,6 +160,9 @@ def test_device_unhealthy_error_is_pinned() -> None:
 def test_export_and_import_errors_are_pinned() -> None:
     assert errors.StoreNotEmptyError.code == "store.not-empty"
     assert issubclass(errors.StoreNotEmptyError, errors.StoreError)
+    assert errors.OutputError.code == "output.failed"
+    assert errors.OutputError.exit_status == 1
+    assert not issubclass(errors.OutputError, errors.UsageError)
     assert errors.ExportFormatError.code == "export.format"
     assert errors.ExportFormatError.exit_status == 1
     assert not issubclass(errors.ExportFormatError, errors.UsageError)

@@ -22,6 +22,7 @@ __all__ = [
     "HostlerError",
     "IllegalTransitionError",
     "ModelFileError",
+    "OutputError",
     "PluginError",
     "QueueCancelledError",
     "QueueTimeoutError",
@@ -166,6 +167,16 @@ class ExportFormatError(HostlerError):
     """
 
     code = "export.format"
+
+
+class OutputError(HostlerError):
+    """A command could not write what it makes: its output, an export, a picture.
+
+    The disk is full, over quota or read-only, or the device failed; whatever was being
+    written is left as it was before (files are written whole or not at all).
+    """
+
+    code = "output.failed"
 
 
 class ConcurrencyError(StoreError):

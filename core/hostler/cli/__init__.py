@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
 from hostler._version import __version__
-from hostler.errors import HostlerError
+from hostler.errors import HostlerError, OutputError
 
 __all__ = ["build_parser", "main"]
 
@@ -67,7 +68,18 @@ def _command_of(argv: Sequence[str]) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the process exit status."""
-    words = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return _run(sys.argv[1:] if argv is None else list(argv))
+    except KeyboardInterrupt:  # at any moment, an import of a command's module included
+        print("hostler: interrupted", file=sys.stderr)
+        return 130
+
+
+#: What a write that fails for want of room or a working device raises: told as output.failed.
+_OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS})
+
+
+def _run(words: list[str]) -> int:
     if words[:1] == ["--version"]:
         print(f"hostler {__version__}")
         return 0
@@ -77,9 +89,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HostlerError as exc:
         print(f"hostler: error [{exc.code}]: {exc.message}", file=sys.stderr)
         return exc.exit_status
-    except KeyboardInterrupt:
-        return 130
     except BrokenPipeError:
         # `hostler events | head`: the reader left; that is not an error.
         sys.stderr.close()
         return 0
+    except OSError as exc:
+        if exc.errno not in _OUTPUT_ERRNOS:
+            raise
+        where = f"{exc.filename}: " if exc.filename else "standard output: "
+        failed = OutputError(f"{where}cannot write ({exc.strerror or exc})")
+        print(f"hostler: error [{failed.code}]: {failed.message}", file=sys.stderr)
+        return failed.exit_status

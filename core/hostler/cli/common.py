@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
-from hostler.errors import StoreDamagedRowError, StoreError, UsageError
+from hostler.errors import OutputError, StoreDamagedRowError, StoreError, UsageError
 from hostler.paths import default_log_path, user_path
 from hostler.store.connect import sqlite_path_of
 from hostler.store.log import EventStore
@@ -15,6 +20,7 @@ __all__ = [
     "DamageReport",
     "add_log_options",
     "add_log_source",
+    "atomic_output",
     "data_directory",
     "log_argument",
     "log_target",
@@ -155,3 +161,27 @@ class DamageReport:
             file=sys.stderr,
             flush=True,
         )
+
+
+@contextlib.contextmanager
+def atomic_output(path: Path) -> Iterator[IO[bytes]]:
+    """A file written beside ``path`` (mode 0600) and renamed onto it once complete.
+
+    On any failure the temporary file is removed and ``path`` is left as it was.
+    """
+    try:
+        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write here ({exc.strerror or exc})") from None
+    try:
+        with os.fdopen(fd, "wb") as out:
+            yield out
+            out.flush()
+            os.fsync(out.fileno())
+        Path(temp).replace(path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            Path(temp).unlink()
+        if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError):
+            raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+        raise

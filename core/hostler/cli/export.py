@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
-import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,6 +17,7 @@ from hostler.cli.common import (
     DamageReport,
     add_log_options,
     add_log_source,
+    atomic_output,
     log_target,
     open_existing_log,
     path_argument,
@@ -174,30 +173,6 @@ def export_rows(
     out.write(_encode(end_line(rows, damaged)) + b"\n")
     out.flush()
     return rows
-
-
-@contextlib.contextmanager
-def atomic_output(path: Path) -> Iterator[IO[bytes]]:
-    """A file written beside ``path`` (mode 0600) and renamed onto it once complete.
-
-    On any failure the temporary file is removed and ``path`` is left as it was.
-    """
-    try:
-        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot write here ({exc.strerror or exc})") from None
-    try:
-        with os.fdopen(fd, "wb") as out:
-            yield out
-            out.flush()
-            os.fsync(out.fileno())
-        Path(temp).replace(path)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            Path(temp).unlink()
-        if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError):
-            raise UsageError(f"{path}: cannot write ({exc.strerror or exc})") from None
-        raise
 
 
 # -- import --------------------------------------------------------------------------------

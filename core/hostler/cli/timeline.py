@@ -12,6 +12,7 @@ from pathlib import Path
 from hostler.cli.common import (
     DamageReport,
     add_log_source,
+    atomic_output,
     open_existing_log,
     path_argument,
     take_log_argument,
@@ -104,12 +105,8 @@ def run(args: argparse.Namespace) -> int:
         height=args.height,
         title=f"hostler memory timeline — {Path(name).name}",
     )
-    try:
-        output.write_bytes(picture.getvalue())
-    except OSError as exc:
-        raise UsageError(
-            f"{str(output)[:200]}: cannot write the picture ({exc.strerror})"
-        ) from None
+    with atomic_output(output) as out:  # whole or not at all: never a half picture
+        out.write(picture.getvalue())
     marks = len(timeline.markers)
     print(
         f"{output}: {len(timeline.engines)} engines, {marks} markers, "
