@@ -78,6 +78,44 @@ def test_the_tutorial_shows_the_example_files_verbatim() -> None:
         assert body == (REPO / path).read_text(encoding="utf-8"), f"{path} drifted from the docs"
 
 
+#: A Markdown link: ``[text](target)``.
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def anchors(page: Path) -> set[str]:
+    """The heading anchors of a Markdown page, as GitHub spells them."""
+    found = set()
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#") and not line.startswith("#!"):
+            title = line.lstrip("#").strip().lower()
+            found.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return found
+
+
+def test_every_link_in_the_plugin_docs_resolves() -> None:
+    pages = sorted(DOCS.glob("*.md"))
+    assert {p.name for p in pages} >= {
+        "README.md",
+        "tutorial.md",
+        "reference.md",
+        "readiness.md",
+        "pricing.md",
+        "try.md",
+    }
+    checked = 0
+    for page in [*pages, REPO / "docs" / "testing.md", EXAMPLE / "README.md"]:
+        for target in LINK.findall(page.read_text(encoding="utf-8")):
+            if target.startswith(("http://", "https://")):
+                continue
+            path, _, anchor = target.partition("#")
+            resolved = (page.parent / path).resolve() if path else page
+            assert resolved.exists(), f"{page.name}: {target} does not exist"
+            if anchor:
+                assert anchor in anchors(resolved), f"{page.name}: no #{anchor} in {path}"
+            checked += 1
+    assert checked >= 20
+
+
 def test_the_plugin_code_is_at_most_100_lines() -> None:
     adapter = (EXAMPLE / "src" / "hostler_echo" / "__init__.py").read_text().splitlines()
     assert 0 < len(adapter) <= 100  # every line: docstrings, imports and blanks included
