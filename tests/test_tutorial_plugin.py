@@ -197,6 +197,14 @@ def test_hostler_serve_runs_the_installed_plugin(
     installed: dict[str, str], served: tuple[Path, Path], tmp_path: Path
 ) -> None:
     config, data = served
+    listed = run_cli("plugins", env=installed)  # try.md: first check hostler found it
+    assert listed.returncode == 0, listed.stderr
+    assert next(r for r in listed.stdout.splitlines() if r.startswith("echo ")).split() == [
+        "echo",
+        "0.1.0",
+        "ok",
+        "echo",
+    ]
     log = tmp_path / "serve.log"
     daemon = start_daemon(config, data, log, command="serve", extra=("--port", "0"), env=installed)
     try:
