@@ -171,13 +171,64 @@ def test_installed_its_own_tests_pass_under_hostlers_pytest_plugin(
         "TestEchoConformance::test_extra_args_come_last PASSED",
         "TestEchoConformance::test_live_start_serve_stop PASSED",
         "TestEchoConformance::test_live_adopted_after_a_daemon_restart PASSED",
+        "TestEchoSlowLoad::test_live_start_serve_stop PASSED",
         "test_the_runtime_starts_it_on_demand_and_it_answers PASSED",
     ):
         assert check in out, out[-4000:]
     summary = out.strip().splitlines()[-1]
     passed = re.search(r"\b(\d+) passed in\b", summary)
-    assert passed and int(passed.group(1)) >= 20, summary  # the whole suite ran
+    assert passed and int(passed.group(1)) >= 38, summary  # 18 checks twice, and 2
     assert not re.search(r"skipped|xfail|deselected|warning", summary), summary
+
+
+STATUS_ONLY = """
+import pytest
+from hostler.plugin import ReadinessProbe
+from hostler.testing.conformance import AdapterConformance
+from hostler_echo import EchoAdapter
+
+
+class StatusOnly(EchoAdapter):
+    def readiness(self, spec):
+        return ReadinessProbe(path="/health")
+
+
+class TestStatusOnly(AdapterConformance):
+    @pytest.fixture
+    def adapter(self):
+        return StatusOnly()
+
+    @pytest.fixture
+    def model(self, tmp_path):
+        (tmp_path / "m.txt").write_text("x\\n")
+        return tmp_path / "m.txt"
+
+    @pytest.fixture
+    def launch_options(self):
+        return {"load_seconds": 1.0}
+"""
+
+
+@pytest.mark.slow
+def test_without_the_body_check_a_slow_load_fails_the_live_check(
+    installed: dict[str, str], tmp_path: Path
+) -> None:
+    """The tutorial's claim: the echo engine answers /health 200 while it loads, so its
+    adapter checks the body; with the status alone the suite catches the early readiness."""
+    (tmp_path / "test_status_only.py").write_text(STATUS_ONLY)
+    only_live = ("-k", "test_live_start_serve_stop", str(tmp_path / "test_status_only.py"))
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *only_live],
+        env={**os.environ, **installed},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "1 failed" in run.stdout.strip().splitlines()[-1]
+    assert "503" in run.stdout  # the first completion met an engine still loading
 
 
 @pytest.fixture

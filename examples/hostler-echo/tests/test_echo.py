@@ -29,6 +29,15 @@ class TestEchoConformance(AdapterConformance):
         return path
 
 
+class TestEchoSlowLoad(TestEchoConformance):
+    """The same checks while the model takes half a second to load: readiness must wait."""
+
+    @pytest.fixture
+    def launch_options(self) -> dict[str, object]:
+        """The options of every launch: a slow load (options_schema declares it)."""
+        return {"load_seconds": 0.5}
+
+
 @pytest.fixture
 def hostler_adapters() -> dict[str, EngineAdapter]:
     """The pytest plugin's runtime runs our engine instead of its fake one."""
