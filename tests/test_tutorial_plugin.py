@@ -42,7 +42,11 @@ def install(site: Path) -> None:
     """
     project = tomllib.loads((EXAMPLE / "pyproject.toml").read_text())
     for package in project["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]:
-        shutil.copytree(EXAMPLE / package, site / Path(package).name)
+        shutil.copytree(
+            EXAMPLE / package,
+            site / Path(package).name,
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
     meta = project["project"]
     info = site / f"{meta['name'].replace('-', '_')}-{meta['version']}.dist-info"
     info.mkdir()
