@@ -20,7 +20,7 @@ import pytest
 from hostler import Engine, load
 from hostler.engines.supervisor import SupervisorPolicy
 from hostler.errors import EngineStartError, UsageError
-from hostler.plugin import LaunchSpec
+from hostler.plugin import LaunchSpec, launch_command
 from hostler.testing.fake_engine import READY_LINE, Behaviour, FakeEngineAdapter
 from hostler.testing.harness import FAST_POLICY, FakeClock, Harness
 
@@ -258,6 +258,8 @@ def test_the_fake_adapter_appends_extras_last_and_binds_loopback(tmp_path: Any) 
     assert argv[2] == "4321"
     assert argv[-3:] == ["--a", "1", "--b"]
     assert "--c" not in argv
+    # it places them itself (applies_extra_args), so hostler's launch has them once
+    assert launch_command(FakeEngineAdapter(), spec).argv == argv
 
 
 def test_fake_clock_moves_only_forward_when_told() -> None:

@@ -88,7 +88,7 @@ ENGINE_NAME_PATTERN = r"[a-z0-9][a-z0-9_-]*"
 ENGINE_NAME_MAX = 40
 #: Names no plugin may register: hostler's own stand-in for an engine whose plugin is gone.
 #: Built-in plugins hold only the names they actually register (``llamacpp``...); a built-in
-#: placeholder that registers no engine reserves nothing (docs/plugins.md).
+#: placeholder that registers no engine reserves nothing (docs/plugins/reference.md).
 RESERVED_ENGINE_NAMES: frozenset[str] = frozenset({"unavailable"})
 _ENGINE_TYPE = re.compile(ENGINE_NAME_PATTERN)
 

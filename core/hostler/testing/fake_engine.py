@@ -103,6 +103,7 @@ class FakeEngineAdapter(EngineAdapter):
 
     engine_type = "fake"
     readiness_path = "/health"
+    applies_extra_args = True  # build_command places them (flags as written, no "--" added)
 
     def __init__(self, behaviour: Behaviour | None = None, *, python: str | None = None) -> None:
         self.behaviour = behaviour or Behaviour()
