@@ -289,7 +289,10 @@ def test_the_cli_writes_and_refuses(store: EventStore, clock: Clock, tmp_path: P
     assert (tmp_path / "w.png").read_bytes().startswith(b"\x89PNG")
     refusals = {
         ("-o", str(tmp_path / "t.gif")): "written as .svg or .png",
-        ("-o", str(tmp_path / "no" / "t.svg")): "t.svg: cannot write here (No such file or directory)",
+        (
+            "-o",
+            str(tmp_path / "no" / "t.svg"),
+        ): "t.svg: cannot write here (No such file or directory)",
         (
             "-o",
             str(picture),
