@@ -27,7 +27,7 @@ import msgspec
 
 from hostler.errors import ExportFormatError
 from hostler.postmortem.redact import Redaction, Redactor
-from hostler.store.log import RawRow, RecordedEvent, parse_time
+from hostler.store.log import RawRow, RecordedEvent, format_time, parse_time
 
 __all__ = [
     "FORMAT",
@@ -61,7 +61,9 @@ _ROW_KEYS = (
     "metadata",
     "recorded_at",
 )
-_MAX_SEQ = 2**63 - 1
+#: The largest seq, version or schema version an import takes (as `--until-seq`): room is
+#: left above it for the log to go on (a last seq of 2**63 - 1 would refuse every append).
+_MAX_SEQ = 2**53
 _SCALAR = str | int | float
 
 
@@ -232,11 +234,13 @@ def parse_row(value: Mapping[str, Any], line: int, previous_seq: int) -> RawRow:
     payload, metadata = value["payload"], value["metadata"]
     if not isinstance(payload, dict) or not isinstance(metadata, dict):
         raise _fail(line, "payload and metadata must be JSON objects")
-    recorded_at = _text(value["recorded_at"], "recorded_at", line, 32)
+    text = _text(value["recorded_at"], "recorded_at", line, 40)
     try:
-        parse_time(recorded_at)
+        moment = parse_time(text)
     except ValueError:
-        raise _fail(line, f"recorded_at {recorded_at!r} is not an ISO-8601 time") from None
+        raise _fail(line, f"recorded_at {text!r} is not an ISO-8601 time") from None
+    # stored as the log stores every time (UTC, fixed width): time queries compare the text
+    recorded_at = format_time(moment)
     return (
         seq,
         stream_id,
