@@ -198,3 +198,16 @@ def test_an_import_refuses_a_seq_past_2_to_the_53(
     err = capsys.readouterr().err
     assert "seq 9007199254740993 is not a whole number from 1 to 9007199254740992" in err
     assert not (tmp_path / "past.db").exists()
+
+
+def test_numbers_in_other_scripts_digits_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: `--slots ٣` (Arabic-Indic three) and `KEY#٣` were read as 3."""
+    path = _log(tmp_path / "events.db")
+    with pytest.raises(SystemExit) as exited:
+        main(["whatif", str(path), "--slots", "٣"])
+    assert exited.value.code == 2
+    assert "'٣' is not a whole number" in capsys.readouterr().err
+    assert main(["explain", "llamacpp:m:0#٣", "--db", str(path)]) == 2
+    assert "nothing in this log matches 'llamacpp:m:0#٣'" in capsys.readouterr().err

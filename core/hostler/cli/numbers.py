@@ -18,6 +18,8 @@ def count(low: int, high: int = MAX_COUNT) -> Callable[[str], int]:
 
     def parse(text: str) -> int:
         try:
+            if not text.strip().isascii():  # int() also reads other scripts' digits
+                raise ValueError(text)
             value = int(text.strip(), 10)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number") from None

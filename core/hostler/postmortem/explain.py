@@ -81,7 +81,7 @@ TARGET_KINDS = ("engine", "model", "session", "request")
 #: A PP6 unload recorded this many seconds after a lease was granted is cited with that lease.
 LEASE_NEAR = 5.0
 
-_REQUEST = re.compile(r"^(?P<key>.+)#(?P<id>\d{1,18})$")
+_REQUEST = re.compile(r"^(?P<key>.+)#(?P<id>[0-9]{1,18})$")  # ASCII digits only
 _EXPLICIT = re.compile(r"^(?P<kind>engine|model|session|request)=(?P<value>.+)$")
 _UP_STATES = frozenset({"starting", "running", "stopping", "adopting"})
 _LEDGER_KEYED = (
