@@ -68,6 +68,7 @@ from hostler.plugin import (
     LaunchSpec,
     ModelGeometry,
     Panic,
+    launch_command,
 )
 from hostler.pluginhost import PluginHost
 from hostler.replay import load
@@ -359,8 +360,12 @@ class AdapterConformance:
         assert adapter.build_command(spec) == adapter.build_command(spec)
 
     def test_extra_args_come_last(self, adapter: EngineAdapter, spec: LaunchSpec) -> None:
-        """Operator extras end the argv in order: value, bare flag (True); False omits it."""
-        argv = adapter.build_command(replace(spec, extra_args=EXTRA_ARGS)).argv
+        """Operator extras end the launch in order: value, bare flag (True); False omits it.
+
+        The launch is what hostler runs (RD5): the adapter's argv, then the extras appended
+        by hostler, or placed by the adapter itself when it sets ``applies_extra_args``.
+        """
+        argv = launch_command(adapter, replace(spec, extra_args=EXTRA_ARGS)).argv
         expected = ["--hostler-conformance-value", "v1", "--hostler-conformance-bare"]
         assert argv[-3:] == expected, f"the argv ends {argv[-3:]}, not {expected}"
         assert "--hostler-conformance-off" not in argv

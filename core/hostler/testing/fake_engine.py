@@ -103,6 +103,8 @@ class FakeEngineAdapter(EngineAdapter):
 
     engine_type = "fake"
     readiness_path = "/health"
+    #: It places the operator's extras itself (after its own argv), as RD5 allows.
+    applies_extra_args = True
 
     def __init__(self, behaviour: Behaviour | None = None, *, python: str | None = None) -> None:
         self.behaviour = behaviour or Behaviour()
