@@ -56,7 +56,7 @@ CODE = re.compile(rf"\b({_FAMILY})(\d+)[a-z]?\b")
 RANGE = re.compile(rf"\b({_FAMILY})(\d+)\s*[–—-]\s*(?:\1)?(\d+)\b")
 #: Linter codes in suppression comments are not rules (``# noqa: S101``).
 NOQA = re.compile(r"#\s*noqa:[^\n]*")
-PLACE = re.compile(r"`((?:hostler|hostler_llamacpp)(?:\.\w+)+|tests/[\w/]+\.py)`")
+PLACE = re.compile(r"`((?:hostler|hostler_llamacpp|hostler_mlx)(?:\.\w+)+|tests/[\w/]+\.py)`")
 ENTRY = re.compile(rf"^### ({_FAMILY})(\d+) — \S", re.MULTILINE)
 
 
