@@ -306,3 +306,18 @@ def test_fatal_lines() -> None:
     assert adapter.classify_line("UserWarning: mlx_lm.server is not recommended") is None
     assert adapter.classify_line("  warnings.warn(") is None
     assert adapter.classify_line("INFO - Starting httpd at 127.0.0.1 on port 8080...") is None
+
+
+def test_experts() -> None:
+    assert geometry_from_config({**LLAMA, "num_local_experts": 8}, weights=0).expert_count == 8
+    assert geometry_from_config({**LLAMA, "num_experts": 4}, weights=0).expert_count == 4
+    assert geometry_from_config(LLAMA, weights=0).expert_count is None
+
+
+def test_config_json_up_to_4_mib(tmp_path: Path) -> None:
+    text = json.dumps(LLAMA)
+    (tmp_path / "config.json").write_text(text + " " * (4 * MIB - len(text)))
+    assert read_mlx_model(tmp_path).geometry.block_count == 2  # exactly 4 MiB: read
+    (tmp_path / "config.json").write_text(text + " " * (4 * MIB + 1 - len(text)))
+    with pytest.raises(ModelFileError, match="larger than 4194304 bytes"):
+        read_mlx_model(tmp_path)
