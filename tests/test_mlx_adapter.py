@@ -270,6 +270,7 @@ def test_argv_edges() -> None:
 def test_bootstrap_sets_the_wired_limit_and_stops_the_recommended_one() -> None:
     assert "mx.set_wired_limit(int(sys.argv.pop(1)))" in BOOTSTRAP
     assert "maybe_set_recommended_wired_limit=lambda:None" in BOOTSTRAP
+    assert "s.ModelProvider.load=lambda p,m,a=None,d=None:f(p,'default_model',a,d)" in BOOTSTRAP
     compile(BOOTSTRAP, "<bootstrap>", "exec")
 
 

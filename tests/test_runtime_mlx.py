@@ -117,7 +117,14 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
 
 def chat(port: int) -> dict[str, object]:
     body = json.dumps(
-        {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 3, "temperature": 0}
+        {
+            # hostler's model id, as a client names it (mlx_lm.server alone would look it up
+            # as a hub repository, offline: an error)
+            "model": "tiny",
+            "messages": [{"role": "user", "content": "hello"}],
+            "max_tokens": 3,
+            "temperature": 0,
+        }
     ).encode()
     request = urllib.request.Request(
         f"http://127.0.0.1:{port}/v1/chat/completions", body, {"Content-Type": "application/json"}

@@ -33,11 +33,15 @@ __all__ = [
 
 #: The program ``python -c`` runs: set MLX's wired-memory limit to the bytes given first
 #: (M9: the planned reservation, never the whole working set), keep ``mlx_lm.server`` from
-#: raising it to the recommended maximum, then run the server with the rest of the argv.
+#: raising it to the recommended maximum, serve the launch's model whatever a request's
+#: ``model`` says (M3: clients name hostler's model id, which ``mlx_lm.server`` would take for
+#: a hub repository to download), then run the server with the rest of the argv.
 BOOTSTRAP = (
     "import sys;import mlx.core as mx;import mlx_lm.server as s;"
     "mx.set_wired_limit(int(sys.argv.pop(1)));"
     "s.maybe_set_recommended_wired_limit=lambda:None;"
+    "f=s.ModelProvider.load;"
+    "s.ModelProvider.load=lambda p,m,a=None,d=None:f(p,'default_model',a,d);"
     "sys.argv[0]='mlx_lm.server';s.main()"
 )
 #: M3: model hubs offline (a model is a local directory, never a download), no telemetry.
