@@ -93,6 +93,8 @@ TESTS: dict[str, list[str]] = {
     "postmortem.figures": ["tests/test_whatif.py"],
     "postmortem.timeline": ["tests/test_timeline.py"],
     "hostler_ds4.rules": ["tests/test_ds4_rules.py"],
+    "hostler_mlx.geometry": ["tests/test_mlx_adapter.py"],
+    "hostler_mlx.pricing": ["tests/test_mlx_adapter.py"],
     "postmortem.redact": ["tests/test_redact.py"],
     "postmortem.exchange": ["tests/test_exchange.py"],
 }

@@ -129,11 +129,14 @@ def test_the_engine_name_rule_is_one_public_function() -> None:
     assert engine_name_problem("unavailable") == "'unavailable' is reserved by hostler"
 
 
-def test_a_placeholder_yields_its_name_and_a_reserved_name_is_refused(site: Path) -> None:
+def test_a_real_built_in_keeps_its_name_and_a_reserved_name_is_refused(site: Path) -> None:
     host = PluginHost().load()
+    # the built-in mlx plugin now registers its adapter: it is no placeholder, and a third
+    # party's plugin of the same name is refused (PL1), as one over llamacpp would be
     mlx = host.plugins["mlx"]
-    assert (mlx.status, mlx.engines, mlx.version) == ("ok", ["mlx"], "1.2")  # the third party's
-    assert host.owners["mlx"] == "mlx" and host.adapters["mlx"].__module__ == "contract_mlx"
+    assert (mlx.status, mlx.version) == ("failed", "1.2")  # the third party's record
+    assert mlx.error == "load: a second plugin is named 'mlx'; ignored"
+    assert host.owners["mlx"] == "mlx" and host.adapters["mlx"].__module__ == "hostler_mlx.adapter"
     sneaky = host.plugins["sneaky"]
     assert sneaky.status == "failed"
     assert (

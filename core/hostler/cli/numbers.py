@@ -17,12 +17,13 @@ def count(low: int, high: int = MAX_COUNT) -> Callable[[str], int]:
     """An argparse type: a whole number from ``low`` to ``high``, said plainly otherwise."""
 
     def parse(text: str) -> int:
+        cleaned = text.strip()
         try:
-            if not text.strip().isascii():  # int() also reads other scripts' digits
-                raise ValueError(text)
-            value = int(text.strip(), 10)
+            value = int(cleaned, 10) if cleaned.isascii() else None  # int() reads any digits
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number") from None
+            value = None
+        if value is None:
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number")
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(
                 f"{text[:40]} is out of range: use a whole number from {low} to {high}"

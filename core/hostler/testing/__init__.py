@@ -1,6 +1,7 @@
 """Tools for testing hostler and its plugins.
 
 - :mod:`hostler.testing.tiny_gguf`: tiny real GGUF models that ``llama-server`` loads.
+- :mod:`hostler.testing.tiny_mlx`: tiny real MLX model folders that ``mlx_lm.server`` loads.
 - :mod:`hostler.testing.fake_engine`: a real engine process with scriptable misbehaviour.
 - :mod:`hostler.testing.harness`: a data directory's log, ledger, supervisors and runtime.
 - :mod:`hostler.testing.pytest_plugin`: fixtures, opt-in (``pytest_plugins = [...]``).
