@@ -32,7 +32,14 @@ from hostler.events.ledger import (
 from hostler.machines.engine import EngineCrashed, EngineStopRequested
 from hostler.machines.lease import LeaseGranted, LeaseReleased, LeaseRequested
 from hostler.postmortem.draw import FORMATS, MARKER_STYLE, render
-from hostler.postmortem.timeline import MARKER_KINDS, Step, build_timeline, value_at
+from hostler.postmortem.timeline import (
+    MARKER_KINDS,
+    MAX_ENGINES_DRAWN,
+    OTHERS,
+    Step,
+    build_timeline,
+    value_at,
+)
 
 from _support import run_cli, run_python
 
@@ -144,6 +151,38 @@ def test_series_markers_and_spans_of_a_log(store: EventStore, clock: Clock) -> N
     )
     assert timeline.peak() == 40 * MIB + 50 * MIB
     assert timeline.events == 15 and timeline.damaged == ()
+
+
+def test_past_24_engines_the_least_are_summed_into_one_series(
+    store: EventStore, clock: Clock
+) -> None:
+    """Was: a log of 1,680 engines drew a 402 MB SVG (every engine a series, PM35)."""
+    assert (MAX_ENGINES_DRAWN, OTHERS) == (24, "others")
+    for n in range(30):  # engine n holds (n + 1) MiB from second n to second n + 40
+        put(store, clock, n, "ledger/host", reserved(f"e:m{n}:0", (n + 1) * MIB, 10**12))
+    for n in range(30):
+        put(store, clock, 40 + n, "ledger/host", LedgerReleased(f"e:m{n}:0", 0, "me", "released"))
+    timeline = build_timeline(store.read_all())
+    assert len(timeline.engines) == 24 and timeline.engines[-1] == "others"
+    assert timeline.engines[:-1] == tuple(f"e:m{n}:0" for n in range(7, 30))  # the 23 largest
+    summed = timeline.reserved["others"]
+    # the seven smallest (1..7 MiB) come in one a second, and go one a second from 40 s
+    assert [(s.at, s.value) for s in summed] == [
+        *((at(n), sum(range(1, n + 2)) * MIB) for n in range(7)),
+        *((at(40 + n), sum(range(n + 2, 8)) * MIB) for n in range(7)),
+    ]
+    assert summed[-1].value == 0 and "e:m0:0" not in timeline.reserved
+    assert timeline.peak() == sum(range(1, 31)) * MIB  # nothing lost from the total
+
+
+def test_24_engines_are_drawn_each_as_its_own(store: EventStore, clock: Clock) -> None:
+    for n in range(24):
+        put(store, clock, n, "ledger/host", reserved(f"e:m{n}:0", MIB, 10**12))
+    assert len(build_timeline(store.read_all()).engines) == 24
+    put(store, clock, 30, "ledger/host", reserved("e:m24:0", MIB, 10**12))
+    engines = build_timeline(store.read_all()).engines
+    assert len(engines) == 24 and engines[-1] == "others"
+    assert engines[:-1] == tuple(f"e:m{n}:0" for n in range(23))  # equal peaks: first come
 
 
 def test_a_window_carries_in_what_was_held_at_its_start(store: EventStore, clock: Clock) -> None:

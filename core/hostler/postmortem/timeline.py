@@ -47,6 +47,8 @@ from hostler.store.log import RecordedEvent
 
 __all__ = [
     "MARKER_KINDS",
+    "MAX_ENGINES_DRAWN",
+    "OTHERS",
     "Marker",
     "Span",
     "Step",
@@ -56,6 +58,12 @@ __all__ = [
     "value_at",
     "values_at",
 ]
+
+#: At most this many engine series are drawn; past it the engines that held least are summed
+#: into one series, ``OTHERS`` (PM35).
+MAX_ENGINES_DRAWN = 24
+#: The key of that series (no engine key lacks a colon).
+OTHERS = "others"
 
 #: Every kind of marker, in the order a legend lists them.
 MARKER_KINDS = ("evicted", "refused", "crashed", "lost")
@@ -311,18 +319,65 @@ def _finish(fold: _Fold, count: int) -> Timeline:
         for s in sorted(spans, key=lambda s: s.seq)
         if s.end >= start and s.start <= end
     ]
+    reserved = {k: _clip(fold.reserved.get(k, []), start) for k in fold.engines}
+    measured = {k: _clip(fold.measured.get(k, []), start) for k in fold.engines}
+    engines = _fold_the_rest(list(fold.engines), reserved, measured)
     return Timeline(
         start=start,
         end=end,
-        engines=tuple(fold.engines),
-        reserved={k: _clip(fold.reserved.get(k, []), start) for k in fold.engines},
-        measured={k: _clip(fold.measured.get(k, []), start) for k in fold.engines},
+        engines=engines,
+        reserved=reserved,
+        measured=measured,
         budget=_clip(fold.budget, start),
         markers=tuple(m for m in fold.markers if m.at >= start),
         spans=tuple(shown),
         damaged=tuple(fold.damaged),
         events=count,
     )
+
+
+def _fold_the_rest(
+    engines: list[str],
+    reserved: dict[str, tuple[Step, ...]],
+    measured: dict[str, tuple[Step, ...]],
+) -> tuple[str, ...]:
+    """PM35: past :data:`MAX_ENGINES_DRAWN`, the engines that held least become one series.
+
+    The ``MAX_ENGINES_DRAWN - 1`` engines with the largest peak keep their own series (in
+    their first-reserved order); the rest are summed into :data:`OTHERS` (``reserved`` and
+    ``measured`` are changed in place). The picture's size then grows with time, not with
+    the number of engines a log ever saw.
+    """
+    if len(engines) <= MAX_ENGINES_DRAWN:
+        return tuple(engines)
+
+    def peak(key: str) -> int:
+        return max((s.value for s in (*reserved[key], *measured[key])), default=0)
+
+    kept = set(sorted(engines, key=lambda k: (-peak(k), engines.index(k)))[: MAX_ENGINES_DRAWN - 1])
+    rest = [k for k in engines if k not in kept]
+    reserved[OTHERS] = _summed([reserved.pop(k) for k in rest])
+    measured[OTHERS] = _summed([measured.pop(k) for k in rest])
+    return (*(k for k in engines if k in kept), OTHERS)
+
+
+def _summed(series: list[tuple[Step, ...]]) -> tuple[Step, ...]:
+    """The sum of step series, as one step series (a sweep over their changes)."""
+    changes: dict[float, list[int]] = {}
+    for steps in series:
+        previous = 0
+        for step in steps:
+            change = changes.setdefault(step.at, [0, step.seq])
+            change[0] += step.value - previous
+            change[1] = max(change[1], step.seq)
+            previous = step.value
+    total, out = 0, []
+    for at in sorted(changes):
+        delta, seq = changes[at]
+        total += delta
+        if not out or out[-1].value != total:
+            out.append(Step(at, seq, total))
+    return tuple(out)
 
 
 def _clip(steps: list[Step], start: float) -> tuple[Step, ...]:
