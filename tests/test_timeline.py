@@ -505,6 +505,11 @@ def test_the_cli_merges_a_ledger_log_and_says_when_one_is_missing(tmp_path: Path
         "-o", str(picture),
     )  # fmt: skip
     assert missing.returncode == 1 and "nope.db: no event log here yet" in missing.stderr
+    twice = run_cli(  # was: every ledger decision counted twice
+        "timeline", str(tmp_path / "events.db"), "--ledger", str(tmp_path / "events.db"),
+        "-o", str(picture),
+    )  # fmt: skip
+    assert twice.returncode == 2 and "is the log itself: give it once" in twice.stderr
 
 
 def test_peaks_in_keeps_every_spike_of_a_column() -> None:

@@ -77,6 +77,9 @@ def run(args: argparse.Namespace) -> int:
         name = store.name
         ledger = None
         if args.ledger is not None:
+            log_file = store.sqlite_file
+            if log_file is not None and _same_file(log_file, args.ledger):
+                raise UsageError(f"--ledger {args.ledger} is the log itself: give it once")
             ledger = stack.enter_context(open_existing_log(argparse.Namespace(db=args.ledger)))
         timeline = build_timeline(
             store.read_all(until=until),
@@ -113,3 +116,10 @@ def run(args: argparse.Namespace) -> int:
         f"{len(timeline.spans)} leases, {timeline.events} events read"
     )
     return damage.status()
+
+
+def _same_file(one: Path, other: Path) -> bool:
+    try:
+        return one.samefile(other)
+    except OSError:
+        return False
