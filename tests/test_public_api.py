@@ -106,6 +106,7 @@ def test_the_plugin_contract_is_pinned() -> None:
         "EngineBinaryError",
         "EngineStartError",
         "ExtraArgs",
+        "FatalLines",
         "LaunchCommand",
         "LaunchSpec",
         "ModelFileError",

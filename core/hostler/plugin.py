@@ -25,7 +25,7 @@ import json
 import re
 import stat
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
@@ -51,6 +51,7 @@ __all__ = [
     "EngineBinaryError",
     "EngineStartError",
     "ExtraArgs",
+    "FatalLines",
     "LaunchCommand",
     "LaunchSpec",
     "ModelFileError",
@@ -328,6 +329,27 @@ class Panic:
     line: str
     priority: int = 3
     fatal_at_startup: bool = True
+
+
+class FatalLines:
+    """An engine's fatal lines as a table: ``(kind, priority, pattern)``, the first match wins.
+
+    Call it with a line of the engine's output; it answers the :class:`Panic` of the first
+    pattern (a regular expression, case-insensitive) found in the line's first ``clip``
+    characters, or None. An adapter's ``classify_line`` can return ``self.fatal(line)``.
+    """
+
+    def __init__(self, rules: Iterable[tuple[str, int, str]], *, clip: int = 1000) -> None:
+        self.rules = [(kind, rank, re.compile(text, re.IGNORECASE)) for kind, rank, text in rules]
+        self.clip = clip
+
+    def __call__(self, line: str) -> Panic | None:
+        """The first rule ``line`` matches, as a :class:`Panic`, or None."""
+        clipped = line[: self.clip]
+        for kind, priority, pattern in self.rules:
+            if pattern.search(clipped):
+                return Panic(kind, clipped.strip(), priority)
+        return None
 
 
 @runtime_checkable

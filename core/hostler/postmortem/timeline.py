@@ -371,7 +371,7 @@ def _summed(series: list[tuple[Step, ...]]) -> tuple[Step, ...]:
             change[0] += step.value - previous
             change[1] = max(change[1], step.seq)
             previous = step.value
-    total, out = 0, []
+    total, out = 0, list[Step]()
     for at in sorted(changes):
         delta, seq = changes[at]
         total += delta
