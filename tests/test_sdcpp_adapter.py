@@ -119,6 +119,7 @@ def test_readiness_is_any_answer_at_the_root(model: Path, binary: Path) -> None:
     [
         ("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 4096 MiB: out of memory", "gpu-out-of-memory"),
         ("[ERROR] main.cpp:92 - new_sd_ctx_t failed", "model-unreadable"),
+        ("[ERROR] stable-diffusion.cpp:214  - init model loader from file failed: 'x'", "model-unreadable"),
         ("[ERROR] common.cpp:290 - error: unknown argument: --host", "bad-arguments"),
         ("[ERROR] common.cpp:286 - error: invalid parameter for argument: --steps", "bad-arguments"),
         ("[ERROR] common.cpp:615 - error: the following arguments are required: model_path", "bad-arguments"),

@@ -12,6 +12,7 @@ __all__ = ["classify_line", "progress"]
 _PROGRESS = re.compile(r"\|[=> ]*\|\s*(\d+)/(\d+)\s*-\s*[\d.]+\s*(?:s/it|it/s)")
 _FATAL: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"out of memory", re.IGNORECASE), "gpu-out-of-memory"),
+    (re.compile(r"init model loader from file failed"), "model-unreadable"),
     (re.compile(r"new_sd_ctx_t failed"), "model-unreadable"),
     (re.compile(r"error: the following arguments are required"), "bad-arguments"),
     (re.compile(r"error: (?:unknown argument|invalid parameter for argument)"), "bad-arguments"),

@@ -381,8 +381,9 @@ class Runtime:
         ``llm`` slot, the engine itself (built, and room made, if needed), and the physical
         gate as wide as its launched slots (EG1). An engine whose adapter names another GPU
         slot (``gpu_slot = "image"``) takes that slot's exclusive lease first, before the
-        queue, and holds it until the request is over, the queue slot given back (GA8). Yields the engine's loopback port. While
-        held the engine is busy: never evicted, never idle-stopped, and a drain waits for it.
+        queue, and holds it until the request is over, the queue slot given back (GA8).
+        Yields the engine's loopback port. While held the engine is busy: never evicted,
+        never idle-stopped, and a drain waits for it.
 
         Raises:
             QueueTimeoutError: No slot within ``queue_timeout`` seconds; nothing ran.
