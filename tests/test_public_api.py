@@ -118,6 +118,7 @@ def test_the_plugin_contract_is_pinned() -> None:
         "Panic",
         "ReadinessProbe",
         "Register",
+        "UsageError",
         "check_model_path",
         "engine_name_problem",
         "entry_bytes",

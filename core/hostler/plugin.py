@@ -64,6 +64,7 @@ __all__ = [
     "Panic",
     "ReadinessProbe",
     "Register",
+    "UsageError",
     "check_model_path",
     "engine_name_problem",
     "entry_bytes",

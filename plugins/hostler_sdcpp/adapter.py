@@ -6,7 +6,6 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from hostler.errors import UsageError
 from hostler.plugin import (
     EngineAdapter,
     LaunchCommand,
@@ -16,6 +15,7 @@ from hostler.plugin import (
     OptionType,
     Panic,
     ReadinessProbe,
+    UsageError,
     check_model_path,
     extra_args_argv,
 )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hostler.capacity.units import round_half_up
+from hostler.plugin import round_half_up
 
 __all__ = [
     "DEFAULT_BATCH",
