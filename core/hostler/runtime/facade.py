@@ -77,7 +77,8 @@ class RuntimeStatus:
     closed: bool
 
 
-#: The stop decision of an llm engine unloaded because another GPU slot takes the card (GA1).
+#: The stop decision of an engine unloaded because another GPU slot takes the card (GA1); its
+#: ``slot`` is the engine's own (GA8).
 _SLOT_SWAP: dict[str, Any] = {"rule": "GA1", "cause": "gpu-slot-swap", "slot": "llm"}
 
 
