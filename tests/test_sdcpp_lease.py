@@ -83,7 +83,7 @@ class Rig(LlamaRig):
             footprint=lambda: self.price(key),
         )
 
-    def swap_runtime(self) -> hostler.Runtime:
+    def swap_runtime(self, policy: str = "swap") -> hostler.Runtime:
         return hostler.Runtime(
             self.store,
             self.build,
@@ -91,7 +91,7 @@ class Rig(LlamaRig):
             estimate=self.price,
             drain_poll=0.05,
             drain_wait=30,
-            arbiter=GpuArbiter("swap", store=self.store),
+            arbiter=GpuArbiter(policy, store=self.store),
         )
 
 
@@ -181,3 +181,58 @@ async def test_a_chat_waits_for_a_render_and_never_evicts_it(rig: Rig) -> None:
     leases = [r.type for r in rig.store.read_all() if r.stream_id.startswith("lease/")]
     assert leases == ["lease.requested", "lease.granted", "lease.released"]
     print(f"chat waited {waited:.2f} s behind a {RENDER:.1f} s render")
+
+
+async def test_a_cancelled_render_gives_the_lease_back(rig: Rig) -> None:
+    async with rig.swap_runtime() as rt:
+        started = anyio.Event()
+
+        async def render() -> None:
+            async with rt.request(IMAGE) as port:
+                started.set()
+                body = {"prompt": "x", "width": 512, "height": 512}
+                await anyio.to_thread.run_sync(
+                    post, port, "/sdapi/v1/txt2img", body, abandon_on_cancel=True
+                )
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(render)
+            with anyio.fail_after(60):
+                await started.wait()
+            assert [row["slot"] for row in rt.leases()] == ["image"]
+            tg.cancel_scope.cancel()  # the client went away mid-render
+        assert rt.leases() == []  # released, shielded from the cancellation (GA8)
+        with anyio.fail_after(60):
+            async with rt.request(CHAT) as port:  # so a chat is not held behind it
+                assert await anyio.to_thread.run_sync(chat, port) in {"length", "stop"}
+    leases = [r.type for r in rig.store.read_all() if r.stream_id.startswith("lease/")]
+    assert leases == ["lease.requested", "lease.granted", "lease.released"]
+
+
+async def test_under_coexist_a_chat_runs_beside_a_render(rig: Rig) -> None:
+    marks: dict[str, float] = {}
+    async with rig.swap_runtime("coexist") as rt:
+        async with rt.request(CHAT) as port:  # warm, so the chat below is quick
+            await anyio.to_thread.run_sync(chat, port)
+        rendering = anyio.Event()
+
+        async def render() -> None:
+            async with rt.request(IMAGE) as port:
+                assert rt.leases() == []  # coexist: no lease is taken
+                rendering.set()
+                body = {"prompt": "x", "width": 512, "height": 512}
+                await anyio.to_thread.run_sync(post, port, "/sdapi/v1/txt2img", body)
+                marks["render_end"] = time.monotonic()
+
+        async def ask() -> None:
+            await rendering.wait()
+            async with rt.request(CHAT) as port:
+                await anyio.to_thread.run_sync(chat, port)
+                marks["chat_done"] = time.monotonic()
+
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(render)
+                tg.start_soon(ask)
+    assert marks["chat_done"] < marks["render_end"]  # nothing waited for the render
+    assert not [r for r in rig.store.read_all() if r.stream_id.startswith("lease/")]
