@@ -80,6 +80,7 @@ TESTS: dict[str, list[str]] = {
         "tests/test_llamacpp_adapter.py",
         "tests/test_llamacpp_cache_reuse.py",
     ],
+    "hostler_sdcpp.pricing": ["tests/test_sdcpp_pricing.py", "tests/test_sdcpp_adapter.py"],
     "policies.pool": ["tests/test_pool_policy.py"],
     "policies.arbiter": ["tests/test_arbiter_policy.py"],
     "policies.queue": ["tests/test_queue_policy.py", "tests/test_request_queue.py"],

@@ -203,3 +203,5 @@ def test_built_in_adapters_are_discovered_through_entry_points() -> None:
     host = PluginHost().load()
     assert set(host.plugins) >= {"llamacpp", "ds4", "mlx", "sdcpp"}
     assert host.owners["llamacpp"] == "llamacpp"
+    assert host.owners["sdcpp"] == "sdcpp"  # the built-in sd-cpp adapter holds its name
+    assert host.adapters["sdcpp"].__module__ == "hostler_sdcpp.adapter"

@@ -98,6 +98,7 @@ def test_the_plugin_contract_is_pinned() -> None:
     assert set(hostler.plugin.__all__) == {
         "ENGINE_NAME_MAX",
         "ENGINE_NAME_PATTERN",
+        "GPU_SLOTS",
         "PROJECT",
         "RESERVED_ENGINE_NAMES",
         "CacheAdapter",
@@ -118,6 +119,7 @@ def test_the_plugin_contract_is_pinned() -> None:
         "Panic",
         "ReadinessProbe",
         "Register",
+        "UsageError",
         "check_model_path",
         "engine_name_problem",
         "entry_bytes",
@@ -141,6 +143,8 @@ def test_the_plugin_contract_is_pinned() -> None:
     assert adapter.applies_extra_args is False
     assert dict(adapter.options_schema) == {}
     assert adapter.kv_headroom is None
+    assert adapter.gpu_slot == "llm"
+    assert hostler.plugin.GPU_SLOTS == ("llm", "image", "video")
     reserved = hostler.plugin.RESERVED_ENGINE_NAMES
     assert reserved == frozenset({"unavailable"})
     assert (hostler.plugin.ENGINE_NAME_PATTERN, hostler.plugin.ENGINE_NAME_MAX) == (

@@ -38,11 +38,13 @@ from hostler.capacity.gguf_header import read_geometry as read_gguf_geometry
 from hostler.capacity.offload import Offload, OffloadPlan
 from hostler.capacity.units import round_half_up
 from hostler.errors import EngineBinaryError, EngineStartError, ModelFileError, UsageError
+from hostler.policies.arbiter import SLOTS as GPU_SLOTS
 from hostler.policies.cache import CacheEntry, entry_bytes
 
 __all__ = [
     "ENGINE_NAME_MAX",
     "ENGINE_NAME_PATTERN",
+    "GPU_SLOTS",
     "PROJECT",
     "RESERVED_ENGINE_NAMES",
     "CacheAdapter",
@@ -63,6 +65,7 @@ __all__ = [
     "Panic",
     "ReadinessProbe",
     "Register",
+    "UsageError",
     "check_model_path",
     "engine_name_problem",
     "entry_bytes",
@@ -397,6 +400,11 @@ class EngineAdapter(ABC):
     #: (compute buffers it grows at run time); None: hostler's figure for the engine name
     #: (0.35 for ``mlx``, else 0.20).
     kv_headroom: ClassVar[float | None] = None
+    #: GA8: the GPU arbiter's workload slot this engine's requests use: ``llm`` (default; a
+    #: plain acquire per request) or ``image`` / ``video``, whose requests each hold that slot's
+    #: exclusive lease for their whole run, so that under ``swap`` no other slot's request
+    #: evicts the engine mid-job. The engine is evicted, when idle, for the other slots.
+    gpu_slot: ClassVar[str] = "llm"
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -407,6 +415,10 @@ class EngineAdapter(ABC):
             )
         if cls.kv_headroom is not None and not 0 <= cls.kv_headroom < 1:
             raise ValueError(f"{cls.__qualname__}.kv_headroom must be from 0 to under 1")
+        if cls.gpu_slot not in GPU_SLOTS:
+            raise ValueError(
+                f"{cls.__qualname__}.gpu_slot {cls.gpu_slot!r}: use one of {', '.join(GPU_SLOTS)}"
+            )
 
     @abstractmethod
     def build_command(self, spec: LaunchSpec) -> LaunchCommand:

@@ -32,11 +32,13 @@ from hostler.probes.host import boot_id
 
 __all__ = [
     "LAUNCH_TOKEN_ENV",
+    "SHEBANG_WORDS",
     "USE_PIDFD",
     "Pidfd",
     "ProcessIdentity",
     "Termination",
     "argv_fingerprint",
+    "cmdline_matches",
     "group_alive",
     "group_is_ours",
     "identity_matches",
@@ -66,6 +68,23 @@ def argv_fingerprint(argv: Sequence[str]) -> str:
     """A stable digest of a command line."""
     digest = hashlib.sha256("\0".join(argv).encode("utf-8", "surrogateescape")).hexdigest()
     return f"sha256:{digest[:32]}"
+
+
+#: SG6: at most this many leading words the kernel puts before a ``#!`` script's own argv
+#: (the interpreter and its one optional argument).
+SHEBANG_WORDS = 2
+
+
+def cmdline_matches(cmdline: Sequence[str], fingerprint: str) -> bool:
+    """SG6: whether a process's command line is the launched argv of ``fingerprint``.
+
+    The argv itself, or — when the program was a ``#!`` script — the argv after the
+    interpreter the kernel ran it with (one or two leading words).
+    """
+    return any(
+        argv_fingerprint(cmdline[skip:]) == fingerprint
+        for skip in range(min(SHEBANG_WORDS, max(len(cmdline) - 1, 0)) + 1)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +272,7 @@ def identity_matches(identity: ProcessIdentity) -> tuple[bool, str]:  # noqa: PL
         token = process.environ().get(LAUNCH_TOKEN_ENV)
         if token != identity.launch_token:
             return False, f"pid {identity.pid} does not carry the recorded launch token"
-        if argv_fingerprint(process.cmdline()) != identity.argv_fingerprint:
+        if not cmdline_matches(process.cmdline(), identity.argv_fingerprint):
             return False, f"pid {identity.pid} runs another command line"
     except psutil.NoSuchProcess:
         return False, f"pid {identity.pid} has exited"

@@ -29,6 +29,7 @@ from hostler.drivers.offloop import OffLoop
 from hostler.engines.supervisor import Supervisor
 from hostler.errors import HostlerError, RuntimeClosedError, UsageError
 from hostler.events.base import Event
+from hostler.policies.arbiter import SLOTS
 from hostler.policies.eviction import DEFAULT_EVICTION_POLICY, EvictionPolicy
 from hostler.policies.pool import DRAIN_WAIT
 from hostler.policies.queue import Lane, engine_queue_caps
@@ -76,8 +77,15 @@ class RuntimeStatus:
     closed: bool
 
 
-#: The stop decision of an llm engine unloaded because another GPU slot takes the card (GA1).
+#: The stop decision of an engine unloaded because another GPU slot takes the card (GA1); its
+#: ``slot`` is the engine's own (GA8).
 _SLOT_SWAP: dict[str, Any] = {"rule": "GA1", "cause": "gpu-slot-swap", "slot": "llm"}
+
+
+def _gpu_slot(supervisor: Supervisor) -> str:
+    """GA8: the GPU slot an engine's requests use (its adapter's ``gpu_slot``; ``llm``)."""
+    slot = getattr(supervisor.adapter, "gpu_slot", "llm")
+    return slot if slot in SLOTS else "llm"
 
 
 def _told(on_wait: Callable[[int], None]) -> Callable[[int], None]:
@@ -150,16 +158,18 @@ class Runtime:
 
         def build_registered(key: str) -> Supervisor:
             supervisor = build(key)
+            slot = _gpu_slot(supervisor)
+            swap = {**_SLOT_SWAP, "slot": slot}
 
             async def evict() -> None:  # GA1: a swap to another slot unloads it when idle
                 try:
-                    await self.pool.unload_idle(key, _SLOT_SWAP)
+                    await self.pool.unload_idle(key, swap)
                 except HostlerError as exc:
                     log.warning(
                         "hostler: %s: not unloaded for another GPU slot: %s", key, exc.message
                     )
 
-            self.arbiter.register_evictor("llm", evict, owner=key)
+            self.arbiter.register_evictor(slot, evict, owner=key)  # GA8: under its own slot
             return supervisor
 
         self.pool = Pool(
@@ -370,8 +380,11 @@ class Runtime:
         In order (EG4): the engine's request queue (lanes, affinity, the starvation bound,
         Q1–Q12; ``on_wait`` is told how many are ahead once it has waited 0.2 s), the GPU's
         ``llm`` slot, the engine itself (built, and room made, if needed), and the physical
-        gate as wide as its launched slots (EG1). Yields the engine's loopback port. While
-        held the engine is busy: never evicted, never idle-stopped, and a drain waits for it.
+        gate as wide as its launched slots (EG1). An engine whose adapter names another GPU
+        slot (``gpu_slot = "image"``) takes that slot's exclusive lease first, before the
+        queue, and holds it until the request is over, the queue slot given back (GA8).
+        Yields the engine's loopback port. While held the engine is busy: never evicted,
+        never idle-stopped, and a drain waits for it.
 
         Raises:
             QueueTimeoutError: No slot within ``queue_timeout`` seconds; nothing ran.
@@ -391,7 +404,7 @@ class Runtime:
             )
         self.pool.supervisor(key)  # an engine this runtime can build, or its error: no queue made
         queue = self._queue(key)
-        async with queue.acquire(
+        queued = queue.acquire(
             lane=lane,
             session_id=session,
             group=group,
@@ -399,13 +412,40 @@ class Runtime:
             label=label,
             queue_timeout=queue_timeout,
             on_wait=None if on_wait is None else _told(on_wait),
-        ):
-            await self.arbiter.acquire("llm")  # the GPU slot, then the engine
-            async with self.pool.use(key) as port:
-                self._fit_width(key)
-                self._fit_cache(key)
-                async with self._gates[key].slot():
-                    yield port
+        )
+        # GA8: image/video work takes its lease first and lets it go last, after its queue slot,
+        # so that the slot it hands the card to finds the engine idle and can unload it (GA2);
+        # llm work takes its place in the queue, then the GPU slot. Then the engine.
+        slot = _gpu_slot(self.pool.supervisor(key))
+        async with self._lease(slot, key), queued, self._acquire(slot), self.pool.use(key) as port:
+            self._fit_width(key)
+            self._fit_cache(key)
+            async with self._gates[key].slot():
+                yield port
+
+    @contextlib.asynccontextmanager
+    async def _lease(self, slot: str, key: str) -> AsyncIterator[None]:
+        """GA8/I4: the exclusive lease of an ``image``/``video`` request, held for all of it.
+
+        Taken before the engine is started; released, shielded from cancellation, however the
+        request ends. ``llm`` work holds no lease (nothing happens here).
+        """
+        if slot == "llm":
+            yield
+            return
+        release = await self.arbiter.acquire_lease(slot, key)
+        try:
+            yield
+        finally:
+            with anyio.CancelScope(shield=True):
+                await release()
+
+    @contextlib.asynccontextmanager
+    async def _acquire(self, slot: str) -> AsyncIterator[None]:
+        """GA2: an ``llm`` request's plain acquire of its slot (lease slots: nothing more)."""
+        if slot == "llm":
+            await self.arbiter.acquire("llm")
+        yield
 
     def _queue(self, key: str) -> RequestQueue:
         queue = self._queues.get(key)
