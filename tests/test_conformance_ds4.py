@@ -14,7 +14,6 @@ import pytest
 from hostler.testing.conformance import AdapterConformance
 from hostler.testing.tiny_gguf import write_tiny_llama
 from hostler_ds4 import Ds4Adapter
-
 from test_ds4_adapter import GIB, install_fake
 
 
