@@ -214,7 +214,7 @@ def test_an_options_schema_types_values_strictly() -> None:
 
 
 def toy_model(root: Path) -> Path:
-    folder = root / "toy-model"
+    folder = root / "toy-0.5B-model"  # a dot in a folder's name is no extension
     folder.mkdir()
     config = {
         "model_type": "qwen2",
@@ -243,6 +243,8 @@ def test_preview_prices_an_adapter_supplied_geometry(
     assert (plan["context_window"], plan["slots"]) == (1024, 1)
     assert plan["estimated_bytes"] == 50 * 2**20 + 1000 * 1024  # the adapter's own price
     assert plan["reserved_bytes"] == plan["estimated_bytes"]  # learning: nothing yet
+    assert main(["preview", str(model), "--engine", "toy", "--ledger", ledger]) == 0
+    assert capsys.readouterr().out.startswith("model    toy-0.5B-model (qwen2,")
     status = main(["preview", str(model / "config.json"), "--engine", "toy", "--ledger", ledger])
     _out, err = capsys.readouterr()
     assert status == 1 and "config.json: is a file, not a model directory" in err

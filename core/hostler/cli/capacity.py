@@ -236,7 +236,7 @@ def run_preview(args: argparse.Namespace) -> int:
     budget = budget_from(sample)
     path: Path = args.ledger or default_ledger_path()
     state, calibration = _read_ledger(path)
-    name = model_path.stem
+    name = model_path.name if model_path.is_dir() else model_path.stem  # a folder: all of it
     price = price_engine(
         adapter,
         key=f"{engine}:{name}:0",

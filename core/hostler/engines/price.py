@@ -67,7 +67,9 @@ def price_engine(
     and learning's correction keyed by the adapter's ``model_identity``.
     """
     parsed = parse_key(key)
-    engine, name = (parsed.engine, parsed.model) if parsed else (adapter.engine_type, model.stem)
+    # a folder's name is the model's (``Qwen3-0.6B-4bit``); a file's without its extension
+    fallback = model.name if model.is_dir() else model.stem
+    engine, name = (parsed.engine, parsed.model) if parsed else (adapter.engine_type, fallback)
     model = adapter.validate_model(model)
     geometry = geometry or adapter.read_geometry(model)
     identity = str(adapter.model_identity(model))
