@@ -133,7 +133,7 @@ def test_a_broken_plugin_or_a_typo_fails_its_engine_and_the_adopted_ones_keep_an
         failed = {s: p["error"] for s, t, p in events(data) if t == "engine.failed"}
         assert failed["engine/lamacpp:typo:0"] == (
             "lamacpp:typo:0: no plugin provides engine 'lamacpp' (loaded: badmessage, "
-            "breaksout, exitsbuild, llamacpp, negative, raisesinit)"
+            "breaksout, ds4, exitsbuild, llamacpp, mlx, negative, raisesinit, sdcpp)"
         )
         assert "raised Interrupted: not an Exception at all in " in failed["engine/breaksout:m:0"]
         assert (

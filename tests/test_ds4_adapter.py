@@ -30,6 +30,7 @@ import hostler
 import hostler_ds4
 from hostler import EventStore
 from hostler.engines.process import LAUNCH_TOKEN_ENV
+from hostler.engines.resweep import anchors_of, ensure_running_ds4, sweep_ds4_strays
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.errors import EngineBinaryError, EngineStartError, SettingError
 from hostler.machines.engine import EngineCrashed
@@ -39,13 +40,17 @@ from hostler.testing.tiny_gguf import write_tiny_llama
 from hostler_ds4 import Ds4Adapter
 from hostler_ds4.adapter import find_ds4_server
 from hostler_ds4.fake_server import lock_path
-from hostler_ds4.resweep import anchors_of, ensure_running_ds4, sweep_ds4_strays
+from hostler_ds4.rules import exited_before_ready, should_retry_after_sweep
 
 GIB = 1024**3
 KEY = "ds4:flash:0"
 
 
 # -- a fake ds4 installation ----------------------------------------------------------------
+
+
+#: ds4's own rules for the sweep-and-retry driver (SV10a).
+RULES: dict[str, Any] = {"stale": exited_before_ready, "should_retry": should_retry_after_sweep}
 
 
 def install_fake(root: Path) -> Path:
@@ -536,7 +541,9 @@ async def test_a_lock_held_by_someone_elses_ds4_is_never_swept(rig: Rig) -> None
     try:
         supervisor = rig.build(KEY)
         with pytest.raises(EngineStartError, match=rf"another ds4-server instance.*pid {foreign}"):
-            await ensure_running_ds4(supervisor, owned=rig.owned, anchors=rig.anchors(), wait=2)
+            await ensure_running_ds4(
+                supervisor, owned=rig.owned, anchors=rig.anchors(), wait=2, **RULES
+            )
         assert alive(foreign)
         assert types_of(rig.store).count("engine.spawned") == 1  # no retry: nothing was swept
         crash = crash_of(rig.store)
@@ -552,7 +559,9 @@ async def test_exited_before_ready_sweeps_our_stray_once_and_retries(rig: Rig) -
     stray = rig.stray(token=f"{rig.token}:deadbeef")  # ours, from a daemon that died
     try:
         supervisor = rig.build(KEY)
-        port = await ensure_running_ds4(supervisor, owned=rig.owned, anchors=rig.anchors(), wait=5)
+        port = await ensure_running_ds4(
+            supervisor, owned=rig.owned, anchors=rig.anchors(), wait=5, **RULES
+        )
         assert not alive(stray)
         assert lock_path().read_text().strip() == str(supervisor.pid)
         status, _ = await anyio.to_thread.run_sync(http, port, "/v1/models")

@@ -32,12 +32,21 @@ from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import pluggy
 
+from hostler.capacity.context import CONTEXT_FLOOR
 from hostler.capacity.estimate import estimate_llama
 from hostler.capacity.geometry import ModelGeometry
 from hostler.capacity.gguf_header import read_geometry as read_gguf_geometry
+from hostler.capacity.kv import exact_linearization, heuristic_per_slot_kv
 from hostler.capacity.offload import Offload, OffloadPlan
+from hostler.capacity.overrides import read_context_overrides
 from hostler.capacity.units import round_half_up
-from hostler.errors import EngineBinaryError, EngineStartError, ModelFileError, UsageError
+from hostler.errors import (
+    EngineBinaryError,
+    EngineStartError,
+    ModelFileError,
+    SettingError,
+    UsageError,
+)
 from hostler.policies.arbiter import SLOTS as GPU_SLOTS
 from hostler.policies.cache import CacheEntry, entry_bytes
 
@@ -65,12 +74,16 @@ __all__ = [
     "Panic",
     "ReadinessProbe",
     "Register",
+    "SettingError",
     "UsageError",
     "check_model_path",
+    "context_floor",
     "engine_name_problem",
     "entry_bytes",
     "estimate_llama",
+    "exact_linearization",
     "extra_args_argv",
+    "heuristic_per_slot_kv",
     "hookimpl",
     "hookspec",
     "json_fields_match",
@@ -103,6 +116,16 @@ ModelKind = Literal["file", "directory", "either"]
 #: The type an option's value must have: one of ``bool``, ``int``, ``float``, ``str``, or a
 #: tuple of them (an ``int`` is accepted where ``float`` is; a ``bool`` never is a number).
 OptionType = type | tuple[type, ...]
+
+
+def context_floor(environ: Mapping[str, str]) -> int:
+    """The smallest launch context the host asks for, in tokens (C1).
+
+    ``HOSTLER_MIN_CONTEXT_TOKENS`` when set (validated: a bad value raises
+    :class:`~hostler.errors.SettingError`), else hostler's floor of 65,536 tokens. For an engine
+    that sizes its own launch context (ds4) rather than taking the planner's window.
+    """
+    return read_context_overrides(environ).min_context or CONTEXT_FLOOR
 
 
 def engine_name_problem(name: object) -> str | None:

@@ -11,7 +11,7 @@ llama.cpp (§3.2 of the reference behaviour, ``docs/rules.md`` D2–D8, D10):
   ``min(size, 48 GiB)`` (D10);
 - readiness on ``GET /v1/models`` (D3; it has no ``/health``);
 - a hard singleton: a second instance exits before ready (IN4); the recovery is
-  :func:`hostler_ds4.resweep.ensure_running_ds4`.
+  :func:`hostler.engines.resweep.ensure_running_ds4`.
 """
 
 from __future__ import annotations
@@ -24,9 +24,6 @@ from pathlib import Path
 
 import psutil
 
-from hostler.capacity.context import CONTEXT_FLOOR
-from hostler.capacity.overrides import read_context_overrides
-from hostler.errors import SettingError
 from hostler.plugin import (
     EngineAdapter,
     EngineBinaryError,
@@ -35,6 +32,8 @@ from hostler.plugin import (
     LaunchSpec,
     ModelGeometry,
     Panic,
+    SettingError,
+    context_floor,
 )
 from hostler_ds4 import rules
 from hostler_ds4.panic import classify_line
@@ -73,7 +72,7 @@ class Ds4Launch:
 
     def __init__(self, settings: Ds4Settings, *, system_ram: int, machine: str, size: int) -> None:
         self.settings = settings
-        floor = read_context_overrides(os.environ).min_context or CONTEXT_FLOOR
+        floor = context_floor(os.environ)
         try:
             self.ctx = rules.launch_context(
                 system_ram,

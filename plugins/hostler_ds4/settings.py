@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from hostler.errors import SettingError
+from hostler.plugin import SettingError
 
 __all__ = ["OPTIONS", "OPTION_TYPES", "Ds4Settings", "passthrough", "read_settings"]
 

@@ -8,8 +8,7 @@ runs serial, M6).
 
 from __future__ import annotations
 
-from hostler.capacity.kv import exact_linearization, heuristic_per_slot_kv
-from hostler.plugin import ModelGeometry, round_half_up
+from hostler.plugin import ModelGeometry, exact_linearization, heuristic_per_slot_kv, round_half_up
 
 __all__ = [
     "KV_TYPE",

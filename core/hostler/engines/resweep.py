@@ -26,7 +26,6 @@ from hostler.drivers.offloop import OffLoop
 from hostler.engines.reconcile import Stray, find_strays, reap
 from hostler.engines.supervisor import Supervisor
 from hostler.errors import EngineStartError
-from hostler_ds4.rules import exited_before_ready, should_retry_after_sweep
 
 __all__ = ["REAP_POLL", "REAP_WAIT", "anchors_of", "ensure_running_ds4", "sweep_ds4_strays"]
 
@@ -108,6 +107,8 @@ async def ensure_running_ds4(
     *,
     owned: Callable[[], Collection[int]],
     anchors: Collection[str],
+    stale: Callable[[str], bool],
+    should_retry: Callable[..., bool],
     held_by_other: Callable[[str], str | None] | None = None,
     cause: str = "request",
     wait: float = REAP_WAIT,
@@ -119,11 +120,15 @@ async def ensure_running_ds4(
     its command line); ``owned`` gives the pids of every engine the daemon runs. When that
     stopped at least one, the start is tried once more (it counts against the restart budget
     like any start). Otherwise the first error is raised as it was.
+
+    The engine's own rules decide: ``stale(message)`` whether a start failure may be a stale
+    instance holding the lock, ``should_retry(message, attempt=, killed=)`` whether to try
+    again (ds4: ``hostler_ds4.rules.exited_before_ready`` and ``should_retry_after_sweep``).
     """
     try:
         return await supervisor.ensure_running(cause)
     except EngineStartError as exc:
-        if not exited_before_ready(exc.message):
+        if not stale(exc.message):
             raise
         first = exc
     swept = await sweep_ds4_strays(
@@ -133,7 +138,7 @@ async def ensure_running_ds4(
         held_by_other=held_by_other,
         wait=wait,
     )
-    if not should_retry_after_sweep(first.message, attempt=0, killed=len(swept)):
+    if not should_retry(first.message, attempt=0, killed=len(swept)):
         raise first
     log.warning(
         "hostler: %s: retrying after stopping %d stray ds4 engine(s)", supervisor.key, len(swept)
