@@ -191,7 +191,7 @@ EXPECTED: dict[str, set[str]] = {
     "Greedy": {"test_price_is_a_non_negative_int_and_deterministic"},
     "Cheaper": {"test_more_context_or_slots_never_cost_less"},
     "AlwaysReady": {"test_readiness_reads_2xx_as_ready_and_loading_as_not"},
-    "Jumpy": {"test_ordinary_lines_are_not_fatal", *LIVE},
+    "Jumpy": {"test_ordinary_lines_are_not_fatal"},
     "WrongPort": {"test_another_port_changes_only_the_port", *LIVE},
     # ready by /health while completions still answer 503: the live completion catches it
     "Premature": {"test_live_start_serve_stop"},
@@ -201,6 +201,11 @@ EXPECTED: dict[str, set[str]] = {
         "test_the_host_builds_it_with_no_arguments",
     },
 }
+
+#: Failures a broken adapter may also show, beside its rule's: Jumpy's live starts fail only
+#: when the supervisor reads the engine's "listening" line before its readiness check passes,
+#: a race whose winner depends on the machine's load (seen both ways).
+MAY_ALSO_FAIL: dict[str, set[str]] = {"Jumpy": LIVE}
 
 
 @pytest.mark.slow
@@ -216,7 +221,10 @@ def test_the_suite_fails_each_broken_adapter_at_the_rule_it_breaks(
         found = re.match(r"(?:FAILED|ERROR) test_suite\.py::Test(\w+)::(test_\w+)", line)
         if found:
             failed[found[1]].add(found[2])
-    assert failed == EXPECTED, "\n".join(result.outlines[-60:])
+    shown = "\n".join(result.outlines[-60:])
+    for name, required in EXPECTED.items():
+        extra = failed[name] - required - MAY_ALSO_FAIL.get(name, set())
+        assert required <= failed[name] and not extra, (name, failed[name], shown)
     tests = len(
         [line for line in result.outlines if re.match(r"(?:FAILED|ERROR) test_suite", line)]
     )
