@@ -117,6 +117,7 @@ def test_the_plugin_contract_is_pinned() -> None:
         "OffloadPlan",
         "OptionType",
         "Panic",
+        "Progress",
         "ReadinessProbe",
         "Register",
         "SettingError",

@@ -72,6 +72,7 @@ __all__ = [
     "OffloadPlan",
     "OptionType",
     "Panic",
+    "Progress",
     "ReadinessProbe",
     "Register",
     "SettingError",
@@ -357,6 +358,30 @@ class Panic:
     fatal_at_startup: bool = True
 
 
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """How far a long job in the engine has come, read from a line of its output (PG1).
+
+    Attributes:
+        done: Steps done (0 or more, at most ``total``).
+        total: Steps in all (1 or more).
+        unit: What a step is (``step`` for a diffusion step, ``token``...), for display.
+    """
+
+    done: int
+    total: int
+    unit: str = "step"
+
+    def __post_init__(self) -> None:
+        if type(self.total) is not int or not 1 <= self.total <= 2**31:
+            raise ValueError(f"Progress.total must be an int from 1 to 2**31, not {self.total!r}")
+        if type(self.done) is not int or not 0 <= self.done <= self.total:
+            raise ValueError(f"Progress.done must be an int from 0 to total, not {self.done!r}")
+        unit: object = self.unit  # a plugin's: checked
+        if not isinstance(unit, str) or not 0 < len(unit) <= 20:
+            raise ValueError("Progress.unit must be a short name (1 to 20 characters)")
+
+
 class FatalLines:
     """An engine's fatal lines as a table: ``(kind, priority, pattern)``, the first match wins.
 
@@ -486,6 +511,16 @@ class EngineAdapter(ABC):
 
     def classify_line(self, line: str) -> Panic | None:
         """A fatal line of output, or None (default: nothing is recognised)."""
+        del line
+        return None
+
+    def progress(self, line: str) -> Progress | None:
+        """How far the engine's current job has come, if ``line`` tells it (PG1; default: None).
+
+        Called for every line of output, like :meth:`classify_line` (cheap, no I/O). hostler
+        keeps the last answer while the engine is busy and shows it (``hostler ps``,
+        ``GET /api/engines``); it is never written to the event log.
+        """
         del line
         return None
 

@@ -14,13 +14,14 @@ from hostler.plugin import (
     ModelGeometry,
     OptionType,
     Panic,
+    Progress,
     ReadinessProbe,
     UsageError,
     check_model_path,
     extra_args_argv,
 )
 from hostler_sdcpp.binary import find_sd_server
-from hostler_sdcpp.logs import classify_line
+from hostler_sdcpp.logs import classify_line, progress
 from hostler_sdcpp.pricing import ImagePlan, image_footprint, plan_problem
 
 __all__ = ["ROLE_FLAGS", "SDCPP_OPTIONS", "SdCppAdapter", "image_plan", "role_files"]
@@ -154,3 +155,8 @@ class SdCppAdapter(EngineAdapter):
     def classify_line(self, line: str) -> Panic | None:
         """SV14 for sd-server: out of memory, a model it cannot load, a refused argv."""
         return classify_line(line)
+
+    def progress(self, line: str) -> Progress | None:
+        """I5/PG1: the diffusion step of the render under way, from sd-server's progress bar."""
+        found = progress(line)
+        return None if found is None else Progress(*found)

@@ -85,6 +85,7 @@ from hostler.plugin import (
     LaunchCommand,
     LaunchSpec,
     Panic,
+    Progress,
     ReadinessProbe,
     json_fields_match,
     launch_command,
@@ -169,6 +170,7 @@ class _Child:
     pidfd: Pidfd | None = None  # held for the engine's life, closed when it is dropped (SG4)
     ready_line: re.Pattern[str] | None = None  # RD1: the line readiness waits for, if any
     saw_ready_line: bool = False
+    progress: Progress | None = None  # PG1: the last progress line of the current job
 
 
 class Supervisor:
@@ -279,6 +281,13 @@ class Supervisor:
         """Requests are in flight."""
         return self._in_flight > 0
 
+    @property
+    def progress(self) -> Progress | None:
+        """PG1: how far the engine's current job has come, while it is busy (else None)."""
+        if not self.busy or self._child is None:
+            return None
+        return self._child.progress
+
     async def _fire(self, trigger: str, **observation: object) -> None:
         """Record an observation (SF1): what happened is kept even when the log refuses it.
 
@@ -364,6 +373,8 @@ class Supervisor:
     async def request(self) -> AsyncIterator[int]:
         """Hold the engine for one request: started if needed, never idle-stopped meanwhile."""
         port = await self.ensure_running()
+        if self._in_flight == 0 and self._child is not None:
+            self._child.progress = None  # PG1: a new job; the last one's progress is over
         self._in_flight += 1
         self.last_used = self._clock()
         try:
@@ -811,6 +822,11 @@ class Supervisor:
             child.lines.append(line)
             if child.ready_line is not None and child.ready_line.search(line):
                 child.saw_ready_line = True
+            step = self._plugin("progress", self.adapter.progress, line)
+            if step is not None:
+                if not isinstance(step, Progress):
+                    raise self._plugin_fault(f"progress returned {repr(step)[:60]}")
+                child.progress = step
             panic = self._plugin("classify_line", self.adapter.classify_line, line)
             if panic is not None and (
                 child.panic is None or panic.priority >= child.panic.priority

@@ -65,6 +65,7 @@ from hostler.events.pool import (
     PoolRoomPlanned,
 )
 from hostler.machines.engine import EngineState, StopReason
+from hostler.plugin import Progress
 from hostler.policies.eviction import DEFAULT_EVICTION_POLICY, EvictionPolicy
 from hostler.policies.pool import (
     DRAIN_WAIT,
@@ -105,6 +106,7 @@ class EntryView:
     pinned: bool
     port: int | None
     pid: int | None
+    progress: Progress | None = None  # PG1: the current job's, while busy
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,6 +386,7 @@ class Pool:
                     pinned=key in self.pinned,
                     port=sup.port,
                     pid=sup.pid,
+                    progress=sup.progress,
                 )
             )
         return views
