@@ -129,6 +129,7 @@ def test_the_plugin_contract_is_pinned() -> None:
         "estimate_llama",
         "exact_linearization",
         "extra_args_argv",
+        "find_engine_binary",
         "heuristic_per_slot_kv",
         "hookimpl",
         "hookspec",

@@ -40,6 +40,7 @@ from hostler.capacity.kv import exact_linearization, heuristic_per_slot_kv
 from hostler.capacity.offload import Offload, OffloadPlan
 from hostler.capacity.overrides import read_context_overrides
 from hostler.capacity.units import round_half_up
+from hostler.engines.binary import find_engine_binary
 from hostler.errors import (
     EngineBinaryError,
     EngineStartError,
@@ -84,6 +85,7 @@ __all__ = [
     "estimate_llama",
     "exact_linearization",
     "extra_args_argv",
+    "find_engine_binary",
     "heuristic_per_slot_kv",
     "hookimpl",
     "hookspec",

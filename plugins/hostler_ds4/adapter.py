@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -26,7 +25,6 @@ import psutil
 
 from hostler.plugin import (
     EngineAdapter,
-    EngineBinaryError,
     EngineStartError,
     LaunchCommand,
     LaunchSpec,
@@ -34,6 +32,7 @@ from hostler.plugin import (
     Panic,
     SettingError,
     context_floor,
+    find_engine_binary,
 )
 from hostler_ds4 import rules
 from hostler_ds4.panic import classify_line
@@ -48,22 +47,13 @@ BINARY_ENV = "HOSTLER_DS4_SERVER"
 def find_ds4_server(configured: str | os.PathLike[str] | None = None) -> Path:
     """The binary to run: ``configured``, ``$HOSTLER_DS4_SERVER``, then ``ds4-server`` on PATH.
 
+    The search is :func:`hostler.plugin.find_engine_binary`.
+
     Raises:
         EngineBinaryError: None found, or the one named is not an executable file.
     """
-    named = configured or os.environ.get(BINARY_ENV)
-    if named:
-        path = Path(named)
-        if not path.is_file():
-            raise EngineBinaryError(f"{path}: ds4-server binary not found")
-        if not os.access(path, os.X_OK):
-            raise EngineBinaryError(f"{path}: ds4-server binary is not executable")
-        return path
-    on_path = shutil.which("ds4-server")
-    if on_path:
-        return Path(on_path)
-    raise EngineBinaryError(
-        f"ds4-server not found: set {BINARY_ENV}, [engine_defaults.ds4] binary, or put it on PATH"
+    return find_engine_binary(
+        configured, BINARY_ENV, "ds4-server", hint="name it as [engine_defaults.ds4] binary"
     )
 
 
