@@ -22,6 +22,7 @@ from hostler.errors import UsageError
 from hostler.machines.engine import Engine
 from hostler.plugin import (
     ENGINE_NAME_MAX,
+    EngineAdapter,
     OptionType,
     engine_name_problem,
     validate_options,
@@ -322,3 +323,50 @@ def test_a_served_engine_gets_its_options_shows_its_port_and_the_output_is_quiet
     text = log.read_text()
     assert "serving on http://" in text  # hostler's own lines are there
     assert "Executed callback" not in text and "transitions" not in text
+
+
+# -- the engine's slot limit (S8) -------------------------------------------------------------
+
+
+def test_a_config_asking_a_serial_engine_for_two_slots_stops_the_start(tmp_path: Path) -> None:
+    config = tmp_path / "h.toml"
+    plugins = PluginHost().load()
+    config.write_text('[[models]]\nid = "m"\nengine = "ds4"\npath = "m.gguf"\nslots = 1\n')
+    check_engine_options(load_config(config).engines, plugins)  # one slot: the engine's limit
+    config.write_text('[[models]]\nid = "m"\nengine = "ds4"\npath = "m.gguf"\nslots = 2\n')
+    with pytest.raises(UsageError) as caught:
+        check_engine_options(load_config(config).engines, plugins)
+    assert caught.value.message == (
+        "ds4:m:0: slots = 2, but engine 'ds4' serves at most 1 at once; set slots to 1 or fewer"
+    )
+    config.write_text('[[models]]\nid = "m"\npath = "m.gguf"\nslots = 8\n')
+    check_engine_options(load_config(config).engines, plugins)  # llama.cpp: no limit of its own
+
+
+def test_preview_keeps_an_automatic_plan_within_the_engines_slots(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = write_tiny_llama(tmp_path / "flash.gguf")
+    ledger = str(tmp_path / "ledger.db")
+    common = [str(model), "--ledger", ledger, "--json", "--standalone"]
+    monkeypatch.setenv("HOSTLER_CAPACITY_BUDGET_GB", "64")  # S1: a tier of 4 slots
+    assert main(["preview", *common]) == 0
+    assert json.loads(capsys.readouterr().out)["slots"] == 4  # llama.cpp: no limit of its own
+    assert main(["preview", *common, "--engine", "ds4"]) == 0
+    assert json.loads(capsys.readouterr().out)["slots"] == 1
+    assert main(["preview", *common, "--engine", "ds4", "--slots", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["slots"] == 1
+    assert main(["preview", *common, "--engine", "ds4", "--slots", "2"]) != 0
+    _out, err = capsys.readouterr()
+    assert err.strip().endswith(
+        "slots: 2 is more than engine 'ds4' serves at once (at most 1); set slots to 1 or fewer"
+    )
+
+
+def test_an_adapters_slot_limit_is_checked_when_it_is_declared() -> None:
+    for bad in (0, -1, 1.0, True, 1025):
+        with pytest.raises(ValueError, match="max_slots must be None or an int from 1 to 1024"):
+            type("Bad", (EngineAdapter,), {"max_slots": bad})
+    for good in (None, 1, 1024):
+        made: type[EngineAdapter] = type("Good", (EngineAdapter,), {"max_slots": good})
+        assert made.max_slots == good

@@ -245,3 +245,18 @@ def test_gemma_trades_f16_for_q8_when_that_buys_a_second_slot() -> None:
     assert pinned.kv_type == "f16"  # an explicit slot count keeps Gemma's f16
     explicit = plan(gemma, host, kv_type="f16")
     assert explicit.kv_type == "f16"
+
+
+def test_an_engines_slot_limit_caps_the_automatic_plan_at_its_edges() -> None:
+    """S8: the tier (2 slots on 19.2 GiB) capped by the engine's own limit; asked above, refused."""
+    assert plan(LLAMA_8B).slots == 2  # the tier, no limit
+    assert plan(LLAMA_8B, max_slots=1).slots == 1  # capped
+    assert plan(LLAMA_8B, max_slots=2).slots == 2  # the limit equal to the tier
+    assert plan(LLAMA_8B, max_slots=3).slots == 2  # a limit above the tier changes nothing
+    assert plan(LLAMA_8B, slots=1, max_slots=1).slots == 1  # asked exactly the limit
+    assert plan(LLAMA_8B, slots=2, max_slots=2).slots == 2
+    with pytest.raises(UsageError) as caught:
+        plan(LLAMA_8B, slots=2, max_slots=1, engine="ds4")
+    assert caught.value.message == (
+        "slots: 2 is more than engine 'ds4' serves at once (at most 1); set slots to 1 or fewer"
+    )

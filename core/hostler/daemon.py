@@ -932,7 +932,7 @@ def _damage_message(
 
 
 def check_engine_options(engines: Iterable[EngineConfig], plugins: PluginHost) -> None:
-    """RD6: every configured ``options`` table against its engine adapter's schema.
+    """RD6: every configured ``options`` table against its engine adapter's schema; S8: slots.
 
     An engine whose plugin is not loaded is skipped (it fails on its own, naming that).
 
@@ -944,6 +944,11 @@ def check_engine_options(engines: Iterable[EngineConfig], plugins: PluginHost) -
         cls = plugins.adapters.get(parsed.engine) if parsed else None
         if cls is None:
             continue
+        if cls.max_slots is not None and engine.slots > cls.max_slots:  # S8
+            raise UsageError(
+                f"{engine.key}: slots = {engine.slots}, but engine {cls.engine_type!r} serves at "
+                f"most {cls.max_slots} at once; set slots to {cls.max_slots} or fewer"
+            )
         for name, value in engine.options.items():
             where = engine.options_from.get(name, f"{engine.key}: options")
             validate_options({name: value}, cls.options_schema, where=where, engine=cls.engine_type)

@@ -39,6 +39,7 @@ from hostler.capacity.gguf_header import read_geometry as read_gguf_geometry
 from hostler.capacity.kv import exact_linearization, heuristic_per_slot_kv
 from hostler.capacity.offload import Offload, OffloadPlan
 from hostler.capacity.overrides import read_context_overrides
+from hostler.capacity.slots import MAX_SLOTS as _MAX_SLOTS
 from hostler.capacity.units import round_half_up
 from hostler.engines.binary import find_engine_binary
 from hostler.errors import (
@@ -455,6 +456,10 @@ class EngineAdapter(ABC):
     #: exclusive lease for their whole run, so that under ``swap`` no other slot's request
     #: evicts the engine mid-job. The engine is evicted, when idle, for the other slots.
     gpu_slot: ClassVar[str] = "llm"
+    #: S8: the most concurrent slots the engine serves (``1`` for a strictly serial one);
+    #: None (default): no limit of its own. A config asking for more is refused when the daemon
+    #: starts, and an automatic plan (``hostler preview`` without ``--slots``) stays within it.
+    max_slots: ClassVar[int | None] = None
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -465,6 +470,12 @@ class EngineAdapter(ABC):
             )
         if cls.kv_headroom is not None and not 0 <= cls.kv_headroom < 1:
             raise ValueError(f"{cls.__qualname__}.kv_headroom must be from 0 to under 1")
+        if cls.max_slots is not None and (
+            type(cls.max_slots) is not int or not 1 <= cls.max_slots <= _MAX_SLOTS
+        ):
+            raise ValueError(
+                f"{cls.__qualname__}.max_slots must be None or an int from 1 to {_MAX_SLOTS}"
+            )
         if cls.gpu_slot not in GPU_SLOTS:
             raise ValueError(
                 f"{cls.__qualname__}.gpu_slot {cls.gpu_slot!r}: use one of {', '.join(GPU_SLOTS)}"

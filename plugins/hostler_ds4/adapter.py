@@ -115,6 +115,7 @@ class Ds4Adapter(EngineAdapter):
     #: The flags that set a price are read as settings; the rest are placed by build_command.
     applies_extra_args = True
     options_schema = OPTION_TYPES
+    max_slots = 1  # D4: strictly serial
 
     def __init__(
         self,

@@ -37,6 +37,7 @@ from hostler.capacity.kvtrade import (
 from hostler.capacity.ledger import LedgerLimits, fallback_resident_bytes, format_denial, shortfall
 from hostler.capacity.slots import compute_headroom, default_slots, planned_slots, slot_ceiling
 from hostler.capacity.units import round_half_up
+from hostler.errors import UsageError
 
 __all__ = [
     "LaunchPlan",
@@ -66,6 +67,7 @@ class PlanRequest:
             (``HOSTLER_LLAMA_GROWTH_CEILING_TOKENS``); None for unbounded (the native window).
         engine: The engine name, for S5's compute headroom.
         kv_headroom: The engine adapter's own S5 share (None: hostler's for ``engine``).
+        max_slots: The most slots the engine serves (S8; None: no limit of its own).
     """
 
     model: str
@@ -79,6 +81,7 @@ class PlanRequest:
     growth_ceiling: int | None = None
     engine: str = "llamacpp"
     kv_headroom: float | None = None
+    max_slots: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +179,18 @@ def _window_reasons(
     return reasons
 
 
+def _engine_tier(request: PlanRequest, tier: int) -> int:
+    """S8: the tier default within the engine's own limit; a count asked above it is refused."""
+    if request.max_slots is None:
+        return tier
+    if request.slots is not None and request.slots > request.max_slots:
+        raise UsageError(
+            f"slots: {request.slots} is more than engine {request.engine!r} serves at once "
+            f"(at most {request.max_slots}); set slots to {request.max_slots} or fewer"
+        )
+    return min(tier, request.max_slots)
+
+
 def plan_llama(
     request: PlanRequest,
     geometry: ModelGeometry,
@@ -242,7 +257,7 @@ def plan_llama(
         )
 
     ceiling = ceiling_at(kv_type)
-    tier = default_slots(limits.fast_budget)
+    tier = _engine_tier(request, default_slots(limits.fast_budget))
     traded = gemma_trade(
         launch_choice(request, geometry),
         slots_configured=request.slots is not None,
