@@ -460,6 +460,12 @@ class EngineAdapter(ABC):
     #: None (default): no limit of its own. A config asking for more is refused when the daemon
     #: starts, and an automatic plan (``hostler preview`` without ``--slots``) stays within it.
     max_slots: ClassVar[int | None] = None
+    #: RD7: the ``model`` hostler writes into every request body it forwards to this engine
+    #: (``hostler serve``); None (default): the body is forwarded unchanged. For an engine that
+    #: serves one model but reads ``model`` as something to load (``mlx_lm.server`` takes any
+    #: name but ``default_model`` for a hub repository). A program that talks to the engine's
+    #: port itself (``hostler.Runtime.request``) sends it itself.
+    request_model: ClassVar[str | None] = None
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -475,6 +481,14 @@ class EngineAdapter(ABC):
         ):
             raise ValueError(
                 f"{cls.__qualname__}.max_slots must be None or an int from 1 to {_MAX_SLOTS}"
+            )
+        named: object = cls.request_model  # a plugin's: checked
+        if named is not None and (
+            not isinstance(named, str) or not 0 < len(named) <= 200 or not named.isprintable()
+        ):
+            raise ValueError(
+                f"{cls.__qualname__}.request_model must be None or a printable name of 1 to 200 "
+                "characters"
             )
         if cls.gpu_slot not in GPU_SLOTS:
             raise ValueError(

@@ -450,9 +450,10 @@ class AdapterConformance:
         status, _ = await anyio.to_thread.run_sync(_http, port, live.adapter.readiness_path)
         assert live.adapter.is_ready(status), f"ready, yet its readiness path answers {status}"
         if self.serves_completions:
-            status, body = await anyio.to_thread.run_sync(
-                _http, port, self.completion_path, dict(self.completion_body)
-            )
+            asked = dict(self.completion_body)
+            if live.adapter.request_model is not None:  # RD7: as hostler serve forwards it
+                asked["model"] = live.adapter.request_model
+            status, body = await anyio.to_thread.run_sync(_http, port, self.completion_path, asked)
             assert status == 200, f"{self.completion_path} answered {status}: {body[:300]!r}"
             assert json.loads(body).get("choices"), body[:300]
         began = time.monotonic()
