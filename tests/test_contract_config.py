@@ -29,6 +29,7 @@ from hostler.plugin import (
 )
 from hostler.pluginhost import PluginHost
 from hostler.testing.tiny_gguf import write_tiny_llama
+from hostler.testing.tiny_mlx import write_tiny_mlx
 
 from _daemons import count, engines, kill_leftovers, served_port, start_daemon, wait_for
 
@@ -370,3 +371,36 @@ def test_an_adapters_slot_limit_is_checked_when_it_is_declared() -> None:
     for good in (None, 1, 1024):
         made: type[EngineAdapter] = type("Good", (EngineAdapter,), {"max_slots": good})
         assert made.max_slots == good
+
+
+def test_an_engines_kv_types_are_checked_at_start_and_in_preview(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "h.toml"
+    plugins = PluginHost().load()
+    config.write_text('[[models]]\nid = "m"\nengine = "mlx"\npath = "m"\nkv_type = "q8_0"\n')
+    with pytest.raises(UsageError) as caught:
+        check_engine_options(load_config(config).engines, plugins)
+    assert caught.value.message == (
+        "mlx:m:0: kv_type = 'q8_0', but engine 'mlx' supports f16 only; set one of them or "
+        "leave it unset"
+    )
+    config.write_text('[[models]]\nid = "m"\nengine = "mlx"\npath = "m"\nkv_type = "f16"\n')
+    check_engine_options(load_config(config).engines, plugins)
+    model = write_tiny_mlx(tmp_path / "tiny-mlx")
+    common = [str(model), "--engine", "mlx", "--ledger", str(tmp_path / "l.db"), "--json"]
+    assert main(["preview", *common]) == 0
+    assert json.loads(capsys.readouterr().out)["kv_type"] == "f16"  # not llama.cpp's q8_0
+    assert main(["preview", *common, "--kv", "q8_0"]) != 0
+    _out, err = capsys.readouterr()
+    assert "kv_type 'q8_0': engine 'mlx' supports f16 only" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_an_adapters_kv_types_are_checked_when_declared() -> None:
+    for bad in ((), ["f16"], ("F16",), ("",), ("f16", 8), tuple(f"q{i}" for i in range(17))):
+        with pytest.raises(ValueError, match="kv_types must be None or a tuple of 1 to 16"):
+            type("Bad", (EngineAdapter,), {"kv_types": bad})
+    for good in (None, ("f16",), tuple(f"q{i}" for i in range(16))):
+        made: type[EngineAdapter] = type("Good", (EngineAdapter,), {"kv_types": good})
+        assert made.kv_types == good

@@ -944,6 +944,11 @@ def check_engine_options(engines: Iterable[EngineConfig], plugins: PluginHost) -
         cls = plugins.adapters.get(parsed.engine) if parsed else None
         if cls is None:
             continue
+        if cls.kv_types is not None and engine.kv_type and engine.kv_type not in cls.kv_types:
+            raise UsageError(  # S9
+                f"{engine.key}: kv_type = {engine.kv_type!r}, but engine {cls.engine_type!r} "
+                f"supports {', '.join(cls.kv_types)} only; set one of them or leave it unset"
+            )
         if cls.max_slots is not None and engine.slots > cls.max_slots:  # S8
             raise UsageError(
                 f"{engine.key}: slots = {engine.slots}, but engine {cls.engine_type!r} serves at "

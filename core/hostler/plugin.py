@@ -112,6 +112,7 @@ ENGINE_NAME_MAX = 40
 #: placeholder that registers no engine reserves nothing (docs/plugins/reference.md).
 RESERVED_ENGINE_NAMES: frozenset[str] = frozenset({"unavailable"})
 _ENGINE_TYPE = re.compile(ENGINE_NAME_PATTERN)
+_KV_TYPE = re.compile(r"[a-z][a-z0-9_]{0,15}")
 
 #: Operator flags: a value of True is a bare flag, False omits it, anything else its text.
 ExtraArgs = Mapping[str, str | int | float | bool]
@@ -466,6 +467,10 @@ class EngineAdapter(ABC):
     #: name but ``default_model`` for a hub repository). A program that talks to the engine's
     #: port itself (``hostler.Runtime.request``) sends it itself.
     request_model: ClassVar[str | None] = None
+    #: S9: the KV cache types the engine supports, its default first (``("f16",)`` for MLX);
+    #: None (default): any llama.cpp type. The planner picks and trades only among them; a
+    #: ``kv_type`` the config or ``hostler preview --kv`` asks for outside them is refused.
+    kv_types: ClassVar[tuple[str, ...] | None] = None
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -481,6 +486,16 @@ class EngineAdapter(ABC):
         ):
             raise ValueError(
                 f"{cls.__qualname__}.max_slots must be None or an int from 1 to {_MAX_SLOTS}"
+            )
+        kinds: object = cls.kv_types  # a plugin's: checked
+        if kinds is not None and (
+            not isinstance(kinds, tuple)
+            or not 0 < len(kinds) <= 16
+            or not all(isinstance(k, str) and _KV_TYPE.fullmatch(k) for k in kinds)
+        ):
+            raise ValueError(
+                f"{cls.__qualname__}.kv_types must be None or a tuple of 1 to 16 KV type names "
+                "(such as 'f16', 'q8_0')"
             )
         named: object = cls.request_model  # a plugin's: checked
         if named is not None and (

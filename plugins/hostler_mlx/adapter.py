@@ -100,6 +100,7 @@ class MlxAdapter(EngineAdapter):
     model_kind = "directory"
     options_schema = MLX_OPTIONS
     kv_headroom = MLX_HEADROOM
+    kv_types = ("f16",)  # M5: mlx_lm keeps its KV cache in the model's float type, priced as f16
 
     def validate_model(self, model: Path) -> Path:
         """RD2: an absolute directory holding a readable ``config.json``."""

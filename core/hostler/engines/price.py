@@ -117,6 +117,7 @@ def price_engine(
             engine=engine,
             kv_headroom=adapter.kv_headroom,
             max_slots=adapter.max_slots,
+            kv_types=adapter.kv_types,
         ),
         geometry,
         budget,
