@@ -125,6 +125,9 @@ class Ds4Adapter(EngineAdapter):
     #: The flags that set a price are read as settings; the rest are placed by build_command.
     applies_extra_args = True
     options_schema = OPTION_TYPES
+    #: D3/RD7: a ds4 model loads (or maps its experts) for up to 10 minutes; idle is the
+    #: daemon's ``idle_timeout`` (5 minutes by default), with no freeze stage.
+    startup_timeout = 600.0
 
     def __init__(
         self,

@@ -88,6 +88,7 @@ from hostler.plugin import (
     ReadinessProbe,
     json_fields_match,
     launch_command,
+    timing_problem,
 )
 from hostler.pluginhost import describe_exception, plugin_fault
 from hostler.policies.supervision import (
@@ -116,9 +117,10 @@ class SupervisorPolicy:
 
     The decision thresholds (restart budget, health failures, idle and pressure timeouts)
     go to the pure policy (:attr:`rules`); the rest are the driver's own pacing.
+    ``startup_timeout`` None (default) is the adapter's own (RD7); a number overrides it.
     """
 
-    startup_timeout: float = 180.0
+    startup_timeout: float | None = None
     readiness_poll: float = 0.01
     health_interval: float = 15.0
     health_failures: int = 3
@@ -169,6 +171,7 @@ class _Child:
     pidfd: Pidfd | None = None  # held for the engine's life, closed when it is dropped (SG4)
     ready_line: re.Pattern[str] | None = None  # RD1: the line readiness waits for, if any
     saw_ready_line: bool = False
+    startup_timeout: float = 180.0  # RD7: what this start was given to become ready
 
 
 class Supervisor:
@@ -268,6 +271,20 @@ class Supervisor:
     def launch_spec(self) -> LaunchSpec | None:
         """What the live process was launched with (None when none runs, or it was adopted)."""
         return self._child.spec if self._child else None
+
+    @property
+    def startup_timeout(self) -> float:
+        """RD7: seconds a start may take: the policy's when set, else the adapter's.
+
+        Raises:
+            PluginError: The adapter's ``startup_timeout`` is not a usable number of seconds.
+        """
+        if self.policy.startup_timeout is not None:
+            return self.policy.startup_timeout
+        problem = timing_problem(self.adapter)
+        if problem is not None:
+            raise self._plugin_fault(f"has a bad timing: {problem}")
+        return float(self.adapter.startup_timeout)
 
     @property
     def log_path(self) -> Path:
@@ -426,8 +443,9 @@ class Supervisor:
             raise
         if on_reserved is not None:
             on_reserved()
+        reserved = estimate if self.ledger is not None and self._footprint is not None else None
         try:
-            port = await self._start(cause, token)
+            port = await self._start(cause, token, reserved)
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 await self._abandon(exc)
@@ -596,10 +614,15 @@ class Supervisor:
                 f"(in {self.engine.retry_at - now:.0f} s)"
             )
 
-    async def _start(self, cause: str, token: str) -> int:
-        await self._decide("start", cause=cause)  # SF2: no start without its record
-        port = free_port()
+    def _launch_spec(self, port: int, reserved: int | None) -> LaunchSpec:
+        """The spec of this start, as the adapter will see it.
+
+        The caller's spec, with the bytes the ledger reserved (RD8), the offload plan the L13
+        ladder chose, and the model as the adapter validated it (RD2).
+        """
         spec = self._plugin("the launch spec", self._spec, port)
+        if reserved is not None:  # RD8: what the ledger holds for this launch, to the byte
+            spec = dataclasses.replace(spec, reserved_bytes=reserved)
         if self.offload is not None:  # a degraded plan (L13) outlives the start that chose it
             spec = dataclasses.replace(spec, offload=self.offload)
         self._launched_offload, self._start_panic = spec.offload, None
@@ -614,7 +637,13 @@ class Supervisor:
             raise EngineStartError(f"{self.key}: {exc.message}") from exc
         if not isinstance(model, Path) or not model.is_absolute():
             raise self._plugin_fault(f"returned {repr(model)[:60]} from validate_model")
-        spec = dataclasses.replace(spec, model=model)
+        return dataclasses.replace(spec, model=model)
+
+    async def _start(self, cause: str, token: str, reserved: int | None = None) -> int:
+        await self._decide("start", cause=cause)  # SF2: no start without its record
+        timeout = self.startup_timeout  # RD7: a bad adapter timing fails before any spawn
+        port = free_port()
+        spec = self._launch_spec(port, reserved)
         probe = self._plugin("readiness", self.adapter.readiness, spec)
         if not isinstance(probe, ReadinessProbe):
             raise self._plugin_fault(f"returned {repr(probe)[:60]} from readiness")
@@ -646,6 +675,7 @@ class Supervisor:
             message = f"{self.key}: cannot run {command.argv[0]} ({reason})"
             raise EngineStartError(message) from exc
         child = _Child(identity, process, follower, self._clock(), spec, pidfd=pidfd)
+        child.startup_timeout = timeout
         if probe.ready_line is not None:
             child.ready_line = re.compile(probe.ready_line)
         self._child = child
@@ -746,7 +776,7 @@ class Supervisor:
         return bool(self._plugin("is_ready_response", self.adapter.is_ready_response, status, body))
 
     async def _await_ready(self, child: _Child, probe: ReadinessProbe) -> None:
-        deadline = anyio.current_time() + self.policy.startup_timeout
+        deadline = anyio.current_time() + child.startup_timeout
         while True:
             if self._abort_reason is not None:
                 reason, self._abort_reason = self._abort_reason, None
@@ -777,7 +807,7 @@ class Supervisor:
         if child.panic is not None:
             reason = child.panic.line
         elif timed_out:
-            reason = f"did not become ready within {self.policy.startup_timeout:.0f} s"
+            reason = f"did not become ready within {child.startup_timeout:g} s"
         else:
             lines = [line.strip() for line in child.lines if line.strip()]
             errors = [line for line in lines if "error" in line.lower()]
