@@ -197,7 +197,7 @@ def test_timing_problem_reads_an_instance_too() -> None:
 
 
 def test_the_built_in_engines_timings_are_the_seeds() -> None:
-    """llama.cpp 180 s (L1), ds4 600 s (D3), MLX 300 s (M4), sd-server 5 min and 30 min idle."""
+    """llama.cpp 180 s, ds4 600 s (D3), MLX 300 s (M4), sd-server 5 min and 30 min idle (I1)."""
     timings = {
         cls.engine_type: (cls.startup_timeout, cls.default_idle_timeout)
         for cls in (LlamaCppAdapter, Ds4Adapter, MlxAdapter, SdCppAdapter)
