@@ -69,6 +69,7 @@ from hostler.plugin import (
     ModelGeometry,
     Panic,
     launch_command,
+    timing_problem,
 )
 from hostler.pluginhost import PluginHost
 from hostler.replay import load
@@ -379,6 +380,15 @@ class AdapterConformance:
         assert adapter.is_ready(503) is False
         assert adapter.is_ready(500) is False
         assert adapter.is_ready(404) is False
+
+    def test_timings_are_sane(self, adapter: EngineAdapter) -> None:
+        """RD7: the start and idle timings are finite seconds within hostler's bounds.
+
+        ``startup_timeout`` over 0 and at most a day; ``default_idle_timeout`` None or from 0
+        to a year; never a bool, NaN or infinity.
+        """
+        problem = timing_problem(adapter)
+        assert problem is None, problem
 
     def test_ordinary_lines_are_not_fatal(self, adapter: EngineAdapter) -> None:
         """Plain output is not a panic; odd bytes never make ``classify_line`` raise."""
