@@ -830,6 +830,7 @@ class Daemon:
             probe=self.probe,
             offloop=self.offloop,
             health=self.health,
+            held_by_other=ledger.held_by_other,  # RD9, IN3: never sweep another daemon's
         )
 
 

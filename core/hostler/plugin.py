@@ -541,6 +541,18 @@ class EngineAdapter(ABC):
         del line
         return None
 
+    def on_exited_before_ready(self, message: str) -> bool:
+        """RD9: whether a start that ended before readiness may be a stale engine's doing.
+
+        Asked when a start fails before it is ready because the process exited or printed a
+        fatal line (not on a timeout); ``message`` is the start's error. True: hostler stops
+        the strays of its own data directory that no engine of it owns and whose command line
+        names this launch's binary or model, and when it stopped one, tries the start once
+        more. For an engine that allows one instance per machine (ds4's lock). Default: False.
+        """
+        del message
+        return False
+
     def read_geometry(self, model: Path) -> ModelGeometry:
         """The model's shape, for the planner and ``hostler preview`` (default: a GGUF header).
 

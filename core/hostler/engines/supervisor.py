@@ -36,7 +36,7 @@ import socket
 import subprocess
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -66,6 +66,7 @@ from hostler.engines.process import (
     spawn_engine,
     terminate_group,
 )
+from hostler.engines.resweep import anchors_of, sweep_strays
 from hostler.errors import (
     CapacityDeniedError,
     ConcurrencyError,
@@ -216,10 +217,21 @@ class Supervisor:
         health: LogHealth | None = None,
         offload: OffloadPlan | None = None,
         offload_pinned: bool = False,
+        owned: Callable[[], Collection[int]] | None = None,
+        held_by_other: Callable[[str], str | None] | None = None,
     ) -> None:
         self.key = key
         self.offload = offload
         self._offload_pinned = offload_pinned
+        #: RD9: the live engine pids of every supervisor of this daemon (never swept); None:
+        #: not known, so no stray is ever swept. A pool sets it for the supervisors it makes.
+        self.owned = owned
+        #: RD9, IN3: the live daemon other than this one that pays for a launch token, if any.
+        self.held_by_other = held_by_other
+        self._launched_argv: list[str] = []
+        self._swept = False  # RD9: one sweep and one retry per ensure_running
+        self._retry_cause = "oom-retry"
+        self._ended_before_ready = False  # RD9: the last start exited or panicked, unready
         self._launched_offload: OffloadPlan | None = None
         self._start_panic: str | None = None
         self.adapter = adapter
@@ -411,11 +423,12 @@ class Supervisor:
         """
         self.last_used = self._clock()
         async with self._lock:
+            self._swept = False
             while True:
                 port = await self._attempt(cause, on_reserved)
                 if port is not None:
                     return port
-                cause = "oom-retry"
+                cause = self._retry_cause
 
     async def _attempt(self, cause: str, on_reserved: Callable[[], None] | None) -> int | None:
         """One start (under the lock): the port, or None when L13 says to try the next plan."""
@@ -450,6 +463,10 @@ class Supervisor:
             with anyio.CancelScope(shield=True):
                 await self._abandon(exc)
             if await self._degrade(exc):
+                self._retry_cause = "oom-retry"
+                return None
+            if await self._resweep(exc):
+                self._retry_cause = "resweep-retry"
                 return None
             raise
         await self._learn(estimate)
@@ -483,6 +500,38 @@ class Supervisor:
             plan.kind,
         )
         self.offload = plan  # kept for its later starts too
+        return True
+
+    async def _resweep(self, exc: BaseException) -> bool:
+        """RD9 (SV10a): after a start that ended before ready, sweep stale strays once.
+
+        Asks the adapter whether the failure may be a stale engine's; when it says so, stops
+        this data directory's unowned strays named by the launch's binary or model
+        (:func:`hostler.engines.resweep.sweep_strays`). Returns whether to try once more: only
+        when the sweep stopped something, once per :meth:`ensure_running`, and only when the
+        engines this daemon owns are known (``owned``).
+        """
+        if self._swept or self.owned is None or not self._launched_argv:
+            return False
+        if not isinstance(exc, EngineStartError) or not self._ended_before_ready:
+            return False
+        wanted = self._plugin(
+            "on_exited_before_ready", self.adapter.on_exited_before_ready, exc.message
+        )
+        if wanted is not True:
+            return False
+        self._swept = True
+        swept = await sweep_strays(
+            self.token_prefix,
+            owned=self.owned(),
+            anchors=anchors_of(self._launched_argv),
+            held_by_other=self.held_by_other,
+            offloop=self._io,
+        )
+        if not swept:
+            return False
+        pids = ", ".join(str(stray.pid) for stray in swept)
+        log.warning("hostler: %s: retrying after stopping stray engine(s) %s", self.key, pids)
         return True
 
     async def start_when_recordable(self, cause: str, *, retry_every: float = 1.0) -> int:
@@ -626,6 +675,7 @@ class Supervisor:
         if self.offload is not None:  # a degraded plan (L13) outlives the start that chose it
             spec = dataclasses.replace(spec, offload=self.offload)
         self._launched_offload, self._start_panic = spec.offload, None
+        self._ended_before_ready = False
         try:  # RD2: absolute, and a file or a directory as the adapter says
             model: object = self._plugin("validate_model", self.adapter.validate_model, spec.model)
         except HostlerError as exc:
@@ -649,6 +699,7 @@ class Supervisor:
             raise self._plugin_fault(f"returned {repr(probe)[:60]} from readiness")
         # RD5: the adapter's argv, then the operator's extra_args (unless it places them)
         command: LaunchCommand = self._plugin("build_command", launch_command, self.adapter, spec)
+        self._launched_argv = list(command.argv)
         self._build = self._plugin("build_identity", self.adapter.build_identity, command)
         linked = self._linked_run_dir()
         if linked is not None:  # planted: rotation would cut files wherever it points
@@ -804,6 +855,7 @@ class Supervisor:
             await self._await_own_exit(child, self.policy.panic_exit_wait)
         self._read_lines(child, final=True)
         self._start_panic = child.panic.kind if child.panic is not None else None
+        self._ended_before_ready = not timed_out
         if child.panic is not None:
             reason = child.panic.line
         elif timed_out:
