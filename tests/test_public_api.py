@@ -158,6 +158,10 @@ def test_the_plugin_contract_is_pinned() -> None:
         31_536_000.0,
     )
     assert hostler.plugin.LaunchSpec("k", Path("m"), 1, 1).reserved_bytes is None  # RD8
+    from hostler.testing.fake_engine import FakeEngineAdapter  # keeps every default hook
+
+    early = "k: exited (exit code 1) before becoming ready"
+    assert FakeEngineAdapter().on_exited_before_ready(early) is False  # RD9: no sweep by default
     assert hostler.plugin.GPU_SLOTS == ("llm", "image", "video")
     reserved = hostler.plugin.RESERVED_ENGINE_NAMES
     assert reserved == frozenset({"unavailable"})
