@@ -1,4 +1,4 @@
-"""RD7: an adapter's ``request_model`` is what ``hostler serve`` forwards as the body's ``model``.
+"""RD10: an adapter's ``request_model`` is what ``hostler serve`` forwards as the body's ``model``.
 
 A real ``hostler serve`` app (real HTTP on loopback) over a real runtime whose engine is the
 fake engine (a real process that answers with the ``model`` it was sent): with the adapter's

@@ -48,6 +48,7 @@ from hostler.errors import (
     ConcurrencyError,
     EngineStartError,
     HostlerError,
+    PluginError,
     RuntimeClosedError,
     StoreBusyError,
     StoreCorruptError,
@@ -65,8 +66,14 @@ from hostler.events.daemon import (
 )
 from hostler.machines.engine import StopReason
 from hostler.paths import private_dir, private_file
-from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec, validate_options
-from hostler.pluginhost import PluginHost
+from hostler.plugin import (
+    EngineAdapter,
+    LaunchCommand,
+    LaunchSpec,
+    timing_problem,
+    validate_options,
+)
+from hostler.pluginhost import PluginHost, plugin_fault
 from hostler.policies.eviction import EvictionPolicy, eviction_policy
 from hostler.probes.device import DEVICE_STREAM, budget_from, sample_device
 from hostler.probes.nvml import NvmlProbe, open_nvml
@@ -809,8 +816,11 @@ class Daemon:
             run_dir=run_dir,
             token_prefix=token_prefix,
             policy=SupervisorPolicy(
-                # PP17: a pinned engine is never idle-stopped; a model's idle_ttl is its own
-                idle_timeout=self.config.idle_timeout_of(engine),
+                # RD7: the config's per-engine startup timeout, else (None) the adapter's
+                startup_timeout=engine.startup_timeout,
+                # PP17: a pinned engine is never idle-stopped; RD7: a model's idle_ttl, the
+                # engine's configured idle, the adapter's default, then the daemon's
+                idle_timeout=self.config.idle_timeout_of(engine, _idle_default(adapter, engine)),
                 health_interval=self.config.health_interval,
                 log_max_bytes=self.config.engine_log_max_bytes,
                 log_keep=self.config.engine_log_keep,
@@ -820,7 +830,18 @@ class Daemon:
             probe=self.probe,
             offloop=self.offloop,
             health=self.health,
+            held_by_other=ledger.held_by_other,  # RD9, IN3: never sweep another daemon's
         )
+
+
+def _idle_default(adapter: EngineAdapter, engine: EngineConfig) -> float | None:
+    """RD7: the adapter's ``default_idle_timeout``, checked (a bad one is its plugin's bug)."""
+    problem = timing_problem(adapter)
+    if problem is not None:
+        fault = plugin_fault(adapter.engine_type, type(adapter), f"has a bad timing: {problem}")
+        raise PluginError(f"{engine.key}: {fault.message}")
+    value = adapter.default_idle_timeout
+    return None if value is None else float(value)
 
 
 def _price_engine(adapter: EngineAdapter, ledger: HostLedger, engine: EngineConfig) -> LaunchPrice:

@@ -10,8 +10,8 @@ llama.cpp (§3.2 of the reference behaviour, ``docs/rules.md`` D2–D8, D10):
 - a footprint from the catalog's resident line at the launch context (D6), else
   ``min(size, 48 GiB)`` (D10);
 - readiness on ``GET /v1/models`` (D3; it has no ``/health``);
-- a hard singleton: a second instance exits before ready (IN4); the recovery is
-  :func:`hostler.engines.resweep.ensure_running_ds4`.
+- a hard singleton: a second instance exits before ready (IN4); the recovery is the
+  supervisor's sweep and retry, which :meth:`Ds4Adapter.on_exited_before_ready` asks for (RD9).
 """
 
 from __future__ import annotations
@@ -116,6 +116,9 @@ class Ds4Adapter(EngineAdapter):
     applies_extra_args = True
     options_schema = OPTION_TYPES
     max_slots = 1  # D4: strictly serial
+    #: D3/RD7: a ds4 model loads (or maps its experts) for up to 10 minutes; idle is the
+    #: daemon's ``idle_timeout`` (5 minutes by default), with no freeze stage.
+    startup_timeout = 600.0
 
     def __init__(
         self,
@@ -222,6 +225,15 @@ class Ds4Adapter(EngineAdapter):
     def classify_line(self, line: str) -> Panic | None:
         """SV14 for ds4: its startup refusals (the singleton lock first) and GPU failures."""
         return classify_line(line)
+
+    def on_exited_before_ready(self, message: str) -> bool:
+        """RD9 (SV10a): an exit before ready, or the lock refusal, may be a stale ds4 (IN4).
+
+        ds4-server is a singleton: while an unowned one still holds the lock, a new one exits
+        before it is ready. hostler sweeps this data directory's unowned strays once, then
+        tries the start once more when it stopped one.
+        """
+        return rules.exited_before_ready(message)
 
     def build_identity(self, command: LaunchCommand) -> str:
         """The binary's path and size (ds4 publishes no build sidecar)."""

@@ -96,6 +96,10 @@ class SdCppAdapter(EngineAdapter):
     #: The extras end the argv, after ``--listen-ip/--listen-port``.
     applies_extra_args = True
     options_schema = SDCPP_OPTIONS
+    #: I1/RD7: 5 minutes to load the image model; idle-stopped after 30 minutes unused (a
+    #: shorter idle stop killed long renders), not after the daemon's 5.
+    startup_timeout = 300.0
+    default_idle_timeout = 1800.0
 
     def __init__(self, binary: str | os.PathLike[str] | None = None) -> None:
         self._configured = binary

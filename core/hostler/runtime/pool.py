@@ -329,10 +329,16 @@ class Pool:
         entry = self._entries.get(key)
         if entry is None:
             entry = _Entry(self._build_supervisor(key), last_used_at=self._clock())
+            if entry.supervisor.owned is None:  # RD9: a sweep spares every engine of ours
+                entry.supervisor.owned = self.live_pids
             self._entries[key] = entry
             if self._tg is not None and not self._closed:
                 self._start(entry.supervisor.watch)
         return entry.supervisor
+
+    def live_pids(self) -> list[int]:
+        """The process ids of every engine the pool's supervisors hold now (RD9: never swept)."""
+        return [pid for e in self._entries.values() if (pid := e.supervisor.pid) is not None]
 
     def engine_keys(self) -> list[str]:
         """Every engine key the pool knows, sorted."""

@@ -121,7 +121,7 @@ class CompletionProxy:
                     key = await self._runtime.one_shot(engine, name)
                 port = await stack.enter_async_context(self._runtime.request(key, session=session))
                 forced = self._runtime.pool.supervisor(key).adapter.request_model
-                if forced is not None and payload.get("model") != forced:  # RD7
+                if forced is not None and payload.get("model") != forced:  # RD10
                     body = await anyio.to_thread.run_sync(_with_model, payload, forced)
                 answer = await self._upstream.send(port, path, body, "application/json")
                 stack.push_async_callback(_close_shielded, answer)
@@ -207,5 +207,5 @@ def _session(scope: Scope, payload: Mapping[str, Any]) -> str | None:
 
 
 def _with_model(payload: dict[str, Any], model: str) -> bytes:
-    """The request body with its ``model`` replaced (RD7; off the event loop: it may be large)."""
+    """The request body with its ``model`` replaced (RD10; off the event loop: it may be large)."""
     return json.dumps({**payload, "model": model}, ensure_ascii=False).encode()
