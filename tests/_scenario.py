@@ -33,6 +33,7 @@ import anyio
 
 from _rigs import LlamaRig
 from hostler import EventStore, Runtime
+from hostler.machines.engine import made_room
 
 GIB = 2**30
 MODELS = ("alpha", "beta", "gamma")
@@ -131,5 +132,5 @@ def _evictions(log: Path) -> list[tuple[str, str]]:
         return [
             (r.stream_id.removeprefix("engine/"), str(r.payload["decision"].get("for")))
             for r in store.read_all(types=["engine.stop_requested"])
-            if r.payload["decision"].get("rule") == "PP4"  # not the lease's unloads (GA1)
+            if made_room(r.payload["reason"], r.payload["decision"])  # not the lease's (GA1)
         ]

@@ -29,7 +29,7 @@ from hostler.events.ledger import (
     LedgerReleased,
     LedgerReserved,
 )
-from hostler.machines.engine import EngineCrashed, EngineStopRequested
+from hostler.machines.engine import EngineCrashed, EngineStopRequested, made_room
 from hostler.machines.lease import LeaseGranted, LeaseReleased, LeaseRequested
 from hostler.postmortem.draw import FORMATS, MARKER_STYLE, render
 from hostler.postmortem.timeline import (
@@ -273,6 +273,61 @@ def svg_ids(data: bytes) -> set[str]:
     return {e.get("id", "") for e in root.iter()} - {""}
 
 
+def test_only_evictions_for_room_are_marked_evicted_other_evicted_stops_are_unloads(
+    store: EventStore, clock: Clock
+) -> None:
+    """Was: a lease's unloads (GA1) were marked as evictions, though the legend and PM31 named
+    evictions for room and ``whatif`` counted only those (PM23)."""
+    import io
+
+    def evicted(decision: dict[str, object] | None) -> EngineStopRequested:
+        return EngineStopRequested("running", "stopping", 0.0, "evicted", decision)
+
+    put(store, clock, 0, "ledger/host", reserved("e:a:0", 40 * MIB))
+    stops = {
+        "room": evicted({"rule": "PP4", "for": "e:b:0"}),
+        "swap": evicted({"rule": "GA1", "cause": "gpu-slot-swap", "slot": "llm"}),
+        "swap-no-slot": evicted({"rule": "GA1"}),
+        "person": evicted({"rule": "PP6", "cause": "unload-idle"}),
+        "retire": evicted({"rule": "PP9", "cause": "retire"}),
+        "reconcile": evicted({"rule": "PP10", "target": 1}),
+        "no-decision": evicted(None),
+        "room-for-nobody": evicted({"rule": "PP4"}),
+        "idle": EngineStopRequested("running", "stopping", 0.0, "idle", {"rule": "PP4"}),
+    }
+    seqs = {
+        name: put(store, clock, 1 + i, f"engine/e:{name}:0", event)
+        for i, (name, event) in enumerate(stops.items())
+    }
+    timeline = build_timeline(store.read_all())
+    marked = {m.seq: (m.kind, m.engine, m.label) for m in timeline.markers}
+    assert marked == {
+        seqs["room"]: ("evicted", "e:room:0", "evicted for e:b:0"),
+        seqs["swap"]: ("unloaded", "e:swap:0", "unloaded (GA1): slot llm gave the card"),
+        seqs["swap-no-slot"]: ("unloaded", "e:swap-no-slot:0", "unloaded (GA1)"),
+        seqs["person"]: ("unloaded", "e:person:0", "unloaded (PP6)"),
+        seqs["retire"]: ("unloaded", "e:retire:0", "unloaded (PP9)"),
+        seqs["reconcile"]: ("unloaded", "e:reconcile:0", "unloaded (PP10)"),
+        seqs["no-decision"]: ("unloaded", "e:no-decision:0", "unloaded"),
+        seqs["room-for-nobody"]: ("evicted", "e:room-for-nobody:0", "evicted"),
+    }  # the idle stop is not marked: nothing went wrong
+    # what the timeline calls an eviction is exactly what the predicate (and whatif) does
+    for record in store.read_all(types=["engine.stop_requested"]):
+        assert isinstance(record.event, EngineStopRequested)
+        kind = marked.get(record.seq, ("none",))[0]
+        assert (kind == "evicted") == record.event.made_room, record.seq
+    out = io.BytesIO()
+    render(timeline, out, fmt="svg", width=800, height=400)
+    ids = svg_ids(out.getvalue())
+    assert f"marker-evicted-{seqs['room']}" in ids and f"marker-unloaded-{seqs['swap']}" in ids
+    assert f"marker-evicted-{seqs['swap']}" not in ids
+    assert sum(1 for i in ids if i.startswith("marker-evicted-")) == 2
+    assert sum(1 for i in ids if i.startswith("marker-unloaded-")) == 6
+    text = out.getvalue().decode()
+    assert "2 evicted, 6 unloaded" in text  # the subtitle counts each kind apart
+    assert "unloaded (for a lease, or on request)" in text  # the legend
+
+
 def test_the_svg_names_every_series_and_marker(store: EventStore, clock: Clock) -> None:
     import io
 
@@ -299,8 +354,17 @@ def test_constants_and_a_png() -> None:
     import io
 
     assert FORMATS == ("svg", "png")
-    assert MARKER_KINDS == ("evicted", "refused", "crashed", "lost")
+    assert MARKER_KINDS == ("evicted", "unloaded", "refused", "crashed", "lost")
     assert set(MARKER_STYLE) == set(MARKER_KINDS)
+    # the legend says what each kind is: evictions are for room only, unloads were asked for
+    assert MARKER_STYLE["evicted"][2] == "evicted (to make room for another engine)"
+    assert (
+        MARKER_STYLE["unloaded"][2] == "unloaded (for a lease, or on request)"
+    )
+    # one row each, from the top down, in the legend's order; none shares a shape
+    rows = [MARKER_STYLE[k][3] for k in MARKER_KINDS]
+    assert rows == sorted(rows, reverse=True) and len(set(rows)) == len(rows)
+    assert len({MARKER_STYLE[k][0] for k in MARKER_KINDS}) == len(MARKER_KINDS)
     empty = build_timeline([])
     out = io.BytesIO()
     render(empty, out, fmt="png", width=600, height=300)
@@ -430,15 +494,19 @@ def test_the_cli_draws_a_real_run_with_every_engine_the_budget_and_each_eviction
     log = anyio.run(record_real_scenario, tmp_path)
     with EventStore.open(log) as store:
         records = list(store.read_all())
-    evictions = [
+    stops = [r for r in records if r.type == "engine.stop_requested"]
+    evictions = [r.seq for r in stops if made_room(r.payload["reason"], r.payload["decision"])]
+    # the lease unloads both LLM engines then resident: stops with reason evicted, not for room
+    unloads = [
         r.seq
-        for r in records
-        if r.type == "engine.stop_requested" and r.payload["reason"] == "evicted"
+        for r in stops
+        if r.payload["reason"] == "evicted" and r.payload["decision"]["rule"] == "GA1"
     ]
     crashes = [r.seq for r in records if r.type == "engine.crashed"]
     refusals = [r.seq for r in records if r.type == "ledger.denied"]
     grants = [r.seq for r in records if r.type == "lease.granted"]
-    assert len(evictions) >= 5 and len(crashes) == 1 and len(refusals) == 1 and len(grants) == 1
+    assert len(evictions) >= 3 and len(unloads) == 2
+    assert len(crashes) == 1 and len(refusals) == 1 and len(grants) == 1
     picture = tmp_path / "timeline.svg"
     done = run_cli("timeline", str(log), "-o", str(picture))
     assert done.returncode == 0, done.stderr
@@ -447,12 +515,14 @@ def test_the_cli_draws_a_real_run_with_every_engine_the_budget_and_each_eviction
         assert {f"engine-llamacpp:{name}:0", f"engine-llamacpp:{name}:0-measured"} <= ids
     assert "budget" in ids
     assert {f"marker-evicted-{seq}" for seq in evictions} <= ids
+    assert {f"marker-unloaded-{seq}" for seq in unloads} <= ids
     assert {
         f"marker-crashed-{crashes[0]}",
         f"marker-refused-{refusals[0]}",
         f"lease-{grants[0]}",
     } <= ids
     assert sum(1 for i in ids if i.startswith("marker-evicted-")) == len(evictions)
+    assert sum(1 for i in ids if i.startswith("marker-unloaded-")) == len(unloads)
     png = tmp_path / "timeline.png"
     assert run_cli("timeline", str(log), "-o", str(png)).returncode == 0
     if target := os.environ.get("HOSTLER_KEEP_TIMELINE"):  # docs/img/timeline.png is made so
