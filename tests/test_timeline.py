@@ -358,9 +358,7 @@ def test_constants_and_a_png() -> None:
     assert set(MARKER_STYLE) == set(MARKER_KINDS)
     # the legend says what each kind is: evictions are for room only, unloads were asked for
     assert MARKER_STYLE["evicted"][2] == "evicted (to make room for another engine)"
-    assert (
-        MARKER_STYLE["unloaded"][2] == "unloaded (for a lease, or on request)"
-    )
+    assert MARKER_STYLE["unloaded"][2] == "unloaded (for a lease, or on request)"
     # one row each, from the top down, in the legend's order; none shares a shape
     rows = [MARKER_STYLE[k][3] for k in MARKER_KINDS]
     assert rows == sorted(rows, reverse=True) and len(set(rows)) == len(rows)
