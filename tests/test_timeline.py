@@ -1,25 +1,24 @@
 """``hostler timeline``: the memory picture of a log (PM30-PM32).
 
 Synthetic logs (events appended to a real SQLite ``EventStore`` with a fake clock) pin the
-series, markers and spans; a real run (three tiny ``llama-server`` engines under a budget for
-two, an eviction for a GPU lease, a SIGKILL, a refusal) is drawn by the CLI and its SVG read
-back: every engine, the budget line and every eviction in the log must be there.
+series, markers and spans; a real run (the recorded scenario of conftest.py: three tiny
+``llama-server`` engines under a budget for two, evictions for room, a GPU lease's unloads, a
+SIGKILL, a refusal) is drawn by the CLI and its SVG read back: every engine, the budget line,
+every eviction and every unload in the log must be there, each as what it is.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import sqlite3
-import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import anyio
 import pytest
 
+from _scenario import Scenario
 from hostler import EventStore
 from hostler.events.base import Event
 from hostler.events.ledger import (
@@ -441,55 +440,14 @@ def test_the_cli_starts_without_matplotlib() -> None:
     assert done.stdout.strip() == "False", done.stderr
 
 
-async def record_real_scenario(tmp_path: Path) -> Path:
-    """Three tiny ``llama-server`` engines under a budget for two; returns the log's path.
-
-    Evictions to make room, an image lease that evicts the LLM engines while it is held, a
-    SIGKILL (a crash), a refusal under a budget too small, then room again.
-    """
-    sys.path.insert(0, str(Path(__file__).parent))
-    from _rigs import GIB, LlamaRig
-    from test_runtime_llama import chat, key_of
-
-    log = tmp_path / "events.db"
-    with EventStore.open(log) as store:
-        rig = LlamaRig(tmp_path, store, ("alpha", "beta", "gamma"))
-        async with rig.runtime() as rt:
-            async with rt.request(key_of("alpha")) as port:
-                await anyio.to_thread.run_sync(chat, port)
-            one = max(rig.price(key_of("alpha")), (await rt.budget())["committed"])
-            rig.budget_gib = 2.5 * one / GIB  # two fit, three never do
-            rt.set_gpu_policy("swap")
-            for name in ("beta", "gamma", "alpha", "beta"):
-                async with rt.request(key_of(name)) as port:
-                    await anyio.to_thread.run_sync(chat, port)
-            release = await rt.acquire_lease("image", "comfyui")
-            await anyio.sleep(0.3)
-            await release()
-            for name in ("alpha", "beta"):
-                async with rt.request(key_of(name)) as port:
-                    await anyio.to_thread.run_sync(chat, port)
-            view = rt.engine_status(key_of("beta"))
-            assert view is not None and view.pid is not None
-            os.kill(view.pid, signal.SIGKILL)
-            with anyio.fail_after(10):
-                while (state := rt.engine_status(key_of("beta"))) and state.state == "running":
-                    await anyio.sleep(0.05)
-            rig.budget_gib = 0.5 * one / GIB
-            with pytest.raises(Exception, match="needs"):
-                async with rt.request(key_of("gamma")):
-                    pass
-            rig.budget_gib = 2.5 * one / GIB
-            async with rt.request(key_of("gamma")) as port:
-                await anyio.to_thread.run_sync(chat, port)
-    return log
-
-
 @pytest.mark.slow
 def test_the_cli_draws_a_real_run_with_every_engine_the_budget_and_each_eviction(
-    tmp_path: Path,
+    scenario: Scenario, tmp_path: Path
 ) -> None:
-    log = anyio.run(record_real_scenario, tmp_path)
+    """Three tiny ``llama-server`` engines under a budget for two (the recorded scenario of
+    conftest.py): evictions to make room, a SIGKILL (a crash), an image lease that unloads the
+    LLM engines while it is held, a refusal under a budget too small, then room again."""
+    log = scenario.log
     with EventStore.open(log) as store:
         records = list(store.read_all())
     stops = [r for r in records if r.type == "engine.stop_requested"]
