@@ -86,7 +86,7 @@ def put(store: EventStore, clock: Clock, at: float, stream: str, event: Event) -
     return store.append(stream, [event], expected_version=None).seqs[-1]
 
 
-def scenario(store: EventStore, clock: Clock) -> dict[str, int]:
+def synthetic_log(store: EventStore, clock: Clock) -> dict[str, int]:
     """Two engines, a budget, an eviction, a refusal, a crash, a lease; name → seq."""
     seqs = {}
     put(store, clock, 0, "ledger/host", LedgerBudgetSet(100 * MIB))
@@ -115,7 +115,7 @@ def at(seconds: float) -> float:
 
 
 def test_series_markers_and_spans_of_a_log(store: EventStore, clock: Clock) -> None:
-    seqs = scenario(store, clock)
+    seqs = synthetic_log(store, clock)
     timeline = build_timeline(store.read_all())
     assert timeline.engines == ("e:a:0", "e:b:0", "e:c:0")[:2]
     assert timeline.start == at(0) and timeline.end == at(13)
@@ -185,7 +185,7 @@ def test_24_engines_are_drawn_each_as_its_own(store: EventStore, clock: Clock) -
 
 
 def test_a_window_carries_in_what_was_held_at_its_start(store: EventStore, clock: Clock) -> None:
-    scenario(store, clock)
+    synthetic_log(store, clock)
     timeline = build_timeline(store.read_all(), since=at(3.5), until=at(8))
     assert (timeline.start, timeline.end) == (at(3.5), at(8))
     assert [(s.at, s.value) for s in timeline.reserved["e:b:0"]] == [(at(3.5), 50 * MIB)]
@@ -203,7 +203,7 @@ def test_a_window_carries_in_what_was_held_at_its_start(store: EventStore, clock
 def test_a_window_reaching_back_before_the_log_starts_at_its_first_event(
     store: EventStore, clock: Clock
 ) -> None:
-    scenario(store, clock)
+    synthetic_log(store, clock)
     timeline = build_timeline(store.read_all(), since=at(-600), until=at(20))
     assert (timeline.start, timeline.end) == (at(0), at(20))
     nothing = build_timeline(store.read_all(), since=at(30), until=at(40))
@@ -212,7 +212,7 @@ def test_a_window_reaching_back_before_the_log_starts_at_its_first_event(
 
 
 def test_an_edge_exactly_at_since_is_kept_once(store: EventStore, clock: Clock) -> None:
-    scenario(store, clock)
+    synthetic_log(store, clock)
     timeline = build_timeline(store.read_all(), since=at(3))
     assert [(s.at, s.value) for s in timeline.reserved["e:b:0"]] == [
         (at(3), 50 * MIB),
@@ -330,7 +330,7 @@ def test_only_evictions_for_room_are_marked_evicted_other_evicted_stops_are_unlo
 def test_the_svg_names_every_series_and_marker(store: EventStore, clock: Clock) -> None:
     import io
 
-    seqs = scenario(store, clock)
+    seqs = synthetic_log(store, clock)
     out = io.BytesIO()
     render(build_timeline(store.read_all()), out, fmt="svg", width=800, height=400)
     ids = svg_ids(out.getvalue())
@@ -371,7 +371,7 @@ def test_constants_and_a_png() -> None:
 
 
 def test_the_cli_writes_and_refuses(store: EventStore, clock: Clock, tmp_path: Path) -> None:
-    seqs = scenario(store, clock)
+    seqs = synthetic_log(store, clock)
     log = str(tmp_path / "events.db")
     picture = tmp_path / "t.svg"
     done = run_cli("timeline", log, "-o", str(picture), "--width", "900", "--height", "450")
