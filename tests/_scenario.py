@@ -12,11 +12,16 @@ three, and writes everything to one SQLite log:
 3. ``beta``'s engine is killed (SIGKILL, unasked): ``engine.crashed``; the next ``beta`` request
    starts it again;
 4. an ``image`` lease is held by ``render-job`` and released (in ``swap`` mode it unloads the
-   ``llm`` engines first);
-5. the runtime closes: every engine stops.
+   ``llm`` engines first: ``beta`` and ``gamma``);
+5. the budget is cut below one engine: a request for ``gamma`` is refused (``ledger.denied``);
+   raised again, ``gamma`` starts (nothing else is resident: no eviction);
+6. the runtime closes: every engine stops.
 
 The :class:`Scenario` it returns says what happened, from the test's side, so post-mortem tests
 can assert that the log alone tells the same story.
+
+Recording takes real engine starts, so the suite records it once (the session fixture
+``scenario`` in ``conftest.py``) and each test reads its own copy of the log.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ import anyio
 
 from _rigs import LlamaRig
 from hostler import EventStore, Runtime
+from hostler.errors import CapacityDeniedError
+from hostler.machines.engine import made_room
 
 GIB = 2**30
 MODELS = ("alpha", "beta", "gamma")
@@ -56,6 +63,7 @@ class Scenario:
         crashed: The engine key killed with SIGKILL.
         crashed_pid: Its pid.
         lease_holder: Who held the ``image`` lease.
+        refused: The engine key whose start the cut budget refused.
         budget: The budget set (bytes).
         sessions: The session id of each request, by model.
     """
@@ -66,6 +74,7 @@ class Scenario:
     crashed: str = ""
     crashed_pid: int = 0
     lease_holder: str = "render-job"
+    refused: str = ""
     budget: int = 0
     sessions: dict[str, str] = field(default_factory=dict)
 
@@ -120,8 +129,17 @@ async def record_scenario(folder: Path) -> Scenario:
             await _ask(rt, "beta", scenario)  # started again after its crash
             rt.set_gpu_policy("swap")  # an exclusive lease: it unloads the llm engines first
             release = await rt.acquire_lease("image", scenario.lease_holder)
-            await anyio.sleep(0.05)
+            await anyio.sleep(0.3)  # held a while: a span wide enough to see in a timeline
             await release()
+            rig.budget_gib = 0.5 * one / GIB  # below one engine: any start is refused
+            scenario.refused = key_of("gamma")
+            try:
+                async with rt.request(scenario.refused, session="chat-gamma"):
+                    raise AssertionError("a start the budget cannot hold was let through")
+            except CapacityDeniedError:
+                pass
+            rig.budget_gib = 2.5 * one / GIB  # room again
+            await _ask(rt, "gamma", scenario)
     scenario.evicted = _evictions(log)
     return scenario
 
@@ -131,5 +149,5 @@ def _evictions(log: Path) -> list[tuple[str, str]]:
         return [
             (r.stream_id.removeprefix("engine/"), str(r.payload["decision"].get("for")))
             for r in store.read_all(types=["engine.stop_requested"])
-            if r.payload["decision"].get("rule") == "PP4"  # not the lease's unloads (GA1)
+            if made_room(r.payload["reason"], r.payload["decision"])  # not the lease's (GA1)
         ]

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import anyio
 import pytest
 
 from hostler import EventStore
+
+if TYPE_CHECKING:
+    from _scenario import Scenario
 
 #: The tests of a real sd-server are collected only when ``$HOSTLER_SD_SERVER`` names one (the
 #: opt-in ``tox -e sdcpp-real`` builds it); the default suite does not collect them at all.
@@ -37,3 +44,32 @@ def store(log_path: Path, request: pytest.FixtureRequest) -> Iterator[EventStore
 def anyio_backend() -> str:
     """Async tests run on asyncio (the daemon's loop)."""
     return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def recorded_scenario(tmp_path_factory: pytest.TempPathFactory) -> Scenario:
+    """The post-mortem scenario (``_scenario.py``), recorded once per session with real engines.
+
+    Session-scoped: the explain, verify, what-if and timeline tests that read it share one
+    recording. Under pytest-xdist each worker process would record its own (in its own
+    temporary folder): slower, still correct. Tests take :func:`scenario`, a copy.
+    """
+    from _scenario import record_scenario
+
+    return anyio.run(record_scenario, tmp_path_factory.mktemp("scenario"))
+
+
+@pytest.fixture
+def scenario(recorded_scenario: Scenario, tmp_path: Path) -> Scenario:
+    """The recorded scenario, its log copied into this test's folder (no test sees another's)."""
+    folder = tmp_path / "scenario"
+    folder.mkdir()
+    for part in recorded_scenario.log.parent.glob(recorded_scenario.log.name + "*"):
+        shutil.copy2(part, folder / part.name)  # the log, and its -wal / -shm if any are left
+    return dataclasses.replace(
+        recorded_scenario,
+        log=folder / recorded_scenario.log.name,
+        keys=list(recorded_scenario.keys),
+        evicted=list(recorded_scenario.evicted),
+        sessions=dict(recorded_scenario.sessions),
+    )

@@ -45,3 +45,30 @@ def test_state_does_not_import_the_http_face_plotting_or_alembic() -> None:
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_commands_that_read_no_model_file_do_not_import_numpy() -> None:
+    """Was: the config's key parser imported ``hostler.capacity``, whose GGUF reader loads
+    numpy and gguf: about 0.3 s (more on a busy machine) of every ``events``, ``ps``,
+    ``whatif``, ``explain`` and daemon start, and of each test that runs them as a process."""
+    probe = (
+        "import sys; from hostler.cli import build_parser; "
+        "[build_parser(c) for c in ('events', 'state', 'ps', 'models', 'load', 'explain', "
+        "'replay', 'whatif', 'timeline', 'export')]; import hostler.config, hostler.plugin; "
+        "print(sorted(m for m in ('numpy', 'gguf', 'hostler.capacity.gguf_header') "
+        "if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+    # the reader is still there when asked for, by the package and by the adapter contract
+    asked = (
+        "import sys; from hostler.capacity import read_geometry; "
+        "from hostler.capacity.gguf_header import read_geometry as direct; "
+        "print(read_geometry is direct, 'numpy' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", asked], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "True True"
+    import hostler.capacity
+
+    with pytest.raises(AttributeError, match="no attribute 'nosuch'"):
+        _ = hostler.capacity.nosuch

@@ -22,7 +22,13 @@ from hostler import (
     registered_types,
 )
 from hostler.machines import LIFECYCLES
-from hostler.machines.engine import EngineCrashed, EngineSpawned
+from hostler.machines.engine import (
+    MADE_ROOM_RULE,
+    EngineCrashed,
+    EngineSpawned,
+    EngineStopRequested,
+    made_room,
+)
 
 from _support import PURE_CAPACITY_NAMES
 
@@ -62,6 +68,34 @@ def test_engine_happy_path_records_each_transition_with_its_observation() -> Non
     assert engine.state == EngineState.STOPPED
     assert engine.stop_reason == "idle" and engine.pid is None
     assert engine.changed_at == 9.5
+
+
+def test_only_an_eviction_by_pp4_made_room() -> None:
+    """The one predicate the post-mortem's figures, timeline and tests ask (PP4, PM23, PM31)."""
+    assert MADE_ROOM_RULE == "PP4"
+    assert made_room("evicted", {"rule": "PP4", "for": "k:b:0"})
+    assert made_room(StopReason.EVICTED, {"rule": "PP4"})  # the enum and its value alike
+    # unloads someone asked for: a lease's slot swap, a person, a retire, a reconcile
+    for rule in ("GA1", "PP6", "PP9", "PP10", "pp4", "PP4 ", " PP4", "PP4x", "", None, 4):
+        assert not made_room("evicted", {"rule": rule}), rule
+    assert not made_room("evicted", {})
+    # a decision absent or damaged (not a mapping) is never one
+    for decision in (None, "PP4", ["PP4"], 4):
+        assert not made_room("evicted", decision), decision
+    # the rule is PP4's, but the reason is not an eviction
+    for reason in ("idle", "user", "shutdown", "Evicted", "", None):
+        assert not made_room(reason, {"rule": "PP4"}), reason
+    # the typed event asks the same question of its own fields
+    room = EngineStopRequested("running", "stopping", 0.0, "evicted", {"rule": "PP4"})
+    swap = EngineStopRequested("running", "stopping", 0.0, "evicted", {"rule": "GA1"})
+    bare = EngineStopRequested("running", "stopping", 0.0, "evicted")
+    idle = EngineStopRequested("running", "stopping", 0.0, "idle", {"rule": "PP4"})
+    assert (room.made_room, swap.made_room, bare.made_room, idle.made_room) == (
+        True,
+        False,
+        False,
+        False,
+    )
 
 
 def test_crash_backoff_restart_and_fatal() -> None:

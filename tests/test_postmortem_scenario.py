@@ -1,8 +1,9 @@
 """One recorded scenario, asked every post-mortem question: explain, verify, what-if, timeline.
 
-The log comes from :func:`_scenario.record_scenario`: real ``llama-server`` engines under a
+The log comes from :func:`_scenario.record_scenario` (recorded once per session, each test
+reading a copy: the ``scenario`` fixture in conftest.py): real ``llama-server`` engines under a
 budget for two of three, three evictions for room, one SIGKILL crash and a restart, one GPU
-lease in swap mode. The tests check that the log alone tells what the scenario did (the
+lease in swap mode, one start refused by a cut budget. The tests check that the log alone tells what the scenario did (the
 :class:`_scenario.Scenario` the recording returns is the witness), that every decision
 re-derives, and that changing a policy constant changes exactly the decisions an independent
 computation says it must.
@@ -16,23 +17,18 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
-from _scenario import Scenario, key_of, record_scenario
+from _scenario import Scenario, key_of
 from hostler import EventStore
 from hostler.cli import main
+from hostler.machines.engine import made_room
 from hostler.policies import pool as pool_policy
 from hostler.postmortem.verify import verify_records
 
 pytestmark = pytest.mark.slow
 
 ALPHA, BETA, GAMMA = key_of("alpha"), key_of("beta"), key_of("gamma")
-
-
-@pytest.fixture(scope="module")
-def scenario(tmp_path_factory: pytest.TempPathFactory) -> Scenario:
-    return anyio.run(record_scenario, tmp_path_factory.mktemp("scenario"))
 
 
 def rows(log: Path, *types: str) -> list[tuple[int, str, dict[str, Any]]]:
@@ -51,6 +47,8 @@ def test_the_scenario_did_what_it_says(scenario: Scenario) -> None:
     assert scenario.evicted == [(BETA, GAMMA), (GAMMA, BETA), (ALPHA, GAMMA)]
     assert scenario.crashed == BETA and scenario.crashed_pid > 0
     assert scenario.budget > 0
+    assert scenario.refused == GAMMA
+    assert [p["key"] for _, _, p in rows(scenario.log, "ledger.denied")] == [GAMMA]
 
 
 def test_explain_tells_each_engines_evictions_crash_and_lease(
@@ -127,7 +125,7 @@ def test_a_changed_demand_window_differs_exactly_where_lru_would_have_chosen_oth
     stops = [
         (seq, stream.removeprefix("engine/"), p["decision"]["for"])
         for seq, stream, p in rows(scenario.log, "engine.stop_requested")
-        if p["decision"].get("rule") == "PP4"
+        if made_room(p["reason"], p["decision"])
     ]
     expected: set[int] = set()
     for seq, plan in plans:
@@ -185,7 +183,7 @@ def test_the_timeline_shows_every_engine_the_budget_and_each_marker(
     evicted = [
         seq
         for seq, _, p in rows(scenario.log, "engine.stop_requested")
-        if p["decision"].get("rule") == "PP4"
+        if made_room(p["reason"], p["decision"])
     ]
     assert len(evicted) == 3
     assert {f"marker-evicted-{seq}" for seq in evicted} <= ids

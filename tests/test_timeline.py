@@ -1,25 +1,24 @@
 """``hostler timeline``: the memory picture of a log (PM30-PM32).
 
 Synthetic logs (events appended to a real SQLite ``EventStore`` with a fake clock) pin the
-series, markers and spans; a real run (three tiny ``llama-server`` engines under a budget for
-two, an eviction for a GPU lease, a SIGKILL, a refusal) is drawn by the CLI and its SVG read
-back: every engine, the budget line and every eviction in the log must be there.
+series, markers and spans; a real run (the recorded scenario of conftest.py: three tiny
+``llama-server`` engines under a budget for two, evictions for room, a GPU lease's unloads, a
+SIGKILL, a refusal) is drawn by the CLI and its SVG read back: every engine, the budget line,
+every eviction and every unload in the log must be there, each as what it is.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import sqlite3
-import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import anyio
 import pytest
 
+from _scenario import Scenario
 from hostler import EventStore
 from hostler.events.base import Event
 from hostler.events.ledger import (
@@ -29,7 +28,7 @@ from hostler.events.ledger import (
     LedgerReleased,
     LedgerReserved,
 )
-from hostler.machines.engine import EngineCrashed, EngineStopRequested
+from hostler.machines.engine import EngineCrashed, EngineStopRequested, made_room
 from hostler.machines.lease import LeaseGranted, LeaseReleased, LeaseRequested
 from hostler.postmortem.draw import FORMATS, MARKER_STYLE, render
 from hostler.postmortem.timeline import (
@@ -87,7 +86,7 @@ def put(store: EventStore, clock: Clock, at: float, stream: str, event: Event) -
     return store.append(stream, [event], expected_version=None).seqs[-1]
 
 
-def scenario(store: EventStore, clock: Clock) -> dict[str, int]:
+def synthetic_log(store: EventStore, clock: Clock) -> dict[str, int]:
     """Two engines, a budget, an eviction, a refusal, a crash, a lease; name → seq."""
     seqs = {}
     put(store, clock, 0, "ledger/host", LedgerBudgetSet(100 * MIB))
@@ -116,7 +115,7 @@ def at(seconds: float) -> float:
 
 
 def test_series_markers_and_spans_of_a_log(store: EventStore, clock: Clock) -> None:
-    seqs = scenario(store, clock)
+    seqs = synthetic_log(store, clock)
     timeline = build_timeline(store.read_all())
     assert timeline.engines == ("e:a:0", "e:b:0", "e:c:0")[:2]
     assert timeline.start == at(0) and timeline.end == at(13)
@@ -186,7 +185,7 @@ def test_24_engines_are_drawn_each_as_its_own(store: EventStore, clock: Clock) -
 
 
 def test_a_window_carries_in_what_was_held_at_its_start(store: EventStore, clock: Clock) -> None:
-    scenario(store, clock)
+    synthetic_log(store, clock)
     timeline = build_timeline(store.read_all(), since=at(3.5), until=at(8))
     assert (timeline.start, timeline.end) == (at(3.5), at(8))
     assert [(s.at, s.value) for s in timeline.reserved["e:b:0"]] == [(at(3.5), 50 * MIB)]
@@ -204,7 +203,7 @@ def test_a_window_carries_in_what_was_held_at_its_start(store: EventStore, clock
 def test_a_window_reaching_back_before_the_log_starts_at_its_first_event(
     store: EventStore, clock: Clock
 ) -> None:
-    scenario(store, clock)
+    synthetic_log(store, clock)
     timeline = build_timeline(store.read_all(), since=at(-600), until=at(20))
     assert (timeline.start, timeline.end) == (at(0), at(20))
     nothing = build_timeline(store.read_all(), since=at(30), until=at(40))
@@ -213,7 +212,7 @@ def test_a_window_reaching_back_before_the_log_starts_at_its_first_event(
 
 
 def test_an_edge_exactly_at_since_is_kept_once(store: EventStore, clock: Clock) -> None:
-    scenario(store, clock)
+    synthetic_log(store, clock)
     timeline = build_timeline(store.read_all(), since=at(3))
     assert [(s.at, s.value) for s in timeline.reserved["e:b:0"]] == [
         (at(3), 50 * MIB),
@@ -273,10 +272,65 @@ def svg_ids(data: bytes) -> set[str]:
     return {e.get("id", "") for e in root.iter()} - {""}
 
 
+def test_only_evictions_for_room_are_marked_evicted_other_evicted_stops_are_unloads(
+    store: EventStore, clock: Clock
+) -> None:
+    """Was: a lease's unloads (GA1) were marked as evictions, though the legend and PM31 named
+    evictions for room and ``whatif`` counted only those (PM23)."""
+    import io
+
+    def evicted(decision: dict[str, object] | None) -> EngineStopRequested:
+        return EngineStopRequested("running", "stopping", 0.0, "evicted", decision)
+
+    put(store, clock, 0, "ledger/host", reserved("e:a:0", 40 * MIB))
+    stops = {
+        "room": evicted({"rule": "PP4", "for": "e:b:0"}),
+        "swap": evicted({"rule": "GA1", "cause": "gpu-slot-swap", "slot": "llm"}),
+        "swap-no-slot": evicted({"rule": "GA1"}),
+        "person": evicted({"rule": "PP6", "cause": "unload-idle"}),
+        "retire": evicted({"rule": "PP9", "cause": "retire"}),
+        "reconcile": evicted({"rule": "PP10", "target": 1}),
+        "no-decision": evicted(None),
+        "room-for-nobody": evicted({"rule": "PP4"}),
+        "idle": EngineStopRequested("running", "stopping", 0.0, "idle", {"rule": "PP4"}),
+    }
+    seqs = {
+        name: put(store, clock, 1 + i, f"engine/e:{name}:0", event)
+        for i, (name, event) in enumerate(stops.items())
+    }
+    timeline = build_timeline(store.read_all())
+    marked = {m.seq: (m.kind, m.engine, m.label) for m in timeline.markers}
+    assert marked == {
+        seqs["room"]: ("evicted", "e:room:0", "evicted for e:b:0"),
+        seqs["swap"]: ("unloaded", "e:swap:0", "unloaded (GA1): slot llm gave the card"),
+        seqs["swap-no-slot"]: ("unloaded", "e:swap-no-slot:0", "unloaded (GA1)"),
+        seqs["person"]: ("unloaded", "e:person:0", "unloaded (PP6)"),
+        seqs["retire"]: ("unloaded", "e:retire:0", "unloaded (PP9)"),
+        seqs["reconcile"]: ("unloaded", "e:reconcile:0", "unloaded (PP10)"),
+        seqs["no-decision"]: ("unloaded", "e:no-decision:0", "unloaded"),
+        seqs["room-for-nobody"]: ("evicted", "e:room-for-nobody:0", "evicted"),
+    }  # the idle stop is not marked: nothing went wrong
+    # what the timeline calls an eviction is exactly what the predicate (and whatif) does
+    for record in store.read_all(types=["engine.stop_requested"]):
+        assert isinstance(record.event, EngineStopRequested)
+        kind = marked.get(record.seq, ("none",))[0]
+        assert (kind == "evicted") == record.event.made_room, record.seq
+    out = io.BytesIO()
+    render(timeline, out, fmt="svg", width=800, height=400)
+    ids = svg_ids(out.getvalue())
+    assert f"marker-evicted-{seqs['room']}" in ids and f"marker-unloaded-{seqs['swap']}" in ids
+    assert f"marker-evicted-{seqs['swap']}" not in ids
+    assert sum(1 for i in ids if i.startswith("marker-evicted-")) == 2
+    assert sum(1 for i in ids if i.startswith("marker-unloaded-")) == 6
+    text = out.getvalue().decode()
+    assert "2 evicted, 6 unloaded" in text  # the subtitle counts each kind apart
+    assert "unloaded (for a lease, or on request)" in text  # the legend
+
+
 def test_the_svg_names_every_series_and_marker(store: EventStore, clock: Clock) -> None:
     import io
 
-    seqs = scenario(store, clock)
+    seqs = synthetic_log(store, clock)
     out = io.BytesIO()
     render(build_timeline(store.read_all()), out, fmt="svg", width=800, height=400)
     ids = svg_ids(out.getvalue())
@@ -299,8 +353,15 @@ def test_constants_and_a_png() -> None:
     import io
 
     assert FORMATS == ("svg", "png")
-    assert MARKER_KINDS == ("evicted", "refused", "crashed", "lost")
+    assert MARKER_KINDS == ("evicted", "unloaded", "refused", "crashed", "lost")
     assert set(MARKER_STYLE) == set(MARKER_KINDS)
+    # the legend says what each kind is: evictions are for room only, unloads were asked for
+    assert MARKER_STYLE["evicted"][2] == "evicted (to make room for another engine)"
+    assert MARKER_STYLE["unloaded"][2] == "unloaded (for a lease, or on request)"
+    # one row each, from the top down, in the legend's order; none shares a shape
+    rows = [MARKER_STYLE[k][3] for k in MARKER_KINDS]
+    assert rows == sorted(rows, reverse=True) and len(set(rows)) == len(rows)
+    assert len({MARKER_STYLE[k][0] for k in MARKER_KINDS}) == len(MARKER_KINDS)
     empty = build_timeline([])
     out = io.BytesIO()
     render(empty, out, fmt="png", width=600, height=300)
@@ -310,7 +371,7 @@ def test_constants_and_a_png() -> None:
 
 
 def test_the_cli_writes_and_refuses(store: EventStore, clock: Clock, tmp_path: Path) -> None:
-    seqs = scenario(store, clock)
+    seqs = synthetic_log(store, clock)
     log = str(tmp_path / "events.db")
     picture = tmp_path / "t.svg"
     done = run_cli("timeline", log, "-o", str(picture), "--width", "900", "--height", "450")
@@ -379,66 +440,29 @@ def test_the_cli_starts_without_matplotlib() -> None:
     assert done.stdout.strip() == "False", done.stderr
 
 
-async def record_real_scenario(tmp_path: Path) -> Path:
-    """Three tiny ``llama-server`` engines under a budget for two; returns the log's path.
-
-    Evictions to make room, an image lease that evicts the LLM engines while it is held, a
-    SIGKILL (a crash), a refusal under a budget too small, then room again.
-    """
-    sys.path.insert(0, str(Path(__file__).parent))
-    from _rigs import GIB, LlamaRig
-    from test_runtime_llama import chat, key_of
-
-    log = tmp_path / "events.db"
-    with EventStore.open(log) as store:
-        rig = LlamaRig(tmp_path, store, ("alpha", "beta", "gamma"))
-        async with rig.runtime() as rt:
-            async with rt.request(key_of("alpha")) as port:
-                await anyio.to_thread.run_sync(chat, port)
-            one = max(rig.price(key_of("alpha")), (await rt.budget())["committed"])
-            rig.budget_gib = 2.5 * one / GIB  # two fit, three never do
-            rt.set_gpu_policy("swap")
-            for name in ("beta", "gamma", "alpha", "beta"):
-                async with rt.request(key_of(name)) as port:
-                    await anyio.to_thread.run_sync(chat, port)
-            release = await rt.acquire_lease("image", "comfyui")
-            await anyio.sleep(0.3)
-            await release()
-            for name in ("alpha", "beta"):
-                async with rt.request(key_of(name)) as port:
-                    await anyio.to_thread.run_sync(chat, port)
-            view = rt.engine_status(key_of("beta"))
-            assert view is not None and view.pid is not None
-            os.kill(view.pid, signal.SIGKILL)
-            with anyio.fail_after(10):
-                while (state := rt.engine_status(key_of("beta"))) and state.state == "running":
-                    await anyio.sleep(0.05)
-            rig.budget_gib = 0.5 * one / GIB
-            with pytest.raises(Exception, match="needs"):
-                async with rt.request(key_of("gamma")):
-                    pass
-            rig.budget_gib = 2.5 * one / GIB
-            async with rt.request(key_of("gamma")) as port:
-                await anyio.to_thread.run_sync(chat, port)
-    return log
-
-
 @pytest.mark.slow
 def test_the_cli_draws_a_real_run_with_every_engine_the_budget_and_each_eviction(
-    tmp_path: Path,
+    scenario: Scenario, tmp_path: Path
 ) -> None:
-    log = anyio.run(record_real_scenario, tmp_path)
+    """Three tiny ``llama-server`` engines under a budget for two (the recorded scenario of
+    conftest.py): evictions to make room, a SIGKILL (a crash), an image lease that unloads the
+    LLM engines while it is held, a refusal under a budget too small, then room again."""
+    log = scenario.log
     with EventStore.open(log) as store:
         records = list(store.read_all())
-    evictions = [
+    stops = [r for r in records if r.type == "engine.stop_requested"]
+    evictions = [r.seq for r in stops if made_room(r.payload["reason"], r.payload["decision"])]
+    # the lease unloads both LLM engines then resident: stops with reason evicted, not for room
+    unloads = [
         r.seq
-        for r in records
-        if r.type == "engine.stop_requested" and r.payload["reason"] == "evicted"
+        for r in stops
+        if r.payload["reason"] == "evicted" and r.payload["decision"]["rule"] == "GA1"
     ]
     crashes = [r.seq for r in records if r.type == "engine.crashed"]
     refusals = [r.seq for r in records if r.type == "ledger.denied"]
     grants = [r.seq for r in records if r.type == "lease.granted"]
-    assert len(evictions) >= 5 and len(crashes) == 1 and len(refusals) == 1 and len(grants) == 1
+    assert len(evictions) >= 3 and len(unloads) == 2
+    assert len(crashes) == 1 and len(refusals) == 1 and len(grants) == 1
     picture = tmp_path / "timeline.svg"
     done = run_cli("timeline", str(log), "-o", str(picture))
     assert done.returncode == 0, done.stderr
@@ -447,12 +471,14 @@ def test_the_cli_draws_a_real_run_with_every_engine_the_budget_and_each_eviction
         assert {f"engine-llamacpp:{name}:0", f"engine-llamacpp:{name}:0-measured"} <= ids
     assert "budget" in ids
     assert {f"marker-evicted-{seq}" for seq in evictions} <= ids
+    assert {f"marker-unloaded-{seq}" for seq in unloads} <= ids
     assert {
         f"marker-crashed-{crashes[0]}",
         f"marker-refused-{refusals[0]}",
         f"lease-{grants[0]}",
     } <= ids
     assert sum(1 for i in ids if i.startswith("marker-evicted-")) == len(evictions)
+    assert sum(1 for i in ids if i.startswith("marker-unloaded-")) == len(unloads)
     png = tmp_path / "timeline.png"
     assert run_cli("timeline", str(log), "-o", str(png)).returncode == 0
     if target := os.environ.get("HOSTLER_KEEP_TIMELINE"):  # docs/img/timeline.png is made so

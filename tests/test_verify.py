@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import hostler.policies.pool as pool_policy
+from _scenario import Scenario
 from hostler.cli import main
 from hostler.errors import CapacityDeniedError
 from hostler.events.ledger import LedgerReserved
@@ -278,22 +279,11 @@ async def test_a_real_queues_dispatches_re_derive_and_a_scoring_change_shows(
 
 
 @pytest.mark.slow
-async def test_a_log_of_real_llama_servers_swapping_verifies(tmp_path: Path) -> None:
-    """Real llama-server engines, tiny real models, a budget for two of three: every swap's
-    decisions (plans, evictions, drains, admissions) re-derive as recorded."""
-    from _rigs import LlamaRig
-
-    models = ("alpha", "beta", "gamma")
-    with EventStore.open(tmp_path / "events.db") as store:
-        rig = LlamaRig(tmp_path, store, models)
-        async with rig.runtime() as rt:
-            async with rt.request("llamacpp:alpha:0"):
-                pass
-            one = max(rig.price("llamacpp:alpha:0"), (await rt.budget())["committed"])
-            rig.budget_gib = 2.5 * one / GIB  # room for two engines, never three
-            for name in ("beta", "gamma", "alpha", "beta", "gamma"):
-                async with rt.request(f"llamacpp:{name}:0"):
-                    pass
+def test_a_log_of_real_llama_servers_swapping_verifies(scenario: Scenario) -> None:
+    """Real llama-server engines, tiny real models, a budget for two of three (the recorded
+    scenario of conftest.py, shared with the other post-mortem tests): every swap's decisions
+    (plans, evictions, drains, admissions) re-derive as recorded."""
+    with EventStore.open(scenario.log) as store:
         report = verify_records(store.read_all())
     assert report.differences == [] and report.unreadable == []
     assert report.by_kind["pool.room_planned/PP4"] >= 3

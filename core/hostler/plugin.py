@@ -36,7 +36,6 @@ import pluggy
 from hostler.capacity.context import CONTEXT_FLOOR
 from hostler.capacity.estimate import estimate_llama
 from hostler.capacity.geometry import ModelGeometry
-from hostler.capacity.gguf_header import read_geometry as read_gguf_geometry
 from hostler.capacity.kv import exact_linearization, heuristic_per_slot_kv
 from hostler.capacity.offload import Offload, OffloadPlan
 from hostler.capacity.overrides import read_context_overrides
@@ -637,7 +636,10 @@ class EngineAdapter(ABC):
         cannot know stay None: KV is then priced by the heuristic); raise ``ModelFileError``
         when the model cannot be read.
         """
-        return read_gguf_geometry(model)
+        # the GGUF reader loads numpy: imported when a model is read, not by every importer
+        from hostler.capacity.gguf_header import read_geometry  # noqa: PLC0415
+
+        return read_geometry(model)
 
     def estimate_footprint(self, geometry: ModelGeometry, spec: LaunchSpec) -> int:
         """Bytes the ready engine will hold at its peak (default: on-disk size + 10% + 256 MiB).

@@ -34,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "timeline",
         help="draw reserved and measured memory per engine over time (SVG or PNG)",
         description="Reserved (light) and measured (solid) memory per engine as stacked "
-        "areas under the budget line, with markers for evictions, refusals and crashes, "
+        "areas under the budget line, with markers for evictions, unloads, refusals and crashes, "
         "and GPU lease holds shaded.",
     )
     add_log_source(parser)

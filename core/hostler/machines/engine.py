@@ -27,6 +27,7 @@ from hostler.events.base import Event, event_type, upcaster
 from hostler.machines.base import LifecycleModel, LifecycleSpec, Step, TransitionEvent
 
 __all__ = [
+    "MADE_ROOM_RULE",
     "Engine",
     "EngineAdopted",
     "EngineAdoptionStarted",
@@ -42,6 +43,7 @@ __all__ = [
     "EngineStopRequested",
     "EngineStopped",
     "StopReason",
+    "made_room",
 ]
 
 
@@ -115,6 +117,32 @@ class EngineStopRequested(TransitionEvent):
 
     reason: str
     decision: dict[str, Any] | None = None
+
+    @property
+    def made_room(self) -> bool:
+        """Whether this stop evicted the engine to make room for another (see :func:`made_room`)."""
+        return made_room(self.reason, self.decision)
+
+
+#: The rule whose evictions make room for another engine (docs/rules.md PP4).
+MADE_ROOM_RULE = "PP4"
+
+
+def made_room(reason: object, decision: object) -> bool:
+    """Whether a stop, given its ``reason`` and ``decision``, was an eviction for room (PP4).
+
+    The one answer to "is this stop an eviction to make room for another engine": reason
+    ``evicted`` and a decision of rule PP4. Other stops recorded with reason ``evicted`` were
+    asked for, not chosen to make room: a lease's slot swap (GA1), a person's unload (PP6),
+    retiring the pool (PP9), reconciling replica counts (PP10). Takes the raw fields so that a
+    typed :class:`EngineStopRequested` and a log row's payload are judged alike; a decision
+    that is not a mapping (absent, damaged) is not one.
+    """
+    return (
+        reason == StopReason.EVICTED
+        and isinstance(decision, Mapping)
+        and decision.get("rule") == MADE_ROOM_RULE
+    )
 
 
 @upcaster("engine.stop_requested", from_version=1)

@@ -31,10 +31,11 @@ FORMATS = ("svg", "png")
 
 #: How each marker kind looks: (matplotlib marker, colour, legend text, row from the top).
 MARKER_STYLE: dict[str, tuple[str, str, str, float]] = {
-    "evicted": ("v", "#d62728", "evicted (for another engine or a lease)", 0.95),
-    "refused": ("X", "#000000", "refused (did not fit the budget)", 0.885),
-    "crashed": ("*", "#9400d3", "crashed", 0.82),
-    "lost": ("D", "#8c564b", "lost (found gone)", 0.755),
+    "evicted": ("v", "#d62728", "evicted (to make room for another engine)", 0.95),
+    "unloaded": ("^", "#ff7f0e", "unloaded (for a lease, or on request)", 0.89),
+    "refused": ("X", "#000000", "refused (did not fit the budget)", 0.83),
+    "crashed": ("*", "#9400d3", "crashed", 0.77),
+    "lost": ("D", "#8c564b", "lost (found gone)", 0.71),
 }
 
 _PALETTE = (
@@ -44,7 +45,7 @@ _PALETTE = (
 _DPI = 100
 _DAY = 86_400.0
 #: The y axis reaches this much above the peak (room for the marker rows).
-_HEADROOM = 1.45
+_HEADROOM = 1.5
 #: A budget more than this many times the engines' peak is drawn off the scale.
 _OFF_SCALE = 3
 #: Marker labels are written beside each marker up to this many markers.

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hostler.machines.engine import made_room
 from hostler.postmortem.workload import LogRow, median, number
 
 __all__ = ["Figures", "KeyFigures", "Tally", "Waits", "percentile", "recorded_figures", "waits_of"]
@@ -153,8 +154,9 @@ class Tally:
 def recorded_figures(rows: Iterable[LogRow]) -> Figures:
     """PM23: what happened, read straight from the log (no simulation).
 
-    Requests: ``queue.enqueued``; evictions: ``engine.stop_requested`` with reason
-    ``evicted``; refusals: ``ledger.denied``, and drains that ended ``busy`` (counted for the
+    Requests: ``queue.enqueued``; evictions: ``engine.stop_requested`` that made room for
+    another engine (:func:`hostler.machines.engine.made_room`: not a lease's or a person's
+    unload); refusals: ``ledger.denied``, and drains that ended ``busy`` (counted for the
     engine the room was for); cold starts: ``engine.ready``; waits: ``queue.dispatched``.
     Damaged rows and rows lacking a field are left out.
     """
@@ -189,12 +191,5 @@ def _count_row(tally: Tally, drains: dict[str, str], row: LogRow) -> None:
         key = row.stream_id.removeprefix("engine/")
         if kind == "engine.ready":
             tally.cold_start(key)
-        elif kind == "engine.stop_requested" and _made_room(p):
+        elif kind == "engine.stop_requested" and made_room(p.get("reason"), p.get("decision")):
             tally.eviction(key)
-
-
-def _made_room(p: Mapping[str, Any]) -> bool:
-    """An eviction to make room for another (PP4), not an unload someone asked for (PP6, GA1)."""
-    decision = p.get("decision")
-    made_room = isinstance(decision, dict) and decision.get("rule") == "PP4"
-    return p.get("reason") == "evicted" and made_room

@@ -19,10 +19,12 @@ A daemon keeps its memory decisions (``ledger.*``) in the host's ledger, a log o
 records as ``ledger`` and they are merged with the daemon's log by time. A marker's ``seq`` is
 of the log it came from.
 
-Markers (PM31): ``engine.stop_requested`` with reason ``evicted`` (``evicted``),
-``ledger.denied`` (``refused``), ``engine.crashed`` (``crashed``) and ``engine.lost``
-(``lost``); a lease is a span from ``lease.granted`` to ``lease.released`` or
-``lease.broken`` (still open at the end of the log: it runs to the end).
+Markers (PM31): an ``engine.stop_requested`` that made room for another engine
+(:func:`hostler.machines.engine.made_room`, rule PP4: ``evicted``), any other stop recorded with
+reason ``evicted`` — a lease's slot swap (GA1), a person's unload (PP6), a retire (PP9), a
+reconcile (PP10) — (``unloaded``), ``ledger.denied`` (``refused``), ``engine.crashed``
+(``crashed``) and ``engine.lost`` (``lost``); a lease is a span from ``lease.granted`` to
+``lease.released`` or ``lease.broken`` (still open at the end of the log: it runs to the end).
 """
 
 from __future__ import annotations
@@ -41,7 +43,12 @@ from hostler.events.ledger import (
     LedgerReleased,
     LedgerReserved,
 )
-from hostler.machines.engine import EngineCrashed, EngineLost, EngineStopRequested
+from hostler.machines.engine import (
+    EngineCrashed,
+    EngineLost,
+    EngineStopRequested,
+    StopReason,
+)
 from hostler.machines.lease import LeaseBroken, LeaseGranted, LeaseReleased, LeaseRequested
 from hostler.store.log import RecordedEvent
 
@@ -66,7 +73,7 @@ MAX_ENGINES_DRAWN = 24
 OTHERS = "others"
 
 #: Every kind of marker, in the order a legend lists them.
-MARKER_KINDS = ("evicted", "refused", "crashed", "lost")
+MARKER_KINDS = ("evicted", "unloaded", "refused", "crashed", "lost")
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +232,15 @@ def _eviction_label(decision: dict[str, Any] | None) -> str:
     return f"evicted for {wanted}" if isinstance(wanted, str) else "evicted"
 
 
+def _unload_label(decision: dict[str, Any] | None) -> str:
+    if not isinstance(decision, dict) or not isinstance(decision.get("rule"), str):
+        return "unloaded"
+    rule, slot = decision["rule"], decision.get("slot")
+    if rule == "GA1" and isinstance(slot, str):
+        return f"unloaded (GA1): slot {slot} gave the card"
+    return f"unloaded ({rule})"
+
+
 def _fold_one(fold: _Fold, record: RecordedEvent, at: float) -> None:  # noqa: PLR0912
     event, seq = record.event, record.seq
     if isinstance(event, LedgerReserved | LedgerAdopted | LedgerCarried):
@@ -244,9 +260,13 @@ def _fold_one(fold: _Fold, record: RecordedEvent, at: float) -> None:  # noqa: P
         short = f"refused {event.key}: {event.shortfall / 2**20:.1f} MiB short"
         fold.markers.append(Marker(seq, at, "refused", event.key, short))
     elif isinstance(event, EngineStopRequested):
-        if event.reason == "evicted":
+        engine = _engine_of(record.stream_id)
+        if event.made_room:
             label = _eviction_label(event.decision)
-            fold.markers.append(Marker(seq, at, "evicted", _engine_of(record.stream_id), label))
+            fold.markers.append(Marker(seq, at, "evicted", engine, label))
+        elif event.reason == StopReason.EVICTED:
+            label = _unload_label(event.decision)
+            fold.markers.append(Marker(seq, at, "unloaded", engine, label))
     elif isinstance(event, EngineCrashed):
         how = f"signal {event.signal}" if event.signal is not None else f"exit {event.exit_code}"
         fold.markers.append(
