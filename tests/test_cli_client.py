@@ -286,6 +286,7 @@ def test_ps_is_a_table_with_pinned_columns_and_json_with_documented_keys(
         "pinned",
         "port",
         "pid",
+        "progress",
         "state_since",
         "idle_deadline",
         "last_reason",
@@ -294,6 +295,7 @@ def test_ps_is_a_table_with_pinned_columns_and_json_with_documented_keys(
         "lease",
     }
     assert engine["state"] == "running" and engine["pid"] == pid
+    assert engine["progress"] is None  # idle, and llama.cpp reads no progress (PG1)
     assert engine["reserved_bytes"] == PRICE
     assert engine["measured_bytes"] == committed  # the ledger holds the measured footprint
     assert BALLAST_MIB * 2**20 < committed < PRICE
