@@ -88,9 +88,130 @@ def test_an_mlx_config_json_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Pa
     try:
         done = run_cli(
             "preview", "--engine", "mlx", "--standalone", str(folder),
-            env=cli_env(tmp_path), timeout=30,
+            env=cli_env(tmp_path), timeout=15,
         )  # fmt: skip
     except subprocess.TimeoutExpired:
-        pytest.fail("hostler preview blocked for 30 s reading a FIFO config.json")
+        pytest.fail("hostler preview blocked for 15 s reading a FIFO config.json")
     assert_one_line_error(done)
     assert "fifo" in done.stderr.lower() or "named pipe" in done.stderr.lower()
+
+
+# --- 2. readiness probes a plugin builds (RD1) ------------------------------------------------
+
+
+def start_with_probe(tmp_path: Path, make_probe: object) -> BaseException | None:
+    """Start the scripted engine with the probe ``make_probe()`` builds; what the start raised."""
+    model = tmp_path / "model.bin"
+    model.write_bytes(b"weights")
+
+    class Probed(contract.Scripted):
+        def readiness(self, spec: LaunchSpec) -> ReadinessProbe:
+            return make_probe()  # type: ignore[operator,no-any-return]
+
+    async def main() -> BaseException | None:
+        with EventStore.open(tmp_path / "events.db", owner=True) as store:
+            sup = contract.supervisor(
+                store, Probed(tmp_path, load=0.1), model, tmp_path / "work", startup_timeout=5.0
+            )
+            try:
+                await sup.ensure_running()
+            except BaseException as exc:  # noqa: BLE001 - what escaped is the finding
+                assert sup.pid is None, "a failed start left its engine running"
+                return exc
+            finally:
+                await sup.stop()
+            return None
+
+    return anyio.run(main)
+
+
+def test_a_non_ascii_probe_path_fails_where_it_is_made(tmp_path: Path) -> None:
+    """A probe path HTTP cannot carry is the plugin's error, never a stray exception.
+
+    readiness.md: "An invalid probe fails where the adapter builds it: ValueError ...". Either
+    ReadinessProbe refuses the path (ValueError), or the start fails as the plugin's error
+    (PluginError / EngineStartError naming it) with nothing left running. Today
+    ReadinessProbe.__post_init__ (hostler.plugin) checks only the leading '/': a non-ASCII
+    path escapes Supervisor.ensure_running as a raw UnicodeEncodeError from
+    hostler.engines.http.probe_response (`.encode("ascii")` of the request line). (A CR/LF
+    or space in the path is also accepted and written verbatim into the request line.)
+    """
+    path = "/h\u00e9alth"
+    try:
+        ReadinessProbe(path=path)
+    except ValueError:
+        return  # refused where it is made: the documented behaviour
+    raised = start_with_probe(tmp_path, lambda: ReadinessProbe(path=path))
+    assert isinstance(raised, PluginError | EngineStartError), repr(raised)
+
+
+def test_a_probe_method_other_than_get_or_post_fails_where_it_is_made() -> None:
+    """`method` is GET or POST (readiness.md); anything else is a ValueError at construction.
+
+    Today ReadinessProbe.__post_init__ (hostler.plugin) never looks at `method`: a
+    Literal["GET", "POST"] is not enforced at run time, so `method="DELETE"` or a method
+    holding CR/LF is accepted and sent to the engine as the request line.
+    """
+    for method in ("DELETE", "GET /other HTTP/1.1\r\nX: y\r\n\r\nGET", "get"):
+        with pytest.raises(ValueError):
+            ReadinessProbe(path="/health", method=method)  # type: ignore[arg-type]
+
+
+def start_adapter(tmp_path: Path, adapter_class: type[contract.Scripted]) -> BaseException | None:
+    """Start ``adapter_class`` (a scripted engine) under the real supervisor; what it raised."""
+    model = tmp_path / "model.bin"
+    model.write_bytes(b"weights")
+
+    async def main() -> BaseException | None:
+        with EventStore.open(tmp_path / "events.db", owner=True) as store:
+            sup = contract.supervisor(
+                store, adapter_class(tmp_path, load=0.3), model, tmp_path / "work",
+                startup_timeout=5.0,
+            )  # fmt: skip
+            try:
+                await sup.ensure_running()
+            except BaseException as exc:  # noqa: BLE001 - what escaped is the finding
+                return exc
+            finally:
+                await sup.stop()
+            return None
+
+    return anyio.run(main)
+
+
+def test_a_classify_line_hook_that_returns_junk_is_the_plugins_error(tmp_path: Path) -> None:
+    """classify_line returning a non-Panic fails the start as a PluginError naming the hook.
+
+    A readiness() that returns junk is already a PluginError naming the plugin
+    (test_contract.py), and so is a classify_line that raises. Today a classify_line that
+    *returns* junk (a str) escapes the supervisor as a raw AttributeError ("'str' object has
+    no attribute 'fatal_at_startup'", hostler.engines.supervisor reading the line), not the
+    plugin's error.
+    """
+
+    class Junk(contract.Scripted):
+        def classify_line(self, line: str) -> object:  # type: ignore[override]
+            return "fatal"
+
+    raised = start_adapter(tmp_path, Junk)
+    assert isinstance(raised, PluginError), repr(raised)
+    assert "classify_line" in str(raised)
+
+
+def test_an_is_ready_response_hook_that_returns_junk_is_the_plugins_error(
+    tmp_path: Path,
+) -> None:
+    """is_ready_response must return a bool; anything else is the plugin's error, not 'ready'.
+
+    Today the supervisor takes any truthy return as ready: an is_ready_response that returns
+    the string "no" (or a dict, or a coroutine from an accidental `async def`) declares the
+    engine ready while it is still loading, where a junk readiness() return is refused as a
+    PluginError.
+    """
+
+    class Junk(contract.Scripted):
+        def is_ready_response(self, status: int, body: bytes) -> bool:
+            return "no"  # type: ignore[return-value]
+
+    raised = start_adapter(tmp_path, Junk)
+    assert isinstance(raised, PluginError), repr(raised)
