@@ -215,3 +215,58 @@ def test_an_is_ready_response_hook_that_returns_junk_is_the_plugins_error(
 
     raised = start_adapter(tmp_path, Junk)
     assert isinstance(raised, PluginError), repr(raised)
+
+
+# --- 3. MLX pricing and admission (promises 3 and 6) -----------------------------------------
+
+QWEN_LIKE = {
+    "model_type": "qwen3",
+    "hidden_size": 1024,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "max_position_embeddings": 131072,
+    "vocab_size": 151936,
+}
+
+
+def preview_json(tmp_path: Path, folder: Path, *args: str, budget_gb: int) -> dict[str, object]:
+    env = {**cli_env(tmp_path), "HOSTLER_CAPACITY_BUDGET_GB": str(budget_gb)}
+    done = run_cli("preview", "--engine", "mlx", "--json", *args, str(folder), env=env)
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def test_an_mlx_model_that_fits_at_f16_is_admitted_and_planned_at_f16(tmp_path: Path) -> None:
+    """MLX holds its KV at f16 (M5); the plan sizes the window at f16, so what fits is admitted.
+
+    A 28-layer model (f16 KV 112 KiB/token) with 300 MiB of weights under a 12 GiB budget:
+    `hostler preview --engine mlx --kv f16` admits it at a 79,872-token window (9.8 GiB).
+    Today the planner (hostler.engines.price.price_engine -> the llama.cpp KV trade) offers
+    MLX q8_0, sizes the window with q8_0's half price (131,072 tokens), then prices that
+    window with MlxAdapter.estimate_footprint, which is f16 (15.3 GiB): the launch is
+    REFUSED under every budget where the native window does not fit, though a smaller window
+    at f16 would. `hostler preview` also shows "KV q8_0" and a q8_0 per-token price for an
+    engine that cannot quantize its cache.
+    """
+    folder = mlx_folder(tmp_path, "qwen-like", json.dumps(QWEN_LIKE))
+    os.truncate(folder / "model.safetensors", 300 * 2**20)
+    plan = preview_json(tmp_path, folder, budget_gb=12)
+    assert plan["kv_type"] == "f16", plan
+    assert plan["admitted"] is True, plan["denial"]
+    assert isinstance(plan["reserved_bytes"], int) and plan["reserved_bytes"] <= 12 * GIB
+
+
+def test_an_mlx_model_of_unknown_geometry_is_planned_serial(tmp_path: Path) -> None:
+    """M6: unknown geometry -> one slot; the plan, the price and the argv agree on serial.
+
+    Today MlxAdapter.build_command launches `--decode-concurrency 1`, and estimate_mlx prices
+    one slot, but the planner still plans several (3 under a 32 GiB budget: `hostler preview`
+    shows "--parallel 3", and the runtime counts 3 slots for an engine that serves one
+    request at a time).
+    """
+    folder = mlx_folder(tmp_path, "unknown", json.dumps({"model_type": "llama"}))
+    os.truncate(folder / "model.safetensors", 300 * 2**20)
+    plan = preview_json(tmp_path, folder, budget_gb=32)
+    assert plan["slots"] == 1, plan
