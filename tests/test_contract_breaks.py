@@ -270,3 +270,60 @@ def test_an_mlx_model_of_unknown_geometry_is_planned_serial(tmp_path: Path) -> N
     os.truncate(folder / "model.safetensors", 300 * 2**20)
     plan = preview_json(tmp_path, folder, budget_gb=32)
     assert plan["slots"] == 1, plan
+
+
+# --- 4. options and extra_args from the config (promise 4) ------------------------------------
+
+
+def daemon_refuses(tmp_path: Path, toml: str) -> subprocess.CompletedProcess[str]:
+    """`hostler daemon --config` on ``toml``; it must refuse it (one line) within 10 s."""
+    from hostler.testing.tiny_mlx import write_tiny_mlx
+
+    write_tiny_mlx(tmp_path / "tiny")
+    config = tmp_path / "hostler.toml"
+    config.write_text(toml)
+    args = ("daemon", "--config", str(config), "--data-dir", str(tmp_path / "data"))
+    try:
+        done = run_cli(*args, env=cli_env(tmp_path), timeout=10)
+    except subprocess.TimeoutExpired:
+        pytest.fail("hostler daemon accepted the config and ran (killed after 10 s)")
+    assert_one_line_error(done)
+    return done
+
+
+MLX_MODEL = """
+[[models]]
+id = "m"
+engine = "mlx"
+path = "tiny"
+autostart = false
+"""
+
+
+def test_an_unknown_option_in_engine_defaults_stops_the_daemon_even_with_no_model_of_it(
+    tmp_path: Path,
+) -> None:
+    """`[engine_defaults.sdcpp.options] bogus = 1` is an unknown key: one line, no start.
+
+    daemon.md: engine_defaults options are "checked against its adapter's schema when the
+    daemon starts"; reference.md: "an unknown key or a wrong type stops the daemon". Today
+    hostler.daemon.check_engine_options checks only the options merged into a configured
+    model, so a typo in the defaults of an engine no model uses yet (or of a misspelled
+    engine, `[engine_defaults.mxl]`) is silently ignored and the daemon runs.
+    """
+    done = daemon_refuses(tmp_path, "[engine_defaults.sdcpp.options]\nbogus = 1\n" + MLX_MODEL)
+    assert "bogus" in done.stderr
+
+
+@pytest.mark.parametrize("flag", ["", "-", "--"], ids=["empty", "dash", "dashdash"])
+def test_an_extra_args_key_that_is_no_flag_is_refused_where_the_config_is_read(
+    tmp_path: Path, flag: str
+) -> None:
+    """extra_args keys are flag names; `"" = "x"` would become argv `-- x` (end of options).
+
+    The one rule (extra_args_argv, hostler.plugin) turns a key `""` into `--` and `-`/`--`
+    are used as written, so the engine's own parser sees "end of options" and the value as
+    a positional: the start fails later, inside the engine, not at the edge. Today the
+    config's _arguments validator (hostler.config) checks only NUL and finite floats.
+    """
+    daemon_refuses(tmp_path, MLX_MODEL + f'extra_args = {{ "{flag}" = "x" }}\n')
