@@ -327,3 +327,42 @@ def test_an_extra_args_key_that_is_no_flag_is_refused_where_the_config_is_read(
     config's _arguments validator (hostler.config) checks only NUL and finite floats.
     """
     daemon_refuses(tmp_path, MLX_MODEL + f'extra_args = {{ "{flag}" = "x" }}\n')
+
+
+# --- 5. a crash at the worst moment -----------------------------------------------------------
+
+
+def test_an_engine_that_died_before_its_stop_is_recorded_as_crashed_not_stopped(
+    tmp_path: Path,
+) -> None:
+    """An engine SIGKILLed from outside, then stopped (an eviction) before the watch looked.
+
+    Found with sd-cpp: kill sd-server mid-image; the render's client gets RemoteDisconnected,
+    the `image` lease is released (good), the waiting chat's GA1 eviction then stops the
+    already-dead sd-server 12 ms later, and the log says `engine.stop_requested
+    reason=evicted` + `engine.stopped signal=9`: the crash is never recorded (no
+    engine.crashed, no output tail, nothing for `hostler explain` or the restart budget).
+    Cause: Supervisor._stop_locked (hostler.engines.supervisor) signals and reaps without
+    asking whether the process had already exited, and records its status as the stop's.
+    Expected: the death it did not cause is recorded as a crash (engine.crashed with
+    signal 9), whatever stop was asked afterwards.
+    """
+    model = tmp_path / "model.bin"
+    model.write_bytes(b"weights")
+
+    async def main() -> list[str]:
+        with EventStore.open(tmp_path / "events.db", owner=True) as store:
+            sup = contract.supervisor(
+                store, contract.Scripted(tmp_path, load=0.0), model, tmp_path / "work",
+                watch_interval=30.0,
+            )  # fmt: skip
+            await sup.ensure_running()
+            pid = sup.pid
+            assert pid is not None
+            os.kill(pid, 9)  # the engine dies on its own (OOM killer, a bug, an operator)
+            await anyio.sleep(0.3)  # it is dead; the watch has not looked yet
+            await sup.stop("evicted", {"rule": "GA1"})
+            return [r.type for r in store.read_all() if r.stream_id == f"engine/{sup.key}"]
+
+    types = anyio.run(main)
+    assert "engine.crashed" in types, types
