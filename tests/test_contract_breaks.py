@@ -450,3 +450,61 @@ def test_the_conformance_suite_fails_an_engine_that_listens_on_every_interface(
     ran = outcomes.get("passed", 0) + outcomes.get("failed", 0)
     assert ran == 2, "\n".join(result.outlines[-30:])  # both checks ran, for real
     assert outcomes.get("failed", 0) >= 1, "the suite passed an engine listening on 0.0.0.0"
+
+
+# --- 7. environment settings: integers of any length (promise 9) ------------------------------
+
+DIGITS = "1" * 5000  # more digits than Python converts by default (sys.get_int_max_str_digits)
+
+
+@pytest.mark.parametrize(
+    ("variable", "engine", "where"),
+    [
+        ("HOSTLER_MIN_CONTEXT_TOKENS", "llamacpp", "hostler.capacity.overrides.parse_tokens"),
+        (
+            "HOSTLER_LLAMA_GROWTH_CEILING_TOKENS",
+            "llamacpp",
+            "hostler.capacity.overrides.parse_tokens",
+        ),
+        ("HOSTLER_DS4_KV_DISK_MB", "ds4", "hostler_ds4.settings._int"),
+    ],
+)
+def test_a_whole_number_setting_of_5000_digits_is_one_line(
+    tmp_path: Path, variable: str, engine: str, where: str
+) -> None:
+    """An environment setting of 5000 digits is refused in one line like any absurd value.
+
+    Each checks its text with a digits regex and then calls int(), which raises ValueError
+    ("Exceeds the limit (4300 digits) for integer string conversion") past Python's limit;
+    nothing catches it, so `hostler preview` (and the daemon) print a traceback. A value of
+    40 digits already gets the proper one line ("absurdly large"). Cause: see `where`.
+    """
+    from hostler.testing.tiny_gguf import write_tiny_llama
+
+    model = write_tiny_llama(tmp_path / "tiny.gguf")
+    env = {**cli_env(tmp_path), variable: DIGITS}
+    done = run_cli("preview", "--engine", engine, str(model), env=env)
+    assert_one_line_error(done)
+    assert variable in done.stderr, where
+
+
+# --- 8. ds4 is strictly serial (promise 6) -----------------------------------------------------
+
+
+def test_ds4_is_planned_and_previewed_with_one_slot(tmp_path: Path) -> None:
+    """ds4 serves one request at a time: its plan has one slot, and --slots 3 is refused.
+
+    README: "Strictly serial: one slot, one request at a time; slots above 1 is refused."
+    Today `hostler preview --engine ds4 MODEL` plans 2 slots ("--parallel 2"), and
+    `--slots 3` is planned as 3 slots: the planner (hostler.engines.price.price_engine) has
+    no way to hear that an adapter is serial, so the preview/admission plan disagrees with
+    the launch.
+    """
+    from hostler.testing.tiny_gguf import write_tiny_llama
+
+    model = write_tiny_llama(tmp_path / "tiny.gguf")
+    done = run_cli("preview", "--engine", "ds4", "--json", str(model), env=cli_env(tmp_path))
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert json.loads(done.stdout)["slots"] == 1
+    three = run_cli("preview", "--engine", "ds4", "--slots", "3", str(model), env=cli_env(tmp_path))
+    assert_one_line_error(three)
