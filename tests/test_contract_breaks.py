@@ -19,7 +19,7 @@ import pytest
 from _support import run_cli
 from hostler import EventStore
 from hostler.errors import EngineStartError, ModelFileError, PluginError
-from hostler.plugin import LaunchSpec, ReadinessProbe
+from hostler.plugin import LaunchCommand, LaunchSpec, ReadinessProbe
 from hostler_mlx import MlxAdapter
 
 import test_contract as contract
@@ -508,3 +508,76 @@ def test_ds4_is_planned_and_previewed_with_one_slot(tmp_path: Path) -> None:
     assert json.loads(done.stdout)["slots"] == 1
     three = run_cli("preview", "--engine", "ds4", "--slots", "3", str(model), env=cli_env(tmp_path))
     assert_one_line_error(three)
+
+
+# --- 9. readiness bodies are outside input (promises 1 and 9) ---------------------------------
+
+DEEP_BODY = b'{"a":' + b"[" * 30000 + b"]" * 30000 + b"}"  # 60 KiB: inside the 64 KiB read
+
+DEEP_ENGINE = """
+import http.server, sys
+port = int(sys.argv[1])
+BODY = b'{"a":' + b"[" * 30000 + b"]" * 30000 + b"}"
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(BODY)))
+        self.end_headers()
+        self.wfile.write(BODY)
+    def log_message(self, *args):
+        pass
+print("listening", flush=True)
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+def test_a_deeply_nested_readiness_body_is_not_ready_not_a_recursion_error(
+    tmp_path: Path,
+) -> None:
+    """An engine whose /health answers 200 with 60 KiB of nested arrays is simply not ready.
+
+    With `ReadinessProbe(path="/health", expect_json={"status": "ok"})` the start must time
+    out ("did not become ready within 3 s"), as for any body without the field. Today
+    hostler.plugin.json_fields_match catches only ValueError/UnicodeDecodeError around
+    json.loads, so the engine's body raises RecursionError straight out of
+    Supervisor.ensure_running in 0.06 s: an engine's HTTP body crashes hostler's own code.
+    """
+    script = tmp_path / "deep_engine.py"
+    script.write_text(DEEP_ENGINE)
+    model = tmp_path / "model.bin"
+    model.write_bytes(b"weights")
+
+    class Deep(contract.Scripted):
+        def build_command(self, spec: LaunchSpec) -> LaunchCommand:
+            return LaunchCommand([sys.executable, str(script), str(spec.port), str(spec.model)])
+
+        def readiness(self, spec: LaunchSpec) -> ReadinessProbe:
+            return ReadinessProbe(path="/health", expect_json={"status": "ok"})
+
+    async def main() -> BaseException | None:
+        with EventStore.open(tmp_path / "events.db", owner=True) as store:
+            sup = contract.supervisor(
+                store, Deep(tmp_path), model, tmp_path / "work", startup_timeout=3.0
+            )
+            try:
+                await sup.ensure_running()
+            except BaseException as exc:  # noqa: BLE001 - what escaped is the finding
+                return exc
+            finally:
+                await sup.stop()
+            return None
+
+    raised = anyio.run(main)
+    assert isinstance(raised, EngineStartError), repr(raised)
+    assert "did not become ready" in str(raised)
+
+
+def test_the_mlx_readiness_judges_a_deeply_nested_body_not_ready() -> None:
+    """MlxAdapter.is_ready_response(200, <60 KiB of nested arrays>) is False, not an error.
+
+    Today it raises RecursionError (hostler_mlx.adapter.MlxAdapter.is_ready_response catches
+    ValueError/UnicodeDecodeError only); under the supervisor that turns an engine's odd
+    answer into "the 'mlx' engine plugin raised RecursionError" and fails the engine.
+    """
+    assert MlxAdapter().is_ready_response(200, DEEP_BODY) is False
