@@ -20,6 +20,7 @@ from _support import run_cli
 from hostler import EventStore
 from hostler.errors import EngineStartError, ModelFileError, PluginError
 from hostler.plugin import LaunchCommand, LaunchSpec, ReadinessProbe
+from hostler.testing.fake_engine import FakeEngineAdapter
 from hostler_mlx import MlxAdapter
 
 import test_contract as contract
@@ -581,3 +582,80 @@ def test_the_mlx_readiness_judges_a_deeply_nested_body_not_ready() -> None:
     answer into "the 'mlx' engine plugin raised RecursionError" and fails the engine.
     """
     assert MlxAdapter().is_ready_response(200, DEEP_BODY) is False
+
+
+# --- 10. a readiness probe that hangs (slowloris engine) ---------------------------------------
+
+
+class Hanging(FakeEngineAdapter):
+    """The fake engine, probed on its /busy/60 endpoint: it accepts, then answers a minute later."""
+
+    engine_type = "hanging"
+
+    def readiness(self, spec: LaunchSpec) -> ReadinessProbe:
+        return ReadinessProbe(path="/busy/60", wait=15)
+
+
+def test_a_hanging_probe_does_not_stretch_the_start_timeout(tmp_path: Path) -> None:
+    """The start's timeout bounds the whole wait, a probe in flight included.
+
+    readiness.md: "After 180 s without readiness the start fails with `did not become ready
+    within 180 s`". With startup_timeout=2 and a probe `wait=30` on an engine that accepts
+    and never answers, today the start fails after ~15 s with the message "did not become
+    ready within 2 s": the supervisor checks its deadline only between probes, and
+    hostler.engines.http.probe_response runs for its full `wait` (up to 600 s).
+    """
+    model = tmp_path / "model.bin"
+    model.write_bytes(b"weights")
+
+    async def main() -> tuple[BaseException | None, float]:
+        with EventStore.open(tmp_path / "events.db", owner=True) as store:
+            sup = contract.supervisor(
+                store, Hanging(), model, tmp_path / "work", startup_timeout=2.0
+            )
+            began = time.monotonic()
+            try:
+                await sup.ensure_running()
+            except BaseException as exc:  # noqa: BLE001
+                return exc, time.monotonic() - began
+            finally:
+                await sup.stop()
+            return None, time.monotonic() - began
+
+    raised, took = anyio.run(main)
+    assert isinstance(raised, EngineStartError), repr(raised)
+    assert took < 6.0, f"a 2 s start timeout ended after {took:.1f} s"
+
+
+def test_a_stop_during_a_hanging_probe_ends_the_engine_promptly(tmp_path: Path) -> None:
+    """A stop asked while the start waits on a hanging probe ends the engine in seconds.
+
+    README: "SIGTERM stops every engine within 2 s whatever lock is held". Today
+    Supervisor.stop() only sets an abort flag read "at its next readiness poll", which comes
+    after the probe in flight times out: the stop takes the probe's `wait` (~14 s here; up to
+    600 s for a legal probe), the engine running all along.
+    """
+    model = tmp_path / "model.bin"
+    model.write_bytes(b"weights")
+
+    async def main() -> float:
+        with EventStore.open(tmp_path / "events.db", owner=True) as store:
+            sup = contract.supervisor(
+                store, Hanging(), model, tmp_path / "work", startup_timeout=120.0
+            )
+
+            async def start() -> None:
+                with pytest.raises(EngineStartError):
+                    await sup.ensure_running()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(start)
+                await anyio.sleep(1.5)  # the first probe is in flight
+                began = time.monotonic()
+                await sup.stop()
+                took = time.monotonic() - began
+            assert sup.pid is None
+            return took
+
+    took = anyio.run(main)
+    assert took < 5.0, f"the stop took {took:.1f} s"
