@@ -600,7 +600,7 @@ def test_a_hanging_probe_does_not_stretch_the_start_timeout(tmp_path: Path) -> N
     """The start's timeout bounds the whole wait, a probe in flight included.
 
     readiness.md: "After 180 s without readiness the start fails with `did not become ready
-    within 180 s`". With startup_timeout=2 and a probe `wait=30` on an engine that accepts
+    within 180 s`". With startup_timeout=2 and a probe `wait=15` on an engine that accepts
     and never answers, today the start fails after ~15 s with the message "did not become
     ready within 2 s": the supervisor checks its deadline only between probes, and
     hostler.engines.http.probe_response runs for its full `wait` (up to 600 s).
