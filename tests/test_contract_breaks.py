@@ -659,3 +659,37 @@ def test_a_stop_during_a_hanging_probe_ends_the_engine_promptly(tmp_path: Path) 
 
     took = anyio.run(main)
     assert took < 5.0, f"the stop took {took:.1f} s"
+
+
+# --- 11. extra_args / options values that start with '-' (promise 4) ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "extra_args"),
+    [({}, {"chat-template": "-x"}), ({"chat_template": "-x"}, {})],
+    ids=["extra_args", "options"],
+)
+def test_a_value_that_starts_with_a_dash_reaches_the_engine_as_a_value(
+    tmp_path: Path, options: dict[str, object], extra_args: dict[str, object]
+) -> None:
+    """`chat-template = "-x"` is the flag's value, not a new flag, for the real engine.
+
+    The one rule (hostler.plugin.extra_args_argv) and MLX's option flags
+    (hostler_mlx.adapter.mlx_argv) spell a value as a separate token, `--chat-template -x`;
+    argparse (mlx_lm.server's parser) takes `-x` for an option and the engine exits at once
+    with "argument --chat-template: expected one argument". `--chat-template=-x` would carry
+    it. Run for real: the launch hostler would run, the real mlx_lm.server's parser.
+    """
+    from hostler.plugin import launch_command
+    from hostler.testing.tiny_mlx import write_tiny_mlx
+
+    folder = write_tiny_mlx(tmp_path / "tiny") or tmp_path / "tiny"
+    spec = LaunchSpec(
+        "mlx:m:0", Path(folder), 1, ctx_per_slot=256, options=options, extra_args=extra_args
+    )
+    argv = launch_command(MlxAdapter(), spec).argv
+    # the real server, with a model that is not there: it parses its argv, then fails to load
+    assert argv[4:6] == ["--model", str(folder)]
+    argv = [*argv[:4], "--model", str(tmp_path / "absent"), *argv[6:]]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert "expected one argument" not in done.stderr, done.stderr[-600:]
