@@ -16,14 +16,14 @@ from pathlib import Path
 import anyio
 import pytest
 
-from _support import run_cli
+import test_contract as contract
 from hostler import EventStore
 from hostler.errors import EngineStartError, ModelFileError, PluginError
 from hostler.plugin import LaunchCommand, LaunchSpec, ReadinessProbe
 from hostler.testing.fake_engine import FakeEngineAdapter
 from hostler_mlx import MlxAdapter
 
-import test_contract as contract
+from _support import run_cli
 
 GIB = 2**30
 
@@ -124,7 +124,7 @@ def start_with_probe(tmp_path: Path, make_probe: object) -> BaseException | None
             )
             try:
                 await sup.ensure_running()
-            except BaseException as exc:  # noqa: BLE001 - what escaped is the finding
+            except BaseException as exc:
                 assert sup.pid is None, "a failed start left its engine running"
                 return exc
             finally:
@@ -162,7 +162,7 @@ def test_a_probe_method_other_than_get_or_post_fails_where_it_is_made() -> None:
     holding CR/LF is accepted and sent to the engine as the request line.
     """
     for method in ("DELETE", "GET /other HTTP/1.1\r\nX: y\r\n\r\nGET", "get"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=r"(?i)method"):
             ReadinessProbe(path="/health", method=method)  # type: ignore[arg-type]
 
 
@@ -179,7 +179,7 @@ def start_adapter(tmp_path: Path, adapter_class: type[contract.Scripted]) -> Bas
             )  # fmt: skip
             try:
                 await sup.ensure_running()
-            except BaseException as exc:  # noqa: BLE001 - what escaped is the finding
+            except BaseException as exc:
                 return exc
             finally:
                 await sup.stop()
@@ -381,7 +381,7 @@ def test_an_engine_that_died_before_its_stop_is_recorded_as_crashed_not_stopped(
 
 pytest_plugins = ["pytester"]
 
-WIDE_OPEN_PLUGIN = '''
+WIDE_OPEN_PLUGIN = """
 from pathlib import Path
 
 from hostler.plugin import LaunchCommand, hookimpl
@@ -407,7 +407,7 @@ class Everywhere(FakeEngineAdapter):
 @hookimpl
 def register_engines(register):
     register(Everywhere)
-'''
+"""
 
 WIDE_OPEN_SUITE = """
 import pytest
@@ -571,7 +571,7 @@ def test_a_deeply_nested_readiness_body_is_not_ready_not_a_recursion_error(
             )
             try:
                 await sup.ensure_running()
-            except BaseException as exc:  # noqa: BLE001 - what escaped is the finding
+            except BaseException as exc:
                 return exc
             finally:
                 await sup.stop()
@@ -624,7 +624,7 @@ def test_a_hanging_probe_does_not_stretch_the_start_timeout(tmp_path: Path) -> N
             began = time.monotonic()
             try:
                 await sup.ensure_running()
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:
                 return exc, time.monotonic() - began
             finally:
                 await sup.stop()
@@ -693,7 +693,11 @@ def test_a_value_that_starts_with_a_dash_reaches_the_engine_as_a_value(
 
     folder = write_tiny_mlx(tmp_path / "tiny") or tmp_path / "tiny"
     spec = LaunchSpec(
-        "mlx:m:0", Path(folder), free_port(), ctx_per_slot=256, options=options,
+        "mlx:m:0",
+        Path(folder),
+        free_port(),
+        ctx_per_slot=256,
+        options=options,
         extra_args=extra_args,
     )
     argv = launch_command(MlxAdapter(), spec).argv
