@@ -678,7 +678,7 @@ def test_a_stop_during_a_hanging_probe_ends_the_engine_promptly(tmp_path: Path) 
     ids=["extra_args", "options"],
 )
 def test_a_value_that_starts_with_a_dash_reaches_the_engine_as_a_value(
-    tmp_path: Path, options: dict[str, object], extra_args: dict[str, object]
+    tmp_path: Path, options: dict[str, object], extra_args: dict[str, str]
 ) -> None:
     """`chat-template = "-x"` is the flag's value, not a new flag, for the real engine.
 
@@ -691,7 +691,7 @@ def test_a_value_that_starts_with_a_dash_reaches_the_engine_as_a_value(
     from hostler.plugin import launch_command
     from hostler.testing.tiny_mlx import write_tiny_mlx
 
-    folder = write_tiny_mlx(tmp_path / "tiny") or tmp_path / "tiny"
+    folder = write_tiny_mlx(tmp_path / "tiny")
     spec = LaunchSpec(
         "mlx:m:0",
         Path(folder),
