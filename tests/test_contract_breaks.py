@@ -741,3 +741,57 @@ def test_the_fake_clock_refuses_a_time_that_is_not_a_time(move: object) -> None:
     with pytest.raises(UsageError):
         move(clock)  # type: ignore[operator]
     assert clock() == 1_800_000_000.0
+
+
+# --- 13. a plugin whose options_schema is junk (promises 4 and 9) ------------------------------
+
+BAD_SCHEMA_PLUGIN = """
+from hostler.plugin import hookimpl
+from hostler.testing.fake_engine import FakeEngineAdapter
+
+
+class BadSchema(FakeEngineAdapter):
+    engine_type = "badschema"
+    options_schema = {"temperature": "float"}  # a type's name, not a type
+
+
+@hookimpl
+def register_engines(register):
+    register(BadSchema)
+"""
+
+
+def test_a_plugin_whose_options_schema_is_not_types_fails_alone_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`options_schema = {"temperature": "float"}` disables that plugin, or is one line.
+
+    Either PluginHost refuses the plugin when it registers (plugin.failed naming
+    options_schema), or checking a config against it is a one-line UsageError/PluginError.
+    Today the plugin loads "ok" (hostler.pluginhost.PluginHost._check never looks at
+    options_schema) and hostler.daemon.check_engine_options -> hostler.plugin._fits raises a
+    raw TypeError ("isinstance() arg 2 must be a type...") for the operator's valid config.
+    """
+    from importlib.metadata import EntryPoint
+
+    from hostler.config import EngineConfig
+    from hostler.daemon import check_engine_options
+    from hostler.errors import UsageError
+    from hostler.pluginhost import PluginHost
+
+    (tmp_path / "badschema_plugin.py").write_text(BAD_SCHEMA_PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    point = EntryPoint("badschema", "badschema_plugin", "hostler")
+    host = PluginHost(entry_points_source=lambda: [point]).load()
+    if host.plugins["badschema"].status != "ok":
+        return  # refused where it registered: the plugin fails alone
+    engine = EngineConfig(
+        key="badschema:m:0", model=tmp_path / "m.bin", options={"temperature": 0.5}
+    )
+    try:
+        check_engine_options([engine], host)
+    except (UsageError, PluginError):
+        return
+    except Exception as exc:
+        pytest.fail(f"{type(exc).__name__}: {exc}")
+    pytest.fail("a schema of type names was used to accept the options")
