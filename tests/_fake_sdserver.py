@@ -6,7 +6,8 @@ refused as the real one refuses them, IN41), loads for ``--fake-load-seconds`` b
 its port (as sd-server loads the model first), and answers ``GET /``, ``GET /v1/models``,
 ``POST /sdapi/v1/txt2img`` and ``POST /v1/images/generations``, spending
 ``--fake-seconds-per-image`` per image while printing sd-server's progress bars. Any other
-flag is taken (a value follows unless the next token is a flag). Test support only.
+flag is taken (a value follows unless the next token is a flag). Its HTTP skeleton is
+:class:`hostler.testing.fake_server.JsonHandler`. Test support only.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ import struct
 import sys
 import time
 import zlib
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from hostler.testing.fake_server import JsonHandler
 
 VALUED = {"--model", "--diffusion-model", "--listen-ip", "--listen-port", "--steps"}
 
@@ -94,46 +97,38 @@ def main() -> None:
                 print(f"\r  |{bar:<50}| {step}/{steps} - {per_image / steps:.2f}s/it", flush=True)
         return [image] * count
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return
-
-        def reply(self, status: int, body: object) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    class Handler(JsonHandler):
+        def error_body(self, status: int, message: str) -> object:
+            """sd-server's error shape: ``{"error": message}``."""
+            del status
+            return {"error": message}
 
         def do_GET(self) -> None:
             if self.path == "/":
-                self.reply(200, {"fake": "sd-server"})
+                self.send_json(200, {"fake": "sd-server"})
             elif self.path == "/v1/models":
-                self.reply(200, {"object": "list", "data": [{"id": "sd-cpp-local"}]})
+                self.send_json(200, {"object": "list", "data": [{"id": "sd-cpp-local"}]})
             else:
-                self.reply(404, {"error": "not found"})
+                self.send_error_json(404, "not found")
 
         def do_POST(self) -> None:
-            size = int(self.headers.get("Content-Length") or 0)
+            raw = self.read_body()
+            if raw is None:
+                return
             try:
-                body = json.loads(self.rfile.read(size) or b"{}")
+                body = json.loads(raw or b"{}")
             except ValueError:
-                self.reply(400, {"error": "invalid json"})
+                self.send_error_json(400, "invalid json")
                 return
             if self.path in {"/sdapi/v1/txt2img", "/sdapi/v1/img2img"}:
                 images = render(int(body.get("batch_size", 1)))
-                self.reply(200, {"images": images, "parameters": body, "info": "{}"})
+                self.send_json(200, {"images": images, "parameters": body, "info": "{}"})
             elif self.path == "/v1/images/generations":
                 images = render(int(body.get("n", 1)))
-                self.reply(
-                    200,
-                    {"created": int(time.time()), "data": [{"b64_json": b64} for b64 in images]},
-                )
+                data = [{"b64_json": b64} for b64 in images]
+                self.send_json(200, {"created": int(time.time()), "data": data})
             else:
-                self.reply(404, {"error": "not found"})
+                self.send_error_json(404, "not found")
 
     server = ThreadingHTTPServer((flags["--listen-ip"], int(flags["--listen-port"])), Handler)
     print(f"listening on: {flags['--listen-ip']}:{flags['--listen-port']}", flush=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import hostler
 from hostler import Engine, EventStore, commit
 
 from _support import REPO, Note, run_cli
@@ -174,3 +176,14 @@ def test_the_live_demo_runs_a_real_engine(tmp_path: Path) -> None:
         "engine.stop_requested",
         "engine.stopped",
     ]
+
+
+def test_python_dash_m_hostler_is_the_cli() -> None:
+    """``python -m hostler`` runs the CLI (a venv without the console script), exit codes too."""
+    run = functools.partial(subprocess.run, capture_output=True, text=True, timeout=60)
+    shown = run([sys.executable, "-m", "hostler", "--version"])
+    assert (shown.returncode, shown.stdout.strip()) == (0, f"hostler {hostler.__version__}")
+    wrong = run([sys.executable, "-m", "hostler", "nosuch"])
+    assert wrong.returncode == 2
+    assert wrong.stderr.startswith("hostler: error [usage.invalid]: ")
+    assert len(wrong.stderr.strip().splitlines()) == 1

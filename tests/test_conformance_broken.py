@@ -1,7 +1,7 @@
 """The conformance suite fails adapters that break the contract, each at the rule it breaks.
 
 A pytest run in a subprocess (pytester) runs the whole suite against one well-behaved adapter
-and twelve broken ones, each broken in one way; every broken one must fail exactly the checks of
+and thirteen broken ones, each broken in one way; every broken one must fail exactly the checks of
 the rule it breaks (and the live ones where the break stops a real engine), and nothing else.
 """
 
@@ -126,6 +126,15 @@ class NeedsArgs(FakeEngineAdapter):
         super().__init__(Behaviour(reply=reply))
 
 
+class Impatient(FakeEngineAdapter):
+    """Gives a start no time at all (set on the instance, past the class's own check)."""
+    engine_type = "impatient"
+
+    def __init__(self):
+        super().__init__()
+        self.startup_timeout = -1.0
+
+
 class Unregistered(FakeEngineAdapter):
     """Its plugin never registers it."""
     engine_type = "unregistered"
@@ -134,7 +143,7 @@ class Unregistered(FakeEngineAdapter):
 @hookimpl
 def register_engines(register):
     for cls in (Good, WideOpen, NoExtras, NoModel, Flaky, Greedy, Cheaper, AlwaysReady, Jumpy,
-                WrongPort, Premature, NeedsArgs):
+                WrongPort, Premature, NeedsArgs, Impatient):
         register(cls)
 '''
 
@@ -173,7 +182,7 @@ for _cls in (broken_plugin.Good, broken_plugin.WideOpen, broken_plugin.NoExtras,
              broken_plugin.NoModel, broken_plugin.Flaky, broken_plugin.Greedy,
              broken_plugin.Cheaper, broken_plugin.AlwaysReady, broken_plugin.Jumpy,
              broken_plugin.WrongPort, broken_plugin.Premature, broken_plugin.NeedsArgs,
-             broken_plugin.Unregistered):
+             broken_plugin.Impatient, broken_plugin.Unregistered):
     globals()[f"Test{_cls.__name__}"] = case(_cls)
 """
 
@@ -196,6 +205,7 @@ EXPECTED: dict[str, set[str]] = {
     # ready by /health while completions still answer 503: the live completion catches it
     "Premature": {"test_live_start_serve_stop"},
     "NeedsArgs": {"test_the_host_builds_it_with_no_arguments"},
+    "Impatient": {"test_timings_are_sane"},
     "Unregistered": {
         "test_registered_through_the_hook",
         "test_the_host_builds_it_with_no_arguments",

@@ -22,12 +22,14 @@ from hostler.errors import UsageError
 from hostler.machines.engine import Engine
 from hostler.plugin import (
     ENGINE_NAME_MAX,
+    EngineAdapter,
     OptionType,
     engine_name_problem,
     validate_options,
 )
 from hostler.pluginhost import PluginHost
 from hostler.testing.tiny_gguf import write_tiny_llama
+from hostler.testing.tiny_mlx import write_tiny_mlx
 
 from _daemons import count, engines, kill_leftovers, served_port, start_daemon, wait_for
 
@@ -322,3 +324,83 @@ def test_a_served_engine_gets_its_options_shows_its_port_and_the_output_is_quiet
     text = log.read_text()
     assert "serving on http://" in text  # hostler's own lines are there
     assert "Executed callback" not in text and "transitions" not in text
+
+
+# -- the engine's slot limit (S8) -------------------------------------------------------------
+
+
+def test_a_config_asking_a_serial_engine_for_two_slots_stops_the_start(tmp_path: Path) -> None:
+    config = tmp_path / "h.toml"
+    plugins = PluginHost().load()
+    config.write_text('[[models]]\nid = "m"\nengine = "ds4"\npath = "m.gguf"\nslots = 1\n')
+    check_engine_options(load_config(config).engines, plugins)  # one slot: the engine's limit
+    config.write_text('[[models]]\nid = "m"\nengine = "ds4"\npath = "m.gguf"\nslots = 2\n')
+    with pytest.raises(UsageError) as caught:
+        check_engine_options(load_config(config).engines, plugins)
+    assert caught.value.message == (
+        "ds4:m:0: slots = 2, but engine 'ds4' serves at most 1 at once; set slots to 1 or fewer"
+    )
+    config.write_text('[[models]]\nid = "m"\npath = "m.gguf"\nslots = 8\n')
+    check_engine_options(load_config(config).engines, plugins)  # llama.cpp: no limit of its own
+
+
+def test_preview_keeps_an_automatic_plan_within_the_engines_slots(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = write_tiny_llama(tmp_path / "flash.gguf")
+    ledger = str(tmp_path / "ledger.db")
+    common = [str(model), "--ledger", ledger, "--json", "--standalone"]
+    monkeypatch.setenv("HOSTLER_CAPACITY_BUDGET_GB", "64")  # S1: a tier of 4 slots
+    assert main(["preview", *common]) == 0
+    assert json.loads(capsys.readouterr().out)["slots"] == 4  # llama.cpp: no limit of its own
+    assert main(["preview", *common, "--engine", "ds4"]) == 0
+    assert json.loads(capsys.readouterr().out)["slots"] == 1
+    assert main(["preview", *common, "--engine", "ds4", "--slots", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["slots"] == 1
+    assert main(["preview", *common, "--engine", "ds4", "--slots", "2"]) != 0
+    _out, err = capsys.readouterr()
+    assert err.strip().endswith(
+        "slots: 2 is more than engine 'ds4' serves at once (at most 1); set slots to 1 or fewer"
+    )
+
+
+def test_an_adapters_slot_limit_is_checked_when_it_is_declared() -> None:
+    for bad in (0, -1, 1.0, True, 1025):
+        with pytest.raises(ValueError, match="max_slots must be None or an int from 1 to 1024"):
+            type("Bad", (EngineAdapter,), {"max_slots": bad})
+    for good in (None, 1, 1024):
+        made: type[EngineAdapter] = type("Good", (EngineAdapter,), {"max_slots": good})
+        assert made.max_slots == good
+
+
+def test_an_engines_kv_types_are_checked_at_start_and_in_preview(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "h.toml"
+    plugins = PluginHost().load()
+    config.write_text('[[models]]\nid = "m"\nengine = "mlx"\npath = "m"\nkv_type = "q8_0"\n')
+    with pytest.raises(UsageError) as caught:
+        check_engine_options(load_config(config).engines, plugins)
+    assert caught.value.message == (
+        "mlx:m:0: kv_type = 'q8_0', but engine 'mlx' supports f16 only; set one of them or "
+        "leave it unset"
+    )
+    config.write_text('[[models]]\nid = "m"\nengine = "mlx"\npath = "m"\nkv_type = "f16"\n')
+    check_engine_options(load_config(config).engines, plugins)
+    model = write_tiny_mlx(tmp_path / "tiny-mlx")
+    common = [str(model), "--engine", "mlx", "--ledger", str(tmp_path / "l.db"), "--json"]
+    assert main(["preview", *common]) == 0
+    assert json.loads(capsys.readouterr().out)["kv_type"] == "f16"  # not llama.cpp's q8_0
+    assert main(["preview", *common, "--kv", "q8_0"]) != 0
+    _out, err = capsys.readouterr()
+    assert "kv_type 'q8_0': engine 'mlx' supports f16 only" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_an_adapters_kv_types_are_checked_when_declared() -> None:
+    for bad in ((), ["f16"], ("F16",), ("",), ("f16", 8), tuple(f"q{i}" for i in range(17))):
+        with pytest.raises(ValueError, match="kv_types must be None or a tuple of 1 to 16"):
+            type("Bad", (EngineAdapter,), {"kv_types": bad})
+    for good in (None, ("f16",), tuple(f"q{i}" for i in range(16))):
+        made: type[EngineAdapter] = type("Good", (EngineAdapter,), {"kv_types": good})
+        assert made.kv_types == good

@@ -2,8 +2,9 @@
 
 The fake ``ds4-server`` (``python -m hostler_ds4.fake_server``) runs as a real process under the
 real supervisor and runtime: started, ready on ``/v1/models``, answering a request through the
-runtime, stopped, crashed, refused by the single-instance lock, and recovered by the SV10a
-re-sweep of a stray that still holds the lock.
+runtime, stopped, crashed, refused by the single-instance lock, and recovered by the
+supervisor's SV10 sweep and retry (RD9: ``Ds4Adapter.on_exited_before_ready`` asks for it) of a
+stray that still holds the lock.
 """
 
 from __future__ import annotations
@@ -30,27 +31,22 @@ import hostler
 import hostler_ds4
 from hostler import EventStore
 from hostler.engines.process import LAUNCH_TOKEN_ENV
-from hostler.engines.resweep import anchors_of, ensure_running_ds4, sweep_ds4_strays
+from hostler.engines.resweep import anchors_of, sweep_strays
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.errors import EngineBinaryError, EngineStartError, SettingError
-from hostler.machines.engine import EngineCrashed
+from hostler.machines.engine import EngineCrashed, EngineStartRequested
 from hostler.plugin import LaunchSpec, ModelGeometry
 from hostler.pluginhost import PluginHost
 from hostler.testing.tiny_gguf import write_tiny_llama
 from hostler_ds4 import Ds4Adapter
 from hostler_ds4.adapter import find_ds4_server
 from hostler_ds4.fake_server import lock_path
-from hostler_ds4.rules import exited_before_ready, should_retry_after_sweep
 
 GIB = 1024**3
 KEY = "ds4:flash:0"
 
 
 # -- a fake ds4 installation ----------------------------------------------------------------
-
-
-#: ds4's own rules for the sweep-and-retry driver (SV10a).
-RULES: dict[str, Any] = {"stale": exited_before_ready, "should_retry": should_retry_after_sweep}
 
 
 def install_fake(root: Path) -> Path:
@@ -371,7 +367,8 @@ class Rig:
         self.token = f"ds4test-{os.getpid()}-{tmp_path.name}"
         self.supervisors: dict[str, Supervisor] = {}
 
-    def build(self, key: str) -> Supervisor:
+    def build(self, key: str, **options: Any) -> Supervisor:
+        """A supervisor of ``key``; ``options`` go to it (``owned``: a pool sets its own)."""
         run = self.tmp_path / "run" / key.replace(":", "_")
         supervisor = Supervisor(
             key,
@@ -383,6 +380,7 @@ class Rig:
             policy=SupervisorPolicy(
                 watch_interval=0.05, idle_timeout=0, startup_timeout=20, panic_exit_wait=2
             ),
+            **options,
         )
         self.supervisors[key] = supervisor
         return supervisor
@@ -534,18 +532,33 @@ async def test_a_crash_mid_request_is_recorded_and_the_next_request_restarts(
             assert status == 200
 
 
+def start_causes(store: EventStore) -> list[str]:
+    return [
+        r.event.cause
+        for r in store.read_stream(f"engine/{KEY}")
+        if isinstance(r.event, EngineStartRequested)
+    ]
+
+
+def test_the_adapter_asks_for_a_sweep_only_after_an_exit_before_ready() -> None:
+    adapter = Ds4Adapter()
+    assert adapter.on_exited_before_ready("ds4:m:0: exited (exit code 1) before becoming ready")
+    assert adapter.on_exited_before_ready("another ds4-server instance holds the lock (pid 9)")
+    assert not adapter.on_exited_before_ready("ds4:m:0: did not become ready within 600 s")
+    assert not adapter.on_exited_before_ready("")
+
+
 @pytest.mark.anyio
 @pytest.mark.slow
 async def test_a_lock_held_by_someone_elses_ds4_is_never_swept(rig: Rig) -> None:
     foreign = rig.stray(token=None)  # another program's ds4-server: no launch token of ours
     try:
-        supervisor = rig.build(KEY)
+        supervisor = rig.build(KEY, owned=rig.owned)
         with pytest.raises(EngineStartError, match=rf"another ds4-server instance.*pid {foreign}"):
-            await ensure_running_ds4(
-                supervisor, owned=rig.owned, anchors=rig.anchors(), wait=2, **RULES
-            )
+            await supervisor.ensure_running()
         assert alive(foreign)
         assert types_of(rig.store).count("engine.spawned") == 1  # no retry: nothing was swept
+        assert start_causes(rig.store) == ["request"]
         crash = crash_of(rig.store)
         assert crash.panic_kind == "instance-locked"
         assert crash.reached_ready is False
@@ -555,23 +568,67 @@ async def test_a_lock_held_by_someone_elses_ds4_is_never_swept(rig: Rig) -> None
 
 @pytest.mark.anyio
 @pytest.mark.slow
-async def test_exited_before_ready_sweeps_our_stray_once_and_retries(rig: Rig) -> None:
+async def test_exited_before_ready_sweeps_our_stray_once_and_retries_through_the_runtime(
+    rig: Rig,
+) -> None:
     stray = rig.stray(token=f"{rig.token}:deadbeef")  # ours, from a daemon that died
     try:
-        supervisor = rig.build(KEY)
-        port = await ensure_running_ds4(
-            supervisor, owned=rig.owned, anchors=rig.anchors(), wait=5, **RULES
-        )
-        assert not alive(stray)
-        assert lock_path().read_text().strip() == str(supervisor.pid)
-        status, _ = await anyio.to_thread.run_sync(http, port, "/v1/models")
-        assert status == 200
+        runtime = hostler.Runtime(rig.store, rig.build)  # its pool knows the owned engines
+        async with runtime, runtime.request(KEY) as port:
+            assert not alive(stray)
+            supervisor = rig.supervisors[KEY]
+            assert lock_path().read_text().strip() == str(supervisor.pid)
+            status, _ = await anyio.to_thread.run_sync(http, port, "/v1/models")
+            assert status == 200
         types = types_of(rig.store)
-        assert types.count("engine.spawned") == 2
-        assert types.index("engine.crashed") < types.index("engine.ready")
-        await supervisor.stop()
+        assert types[:7] == [
+            "engine.start_requested",
+            "engine.spawned",
+            "engine.crashed",  # the first start, refused by the stray's lock
+            "engine.start_requested",
+            "engine.spawned",
+            "engine.ready",  # the retry, after the sweep
+            "engine.stop_requested",
+        ], types
+        assert start_causes(rig.store) == ["request", "resweep-retry"]
+        assert crash_of(rig.store).panic_kind == "instance-locked"
     finally:
         kill(stray)
+
+
+@pytest.mark.anyio
+@pytest.mark.slow
+async def test_a_supervisor_that_does_not_know_its_daemons_engines_never_sweeps(rig: Rig) -> None:
+    stray = rig.stray(token=f"{rig.token}:beef")  # ours, but this supervisor has no pool
+    try:
+        supervisor = rig.build(KEY)
+        assert supervisor.owned is None
+        with pytest.raises(EngineStartError, match=rf"another ds4-server instance.*pid {stray}"):
+            await supervisor.ensure_running()
+        assert alive(stray)
+        assert start_causes(rig.store) == ["request"]
+    finally:
+        kill(stray)
+
+
+@pytest.mark.anyio
+@pytest.mark.slow
+async def test_a_sweep_spares_the_daemons_own_running_engine(rig: Rig) -> None:
+    """A second ds4 key of the same daemon exits before ready; its sweep keeps the first."""
+    other = "ds4:other:0"
+    async with hostler.Runtime(rig.store, rig.build) as runtime, runtime.request(KEY):
+        first = rig.supervisors[KEY].pid
+        assert first is not None
+        with pytest.raises(EngineStartError, match=rf"another ds4-server instance.*{first}"):
+            async with runtime.request(other):
+                pass
+        assert alive(first)  # owned by this runtime's pool: never swept
+        assert rig.supervisors[KEY].pid == first
+    assert [
+        r.event.cause
+        for r in rig.store.read_stream(f"engine/{other}")
+        if isinstance(r.event, EngineStartRequested)
+    ] == ["request"]
 
 
 @pytest.mark.anyio
@@ -579,9 +636,9 @@ async def test_exited_before_ready_sweeps_our_stray_once_and_retries(rig: Rig) -
 async def test_the_sweep_spares_owned_engines_and_other_daemons(rig: Rig) -> None:
     ours = rig.stray(token=f"{rig.token}:cafe")
     try:
-        spared = await sweep_ds4_strays(rig.token, owned=[ours], anchors=rig.anchors(), wait=1)
+        spared = await sweep_strays(rig.token, owned=[ours], anchors=rig.anchors(), wait=1)
         assert spared == []
-        held = await sweep_ds4_strays(
+        held = await sweep_strays(
             rig.token,
             owned=[],
             anchors=rig.anchors(),
@@ -589,10 +646,10 @@ async def test_the_sweep_spares_owned_engines_and_other_daemons(rig: Rig) -> Non
             wait=1,
         )
         assert held == []
-        unanchored = await sweep_ds4_strays(rig.token, owned=[], anchors=["/no/such"], wait=1)
+        unanchored = await sweep_strays(rig.token, owned=[], anchors=["/no/such"], wait=1)
         assert unanchored == []
         assert alive(ours)
-        swept = await sweep_ds4_strays(rig.token, owned=[], anchors=rig.anchors(), wait=5)
+        swept = await sweep_strays(rig.token, owned=[], anchors=rig.anchors(), wait=5)
         assert [s.pid for s in swept] == [ours]
         assert not alive(ours)
     finally:

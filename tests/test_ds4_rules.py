@@ -18,7 +18,6 @@ from hostler_ds4.rules import (
     ram_tier,
     residency,
     resident_line,
-    should_retry_after_sweep,
 )
 
 GIB = 1024**3
@@ -302,16 +301,6 @@ def test_exited_before_ready_reads_the_supervisors_message_and_the_lock_line() -
     assert exited_before_ready("Another Instance")
     assert not exited_before_ready("ds4:m:0: did not become ready within 600 s")
     assert not exited_before_ready("ds4:m:0: CUDA error: out of memory")
-
-
-def test_retry_only_once_and_only_after_a_sweep_that_killed_something() -> None:
-    message = "k: exited (exit code 1) before becoming ready"
-    assert should_retry_after_sweep(message, attempt=0, killed=1)
-    assert should_retry_after_sweep(message, attempt=0, killed=3)
-    assert not should_retry_after_sweep(message, attempt=0, killed=0)
-    assert not should_retry_after_sweep(message, attempt=0, killed=-1)
-    assert not should_retry_after_sweep(message, attempt=1, killed=1)
-    assert not should_retry_after_sweep("k: did not become ready", attempt=0, killed=1)
 
 
 # -- edges the mutation run asked for -------------------------------------------------------

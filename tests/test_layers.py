@@ -64,11 +64,18 @@ def test_the_capacity_package_no_longer_holds_drivers() -> None:
     assert (CORE / "drivers" / "host_ledger.py").exists()
 
 
+#: A plugin's fake engine (a test stand-in run as its own process, never imported by the
+#: adapter) may also build on hostler's fake-server skeleton, a public testing tool.
+FAKE_ENGINE_MODULE = "fake_server.py"
+FAKE_ENGINE_IMPORTS = {"hostler.plugin", "hostler.testing.fake_server"}
+
+
 def test_adapters_import_only_hostler_plugin() -> None:
     plugins = sorted((REPO / "plugins").glob("hostler_*"))
     assert plugins
     for package in plugins:
         for path in sorted(package.rglob("*.py")):
+            allowed = FAKE_ENGINE_IMPORTS if path.name == FAKE_ENGINE_MODULE else {"hostler.plugin"}
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Import):
                     names = [alias.name for alias in node.names]
@@ -78,7 +85,25 @@ def test_adapters_import_only_hostler_plugin() -> None:
                     continue
                 for name in names:
                     if name == "hostler" or name.startswith("hostler."):
-                        assert name == "hostler.plugin", (
+                        assert name in allowed, (
                             f"{path.relative_to(REPO)} imports {name}: adapters get what they "
                             "need from hostler.plugin"
                         )
+
+
+@pytest.mark.parametrize(
+    "package", sorted(path.name for path in (REPO / "plugins").glob("hostler_*"))
+)
+def test_an_adapter_package_loads_no_testing_tool(package: str) -> None:
+    """The fake engine's exception above stays out of the adapter: importing it loads none."""
+    result = run_python(_PROBE, package, json.dumps(["hostler.testing.fake_server"]))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [], f"importing {package} loaded {result.stdout.strip()}"
+
+
+def test_the_testing_probe_sees_a_fake_engine_import() -> None:
+    """The check above could pass by never seeing anything: ds4's fake does load it."""
+    probe = json.dumps(["hostler.testing.fake_server"])
+    result = run_python(_PROBE, "hostler_ds4.fake_server", probe)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == ["hostler.testing.fake_server"]

@@ -167,5 +167,5 @@ def test_a_binary_under_an_unknown_users_home_is_one_line(
         find_llama_server()
     assert str(caught.value) == (
         "~no-such-user-hostler/bin/llama-server: llama-server binary not found "
-        "(no such home directory)"
+        "(no such home directory; named by $HOSTLER_LLAMA_SERVER)"
     )

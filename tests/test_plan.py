@@ -245,3 +245,52 @@ def test_gemma_trades_f16_for_q8_when_that_buys_a_second_slot() -> None:
     assert pinned.kv_type == "f16"  # an explicit slot count keeps Gemma's f16
     explicit = plan(gemma, host, kv_type="f16")
     assert explicit.kv_type == "f16"
+
+
+def test_an_engines_slot_limit_caps_the_automatic_plan_at_its_edges() -> None:
+    """S8: the tier (2 slots on 19.2 GiB) capped by the engine's own limit; asked above, refused."""
+    assert plan(LLAMA_8B).slots == 2  # the tier, no limit
+    assert plan(LLAMA_8B, max_slots=1).slots == 1  # capped
+    assert plan(LLAMA_8B, max_slots=2).slots == 2  # the limit equal to the tier
+    assert plan(LLAMA_8B, max_slots=3).slots == 2  # a limit above the tier changes nothing
+    assert plan(LLAMA_8B, slots=1, max_slots=1).slots == 1  # asked exactly the limit
+    assert plan(LLAMA_8B, slots=2, max_slots=2).slots == 2
+    with pytest.raises(UsageError) as caught:
+        plan(LLAMA_8B, slots=2, max_slots=1, engine="ds4")
+    assert caught.value.message == (
+        "slots: 2 is more than engine 'ds4' serves at once (at most 1); set slots to 1 or fewer"
+    )
+
+
+def test_an_engines_own_kv_types_bound_the_choice_and_the_gemma_trade() -> None:
+    """S9: L5's choice stands only among the engine's types; its first is the default."""
+    gemma = ModelGeometry(
+        architecture="gemma3",
+        block_count=34,
+        head_count=8,
+        head_count_kv=4,
+        key_length=256,
+        value_length=256,
+        embedding_length=2560,
+        native_context=131072,
+        file_size=3 * GIB,
+    )
+    host = compute_budget(HostMemory(system_ram=32 * GIB))  # tier 2: Gemma trades for q8_0
+    assert plan(LLAMA_8B).kv_type == "q8_0"  # no types declared: L5's default
+    only_f16 = plan(LLAMA_8B, kv_types=("f16",), engine="mlx")
+    assert only_f16.kv_type == "f16"
+    assert "KV f16: engine 'mlx' supports f16 only" in only_f16.reasons
+    # sized at f16: half the bytes per token of q8_0 buy a smaller window or fewer slots
+    assert only_f16.kv.per_token > plan(LLAMA_8B).kv.per_token
+    assert plan(LLAMA_8B, kv_types=("f16", "q8_0")).kv_type == "q8_0"  # L5's, supported
+    assert plan(LLAMA_8B, kv_types=("q4_0", "f16")).kv_type == "q4_0"  # the engine's first
+    assert plan(gemma, host, kv_types=("f16", "q8_0")).kv_type == "q8_0"  # the trade, allowed
+    no_trade = plan(gemma, host, kv_types=("f16",))
+    assert no_trade.kv_type == "f16"
+    assert not any("→ q8_0" in r for r in no_trade.reasons)
+    assert plan(LLAMA_8B, kv_types=("f16",), kv_type="f16").kv_type == "f16"  # asked, supported
+    with pytest.raises(UsageError) as caught:
+        plan(LLAMA_8B, kv_types=("f16",), kv_type="q8_0", engine="mlx")
+    assert caught.value.message == (
+        "kv_type 'q8_0': engine 'mlx' supports f16 only; set one of them or leave kv_type unset"
+    )

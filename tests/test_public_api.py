@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 
 import hostler
 from hostler import errors
@@ -99,6 +100,8 @@ def test_the_plugin_contract_is_pinned() -> None:
         "ENGINE_NAME_MAX",
         "ENGINE_NAME_PATTERN",
         "GPU_SLOTS",
+        "MAX_IDLE_TIMEOUT",
+        "MAX_STARTUP_TIMEOUT",
         "PROJECT",
         "RESERVED_ENGINE_NAMES",
         "CacheAdapter",
@@ -117,6 +120,7 @@ def test_the_plugin_contract_is_pinned() -> None:
         "OffloadPlan",
         "OptionType",
         "Panic",
+        "Progress",
         "ReadinessProbe",
         "Register",
         "SettingError",
@@ -128,12 +132,14 @@ def test_the_plugin_contract_is_pinned() -> None:
         "estimate_llama",
         "exact_linearization",
         "extra_args_argv",
+        "find_engine_binary",
         "heuristic_per_slot_kv",
         "hookimpl",
         "hookspec",
         "json_fields_match",
         "launch_command",
         "round_half_up",
+        "timing_problem",
         "validate_options",
     }
     for name in hostler.plugin.__all__:
@@ -148,6 +154,16 @@ def test_the_plugin_contract_is_pinned() -> None:
     assert dict(adapter.options_schema) == {}
     assert adapter.kv_headroom is None
     assert adapter.gpu_slot == "llm"
+    assert (adapter.startup_timeout, adapter.default_idle_timeout) == (180.0, None)  # RD7
+    assert (hostler.plugin.MAX_STARTUP_TIMEOUT, hostler.plugin.MAX_IDLE_TIMEOUT) == (
+        86_400.0,
+        31_536_000.0,
+    )
+    assert hostler.plugin.LaunchSpec("k", Path("m"), 1, 1).reserved_bytes is None  # RD8
+    from hostler.testing.fake_engine import FakeEngineAdapter  # keeps every default hook
+
+    early = "k: exited (exit code 1) before becoming ready"
+    assert FakeEngineAdapter().on_exited_before_ready(early) is False  # RD9: no sweep by default
     assert hostler.plugin.GPU_SLOTS == ("llm", "image", "video")
     reserved = hostler.plugin.RESERVED_ENGINE_NAMES
     assert reserved == frozenset({"unavailable"})

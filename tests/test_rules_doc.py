@@ -42,6 +42,7 @@ PREFIXES = sorted(
         "R",
         "RD",
         "PL",
+        "PG",
         "S",
         "SF",
         "SG",

@@ -14,6 +14,7 @@ import json
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import pytest
 import hostler
 from _rigs import LlamaRig
 from hostler import EventStore
+from hostler.cli.ps import ps_rows
 from hostler.engines.price import price_from_ledger
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.plugin import LaunchSpec
@@ -127,6 +129,8 @@ def engine_events(store: EventStore, key: str) -> list[tuple[str, dict[str, Any]
 
 async def test_a_chat_waits_for_a_render_and_never_evicts_it(rig: Rig) -> None:
     marks: dict[str, float] = {}
+    seen: list[tuple[int, int]] = []
+    shown: set[str] = set()
     rendering = anyio.Event()
     async with rig.swap_runtime() as rt:
         # the chat engine is warm first: the image lease takes the card from it (GA1)
@@ -142,7 +146,22 @@ async def test_a_chat_waits_for_a_render_and_never_evicts_it(rig: Rig) -> None:
                 marks["render_start"] = time.monotonic()
                 rendering.set()
                 body = {"prompt": "a lighthouse", "width": 512, "height": 512, "steps": 4}
-                answer = await anyio.to_thread.run_sync(post, port, "/sdapi/v1/txt2img", body)
+                answers: list[dict[str, Any]] = []
+                async with anyio.create_task_group() as inner:
+
+                    async def send() -> None:
+                        got = await anyio.to_thread.run_sync(post, port, "/sdapi/v1/txt2img", body)
+                        answers.append(got)
+                        inner.cancel_scope.cancel()
+
+                    inner.start_soon(send)
+                    while True:  # PG1: the render's progress, as `hostler ps` shows it
+                        view = next(v for v in rt.pool.snapshot() if v.key == IMAGE)
+                        if view.progress is not None:
+                            seen.append((view.progress.done, view.progress.total))
+                            shown.add(ps_rows({"engines": [asdict(view)]}, {})[0][2])
+                        await anyio.sleep(0.05)
+                answer = answers[0]
                 marks["render_end"] = time.monotonic()
                 assert len(answer["images"]) == 1
                 # still the same running process, never stopped while it rendered
@@ -167,6 +186,13 @@ async def test_a_chat_waits_for_a_render_and_never_evicts_it(rig: Rig) -> None:
                 tg.start_soon(ask)
         assert rt.arbiter.evictors() == {"image": [IMAGE], "llm": [CHAT]}
         assert rt.leases() == []  # the lease was released after the render
+        # PG1: the render's steps were seen rising while it ran, and are gone once it is over
+        assert seen, "no progress was shown during a 3 s render"
+        assert {total for _, total in seen} == {4}
+        assert [done for done, _ in seen] == sorted(done for done, _ in seen)
+        assert len({done for done, _ in seen}) >= 2
+        assert shown <= {f"running {done}/4 step" for done in range(1, 5)}
+        assert all(v.progress is None for v in rt.pool.snapshot())
 
     assert marks["stops_at_render_end"] == 0  # GA8/I4: not evicted, not stopped mid-image
     waited = marks["chat_enter"] - marks["chat_sent"]

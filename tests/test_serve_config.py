@@ -332,6 +332,77 @@ extra_args = {{ batch-size = 32 }}
         kill_leftovers(data)
 
 
+#: A llama-server wrapper whose launches of a model named ``slow`` never become ready.
+SLOW_BINARY = """#!/bin/sh
+case "$*" in *slow.gguf*) exec sleep 120;; esac
+exec "{real}" "$@"
+"""
+
+
+@pytest.mark.slow
+def test_a_real_serve_takes_the_engines_startup_and_idle_timeouts_from_engine_defaults(
+    tmp_path: Path,
+) -> None:
+    """RD7: ``[engine_defaults.llamacpp]`` timings reach the daemon's supervisors."""
+    from hostler_llamacpp.binary import find_llama_server
+
+    write_tiny_llama(tmp_path / "tiny.gguf")
+    write_tiny_llama(tmp_path / "slow.gguf")
+    binary = tmp_path / "my-llama-server"
+    binary.write_text(SLOW_BINARY.format(real=find_llama_server()))
+    binary.chmod(binary.stat().st_mode | stat.S_IXUSR)
+    config = write(
+        tmp_path,
+        f"""
+[daemon]
+ledger = "ledger.db"
+idle_timeout = 300
+[server]
+port = 0
+[engine_defaults.llamacpp]
+binary = "{binary.name}"
+startup_timeout = 8
+idle_timeout = 1
+[[models]]
+id = "tiny"
+path = "tiny.gguf"
+ctx = 256
+[[models]]
+id = "slow"
+path = "slow.gguf"
+ctx = 256
+""",
+    )
+    data = tmp_path / "data"
+    log = tmp_path / "serve.log"
+    server = start_daemon(config, data, log, command="serve", unset=ENV_VARIABLES)
+    try:
+        base = f"http://127.0.0.1:{served_port(log)}"
+        headers = {"authorization": f"Bearer {(data / 'token').read_text().strip()}"}
+        slow = httpx.post(f"{base}/api/models/slow/load", headers=headers, timeout=120)
+        assert slow.status_code != 200, slow.text
+        assert "did not become ready within 8 s" in slow.text, slow.text  # not the adapter's 180
+        loaded = httpx.post(f"{base}/api/models/tiny/load", headers=headers, timeout=120)
+        assert loaded.status_code == 200, loaded.text
+        stream = "engine/llamacpp:tiny:0"
+        idle: list[dict[str, object]] = []
+
+        def idle_stopped() -> bool:
+            idle[:] = [
+                p["decision"]
+                for _, kind, p in events(data, stream)
+                if kind == "engine.stop_requested" and p.get("reason") == "idle"
+            ]
+            return bool(idle)
+
+        wait_for(idle_stopped, timeout=30)
+        assert idle[0]["idle_timeout"] == 1.0  # the engine's configured idle, not the daemon's
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(60) == 0
+        kill_leftovers(data)
+
+
 def start_serve(
     tmp_path: Path, config_text: str, env: dict[str, str]
 ) -> tuple[subprocess.Popen[bytes], str, Path]:

@@ -208,8 +208,9 @@ async def test_missing_binary_is_one_line_and_recorded(
     sup = make(store, tiny, tmp_path)
     with pytest.raises(EngineBinaryError) as caught:
         await sup.ensure_running()
-    assert (
-        str(caught.value) == f"{tmp_path / 'no-such-llama-server'}: llama-server binary not found"
+    assert str(caught.value) == (
+        f"{tmp_path / 'no-such-llama-server'}: llama-server binary not found "
+        "(named by $HOSTLER_LLAMA_SERVER)"
     )
     failed = [
         r.event for r in store.read_stream(f"engine/{KEY}") if isinstance(r.event, EngineFailed)

@@ -56,6 +56,8 @@ MAX_ENGINE_LOG_MIB = 1024 * 1024
 MAX_ENGINE_LOG_KEEP = 100
 KvType = Literal["f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl"]
 Seconds = Annotated[float, Field(ge=0, le=365 * 24 * 3600)]
+#: RD7: a start's time to become ready: over 0, at most a day (as an adapter's may be).
+StartupSeconds = Annotated[float, Field(gt=0, le=24 * 3600)]
 ExtraValue = str | int | float | bool
 #: The longest engine key: ``engine/<key>`` is its stream id (200 characters at most).
 MAX_KEY_LENGTH = 128
@@ -126,8 +128,13 @@ class EngineConfig:
     autostart: bool = True
     extra_args: dict[str, Any] = field(default_factory=dict)
     pinned: bool = False
-    #: Seconds unused before an idle stop, for this engine; None: ``DaemonConfig.idle_timeout``.
+    #: Seconds unused before an idle stop, for this model (its ``idle_ttl``); None: see
+    #: :meth:`DaemonConfig.idle_timeout_of`.
     idle_ttl: float | None = None
+    #: RD7: ``[engine_defaults.<engine>] idle_timeout``; None: the adapter's default.
+    engine_idle_timeout: float | None = None
+    #: RD7: ``[engine_defaults.<engine>] startup_timeout``; None: the adapter's.
+    startup_timeout: float | None = None
     #: The engine program to run (``[engine_defaults.<engine>] binary``); None: the adapter's.
     binary: Path | None = None
     #: Engine settings for ``LaunchSpec.options``: ``[engine_defaults.<engine>.options]``,
@@ -166,11 +173,19 @@ class DaemonConfig:
     #: the plugins' policies when the daemon starts (PM17).
     eviction: str = DEFAULT_EVICTION_POLICY.name
 
-    def idle_timeout_of(self, engine: EngineConfig) -> float:
-        """The idle stop of ``engine``: 0 (never) when pinned, its own TTL, else the daemon's."""
+    def idle_timeout_of(self, engine: EngineConfig, adapter_default: float | None = None) -> float:
+        """RD7: the idle stop of ``engine``, in seconds (0: never).
+
+        0 when pinned (PP17); else the first set of: the model's ``idle_ttl``, its engine's
+        ``[engine_defaults.<engine>] idle_timeout``, the adapter's ``default_idle_timeout``
+        (``adapter_default``), and the daemon's ``idle_timeout``.
+        """
         if engine.pinned:
             return 0.0
-        return self.idle_timeout if engine.idle_ttl is None else engine.idle_ttl
+        for value in (engine.idle_ttl, engine.engine_idle_timeout, adapter_default):
+            if value is not None:
+                return float(value)
+        return self.idle_timeout
 
     def ledger_location(self) -> LedgerLocation:
         """The configured ledger, else the environment's (per user by default)."""
@@ -245,6 +260,8 @@ class _ModelEntry(_Strict):
 
 class _EngineDefaults(_Strict):
     binary: PathText | None = None
+    idle_timeout: Seconds | None = None
+    startup_timeout: StartupSeconds | None = None
     extra_args: ExtraArgs = {}
     options: Options = {}
 
@@ -415,6 +432,8 @@ def _engines_of(file: Path, parsed: _ConfigFile) -> tuple[EngineConfig, ...]:
                 extra_args=args,
                 pinned=entry.pinned,
                 idle_ttl=entry.idle_ttl if isinstance(entry, _ModelEntry) else None,
+                engine_idle_timeout=preset.idle_timeout if preset else None,
+                startup_timeout=preset.startup_timeout if preset else None,
                 binary=Path(binary) if binary else None,
                 options=options,
                 options_from=origin,

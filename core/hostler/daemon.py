@@ -48,6 +48,7 @@ from hostler.errors import (
     ConcurrencyError,
     EngineStartError,
     HostlerError,
+    PluginError,
     RuntimeClosedError,
     StoreBusyError,
     StoreCorruptError,
@@ -65,8 +66,14 @@ from hostler.events.daemon import (
 )
 from hostler.machines.engine import StopReason
 from hostler.paths import private_dir, private_file
-from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec, validate_options
-from hostler.pluginhost import PluginHost
+from hostler.plugin import (
+    EngineAdapter,
+    LaunchCommand,
+    LaunchSpec,
+    timing_problem,
+    validate_options,
+)
+from hostler.pluginhost import PluginHost, plugin_fault
 from hostler.policies.eviction import EvictionPolicy, eviction_policy
 from hostler.probes.device import DEVICE_STREAM, budget_from, sample_device
 from hostler.probes.nvml import NvmlProbe, open_nvml
@@ -809,8 +816,11 @@ class Daemon:
             run_dir=run_dir,
             token_prefix=token_prefix,
             policy=SupervisorPolicy(
-                # PP17: a pinned engine is never idle-stopped; a model's idle_ttl is its own
-                idle_timeout=self.config.idle_timeout_of(engine),
+                # RD7: the config's per-engine startup timeout, else (None) the adapter's
+                startup_timeout=engine.startup_timeout,
+                # PP17: a pinned engine is never idle-stopped; RD7: a model's idle_ttl, the
+                # engine's configured idle, the adapter's default, then the daemon's
+                idle_timeout=self.config.idle_timeout_of(engine, _idle_default(adapter, engine)),
                 health_interval=self.config.health_interval,
                 log_max_bytes=self.config.engine_log_max_bytes,
                 log_keep=self.config.engine_log_keep,
@@ -820,7 +830,18 @@ class Daemon:
             probe=self.probe,
             offloop=self.offloop,
             health=self.health,
+            held_by_other=ledger.held_by_other,  # RD9, IN3: never sweep another daemon's
         )
+
+
+def _idle_default(adapter: EngineAdapter, engine: EngineConfig) -> float | None:
+    """RD7: the adapter's ``default_idle_timeout``, checked (a bad one is its plugin's bug)."""
+    problem = timing_problem(adapter)
+    if problem is not None:
+        fault = plugin_fault(adapter.engine_type, type(adapter), f"has a bad timing: {problem}")
+        raise PluginError(f"{engine.key}: {fault.message}")
+    value = adapter.default_idle_timeout
+    return None if value is None else float(value)
 
 
 def _price_engine(adapter: EngineAdapter, ledger: HostLedger, engine: EngineConfig) -> LaunchPrice:
@@ -932,7 +953,7 @@ def _damage_message(
 
 
 def check_engine_options(engines: Iterable[EngineConfig], plugins: PluginHost) -> None:
-    """RD6: every configured ``options`` table against its engine adapter's schema.
+    """RD6: every configured ``options`` table against its engine adapter's schema; S8: slots.
 
     An engine whose plugin is not loaded is skipped (it fails on its own, naming that).
 
@@ -944,6 +965,16 @@ def check_engine_options(engines: Iterable[EngineConfig], plugins: PluginHost) -
         cls = plugins.adapters.get(parsed.engine) if parsed else None
         if cls is None:
             continue
+        if cls.kv_types is not None and engine.kv_type and engine.kv_type not in cls.kv_types:
+            raise UsageError(  # S9
+                f"{engine.key}: kv_type = {engine.kv_type!r}, but engine {cls.engine_type!r} "
+                f"supports {', '.join(cls.kv_types)} only; set one of them or leave it unset"
+            )
+        if cls.max_slots is not None and engine.slots > cls.max_slots:  # S8
+            raise UsageError(
+                f"{engine.key}: slots = {engine.slots}, but engine {cls.engine_type!r} serves at "
+                f"most {cls.max_slots} at once; set slots to {cls.max_slots} or fewer"
+            )
         for name, value in engine.options.items():
             where = engine.options_from.get(name, f"{engine.key}: options")
             validate_options({name: value}, cls.options_schema, where=where, engine=cls.engine_type)

@@ -22,6 +22,7 @@ and is declared in its ``pyproject.toml`` under ``[project.entry-points.hostler]
 from __future__ import annotations
 
 import json
+import math
 import re
 import stat
 from abc import ABC, abstractmethod
@@ -39,7 +40,9 @@ from hostler.capacity.gguf_header import read_geometry as read_gguf_geometry
 from hostler.capacity.kv import exact_linearization, heuristic_per_slot_kv
 from hostler.capacity.offload import Offload, OffloadPlan
 from hostler.capacity.overrides import read_context_overrides
+from hostler.capacity.slots import MAX_SLOTS as _MAX_SLOTS
 from hostler.capacity.units import round_half_up
+from hostler.engines.binary import find_engine_binary
 from hostler.errors import (
     EngineBinaryError,
     EngineStartError,
@@ -54,6 +57,8 @@ __all__ = [
     "ENGINE_NAME_MAX",
     "ENGINE_NAME_PATTERN",
     "GPU_SLOTS",
+    "MAX_IDLE_TIMEOUT",
+    "MAX_STARTUP_TIMEOUT",
     "PROJECT",
     "RESERVED_ENGINE_NAMES",
     "CacheAdapter",
@@ -72,6 +77,7 @@ __all__ = [
     "OffloadPlan",
     "OptionType",
     "Panic",
+    "Progress",
     "ReadinessProbe",
     "Register",
     "SettingError",
@@ -83,12 +89,14 @@ __all__ = [
     "estimate_llama",
     "exact_linearization",
     "extra_args_argv",
+    "find_engine_binary",
     "heuristic_per_slot_kv",
     "hookimpl",
     "hookspec",
     "json_fields_match",
     "launch_command",
     "round_half_up",
+    "timing_problem",
     "validate_options",
 ]
 
@@ -108,6 +116,10 @@ ENGINE_NAME_MAX = 40
 #: placeholder that registers no engine reserves nothing (docs/plugins/reference.md).
 RESERVED_ENGINE_NAMES: frozenset[str] = frozenset({"unavailable"})
 _ENGINE_TYPE = re.compile(ENGINE_NAME_PATTERN)
+_KV_TYPE = re.compile(r"[a-z][a-z0-9_]{0,15}")
+#: RD7: the longest ``startup_timeout`` (a day) and ``default_idle_timeout`` (a year) allowed.
+MAX_STARTUP_TIMEOUT = 24 * 3600.0
+MAX_IDLE_TIMEOUT = 365 * 24 * 3600.0
 
 #: Operator flags: a value of True is a bare flag, False omits it, anything else its text.
 ExtraArgs = Mapping[str, str | int | float | bool]
@@ -140,6 +152,34 @@ def engine_name_problem(name: object) -> str | None:
     if name in RESERVED_ENGINE_NAMES:
         return f"{name!r} is reserved by hostler"
     return None
+
+
+def timing_problem(adapter: object) -> str | None:
+    """Why an adapter's (or adapter class's) RD7 timings are unusable, or None if fine.
+
+    ``startup_timeout`` must be a number of seconds over 0 and at most a day;
+    ``default_idle_timeout`` None (the daemon's idle timeout) or from 0 (never idle-stopped)
+    to a year. A bool, NaN or infinity is never a number of seconds.
+    """
+    name = (adapter if isinstance(adapter, type) else type(adapter)).__qualname__
+    startup: object = getattr(adapter, "startup_timeout", None)
+    if not _seconds(startup) or not 0 < startup <= MAX_STARTUP_TIMEOUT:  # type: ignore[operator]
+        return (
+            f"{name}.startup_timeout {repr(startup)[:60]}: seconds over 0 and at most "
+            f"{MAX_STARTUP_TIMEOUT:.0f}"
+        )
+    idle: object = getattr(adapter, "default_idle_timeout", None)
+    if idle is not None and (not _seconds(idle) or not 0 <= idle <= MAX_IDLE_TIMEOUT):  # type: ignore[operator]
+        return (
+            f"{name}.default_idle_timeout {repr(idle)[:60]}: None (the daemon's) or seconds "
+            f"from 0 (never) to {MAX_IDLE_TIMEOUT:.0f}"
+        )
+    return None
+
+
+def _seconds(value: object) -> bool:
+    """Whether ``value`` is a finite int or float (a bool is not)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 _NOT_REGULAR: tuple[tuple[Callable[[int], bool], str], ...] = (
@@ -317,6 +357,11 @@ class LaunchSpec:
         binary: The engine program the operator configured (``[engine_defaults.<engine>]
             binary``), or None to let the adapter find its own. An adapter that runs one
             program runs this one when it is given.
+        reserved_bytes: RD8: the bytes hostler reserved for this launch in the ledger (the
+            adapter's estimate corrected by learning), set by the supervisor before
+            :meth:`EngineAdapter.build_command` is asked; None when nothing was reserved (no
+            ledger: a preview's trial specs, a test). An engine that takes a memory limit
+            (MLX's wired limit, M9) sets it to this figure.
     """
 
     key: str
@@ -330,6 +375,7 @@ class LaunchSpec:
     options: Mapping[str, object] = field(default_factory=dict)
     offload: OffloadPlan | None = None
     binary: Path | None = None
+    reserved_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,6 +401,30 @@ class Panic:
     line: str
     priority: int = 3
     fatal_at_startup: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """How far a long job in the engine has come, read from a line of its output (PG1).
+
+    Attributes:
+        done: Steps done (0 or more, at most ``total``).
+        total: Steps in all (1 or more).
+        unit: What a step is (``step`` for a diffusion step, ``token``...), for display.
+    """
+
+    done: int
+    total: int
+    unit: str = "step"
+
+    def __post_init__(self) -> None:
+        if type(self.total) is not int or not 1 <= self.total <= 2**31:
+            raise ValueError(f"Progress.total must be an int from 1 to 2**31, not {self.total!r}")
+        if type(self.done) is not int or not 0 <= self.done <= self.total:
+            raise ValueError(f"Progress.done must be an int from 0 to total, not {self.done!r}")
+        unit: object = self.unit  # a plugin's: checked
+        if not isinstance(unit, str) or not 0 < len(unit) <= 20:
+            raise ValueError("Progress.unit must be a short name (1 to 20 characters)")
 
 
 class FatalLines:
@@ -428,6 +498,28 @@ class EngineAdapter(ABC):
     #: exclusive lease for their whole run, so that under ``swap`` no other slot's request
     #: evicts the engine mid-job. The engine is evicted, when idle, for the other slots.
     gpu_slot: ClassVar[str] = "llm"
+    #: S8: the most concurrent slots the engine serves (``1`` for a strictly serial one);
+    #: None (default): no limit of its own. A config asking for more is refused when the daemon
+    #: starts, and an automatic plan (``hostler preview`` without ``--slots``) stays within it.
+    max_slots: ClassVar[int | None] = None
+    #: RD10: the ``model`` hostler writes into every request body it forwards to this engine
+    #: (``hostler serve``); None (default): the body is forwarded unchanged. For an engine that
+    #: serves one model but reads ``model`` as something to load (``mlx_lm.server`` takes any
+    #: name but ``default_model`` for a hub repository). A program that talks to the engine's
+    #: port itself (``hostler.Runtime.request``) sends it itself.
+    request_model: ClassVar[str | None] = None
+    #: S9: the KV cache types the engine supports, its default first (``("f16",)`` for MLX);
+    #: None (default): any llama.cpp type. The planner picks and trades only among them; a
+    #: ``kv_type`` the config or ``hostler preview --kv`` asks for outside them is refused.
+    kv_types: ClassVar[tuple[str, ...] | None] = None
+    #: RD7: seconds a start may take to become ready before hostler gives up on it (the
+    #: process group is killed, the start fails); ``[engine_defaults.<engine>]
+    #: startup_timeout`` overrides it. Over 0, at most a day.
+    startup_timeout: ClassVar[float] = 180.0
+    #: RD7: seconds unused before this engine is idle-stopped, unless the config says
+    #: otherwise (a model's ``idle_ttl``, then ``[engine_defaults.<engine>] idle_timeout``);
+    #: None (default): the daemon's ``idle_timeout``. 0: never idle-stopped.
+    default_idle_timeout: ClassVar[float | None] = None
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -438,10 +530,37 @@ class EngineAdapter(ABC):
             )
         if cls.kv_headroom is not None and not 0 <= cls.kv_headroom < 1:
             raise ValueError(f"{cls.__qualname__}.kv_headroom must be from 0 to under 1")
+        if cls.max_slots is not None and (
+            type(cls.max_slots) is not int or not 1 <= cls.max_slots <= _MAX_SLOTS
+        ):
+            raise ValueError(
+                f"{cls.__qualname__}.max_slots must be None or an int from 1 to {_MAX_SLOTS}"
+            )
+        kinds: object = cls.kv_types  # a plugin's: checked
+        if kinds is not None and (
+            not isinstance(kinds, tuple)
+            or not 0 < len(kinds) <= 16
+            or not all(isinstance(k, str) and _KV_TYPE.fullmatch(k) for k in kinds)
+        ):
+            raise ValueError(
+                f"{cls.__qualname__}.kv_types must be None or a tuple of 1 to 16 KV type names "
+                "(such as 'f16', 'q8_0')"
+            )
+        named: object = cls.request_model  # a plugin's: checked
+        if named is not None and (
+            not isinstance(named, str) or not 0 < len(named) <= 200 or not named.isprintable()
+        ):
+            raise ValueError(
+                f"{cls.__qualname__}.request_model must be None or a printable name of 1 to 200 "
+                "characters"
+            )
         if cls.gpu_slot not in GPU_SLOTS:
             raise ValueError(
                 f"{cls.__qualname__}.gpu_slot {cls.gpu_slot!r}: use one of {', '.join(GPU_SLOTS)}"
             )
+        problem = timing_problem(cls)
+        if problem is not None:
+            raise ValueError(problem)
 
     @abstractmethod
     def build_command(self, spec: LaunchSpec) -> LaunchCommand:
@@ -488,6 +607,28 @@ class EngineAdapter(ABC):
         """A fatal line of output, or None (default: nothing is recognised)."""
         del line
         return None
+
+    def progress(self, line: str) -> Progress | None:
+        """How far the engine's current job has come, if ``line`` tells it (PG1; default: None).
+
+        Called for every line of output, like :meth:`classify_line` (cheap, no I/O). hostler
+        keeps the last answer while the engine is busy and shows it (``hostler ps``,
+        ``GET /api/engines``); it is never written to the event log.
+        """
+        del line
+        return None
+
+    def on_exited_before_ready(self, message: str) -> bool:
+        """RD9: whether a start that ended before readiness may be a stale engine's doing.
+
+        Asked when a start fails before it is ready because the process exited or printed a
+        fatal line (not on a timeout); ``message`` is the start's error. True: hostler stops
+        the strays of its own data directory that no engine of it owns and whose command line
+        names this launch's binary or model, and when it stopped one, tries the start once
+        more. For an engine that allows one instance per machine (ds4's lock). Default: False.
+        """
+        del message
+        return False
 
     def read_geometry(self, model: Path) -> ModelGeometry:
         """The model's shape, for the planner and ``hostler preview`` (default: a GGUF header).

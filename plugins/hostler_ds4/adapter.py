@@ -10,15 +10,14 @@ llama.cpp (§3.2 of the reference behaviour, ``docs/rules.md`` D2–D8, D10):
 - a footprint from the catalog's resident line at the launch context (D6), else
   ``min(size, 48 GiB)`` (D10);
 - readiness on ``GET /v1/models`` (D3; it has no ``/health``);
-- a hard singleton: a second instance exits before ready (IN4); the recovery is
-  :func:`hostler.engines.resweep.ensure_running_ds4`.
+- a hard singleton: a second instance exits before ready (IN4); the recovery is the
+  supervisor's sweep and retry, which :meth:`Ds4Adapter.on_exited_before_ready` asks for (RD9).
 """
 
 from __future__ import annotations
 
 import os
 import platform
-import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -26,7 +25,6 @@ import psutil
 
 from hostler.plugin import (
     EngineAdapter,
-    EngineBinaryError,
     EngineStartError,
     LaunchCommand,
     LaunchSpec,
@@ -34,6 +32,7 @@ from hostler.plugin import (
     Panic,
     SettingError,
     context_floor,
+    find_engine_binary,
 )
 from hostler_ds4 import rules
 from hostler_ds4.panic import classify_line
@@ -48,22 +47,13 @@ BINARY_ENV = "HOSTLER_DS4_SERVER"
 def find_ds4_server(configured: str | os.PathLike[str] | None = None) -> Path:
     """The binary to run: ``configured``, ``$HOSTLER_DS4_SERVER``, then ``ds4-server`` on PATH.
 
+    The search is :func:`hostler.plugin.find_engine_binary`.
+
     Raises:
         EngineBinaryError: None found, or the one named is not an executable file.
     """
-    named = configured or os.environ.get(BINARY_ENV)
-    if named:
-        path = Path(named)
-        if not path.is_file():
-            raise EngineBinaryError(f"{path}: ds4-server binary not found")
-        if not os.access(path, os.X_OK):
-            raise EngineBinaryError(f"{path}: ds4-server binary is not executable")
-        return path
-    on_path = shutil.which("ds4-server")
-    if on_path:
-        return Path(on_path)
-    raise EngineBinaryError(
-        f"ds4-server not found: set {BINARY_ENV}, [engine_defaults.ds4] binary, or put it on PATH"
+    return find_engine_binary(
+        configured, BINARY_ENV, "ds4-server", hint="name it as [engine_defaults.ds4] binary"
     )
 
 
@@ -125,6 +115,10 @@ class Ds4Adapter(EngineAdapter):
     #: The flags that set a price are read as settings; the rest are placed by build_command.
     applies_extra_args = True
     options_schema = OPTION_TYPES
+    max_slots = 1  # D4: strictly serial
+    #: D3/RD7: a ds4 model loads (or maps its experts) for up to 10 minutes; idle is the
+    #: daemon's ``idle_timeout`` (5 minutes by default), with no freeze stage.
+    startup_timeout = 600.0
 
     def __init__(
         self,
@@ -231,6 +225,15 @@ class Ds4Adapter(EngineAdapter):
     def classify_line(self, line: str) -> Panic | None:
         """SV14 for ds4: its startup refusals (the singleton lock first) and GPU failures."""
         return classify_line(line)
+
+    def on_exited_before_ready(self, message: str) -> bool:
+        """RD9 (SV10a): an exit before ready, or the lock refusal, may be a stale ds4 (IN4).
+
+        ds4-server is a singleton: while an unowned one still holds the lock, a new one exits
+        before it is ready. hostler sweeps this data directory's unowned strays once, then
+        tries the start once more when it stopped one.
+        """
+        return rules.exited_before_ready(message)
 
     def build_identity(self, command: LaunchCommand) -> str:
         """The binary's path and size (ds4 publishes no build sidecar)."""

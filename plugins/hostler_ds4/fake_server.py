@@ -16,6 +16,9 @@ ways it fails:
   ``GET /v1/models`` and there is no ``/health`` (404);
 - strictly serial (D4): a chat request that arrives while another runs is refused with 503.
 
+Its HTTP skeleton (JSON answers, the body read, server-sent events) is
+:class:`hostler.testing.fake_server.JsonHandler`; what is here is ds4's own protocol.
+
 Test knobs (environment, never flags, so the command line stays ds4-server's):
 ``FAKE_DS4_LOAD_SECONDS`` (load time, default 0.1), ``FAKE_DS4_FAIL_LOAD`` (print this line
 while loading and exit 1), ``FAKE_DS4_REPLY_SECONDS`` (time per reply), ``FAKE_DS4_CRASH_ON``
@@ -34,9 +37,11 @@ import sys
 import tempfile
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from hostler.testing.fake_server import JsonHandler
 
 __all__ = ["lock_path", "main"]
 
@@ -160,43 +165,36 @@ class _Engine:
         self.reply_seconds = float(os.environ.get("FAKE_DS4_REPLY_SECONDS", "0"))
 
 
-def _handler(engine: _Engine) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            del format, args
-
-        def _json(self, status: int, body: object) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+def _handler(engine: _Engine) -> type[JsonHandler]:
+    class Handler(JsonHandler):
+        def error_body(self, status: int, message: str) -> object:
+            """ds4-server's error shape: ``{"error": {"message": ...}}``."""
+            del status
+            return {"error": {"message": message}}
 
         def do_GET(self) -> None:
             if self.path == "/v1/models":
                 model = {"id": engine.model, "object": "model", "owned_by": "ds4"}
-                self._json(200, {"object": "list", "data": [{**model, "ctx": engine.ctx}]})
+                self.send_json(200, {"object": "list", "data": [{**model, "ctx": engine.ctx}]})
             else:
-                self._json(404, {"error": {"message": f"no route {self.path}"}})
+                self.send_error_json(404, f"no route {self.path}")
 
         def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length)
+            raw = self.read_body()
+            if raw is None:
+                return
             if self.path != "/v1/chat/completions":
-                self._json(404, {"error": {"message": f"no route {self.path}"}})
+                self.send_error_json(404, f"no route {self.path}")
                 return
             try:
                 body = json.loads(raw)
                 messages = body["messages"]
                 text = str(messages[-1]["content"])
             except (ValueError, KeyError, IndexError, TypeError):
-                self._json(400, {"error": {"message": "a chat request needs messages"}})
+                self.send_error_json(400, "a chat request needs messages")
                 return
             if not engine.busy.acquire(blocking=False):
-                self._json(503, {"error": {"message": "ds4-server serves one request at a time"}})
+                self.send_error_json(503, "ds4-server serves one request at a time")
                 return
             try:
                 engine.count += 1
@@ -213,19 +211,14 @@ def _handler(engine: _Engine) -> type[BaseHTTPRequestHandler]:
             if not body.get("stream"):
                 choice = {"index": 0, "message": {"role": "assistant", "content": reply}}
                 answer = {"object": "chat.completion", "model": engine.model, "usage": usage}
-                self._json(200, {**answer, "choices": [{**choice, "finish_reason": "stop"}]})
+                self.send_json(200, {**answer, "choices": [{**choice, "finish_reason": "stop"}]})
                 return
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Connection", "close")
-            self.end_headers()
+            self.start_events()
             for word in reply.split(" "):
                 delta = {"index": 0, "delta": {"content": word + " "}}
-                chunk = {"object": "chat.completion.chunk", "choices": [delta]}
-                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            last = {"object": "chat.completion.chunk", "choices": [], "usage": usage}
-            self.wfile.write(f"data: {json.dumps(last)}\n\ndata: [DONE]\n\n".encode())
-            self.close_connection = True
+                self.send_event({"object": "chat.completion.chunk", "choices": [delta]})
+            self.send_event({"object": "chat.completion.chunk", "choices": [], "usage": usage})
+            self.end_events()
 
     return Handler
 

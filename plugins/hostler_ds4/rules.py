@@ -34,7 +34,6 @@ __all__ = [
     "ram_tier",
     "residency",
     "resident_line",
-    "should_retry_after_sweep",
 ]
 
 GIB = 1024**3
@@ -259,8 +258,3 @@ def kv_disk_mb(configured: int | None) -> int:
 def exited_before_ready(message: str) -> bool:
     """SV10a: a start failure that may be a stale instance holding ds4's single-instance lock."""
     return "before becoming ready" in message or bool(_LOCK_REFUSAL.search(message))
-
-
-def should_retry_after_sweep(message: str, *, attempt: int, killed: int) -> bool:
-    """SV10a: retry once, only after an "exited before ready" whose sweep killed something."""
-    return attempt == 0 and killed >= 1 and exited_before_ready(message)

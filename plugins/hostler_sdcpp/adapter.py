@@ -14,13 +14,14 @@ from hostler.plugin import (
     ModelGeometry,
     OptionType,
     Panic,
+    Progress,
     ReadinessProbe,
     UsageError,
     check_model_path,
     extra_args_argv,
 )
 from hostler_sdcpp.binary import find_sd_server
-from hostler_sdcpp.logs import classify_line
+from hostler_sdcpp.logs import classify_line, progress
 from hostler_sdcpp.pricing import ImagePlan, image_footprint, plan_problem
 
 __all__ = ["ROLE_FLAGS", "SDCPP_OPTIONS", "SdCppAdapter", "image_plan", "role_files"]
@@ -95,6 +96,10 @@ class SdCppAdapter(EngineAdapter):
     #: The extras end the argv, after ``--listen-ip/--listen-port``.
     applies_extra_args = True
     options_schema = SDCPP_OPTIONS
+    #: I1/RD7: 5 minutes to load the image model; idle-stopped after 30 minutes unused (a
+    #: shorter idle stop killed long renders), not after the daemon's 5.
+    startup_timeout = 300.0
+    default_idle_timeout = 1800.0
 
     def __init__(self, binary: str | os.PathLike[str] | None = None) -> None:
         self._configured = binary
@@ -154,3 +159,8 @@ class SdCppAdapter(EngineAdapter):
     def classify_line(self, line: str) -> Panic | None:
         """SV14 for sd-server: out of memory, a model it cannot load, a refused argv."""
         return classify_line(line)
+
+    def progress(self, line: str) -> Progress | None:
+        """I5/PG1: the diffusion step of the render under way, from sd-server's progress bar."""
+        found = progress(line)
+        return None if found is None else Progress(*found)

@@ -9,7 +9,7 @@ from hostler.plugin import Panic
 __all__ = ["classify_line", "progress"]
 
 #: I5: ``  |=====>    | 3/20 - 1.52s/it`` (or ``it/s``), possibly after a carriage return.
-_PROGRESS = re.compile(r"\|[=> ]*\|\s*(\d+)/(\d+)\s*-\s*[\d.]+\s*(?:s/it|it/s)")
+_PROGRESS = re.compile(r"\|[=> ]*\|\s*(\d{1,9})/(\d{1,9})\s*-\s*[\d.]+\s*(?:s/it|it/s)")
 _FATAL: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"out of memory", re.IGNORECASE), "gpu-out-of-memory"),
     (re.compile(r"init model loader from file failed"), "model-unreadable"),

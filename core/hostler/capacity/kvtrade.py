@@ -48,6 +48,7 @@ class KvStep(StrEnum):
     NO_FLASH = "no-flash-attention"  # quantized V needs flash attention, which is off
     HEAD_WIDTH = "head-width"  # quantized blocks do not divide a head width
     TRADE = "gemma-trade"  # Gemma f16 → q8_0 for a second slot
+    ENGINE = "engine"  # S9: the engine supports other types only
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +140,7 @@ def default_kv_choice(
 def gemma_trade(
     choice: KvChoice,
     *,
+    allowed: bool = True,
     slots_configured: bool,
     tier: int,
     f16_ceiling: int,
@@ -147,10 +149,11 @@ def gemma_trade(
     """L5 step 4: Gemma's f16 becomes q8_0 when only that gives it a second slot.
 
     ``choice`` is step 1–3's answer; ``q8_ceiling`` prices the q8_0 slot ceiling (called
-    only when the other conditions hold). Anything else keeps ``choice``.
+    only when the other conditions hold); ``allowed`` is False when the engine cannot run q8_0
+    (S9). Anything else keeps ``choice``.
     """
     gemma_default = choice.step is KvStep.DEFAULT and choice.kv_type == "f16"
-    if not gemma_default or slots_configured or tier < TRADE_SLOTS:
+    if not allowed or not gemma_default or slots_configured or tier < TRADE_SLOTS:
         return choice
     if choice.decision["flash_attn_off"] or choice.decision["q8_unfit_width"] is not None:
         return choice

@@ -37,6 +37,7 @@ from hostler.capacity.kvtrade import (
 from hostler.capacity.ledger import LedgerLimits, fallback_resident_bytes, format_denial, shortfall
 from hostler.capacity.slots import compute_headroom, default_slots, planned_slots, slot_ceiling
 from hostler.capacity.units import round_half_up
+from hostler.errors import UsageError
 
 __all__ = [
     "LaunchPlan",
@@ -66,6 +67,8 @@ class PlanRequest:
             (``HOSTLER_LLAMA_GROWTH_CEILING_TOKENS``); None for unbounded (the native window).
         engine: The engine name, for S5's compute headroom.
         kv_headroom: The engine adapter's own S5 share (None: hostler's for ``engine``).
+        max_slots: The most slots the engine serves (S8; None: no limit of its own).
+        kv_types: The KV cache types the engine supports, its default first (S9; None: any).
     """
 
     model: str
@@ -79,6 +82,8 @@ class PlanRequest:
     growth_ceiling: int | None = None
     engine: str = "llamacpp"
     kv_headroom: float | None = None
+    max_slots: int | None = None
+    kv_types: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,12 +146,32 @@ def default_kv_type(geometry: ModelGeometry, model: str) -> str:
 
 
 def launch_choice(request: PlanRequest, geometry: ModelGeometry) -> KvChoice:
-    """L5 steps 1–3 for this launch (:func:`hostler.capacity.kvtrade.default_kv_choice`)."""
-    return default_kv_choice(
+    """L5 steps 1–3 for this launch (:func:`hostler.capacity.kvtrade.default_kv_choice`).
+
+    S9: an engine that supports only some KV types gets L5's choice when it is one of them,
+    else its own default (the first); a type the operator asks for outside them is refused.
+
+    Raises:
+        UsageError: The operator's type is not one the engine supports.
+    """
+    supported = request.kv_types
+    if supported is not None and request.kv_type and request.kv_type not in supported:
+        raise UsageError(
+            f"kv_type {request.kv_type!r}: engine {request.engine!r} supports "
+            f"{', '.join(supported)} only; set one of them or leave kv_type unset"
+        )
+    choice = default_kv_choice(
         explicit=request.kv_type,
         gemma=is_gemma(geometry.architecture, request.model),
         q8_unfit_width=unfit_head_width(geometry, "q8_0"),
     )
+    if supported is None or choice.kv_type in supported:
+        return choice
+    step = KvStep.ENGINE
+    decision = {**choice.decision, "step": step.value, "kv_type": supported[0]}
+    decision["kv_types"] = list(supported)
+    reason = f"KV {supported[0]}: engine {request.engine!r} supports {', '.join(supported)} only"
+    return KvChoice(supported[0], step, reason, decision)
 
 
 def launch_kv_type(
@@ -154,10 +179,11 @@ def launch_kv_type(
 ) -> str:
     """The KV type a launch starts from: the operator's, else L5's default.
 
-    A quantized cache llama.cpp cannot build (head width) stays f16, said in ``reasons``.
+    A quantized cache llama.cpp cannot build (head width) stays f16, and an engine's own type
+    replaces one it does not support (S9), each said in ``reasons``.
     """
     choice = launch_choice(request, geometry)
-    if choice.step is KvStep.HEAD_WIDTH and reasons is not None:
+    if choice.step in (KvStep.HEAD_WIDTH, KvStep.ENGINE) and reasons is not None:
         reasons.append(choice.reason)
     return choice.kv_type
 
@@ -174,6 +200,18 @@ def _window_reasons(
     if request.growth_ceiling is not None:
         reasons.append(f"growth: at most {request.growth_ceiling} tokens (operator's ceiling)")
     return reasons
+
+
+def _engine_tier(request: PlanRequest, tier: int) -> int:
+    """S8: the tier default within the engine's own limit; a count asked above it is refused."""
+    if request.max_slots is None:
+        return tier
+    if request.slots is not None and request.slots > request.max_slots:
+        raise UsageError(
+            f"slots: {request.slots} is more than engine {request.engine!r} serves at once "
+            f"(at most {request.max_slots}); set slots to {request.max_slots} or fewer"
+        )
+    return min(tier, request.max_slots)
 
 
 def plan_llama(
@@ -242,9 +280,10 @@ def plan_llama(
         )
 
     ceiling = ceiling_at(kv_type)
-    tier = default_slots(limits.fast_budget)
+    tier = _engine_tier(request, default_slots(limits.fast_budget))
     traded = gemma_trade(
         launch_choice(request, geometry),
+        allowed=request.kv_types is None or "q8_0" in request.kv_types,
         slots_configured=request.slots is not None,
         tier=tier,
         f16_ceiling=ceiling,

@@ -87,7 +87,9 @@ def add_parsers(sub: Any) -> None:
     preview.add_argument(
         "--ctx", type=count(1, 16_777_216), help="per-slot context window to ask for"
     )
-    preview.add_argument("--slots", type=count(1, MAX_SLOTS), help="concurrent slots (--parallel)")
+    preview.add_argument(
+        "--slots", type=count(1, MAX_SLOTS), help="concurrent slots (requests served at once)"
+    )
     preview.add_argument(
         "--kv",
         type=str.lower,
@@ -304,8 +306,9 @@ def _describe_plan(name: str, arch: str, layers: int | None, price: LaunchPrice)
     source = "header geometry" if plan.exact_geometry else "heuristic (header incomplete)"
     lines = [
         f"model    {name} ({arch}, {layers or '?'} layers, native window {plan.native_window})",
+        # in no engine's flags: each spells the window, slots and KV type its own way
         f"plan     {verdict}: {plan.context_window} tokens per slot × {plan.slots} slot(s) "
-        f"(--ctx-size {plan.total_ctx} --parallel {plan.slots}), KV {plan.kv_type}",
+        f"({plan.total_ctx} tokens in all), KV {plan.kv_type}",
     ]
     if plan.applied_override is not None:
         lines.append(

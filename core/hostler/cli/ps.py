@@ -66,6 +66,15 @@ def _idle_stop(engine: Mapping[str, Any], now: float) -> str:
     return f"in {duration(left)}" if left > 0 else "due"
 
 
+def _state(engine: Mapping[str, Any]) -> str:
+    """The engine's state, with its current job's progress while it has one (PG1)."""
+    state = str(engine["state"])
+    step = engine.get("progress")
+    if not isinstance(step, Mapping):
+        return state
+    return f"{state} {step.get('done')}/{step.get('total')} {str(step.get('unit'))[:20]}"
+
+
 def ps_rows(engines: Mapping[str, Any], queues: Mapping[str, Any]) -> list[tuple[str, ...]]:
     """One row of :data:`PS_HEADERS` per engine (``engines``: ``GET /api/engines``)."""
     now = float(engines.get("now") or 0.0)
@@ -79,7 +88,7 @@ def ps_rows(engines: Mapping[str, Any], queues: Mapping[str, Any]) -> list[tuple
             (
                 str(engine["key"]),
                 model_of(str(engine["key"])),
-                str(engine["state"]),
+                _state(engine),
                 "-" if since is None or not now else duration(now - since),
                 str(engine.get("pid") or "-"),
                 str(engine.get("port") or "-"),  # the engine's own loopback port

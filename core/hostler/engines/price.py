@@ -116,6 +116,8 @@ def price_engine(
             growth_ceiling=overrides.growth_ceiling if overrides else None,
             engine=engine,
             kv_headroom=adapter.kv_headroom,
+            max_slots=adapter.max_slots,
+            kv_types=adapter.kv_types,
         ),
         geometry,
         budget,

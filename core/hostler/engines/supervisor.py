@@ -36,7 +36,7 @@ import socket
 import subprocess
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -66,6 +66,7 @@ from hostler.engines.process import (
     spawn_engine,
     terminate_group,
 )
+from hostler.engines.resweep import anchors_of, sweep_strays
 from hostler.errors import (
     CapacityDeniedError,
     ConcurrencyError,
@@ -85,9 +86,11 @@ from hostler.plugin import (
     LaunchCommand,
     LaunchSpec,
     Panic,
+    Progress,
     ReadinessProbe,
     json_fields_match,
     launch_command,
+    timing_problem,
 )
 from hostler.pluginhost import describe_exception, plugin_fault
 from hostler.policies.supervision import (
@@ -116,9 +119,10 @@ class SupervisorPolicy:
 
     The decision thresholds (restart budget, health failures, idle and pressure timeouts)
     go to the pure policy (:attr:`rules`); the rest are the driver's own pacing.
+    ``startup_timeout`` None (default) is the adapter's own (RD7); a number overrides it.
     """
 
-    startup_timeout: float = 180.0
+    startup_timeout: float | None = None
     readiness_poll: float = 0.01
     health_interval: float = 15.0
     health_failures: int = 3
@@ -169,6 +173,8 @@ class _Child:
     pidfd: Pidfd | None = None  # held for the engine's life, closed when it is dropped (SG4)
     ready_line: re.Pattern[str] | None = None  # RD1: the line readiness waits for, if any
     saw_ready_line: bool = False
+    progress: Progress | None = None  # PG1: the last progress line of the current job
+    startup_timeout: float = 180.0  # RD7: what this start was given to become ready
 
 
 class Supervisor:
@@ -213,10 +219,21 @@ class Supervisor:
         health: LogHealth | None = None,
         offload: OffloadPlan | None = None,
         offload_pinned: bool = False,
+        owned: Callable[[], Collection[int]] | None = None,
+        held_by_other: Callable[[str], str | None] | None = None,
     ) -> None:
         self.key = key
         self.offload = offload
         self._offload_pinned = offload_pinned
+        #: RD9: the live engine pids of every supervisor of this daemon (never swept); None:
+        #: not known, so no stray is ever swept. A pool sets it for the supervisors it makes.
+        self.owned = owned
+        #: RD9, IN3: the live daemon other than this one that pays for a launch token, if any.
+        self.held_by_other = held_by_other
+        self._launched_argv: list[str] = []
+        self._swept = False  # RD9: one sweep and one retry per ensure_running
+        self._retry_cause = "oom-retry"
+        self._ended_before_ready = False  # RD9: the last start exited or panicked, unready
         self._launched_offload: OffloadPlan | None = None
         self._start_panic: str | None = None
         self.adapter = adapter
@@ -270,6 +287,20 @@ class Supervisor:
         return self._child.spec if self._child else None
 
     @property
+    def startup_timeout(self) -> float:
+        """RD7: seconds a start may take: the policy's when set, else the adapter's.
+
+        Raises:
+            PluginError: The adapter's ``startup_timeout`` is not a usable number of seconds.
+        """
+        if self.policy.startup_timeout is not None:
+            return self.policy.startup_timeout
+        problem = timing_problem(self.adapter)
+        if problem is not None:
+            raise self._plugin_fault(f"has a bad timing: {problem}")
+        return float(self.adapter.startup_timeout)
+
+    @property
     def log_path(self) -> Path:
         """The engine's output file."""
         return self.run_dir / "engine.log"
@@ -278,6 +309,13 @@ class Supervisor:
     def busy(self) -> bool:
         """Requests are in flight."""
         return self._in_flight > 0
+
+    @property
+    def progress(self) -> Progress | None:
+        """PG1: how far the engine's current job has come, while it is busy (else None)."""
+        if not self.busy or self._child is None:
+            return None
+        return self._child.progress
 
     async def _fire(self, trigger: str, **observation: object) -> None:
         """Record an observation (SF1): what happened is kept even when the log refuses it.
@@ -364,6 +402,8 @@ class Supervisor:
     async def request(self) -> AsyncIterator[int]:
         """Hold the engine for one request: started if needed, never idle-stopped meanwhile."""
         port = await self.ensure_running()
+        if self._in_flight == 0 and self._child is not None:
+            self._child.progress = None  # PG1: a new job; the last one's progress is over
         self._in_flight += 1
         self.last_used = self._clock()
         try:
@@ -394,11 +434,12 @@ class Supervisor:
         """
         self.last_used = self._clock()
         async with self._lock:
+            self._swept = False
             while True:
                 port = await self._attempt(cause, on_reserved)
                 if port is not None:
                     return port
-                cause = "oom-retry"
+                cause = self._retry_cause
 
     async def _attempt(self, cause: str, on_reserved: Callable[[], None] | None) -> int | None:
         """One start (under the lock): the port, or None when L13 says to try the next plan."""
@@ -426,12 +467,17 @@ class Supervisor:
             raise
         if on_reserved is not None:
             on_reserved()
+        reserved = estimate if self.ledger is not None and self._footprint is not None else None
         try:
-            port = await self._start(cause, token)
+            port = await self._start(cause, token, reserved)
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 await self._abandon(exc)
             if await self._degrade(exc):
+                self._retry_cause = "oom-retry"
+                return None
+            if await self._resweep(exc):
+                self._retry_cause = "resweep-retry"
                 return None
             raise
         await self._learn(estimate)
@@ -465,6 +511,38 @@ class Supervisor:
             plan.kind,
         )
         self.offload = plan  # kept for its later starts too
+        return True
+
+    async def _resweep(self, exc: BaseException) -> bool:
+        """RD9 (SV10a): after a start that ended before ready, sweep stale strays once.
+
+        Asks the adapter whether the failure may be a stale engine's; when it says so, stops
+        this data directory's unowned strays named by the launch's binary or model
+        (:func:`hostler.engines.resweep.sweep_strays`). Returns whether to try once more: only
+        when the sweep stopped something, once per :meth:`ensure_running`, and only when the
+        engines this daemon owns are known (``owned``).
+        """
+        if self._swept or self.owned is None or not self._launched_argv:
+            return False
+        if not isinstance(exc, EngineStartError) or not self._ended_before_ready:
+            return False
+        wanted = self._plugin(
+            "on_exited_before_ready", self.adapter.on_exited_before_ready, exc.message
+        )
+        if wanted is not True:
+            return False
+        self._swept = True
+        swept = await sweep_strays(
+            self.token_prefix,
+            owned=self.owned(),
+            anchors=anchors_of(self._launched_argv),
+            held_by_other=self.held_by_other,
+            offloop=self._io,
+        )
+        if not swept:
+            return False
+        pids = ", ".join(str(stray.pid) for stray in swept)
+        log.warning("hostler: %s: retrying after stopping stray engine(s) %s", self.key, pids)
         return True
 
     async def start_when_recordable(self, cause: str, *, retry_every: float = 1.0) -> int:
@@ -596,13 +674,19 @@ class Supervisor:
                 f"(in {self.engine.retry_at - now:.0f} s)"
             )
 
-    async def _start(self, cause: str, token: str) -> int:
-        await self._decide("start", cause=cause)  # SF2: no start without its record
-        port = free_port()
+    def _launch_spec(self, port: int, reserved: int | None) -> LaunchSpec:
+        """The spec of this start, as the adapter will see it.
+
+        The caller's spec, with the bytes the ledger reserved (RD8), the offload plan the L13
+        ladder chose, and the model as the adapter validated it (RD2).
+        """
         spec = self._plugin("the launch spec", self._spec, port)
+        if reserved is not None:  # RD8: what the ledger holds for this launch, to the byte
+            spec = dataclasses.replace(spec, reserved_bytes=reserved)
         if self.offload is not None:  # a degraded plan (L13) outlives the start that chose it
             spec = dataclasses.replace(spec, offload=self.offload)
         self._launched_offload, self._start_panic = spec.offload, None
+        self._ended_before_ready = False
         try:  # RD2: absolute, and a file or a directory as the adapter says
             model: object = self._plugin("validate_model", self.adapter.validate_model, spec.model)
         except HostlerError as exc:
@@ -614,12 +698,19 @@ class Supervisor:
             raise EngineStartError(f"{self.key}: {exc.message}") from exc
         if not isinstance(model, Path) or not model.is_absolute():
             raise self._plugin_fault(f"returned {repr(model)[:60]} from validate_model")
-        spec = dataclasses.replace(spec, model=model)
+        return dataclasses.replace(spec, model=model)
+
+    async def _start(self, cause: str, token: str, reserved: int | None = None) -> int:
+        await self._decide("start", cause=cause)  # SF2: no start without its record
+        timeout = self.startup_timeout  # RD7: a bad adapter timing fails before any spawn
+        port = free_port()
+        spec = self._launch_spec(port, reserved)
         probe = self._plugin("readiness", self.adapter.readiness, spec)
         if not isinstance(probe, ReadinessProbe):
             raise self._plugin_fault(f"returned {repr(probe)[:60]} from readiness")
         # RD5: the adapter's argv, then the operator's extra_args (unless it places them)
         command: LaunchCommand = self._plugin("build_command", launch_command, self.adapter, spec)
+        self._launched_argv = list(command.argv)
         self._build = self._plugin("build_identity", self.adapter.build_identity, command)
         linked = self._linked_run_dir()
         if linked is not None:  # planted: rotation would cut files wherever it points
@@ -646,6 +737,7 @@ class Supervisor:
             message = f"{self.key}: cannot run {command.argv[0]} ({reason})"
             raise EngineStartError(message) from exc
         child = _Child(identity, process, follower, self._clock(), spec, pidfd=pidfd)
+        child.startup_timeout = timeout
         if probe.ready_line is not None:
             child.ready_line = re.compile(probe.ready_line)
         self._child = child
@@ -746,7 +838,7 @@ class Supervisor:
         return bool(self._plugin("is_ready_response", self.adapter.is_ready_response, status, body))
 
     async def _await_ready(self, child: _Child, probe: ReadinessProbe) -> None:
-        deadline = anyio.current_time() + self.policy.startup_timeout
+        deadline = anyio.current_time() + child.startup_timeout
         while True:
             if self._abort_reason is not None:
                 reason, self._abort_reason = self._abort_reason, None
@@ -774,10 +866,11 @@ class Supervisor:
             await self._await_own_exit(child, self.policy.panic_exit_wait)
         self._read_lines(child, final=True)
         self._start_panic = child.panic.kind if child.panic is not None else None
+        self._ended_before_ready = not timed_out
         if child.panic is not None:
             reason = child.panic.line
         elif timed_out:
-            reason = f"did not become ready within {self.policy.startup_timeout:.0f} s"
+            reason = f"did not become ready within {child.startup_timeout:g} s"
         else:
             lines = [line.strip() for line in child.lines if line.strip()]
             errors = [line for line in lines if "error" in line.lower()]
@@ -811,6 +904,11 @@ class Supervisor:
             child.lines.append(line)
             if child.ready_line is not None and child.ready_line.search(line):
                 child.saw_ready_line = True
+            step = self._plugin("progress", self.adapter.progress, line)
+            if step is not None:
+                if not isinstance(step, Progress):
+                    raise self._plugin_fault(f"progress returned {repr(step)[:60]}")
+                child.progress = step
             panic = self._plugin("classify_line", self.adapter.classify_line, line)
             if panic is not None and (
                 child.panic is None or panic.priority >= child.panic.priority

@@ -65,6 +65,7 @@ from hostler.events.pool import (
     PoolRoomPlanned,
 )
 from hostler.machines.engine import EngineState, StopReason
+from hostler.plugin import Progress
 from hostler.policies.eviction import DEFAULT_EVICTION_POLICY, EvictionPolicy
 from hostler.policies.pool import (
     DRAIN_WAIT,
@@ -105,6 +106,7 @@ class EntryView:
     pinned: bool
     port: int | None
     pid: int | None
+    progress: Progress | None = None  # PG1: the current job's, while busy
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,10 +329,16 @@ class Pool:
         entry = self._entries.get(key)
         if entry is None:
             entry = _Entry(self._build_supervisor(key), last_used_at=self._clock())
+            if entry.supervisor.owned is None:  # RD9: a sweep spares every engine of ours
+                entry.supervisor.owned = self.live_pids
             self._entries[key] = entry
             if self._tg is not None and not self._closed:
                 self._start(entry.supervisor.watch)
         return entry.supervisor
+
+    def live_pids(self) -> list[int]:
+        """The process ids of every engine the pool's supervisors hold now (RD9: never swept)."""
+        return [pid for e in self._entries.values() if (pid := e.supervisor.pid) is not None]
 
     def engine_keys(self) -> list[str]:
         """Every engine key the pool knows, sorted."""
@@ -384,6 +392,7 @@ class Pool:
                     pinned=key in self.pinned,
                     port=sup.port,
                     pid=sup.pid,
+                    progress=sup.progress,
                 )
             )
         return views

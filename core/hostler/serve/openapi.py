@@ -113,6 +113,9 @@ _ENGINE_VIEW = _obj(
     pinned=_BOOL,
     port=_nullable(_INT),
     pid=_nullable(_INT),
+    progress=_nullable(
+        _obj(["done", "total", "unit"], done=_INT, total=_INT, unit=_STR),
+    ),
 )
 
 _QUEUE = _obj(

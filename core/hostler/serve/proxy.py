@@ -15,6 +15,7 @@ path's cost is a headline number (docs/benchmarks.md).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -90,6 +91,7 @@ class CompletionProxy:
                     receive,
                     send,
                     body=body,
+                    payload=payload,
                     target=target,
                     model=model,
                     session=session,
@@ -104,6 +106,7 @@ class CompletionProxy:
         send: Send,
         *,
         body: bytes,
+        payload: dict[str, Any],
         target: str,
         model: object,
         session: str | None,
@@ -117,6 +120,9 @@ class CompletionProxy:
                 else:
                     key = await self._runtime.one_shot(engine, name)
                 port = await stack.enter_async_context(self._runtime.request(key, session=session))
+                forced = self._runtime.pool.supervisor(key).adapter.request_model
+                if forced is not None and payload.get("model") != forced:  # RD10
+                    body = await anyio.to_thread.run_sync(_with_model, payload, forced)
                 answer = await self._upstream.send(port, path, body, "application/json")
                 stack.push_async_callback(_close_shielded, answer)
             except HostlerError as exc:
@@ -198,3 +204,8 @@ def _session(scope: Scope, payload: Mapping[str, Any]) -> str | None:
     if isinstance(session, str) and 0 < len(session) <= MAX_SESSION:
         return session
     return None
+
+
+def _with_model(payload: dict[str, Any], model: str) -> bytes:
+    """The request body with its ``model`` replaced (RD10; off the event loop: it may be large)."""
+    return json.dumps({**payload, "model": model}, ensure_ascii=False).encode()

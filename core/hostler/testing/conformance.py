@@ -69,6 +69,7 @@ from hostler.plugin import (
     ModelGeometry,
     Panic,
     launch_command,
+    timing_problem,
 )
 from hostler.pluginhost import PluginHost
 from hostler.replay import load
@@ -380,6 +381,15 @@ class AdapterConformance:
         assert adapter.is_ready(500) is False
         assert adapter.is_ready(404) is False
 
+    def test_timings_are_sane(self, adapter: EngineAdapter) -> None:
+        """RD7: the start and idle timings are finite seconds within hostler's bounds.
+
+        ``startup_timeout`` over 0 and at most a day; ``default_idle_timeout`` None or from 0
+        to a year; never a bool, NaN or infinity.
+        """
+        problem = timing_problem(adapter)
+        assert problem is None, problem
+
     def test_ordinary_lines_are_not_fatal(self, adapter: EngineAdapter) -> None:
         """Plain output is not a panic; odd bytes never make ``classify_line`` raise."""
         for line in BENIGN_LINES:
@@ -450,9 +460,10 @@ class AdapterConformance:
         status, _ = await anyio.to_thread.run_sync(_http, port, live.adapter.readiness_path)
         assert live.adapter.is_ready(status), f"ready, yet its readiness path answers {status}"
         if self.serves_completions:
-            status, body = await anyio.to_thread.run_sync(
-                _http, port, self.completion_path, dict(self.completion_body)
-            )
+            asked = dict(self.completion_body)
+            if live.adapter.request_model is not None:  # RD10: as hostler serve forwards it
+                asked["model"] = live.adapter.request_model
+            status, body = await anyio.to_thread.run_sync(_http, port, self.completion_path, asked)
             assert status == 200, f"{self.completion_path} answered {status}: {body[:300]!r}"
             assert json.loads(body).get("choices"), body[:300]
         began = time.monotonic()

@@ -26,6 +26,11 @@ answered ``ok`` and printed as ``asked for <path>``.
 Every line it prints goes to its output (the engine log): ``fake-engine: listening on
 127.0.0.1:PORT``, ``fake-engine: model loaded`` (the ready line), ``fake-engine: crashing on
 request N``.
+
+Other fakes build on its skeleton (``plugins/hostler_ds4/fake_server.py``,
+``tests/_fake_sdserver.py``): :class:`JsonHandler` (a quiet HTTP/1.1 handler with JSON answers,
+JSON errors, a length-checked body read and server-sent events), so that each keeps only its own
+protocol. Importing this module loads only the standard library.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ import sys
 import threading
 import time
 from typing import Any
+
+__all__ = ["MAX_BODY", "MODEL_ID", "READY_LINE", "JsonHandler", "main"]
 
 READY_LINE = "fake-engine: model loaded"
 MODEL_ID = "fake-model"
@@ -56,27 +63,98 @@ class _State:
         self.requests = 0
 
 
+#: The largest request body :meth:`JsonHandler.read_body` reads (16 MiB).
+MAX_BODY = 16 * 1024 * 1024
+
+
+class JsonHandler(http.server.BaseHTTPRequestHandler):
+    """The skeleton of a fake engine's HTTP handler: HTTP/1.1, JSON answers, no access log.
+
+    Subclass it with ``do_GET`` / ``do_POST``; answer with :meth:`send_json` or
+    :meth:`send_error_json`, read a request body with :meth:`read_body`, stream with
+    :meth:`start_events`, :meth:`send_event` and :meth:`end_events`.
+    """
+
+    protocol_version = "HTTP/1.1"
+    #: The largest body :meth:`read_body` accepts; a longer one is answered 413.
+    max_body = MAX_BODY
+
+    def send_json(self, status: int, body: object, *, close: bool = False) -> None:
+        """Answer ``status`` with ``body`` as JSON (with its ``Content-Length``).
+
+        ``close``: say ``Connection: close`` and close the connection after it.
+        """
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        if close:
+            self.send_header("Connection", "close")  # also sets close_connection
+        self.end_headers()
+        self.wfile.write(data)
+
+    def error_body(self, status: int, message: str) -> object:
+        """The JSON of an error answer: ``{"error": {"code": status, "message": message}}``.
+
+        Override it to speak another server's error shape.
+        """
+        return {"error": {"code": status, "message": message}}
+
+    def send_error_json(self, status: int, message: str, *, close: bool = False) -> None:
+        """Answer ``status`` with :meth:`error_body` (``close``: as :meth:`send_json`)."""
+        self.send_json(status, self.error_body(status, message), close=close)
+
+    def read_body(self) -> bytes | None:
+        """The request body, read by its ``Content-Length`` (none given: empty).
+
+        A length that is not a whole number from 0 to :attr:`max_body` is answered (400, or
+        413 when too large; the body is left unread and the connection closed): then None,
+        and the caller returns.
+        """
+        text = self.headers.get("Content-Length") or "0"
+        digits = text.isascii() and text.isdigit() and len(text) <= 18  # int() refuses long texts
+        length = int(text) if digits else -1
+        if 0 <= length <= self.max_body:
+            return self.rfile.read(length) if length else b""
+        if length < 0:
+            self.send_error_json(400, f"bad Content-Length {text[:40]!r}", close=True)
+        else:
+            self.send_error_json(413, f"a body over {self.max_body} bytes", close=True)
+        return None
+
+    def start_events(self) -> None:
+        """Begin a server-sent event stream (200, ``text/event-stream``, closed at the end)."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+
+    def send_event(self, data: object) -> None:
+        """One event: ``data: <data as JSON>`` and a blank line."""
+        self.wfile.write(f"data: {json.dumps(data)}\n\n".encode())
+
+    def end_events(self) -> None:
+        """End the stream with ``data: [DONE]`` and close the connection."""
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+        self.close_connection = True
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: a fake's output is its engine log, not an access log."""
+        del format, args
+
+
 def _say(line: str) -> None:
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
 
 
-def _handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
+def _handler(state: _State) -> type[JsonHandler]:
     behaviour = state.behaviour
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def _send(self, status: int, body: object) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
+    class Handler(JsonHandler):
         def _loading(self) -> None:
-            self._send(503, {"error": {"code": 503, "message": "Loading model"}})
+            self.send_error_json(503, "Loading model")
 
         def do_GET(self) -> None:
             with state.lock:
@@ -84,33 +162,35 @@ def _handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
             path = self.path.split("?")[0]
             if path == "/health":
                 if state.ready.is_set() or behaviour.get("health_before_ready"):
-                    self._send(200, {"status": "ok"})
+                    self.send_json(200, {"status": "ok"})
                 else:
                     self._loading()
             elif path == "/v1/models":
-                self._send(200, {"object": "list", "data": [{"id": MODEL_ID, "object": "model"}]})
+                models = [{"id": MODEL_ID, "object": "model"}]
+                self.send_json(200, {"object": "list", "data": models})
             elif path == "/stats":
                 with state.lock:
                     stats = {"requests": state.requests, "completions": state.completions}
-                self._send(200, {**stats, "ready": state.ready.is_set()})
+                self.send_json(200, {**stats, "ready": state.ready.is_set()})
             elif path.startswith("/busy/"):
                 time.sleep(float(path.split("/")[2]))
-                self._send(200, {"status": "ok"})
+                self.send_json(200, {"status": "ok"})
             elif path.startswith("/spam/"):
                 for i in range(int(path.split("/")[2])):
                     sys.stdout.write(f"spam {i:08d} " + "x" * 100 + "\n")
                 sys.stdout.flush()
-                self._send(200, {"status": "ok"})
+                self.send_json(200, {"status": "ok"})
             else:
                 _say(f"asked for {self.path}")
-                self._send(200, {"status": "ok"})
+                self.send_json(200, {"status": "ok"})
 
         def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
+            raw = self.read_body()
+            if raw is None:
+                return
             path = self.path.split("?")[0]
             if path not in _COMPLETIONS:
-                self._send(404, {"error": {"code": 404, "message": f"no route {path}"}})
+                self.send_error_json(404, f"no route {path}")
                 return
             if not state.ready.is_set():
                 self._loading()
@@ -118,7 +198,7 @@ def _handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
             try:
                 body = json.loads(raw or b"{}")
             except ValueError:
-                self._send(400, {"error": {"code": 400, "message": "invalid JSON"}})
+                self.send_error_json(400, "invalid JSON")
                 return
             with state.lock:
                 state.requests += 1
@@ -135,7 +215,7 @@ def _handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
             usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
             created = int(time.time())
             if path == "/completion":
-                self._send(200, {"content": text, "stop": True, "tokens_predicted": 1})
+                self.send_json(200, {"content": text, "stop": True, "tokens_predicted": 1})
                 return
             chat = path == "/v1/chat/completions"
             choice: dict[str, Any] = {"index": 0, "finish_reason": "stop"}
@@ -153,15 +233,12 @@ def _handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
                 "usage": usage,
             }
             if not body.get("stream"):
-                self._send(200, reply)
+                self.send_json(200, reply)
                 return
             self._stream(reply, chat, text)
 
         def _stream(self, reply: dict[str, Any], chat: bool, text: str) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Connection", "close")
-            self.end_headers()
+            self.start_events()
             delta = {"role": "assistant", "content": text} if chat else None
             first = {**reply, "object": "chat.completion.chunk" if chat else reply["object"]}
             first["choices"] = [
@@ -173,13 +250,8 @@ def _handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
             ]
             last = {**first, "choices": [{"index": 0, "finish_reason": "stop", "delta": {}}]}
             for chunk in (first, last):
-                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            self.wfile.write(b"data: [DONE]\n\n")
-            self.wfile.flush()
-            self.close_connection = True
-
-        def log_message(self, format: str, *args: object) -> None:
-            del format, args
+                self.send_event(chunk)
+            self.end_events()
 
     return Handler
 
