@@ -25,6 +25,7 @@ from hostler.plugin import (
     EngineAdapter,
     OptionType,
     engine_name_problem,
+    options_schema_problem,
     validate_options,
 )
 from hostler.pluginhost import PluginHost
@@ -404,3 +405,52 @@ def test_an_adapters_kv_types_are_checked_when_declared() -> None:
     for good in (None, ("f16",), tuple(f"q{i}" for i in range(16))):
         made: type[EngineAdapter] = type("Good", (EngineAdapter,), {"kv_types": good})
         assert made.kv_types == good
+
+
+def test_an_options_schema_is_names_to_option_types() -> None:
+    """RD6: a schema is checked where it is declared (and again where it registers)."""
+    for good in ({}, {"n": int, "r": (int, float), "s": str, "b": bool}, {"x" * 64: str}):
+        assert options_schema_problem(good) is None
+    assert options_schema_problem({f"o{i}": int for i in range(256)}) is None
+    problems = {
+        "not a mapping": (["n"], "must map option names to types, not list"),
+        "257 options": ({f"o{i}": int for i in range(257)}, "more than 256 options"),
+        "empty name": ({"": int}, "key '' is not an option name"),
+        "long name": ({"x" * 65: int}, "is not an option name"),
+        "control": ({"a\nb": int}, "is not an option name"),
+        "type name": ({"t": "float"}, "options_schema['t'] is 'float': use bool, int, float, str"),
+        "other type": ({"t": list}, "options_schema['t'] is <class 'list'>"),
+        "empty tuple": ({"t": ()}, "options_schema['t'] is ()"),
+        "mixed tuple": ({"t": (int, bytes)}, "options_schema['t'] is (<class 'int'>, <class 'b"),
+    }
+    for case, (schema, expected) in problems.items():
+        problem = options_schema_problem(schema)
+        assert problem is not None and expected in problem, case
+    with pytest.raises(ValueError, match=r"Bad\.options_schema\['t'\] is 'float'"):
+        type("Bad", (EngineAdapter,), {"options_schema": {"t": "float"}})
+
+
+def test_engine_defaults_options_are_checked_even_when_no_model_uses_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = tmp_path / "h.toml"
+    plugins = PluginHost().load()
+    config.write_text(
+        '[engine_defaults.sdcpp.options]\nbogus = 1\n[[models]]\nid = "m"\npath = "m.gguf"\n'
+    )
+    loaded = load_config(config)
+    with pytest.raises(UsageError) as caught:
+        check_engine_options(loaded.engines, plugins, loaded.default_options)
+    assert caught.value.message.startswith(
+        f"{config}: engine_defaults.sdcpp.options.bogus: unknown option for engine 'sdcpp'"
+    )
+    config.write_text(
+        "[engine_defaults.sdcpp.options]\nsteps = 4\n[engine_defaults.mxl.options]\nx = 1\n"
+    )
+    loaded = load_config(config)
+    with caplog.at_level(logging.WARNING, logger="hostler.daemon"):
+        check_engine_options(loaded.engines, plugins, loaded.default_options)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"hostler: {config}: engine_defaults.mxl.options: no loaded plugin provides engine "
+        "'mxl'; unused"
+    ]

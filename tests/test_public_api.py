@@ -138,6 +138,7 @@ def test_the_plugin_contract_is_pinned() -> None:
         "hookspec",
         "json_fields_match",
         "launch_command",
+        "options_schema_problem",
         "round_half_up",
         "timing_problem",
         "validate_options",

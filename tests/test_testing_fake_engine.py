@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 import urllib.error
 import urllib.request
@@ -271,6 +272,18 @@ def test_fake_clock_moves_only_forward_when_told() -> None:
     assert clock() == 200.0
     with pytest.raises(UsageError, match="does not go back"):
         clock.advance(-0.001)
+    assert clock() == 200.0
+    for bad in (math.nan, math.inf, -math.inf):
+        with pytest.raises(UsageError, match="a finite number of seconds"):
+            clock.advance(bad)
+        with pytest.raises(UsageError, match="a finite number of seconds"):
+            clock.set(bad)
+        with pytest.raises(UsageError, match="starts at a finite time"):
+            FakeClock(bad)
+    late = FakeClock(1e308)
+    with pytest.raises(UsageError, match="a finite number of seconds"):
+        late.advance(1e308)  # finite, but the reading would not be
+    assert late() == 1e308
     assert clock() == 200.0
 
 

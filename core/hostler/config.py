@@ -14,6 +14,7 @@ import math
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -172,6 +173,10 @@ class DaemonConfig:
     #: The eviction policy's name (EV1, ``[pool] eviction``); checked against the built-ins and
     #: the plugins' policies when the daemon starts (PM17).
     eviction: str = DEFAULT_EVICTION_POLICY.name
+    #: RD6: each ``[engine_defaults.<engine>.options]`` table as written (engine → where it is
+    #: written, its options), checked against its adapter's schema when the daemon starts even
+    #: if no model uses it.
+    default_options: Mapping[str, tuple[str, Mapping[str, object]]] = field(default_factory=dict)
 
     def idle_timeout_of(self, engine: EngineConfig, adapter_default: float | None = None) -> float:
         """RD7: the idle stop of ``engine``, in seconds (0: never).
@@ -395,6 +400,11 @@ def load_config(path: str | os.PathLike[str], *, data_dir: Path | None = None) -
         spillover=parsed.budget.spillover,
         arbiter=parsed.arbiter.policy,
         eviction=parsed.pool.eviction,
+        default_options={
+            name: (f"{file}: engine_defaults.{name}.options", dict(preset.options))
+            for name, preset in parsed.engine_defaults.items()
+            if preset.options
+        },
     )
 
 

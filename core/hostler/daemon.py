@@ -20,7 +20,7 @@ import secrets
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -416,7 +416,8 @@ class Daemon:
 
         plugins = await io.run_patiently(lambda: PluginHost(record=record).load())
         eviction = _eviction_of(config.eviction, plugins)  # PM17: an unknown name stops here
-        check_engine_options(config.engines, plugins)  # RD6: an unknown option stops here
+        # RD6: an unknown option stops here, in a model's table or an engine's defaults
+        check_engine_options(config.engines, plugins, config.default_options)
         probe = await io.run(open_nvml)
         self.probe = probe
         device = DeviceWatch(store, probe)
@@ -952,14 +953,30 @@ def _damage_message(
     )
 
 
-def check_engine_options(engines: Iterable[EngineConfig], plugins: PluginHost) -> None:
+def check_engine_options(
+    engines: Iterable[EngineConfig],
+    plugins: PluginHost,
+    defaults: Mapping[str, tuple[str, Mapping[str, object]]] | None = None,
+) -> None:
     """RD6: every configured ``options`` table against its engine adapter's schema; S8: slots.
 
-    An engine whose plugin is not loaded is skipped (it fails on its own, naming that).
+    ``defaults`` are the ``[engine_defaults.<engine>.options]`` tables (engine → where, table),
+    checked whether or not a model uses them. An engine whose plugin is not loaded is skipped
+    (it fails on its own, naming that); defaults for an engine no plugin provides are said once
+    in the log (a misspelled section, or a plugin that did not load).
 
     Raises:
         UsageError: One line naming the file, the table and the key.
     """
+    for name, (where, options) in sorted((defaults or {}).items()):
+        adapter = plugins.adapters.get(name)
+        if adapter is None:
+            log.warning("hostler: %s: no loaded plugin provides engine %r; unused", where, name)
+            continue
+        for key, value in options.items():
+            validate_options(
+                {key: value}, adapter.options_schema, where=where, engine=adapter.engine_type
+            )
     for engine in engines:
         parsed = parse_key(engine.key)
         cls = plugins.adapters.get(parsed.engine) if parsed else None

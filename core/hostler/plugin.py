@@ -94,6 +94,7 @@ __all__ = [
     "hookspec",
     "json_fields_match",
     "launch_command",
+    "options_schema_problem",
     "round_half_up",
     "timing_problem",
     "validate_options",
@@ -232,6 +233,32 @@ def extra_args_argv(extra_args: ExtraArgs) -> list[str]:
         if value is not True:
             argv.append(str(value))
     return argv
+
+
+#: The types an option may have (RD6).
+_OPTION_VALUE_TYPES: tuple[type, ...] = (bool, int, float, str)
+
+
+def options_schema_problem(schema: object) -> str | None:
+    """Why ``schema`` is no ``options_schema`` (RD6), or None when it is one.
+
+    A schema maps up to 256 option names (1 to 64 characters, no control characters) each to
+    one of ``bool``, ``int``, ``float``, ``str`` or a non-empty tuple of them.
+    """
+    if not isinstance(schema, Mapping):
+        return f"options_schema must map option names to types, not {type(schema).__name__}"
+    if len(schema) > 256:
+        return "options_schema has more than 256 options"
+    for name, kind in schema.items():
+        if not isinstance(name, str) or not 0 < len(name) <= 64 or not name.isprintable():
+            return f"options_schema key {repr(name)[:40]} is not an option name"
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if not kinds or not all(k in _OPTION_VALUE_TYPES for k in kinds):
+            return (
+                f"options_schema[{name!r}] is {repr(kind)[:40]}: use bool, int, float, str "
+                "or a tuple of them"
+            )
+    return None
 
 
 def _type_name(kind: OptionType) -> str:
@@ -529,6 +556,8 @@ class EngineAdapter(ABC):
             )
         if cls.kv_headroom is not None and not 0 <= cls.kv_headroom < 1:
             raise ValueError(f"{cls.__qualname__}.kv_headroom must be from 0 to under 1")
+        if (problem := options_schema_problem(cls.options_schema)) is not None:
+            raise ValueError(f"{cls.__qualname__}.{problem}")
         if cls.max_slots is not None and (
             type(cls.max_slots) is not int or not 1 <= cls.max_slots <= _MAX_SLOTS
         ):

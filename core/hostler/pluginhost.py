@@ -22,7 +22,13 @@ import pluggy
 from hostler.errors import HostlerError, PluginError, UnknownEngineError
 from hostler.events.base import Event
 from hostler.events.plugin import PluginFailed, PluginLoaded
-from hostler.plugin import PROJECT, EngineAdapter, Hookspecs, engine_name_problem
+from hostler.plugin import (
+    PROJECT,
+    EngineAdapter,
+    Hookspecs,
+    engine_name_problem,
+    options_schema_problem,
+)
 from hostler.policies.eviction import (
     BUILTIN_EVICTION_POLICIES,
     EvictionPolicy,
@@ -155,14 +161,10 @@ class PluginHost:
     def _check(self, offered: list[Any]) -> str:
         seen: set[str] = set()
         for cls in offered:
-            if not (isinstance(cls, type) and issubclass(cls, EngineAdapter)):
-                return f"registered {cls!r}, which is not an EngineAdapter subclass"
+            problem = _adapter_class_problem(cls)
+            if problem:
+                return problem
             engine = cls.engine_type
-            if not engine:
-                return f"{cls.__qualname__} has no engine_type"
-            problem = engine_name_problem(engine)
-            if problem is not None:
-                return f"{cls.__qualname__}.engine_type {problem}"
             if engine in self.adapters:
                 return (
                     f"engine {engine!r} is already registered by plugin "
@@ -244,3 +246,16 @@ def describe_exception(exc: BaseException) -> str:
     except BaseException:  # noqa: BLE001 - a plugin's broken __str__ must not hide its error
         text = ["(its message could not be read)"]
     return f"{type(exc).__name__}: {text[0][:500] if text else ''}".rstrip(": ")
+
+
+def _adapter_class_problem(cls: object) -> str:
+    """Why ``cls`` cannot be registered as an engine adapter ("" when it can)."""
+    if not (isinstance(cls, type) and issubclass(cls, EngineAdapter)):
+        return f"registered {cls!r}, which is not an EngineAdapter subclass"
+    if not cls.engine_type:
+        return f"{cls.__qualname__} has no engine_type"
+    problem = engine_name_problem(cls.engine_type)
+    if problem is not None:
+        return f"{cls.__qualname__}.engine_type {problem}"
+    problem = options_schema_problem(cls.options_schema)  # set after the class was made, say
+    return f"{cls.__qualname__}.{problem}" if problem is not None else ""

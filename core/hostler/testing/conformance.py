@@ -52,6 +52,7 @@ from types import ModuleType
 from typing import Any, ClassVar
 
 import anyio
+import psutil
 import pytest
 
 from hostler.capacity.budget import HostMemory, compute_budget
@@ -457,6 +458,8 @@ class AdapterConformance:
         port = await sup.ensure_running()
         assert sup.state == "running"
         assert live.reservations() == [live.key]
+        wide = await anyio.to_thread.run_sync(_listening_beyond_loopback, live.engine_pids())
+        assert not wide, f"the engine listens beyond loopback on {', '.join(wide)}: bind 127.0.0.1"
         status, _ = await anyio.to_thread.run_sync(_http, port, live.adapter.readiness_path)
         assert live.adapter.is_ready(status), f"ready, yet its readiness path answers {status}"
         if self.serves_completions:
@@ -516,3 +519,25 @@ def _orphan(dead: Supervisor) -> threading.Thread:
     reaper = threading.Thread(target=process.wait if process else lambda: None, daemon=True)
     reaper.start()
     return reaper
+
+
+def _listening_beyond_loopback(pids: list[int]) -> list[str]:
+    """The addresses the processes (and their children) listen on that are not loopback."""
+    wide: list[str] = []
+    for pid in pids:
+        try:
+            process = psutil.Process(pid)
+            family = [process, *process.children(recursive=True)]
+        except psutil.Error:
+            continue
+        for member in family:
+            try:
+                sockets = member.net_connections(kind="inet")
+            except psutil.Error:
+                continue
+            for conn in sockets:
+                if conn.status != psutil.CONN_LISTEN or not conn.laddr:
+                    continue
+                if not ipaddress.ip_address(conn.laddr.ip.split("%")[0]).is_loopback:
+                    wide.append(f"{conn.laddr.ip}:{conn.laddr.port}")
+    return sorted(set(wide))

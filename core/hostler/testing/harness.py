@@ -10,6 +10,7 @@ fixture; it works as well outside pytest.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -40,6 +41,8 @@ class FakeClock:
     """
 
     def __init__(self, start: float = 1_800_000_000.0) -> None:
+        if not math.isfinite(start):
+            raise UsageError(f"a clock starts at a finite time, not {start!r}")
         self.now = float(start)
 
     def __call__(self) -> float:
@@ -47,7 +50,9 @@ class FakeClock:
         return self.now
 
     def advance(self, seconds: float) -> float:
-        """Move forward by ``seconds`` (never backward); returns the new reading."""
+        """Move forward by ``seconds`` (never backward, always finite); returns the new reading."""
+        if not math.isfinite(seconds) or not math.isfinite(self.now + seconds):
+            raise UsageError(f"a clock moves by a finite number of seconds, not {seconds!r}")
         if seconds < 0:
             raise UsageError(f"a clock does not go back ({seconds} s)")
         self.now += seconds
