@@ -52,6 +52,8 @@ from hostler.errors import (
 )
 from hostler.policies.arbiter import SLOTS as GPU_SLOTS
 from hostler.policies.cache import CacheEntry, entry_bytes
+from hostler.smallfile import read_small_file
+from hostler.untrusted import parse_json, parse_whole
 
 __all__ = [
     "ENGINE_NAME_MAX",
@@ -95,6 +97,9 @@ __all__ = [
     "hookspec",
     "json_fields_match",
     "launch_command",
+    "parse_json",
+    "parse_whole",
+    "read_small_file",
     "round_half_up",
     "timing_problem",
     "validate_options",

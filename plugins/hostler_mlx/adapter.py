@@ -18,6 +18,7 @@ from hostler.plugin import (
     Panic,
     ReadinessProbe,
     check_model_path,
+    parse_json,
 )
 from hostler_mlx.geometry import read_mlx_model
 from hostler_mlx.pricing import MLX_HEADROOM, estimate_mlx, geometry_known
@@ -159,8 +160,8 @@ class MlxAdapter(EngineAdapter):
         if not self.is_ready(status):
             return False
         try:
-            data = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
+            data = parse_json(body)
+        except ValueError:  # not JSON, or nested past the decoder's depth: not ready
             return False
         return isinstance(data, dict) and bool(data.get("choices"))
 
