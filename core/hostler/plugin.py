@@ -648,7 +648,7 @@ class EngineAdapter(ABC):
         Default: the class's :attr:`max_slots` (None: no limit of its own). An engine whose
         concurrency depends on the model answers per model (MLX: 1 when the geometry is
         unknown, M6), so the plan, the price and the launch agree. Answer None or an int from
-        1 to 64; the planner plans at most that many and refuses ``slots`` above it.
+        1 to 1024; the planner plans at most that many and refuses ``slots`` above it.
         """
         del geometry
         return self.max_slots
