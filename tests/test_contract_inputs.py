@@ -268,3 +268,19 @@ def test_a_config_number_past_the_digit_limit_is_one_line(tmp_path: Path) -> Non
     config.write_text("[daemon]\nidle_timeout = " + "1" * 5000 + "\n")
     with pytest.raises(UsageError, match="more than 4300 digits"):
         load_config(config)
+
+
+@pytest.mark.parametrize(
+    ("parallel", "slots"),
+    [("1" * 5000, 3), ("²", 3), ("0", 3), ("-2", 3), ("1025", 3), ("1024", 1024), (" 5 ", 5)],
+)
+def test_llama_cpp_reads_an_operators_parallel_within_bounds(parallel: str, slots: int) -> None:
+    """L16: ``--parallel`` sizes the cache adapter; a count it cannot be leaves the plan's."""
+    from hostler_llamacpp import LlamaCppAdapter
+    from hostler_llamacpp.cache import LlamaCacheAdapter
+
+    spec = LaunchSpec(
+        "llamacpp:m:0", Path("m.gguf"), 4321, 512, slots=3, extra_args={"parallel": parallel}
+    )
+    made = LlamaCppAdapter().cache_adapter(spec)
+    assert isinstance(made, LlamaCacheAdapter) and made.slots == slots

@@ -18,6 +18,7 @@ from hostler.plugin import (
     Panic,
     estimate_llama,
     parse_json,
+    parse_whole,
     read_small_file,
 )
 from hostler_llamacpp.binary import find_llama_server
@@ -37,6 +38,9 @@ __all__ = [
 ]
 
 BUILD_SIDECAR = "hostler-llama-build.json"
+#: The most slots an operator's ``--parallel`` sizes the cache adapter for (hostler's
+#: MAX_SLOTS); a larger or unreadable count leaves the planned slots.
+_MAX_PARALLEL = 1024
 #: The largest sidecar read (a real one is a few hundred bytes).
 _SIDECAR_MAX = 64 * 1024
 
@@ -205,8 +209,9 @@ class LlamaCppAdapter(EngineAdapter):
         slots, save_dir = spec.slots, spec.work_dir
         for raw, value in spec.extra_args.items():
             flag = raw if raw.startswith("-") else f"--{raw}"
-            if flag in {"--parallel", "-np"} and str(value).strip().isdigit():
-                slots = int(str(value).strip())
+            count = parse_whole(str(value)) if flag in {"--parallel", "-np"} else None
+            if count is not None and 1 <= count <= _MAX_PARALLEL:  # never int() of 5000 digits
+                slots = count
             elif flag == "--slot-save-path":
                 save_dir = None if isinstance(value, bool) else Path(str(value))
         return LlamaCacheAdapter(spec.port, max(slots, 1), save_dir)
