@@ -16,6 +16,7 @@ PURE_MODULES = sorted(
     [
         "hostler",
         "hostler.errors",
+        "hostler.untrusted",
         *(
             f"hostler.{folder}.{path.stem}"
             for folder in ("events", "machines", "policies")

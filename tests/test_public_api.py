@@ -133,12 +133,17 @@ def test_the_plugin_contract_is_pinned() -> None:
         "exact_linearization",
         "extra_args_argv",
         "find_engine_binary",
+        "flag_argv",
+        "flag_key_problem",
         "heuristic_per_slot_kv",
         "hookimpl",
         "hookspec",
         "json_fields_match",
         "launch_command",
         "options_schema_problem",
+        "parse_json",
+        "parse_whole",
+        "read_small_file",
         "round_half_up",
         "timing_problem",
         "validate_options",
@@ -152,6 +157,7 @@ def test_the_plugin_contract_is_pinned() -> None:
     assert adapter.readiness_path == "/health"
     assert adapter.model_kind == "file"
     assert adapter.applies_extra_args is False
+    assert adapter.join_dash_values is False  # RD5: llama.cpp's `--key value` by default
     assert dict(adapter.options_schema) == {}
     assert adapter.kv_headroom is None
     assert adapter.gpu_slot == "llm"
@@ -165,6 +171,7 @@ def test_the_plugin_contract_is_pinned() -> None:
 
     early = "k: exited (exit code 1) before becoming ready"
     assert FakeEngineAdapter().on_exited_before_ready(early) is False  # RD9: no sweep by default
+    assert FakeEngineAdapter().slot_limit(hostler.plugin.ModelGeometry()) is None  # S8: max_slots
     assert hostler.plugin.GPU_SLOTS == ("llm", "image", "video")
     reserved = hostler.plugin.RESERVED_ENGINE_NAMES
     assert reserved == frozenset({"unavailable"})

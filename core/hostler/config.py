@@ -35,7 +35,7 @@ from hostler.drivers.host_ledger import LedgerLocation, default_ledger_location
 from hostler.engines.logs import DEFAULT_LOG_KEEP, DEFAULT_LOG_MAX_BYTES
 from hostler.errors import UsageError
 from hostler.paths import default_data_dir, user_path
-from hostler.plugin import ENGINE_NAME_MAX, engine_name_problem
+from hostler.plugin import ENGINE_NAME_MAX, engine_name_problem, flag_key_problem
 from hostler.policies.eviction import DEFAULT_EVICTION_POLICY, valid_policy_name
 
 __all__ = [
@@ -107,7 +107,15 @@ def _arguments(value: dict[str, ExtraValue]) -> dict[str, ExtraValue]:
     return value
 
 
-ExtraArgs = Annotated[dict[str, ExtraValue], Field(max_length=256), AfterValidator(_arguments)]
+def _flags(value: dict[str, ExtraValue]) -> dict[str, ExtraValue]:
+    """RD5: ``extra_args`` keys are flag names (``""``, ``-``, ``--`` are not), then as above."""
+    for flag in value:
+        if (problem := flag_key_problem(flag)) is not None:
+            raise ValueError(problem)
+    return _arguments(value)
+
+
+ExtraArgs = Annotated[dict[str, ExtraValue], Field(max_length=256), AfterValidator(_flags)]
 #: An engine's ``options`` table: names and plain values, checked against the engine
 #: adapter's ``options_schema`` once plugins are loaded (RD6).
 Options = Annotated[dict[str, ExtraValue], Field(max_length=256), AfterValidator(_arguments)]
@@ -533,6 +541,8 @@ def _read_toml(file: Path) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{file}: not valid TOML ({exc})") from None
+    except ValueError:  # tomllib's int() of a number past Python's 4300-digit limit
+        raise UsageError(f"{file}: a number has more than 4300 digits") from None
     except RecursionError:  # tomllib recurses once per nested array or inline table
         raise UsageError(f"{file}: arrays or tables nested too deeply") from None
 

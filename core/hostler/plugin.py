@@ -51,6 +51,8 @@ from hostler.errors import (
 )
 from hostler.policies.arbiter import SLOTS as GPU_SLOTS
 from hostler.policies.cache import CacheEntry, entry_bytes
+from hostler.smallfile import read_small_file
+from hostler.untrusted import parse_json, parse_whole
 
 __all__ = [
     "ENGINE_NAME_MAX",
@@ -89,12 +91,17 @@ __all__ = [
     "exact_linearization",
     "extra_args_argv",
     "find_engine_binary",
+    "flag_argv",
+    "flag_key_problem",
     "heuristic_per_slot_kv",
     "hookimpl",
     "hookspec",
     "json_fields_match",
     "launch_command",
     "options_schema_problem",
+    "parse_json",
+    "parse_whole",
+    "read_small_file",
     "round_half_up",
     "timing_problem",
     "validate_options",
@@ -219,19 +226,53 @@ def check_model_path(model: Path, kind: ModelKind = "file") -> Path:
     return path
 
 
-def extra_args_argv(extra_args: ExtraArgs) -> list[str]:
-    """The one rule for ``extra_args``: each as ``--key value`` in the config's order.
+#: RD5: an ``extra_args`` key, as written: a flag name (letters, digits, ``_ . -``, starting
+#: with a letter or digit) after at most two dashes. ``""``, ``-`` and ``--`` are no flag:
+#: ``--`` would end the engine's options and turn the value into a positional argument.
+_FLAG_KEY = re.compile(r"-{0,2}[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def flag_key_problem(key: object) -> str | None:
+    """Why ``key`` cannot be an ``extra_args`` key (RD5), or None when it can."""
+    if not isinstance(key, str) or not _FLAG_KEY.fullmatch(key):
+        return (
+            f"extra_args key {repr(key)[:40]} is no flag name: letters, digits, '_', '.' or "
+            "'-' (up to 64), starting with a letter or digit after at most two dashes"
+        )
+    return None
+
+
+def flag_argv(flag: str, value: object, *, join_dash_values: bool = False) -> list[str]:
+    """RD5: one flag and its value as argv tokens.
+
+    True is the bare ``flag``, False nothing, anything else ``flag`` then its text. With
+    ``join_dash_values`` a value that starts with ``-`` is one token, ``flag=value``: an
+    argparse engine (``mlx_lm.server``) takes a separate ``-x`` for an option of its own and
+    exits with "expected one argument". llama.cpp's parser is the opposite: it refuses
+    ``--flag=value`` and takes any next token as the value, so the default keeps them apart.
+    """
+    if value is False:
+        return []
+    if value is True:
+        return [flag]
+    text = str(value)
+    if join_dash_values and text.startswith("-"):
+        return [f"{flag}={text}"]
+    return [flag, text]
+
+
+def extra_args_argv(extra_args: ExtraArgs, *, join_dash_values: bool = False) -> list[str]:
+    """The one rule for ``extra_args``: each as ``--key value`` in the config's order (RD5).
 
     A key that starts with ``-`` is used as written (``-ngl``); any other gets ``--``. A value
-    of True is the bare flag, False leaves the flag out, anything else follows as its text.
+    of True is the bare flag, False leaves the flag out, anything else follows as its text
+    (as ``--key=value`` when it starts with ``-`` and ``join_dash_values``: see
+    :func:`flag_argv`).
     """
     argv: list[str] = []
     for raw, value in extra_args.items():
-        if value is False:
-            continue
-        argv.append(raw if raw.startswith("-") else f"--{raw}")
-        if value is not True:
-            argv.append(str(value))
+        flag = raw if raw.startswith("-") else f"--{raw}"
+        argv += flag_argv(flag, value, join_dash_values=join_dash_values)
     return argv
 
 
@@ -512,6 +553,10 @@ class EngineAdapter(ABC):
     #: True when :meth:`build_command` places ``spec.extra_args`` itself (merging them with
     #: its own flags); False (default): hostler appends :meth:`extra_args_argv` after it.
     applies_extra_args: ClassVar[bool] = False
+    #: RD5: True when the engine parses its argv as argparse does (a token starting with
+    #: ``-`` is an option): a flag value that starts with ``-`` is then passed as one token,
+    #: ``--key=value``. False (default): always ``--key value``, as llama.cpp needs.
+    join_dash_values: ClassVar[bool] = False
     #: The ``options`` keys this engine takes and each one's type (default: none); any other
     #: key in the config is refused in one line naming the file and the key.
     options_schema: ClassVar[Mapping[str, OptionType]] = {}
@@ -554,6 +599,8 @@ class EngineAdapter(ABC):
                 f"{cls.__qualname__}.engine_type {cls.engine_type!r}: use lower-case letters, "
                 "digits, '-' or '_'"
             )
+        if type(cls.join_dash_values) is not bool:
+            raise ValueError(f"{cls.__qualname__}.join_dash_values must be True or False")
         if cls.kv_headroom is not None and not 0 <= cls.kv_headroom < 1:
             raise ValueError(f"{cls.__qualname__}.kv_headroom must be from 0 to under 1")
         if (problem := options_schema_problem(cls.options_schema)) is not None:
@@ -623,13 +670,27 @@ class EngineAdapter(ABC):
         """
         return check_model_path(model, self.model_kind)
 
+    def slot_limit(self, geometry: ModelGeometry) -> int | None:
+        """S8: the most concurrent slots the engine serves for a model of ``geometry``.
+
+        Default: the class's :attr:`max_slots` (None: no limit of its own). An engine whose
+        concurrency depends on the model answers per model (MLX: 1 when the geometry is
+        unknown, M6), so the plan, the price and the launch agree. Answer None or an int from
+        1 to 1024; the planner plans at most that many and refuses ``slots`` above it.
+        """
+        del geometry
+        return self.max_slots
+
     def model_identity(self, model: Path) -> str:
         """The name learning keys this model by (default: the file or directory name)."""
         return model.name
 
     def extra_args_argv(self, extra_args: ExtraArgs) -> list[str]:
-        """The argv hostler appends for ``extra_args`` (default: :func:`extra_args_argv`)."""
-        return extra_args_argv(extra_args)
+        """The argv hostler appends for ``extra_args`` (default: :func:`extra_args_argv`).
+
+        A value that starts with ``-`` is spelled as :attr:`join_dash_values` says (RD5).
+        """
+        return extra_args_argv(extra_args, join_dash_values=self.join_dash_values)
 
     def classify_line(self, line: str) -> Panic | None:
         """A fatal line of output, or None (default: nothing is recognised)."""

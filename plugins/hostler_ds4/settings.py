@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from hostler.plugin import SettingError
+from hostler.plugin import SettingError, parse_whole
 
 __all__ = ["OPTIONS", "OPTION_TYPES", "Ds4Settings", "passthrough", "read_settings"]
 
@@ -62,6 +62,8 @@ _FLAGS = {
 _GB = re.compile(r"^\s*([0-9]+)\s*(GB|G)?\s*$", re.IGNORECASE)
 _WHOLE = re.compile(r"^\s*[+-]?[0-9]+\s*$")
 _TRUE = {"true", "1", "yes", "on"}
+#: The largest whole-number setting (2^60: bytes, tokens, MiB all fit below it).
+MAX_WHOLE = 2**60
 _FALSE = {"false", "0", "no", "off"}
 
 
@@ -96,11 +98,19 @@ def _int(name: str, value: object) -> int:
         _WHOLE.match(value) or (name == "expert_cache_gib" and _GB.match(value))
     ):
         match = _GB.match(value)
-        number = int(match.group(1)) if match else int(value)
+        # parse_whole: more than 30 digits saturate (never int()'s 4300-digit ValueError)
+        number = parse_whole(match.group(1) if match else value) or 0
     else:
         raise SettingError(f"ds4 option {name}: a whole number, not {str(value)[:40]!r}")
     if number <= 0:
         raise SettingError(f"ds4 option {name}: must be above 0, not {number}")
+    if number > MAX_WHOLE:
+        shown = (
+            str(value)
+            if len(str(value)) <= 40
+            else f"{str(value)[:20]}... ({len(str(value))} characters)"
+        )
+        raise SettingError(f"ds4 option {name}: {shown} is absurdly large (at most 2^60)")
     return number
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 from collections.abc import Collection, Mapping
@@ -18,6 +17,9 @@ from hostler.plugin import (
     OffloadPlan,
     Panic,
     estimate_llama,
+    parse_json,
+    parse_whole,
+    read_small_file,
 )
 from hostler_llamacpp.binary import find_llama_server
 from hostler_llamacpp.cache import LlamaCacheAdapter
@@ -36,6 +38,11 @@ __all__ = [
 ]
 
 BUILD_SIDECAR = "hostler-llama-build.json"
+#: The most slots an operator's ``--parallel`` sizes the cache adapter for (hostler's
+#: MAX_SLOTS); a larger or unreadable count leaves the planned slots.
+_MAX_PARALLEL = 1024
+#: The largest sidecar read (a real one is a few hundred bytes).
+_SIDECAR_MAX = 64 * 1024
 
 #: Every setting L14 reads from ``options``, with its type.
 LLAMA_OPTIONS: Mapping[str, type | tuple[type, ...]] = {
@@ -112,8 +119,8 @@ def build_metadata(binary: Path) -> dict[str, object] | None:
     """L18: the JSON sidecar next to the binary (schemaVersion 1), or None if absent/invalid."""
     sidecar = binary.parent / BUILD_SIDECAR
     try:
-        data = json.loads(sidecar.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = parse_json(read_small_file(sidecar, _SIDECAR_MAX))
+    except (OSError, ValueError):  # absent, a FIFO or device, too large, not JSON: no sidecar
         return None
     if not isinstance(data, dict) or data.get("schemaVersion") != 1:
         return None
@@ -202,8 +209,9 @@ class LlamaCppAdapter(EngineAdapter):
         slots, save_dir = spec.slots, spec.work_dir
         for raw, value in spec.extra_args.items():
             flag = raw if raw.startswith("-") else f"--{raw}"
-            if flag in {"--parallel", "-np"} and str(value).strip().isdigit():
-                slots = int(str(value).strip())
+            count = parse_whole(str(value)) if flag in {"--parallel", "-np"} else None
+            if count is not None and 1 <= count <= _MAX_PARALLEL:  # never int() of 5000 digits
+                slots = count
             elif flag == "--slot-save-path":
                 save_dir = None if isinstance(value, bool) else Path(str(value))
         return LlamaCacheAdapter(spec.port, max(slots, 1), save_dir)

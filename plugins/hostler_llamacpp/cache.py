@@ -30,7 +30,7 @@ from typing import Any, Literal
 import anyio
 import anyio.to_thread
 
-from hostler.plugin import CacheEntry, entry_bytes
+from hostler.plugin import CacheEntry, entry_bytes, parse_json
 
 __all__ = ["LlamaCacheAdapter", "session_filename"]
 
@@ -60,8 +60,8 @@ def _http(url: str, method: str, body: bytes | None, timeout: float) -> tuple[in
     except urllib.error.HTTPError as error:
         status, raw = error.code, error.read()
     try:
-        return status, json.loads(raw)
-    except ValueError:
+        return status, parse_json(raw)
+    except ValueError:  # not JSON, or nested past the decoder's depth
         return status, None
 
 

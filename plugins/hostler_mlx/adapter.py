@@ -18,6 +18,8 @@ from hostler.plugin import (
     Panic,
     ReadinessProbe,
     check_model_path,
+    flag_argv,
+    parse_json,
 )
 from hostler_mlx.geometry import read_mlx_model
 from hostler_mlx.pricing import MLX_HEADROOM, estimate_mlx, geometry_known
@@ -88,7 +90,8 @@ def mlx_argv(
     ]  # fmt: skip
     for key in MLX_OPTIONS:
         if key in options:
-            argv += [f"--{key.replace('_', '-')}", str(options[key])]
+            flag = f"--{key.replace('_', '-')}"
+            argv += flag_argv(flag, options[key], join_dash_values=True)  # argparse: RD5
     return argv
 
 
@@ -99,6 +102,7 @@ class MlxAdapter(EngineAdapter):
     readiness_path = "/health"
     model_kind = "directory"
     options_schema = MLX_OPTIONS
+    join_dash_values = True  # RD5: mlx_lm.server's argparse takes a separate "-x" for a flag
     kv_headroom = MLX_HEADROOM
     kv_types = ("f16",)  # M5: mlx_lm keeps its KV cache in the model's float type, priced as f16
     #: M4/RD7: 300 s to load and answer the probe; idle is the daemon's (5 minutes).
@@ -109,6 +113,10 @@ class MlxAdapter(EngineAdapter):
         path = check_model_path(model, "directory")
         read_mlx_model(path)
         return path
+
+    def slot_limit(self, geometry: ModelGeometry) -> int | None:
+        """S8/M6: one slot when the geometry is unknown (the launch is serial), else none."""
+        return self.max_slots if geometry_known(geometry) else 1
 
     def model_identity(self, model: Path) -> str:
         """The directory's name (``Qwen3-0.6B-4bit``), not its ``config.json``."""
@@ -159,8 +167,8 @@ class MlxAdapter(EngineAdapter):
         if not self.is_ready(status):
             return False
         try:
-            data = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
+            data = parse_json(body)
+        except ValueError:  # not JSON, or nested past the decoder's depth: not ready
             return False
         return isinstance(data, dict) and bool(data.get("choices"))
 

@@ -6,12 +6,11 @@ geometry out); :func:`read_mlx_model` reads a directory and calls it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from hostler.plugin import ModelFileError, ModelGeometry
+from hostler.plugin import ModelFileError, ModelGeometry, parse_json, read_small_file
 
 __all__ = [
     "CONFIG_FILE",
@@ -162,19 +161,26 @@ def weights_bytes(directory: Path) -> int:
 def read_config(directory: Path) -> Mapping[str, object]:
     """The parsed ``config.json`` of a model directory.
 
+    The file is outside input: it must be a regular file (a FIFO is refused without waiting
+    on it, a link to a device without reading it) of at most 4 MiB, and JSON that the decoder
+    can read (nesting past its depth is refused like any bad JSON).
+
     Raises:
-        ModelFileError: One line: no config.json, unreadable, too large, not a JSON object.
+        ModelFileError: One line: no config.json, unreadable, not a regular file, too large,
+            not JSON, not a JSON object.
     """
     path = directory / CONFIG_FILE
     try:
-        if path.stat().st_size > _CONFIG_MAX:
-            raise ModelFileError(f"{path}: larger than {_CONFIG_MAX} bytes, not a model config")
-        data = json.loads(path.read_bytes())
+        raw = read_small_file(path, _CONFIG_MAX)
     except FileNotFoundError:
         raise ModelFileError(f"{directory}: no {CONFIG_FILE}, not an MLX model directory") from None
     except OSError as exc:
         raise ModelFileError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    except (ValueError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # a FIFO, a device, a directory, too large
+        raise ModelFileError(f"{path}: {exc}") from None
+    try:
+        data = parse_json(raw)
+    except ValueError as exc:  # not JSON, or nested past the decoder's depth
         raise ModelFileError(f"{path}: not valid JSON ({str(exc)[:80]})") from None
     if not isinstance(data, dict):
         raise ModelFileError(f"{path}: not a JSON object")

@@ -8,11 +8,11 @@ value, never silently ignored (a typo in a floor would otherwise launch short wi
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hostler.errors import SettingError
+from hostler.untrusted import parse_whole
 
 __all__ = [
     "GROWTH_CEILING_ENV",
@@ -30,8 +30,6 @@ GROWTH_CEILING_ENV = "HOSTLER_LLAMA_GROWTH_CEILING_TOKENS"
 #: Larger than any model's window (16 Mi tokens): a bigger setting is a typo.
 MAX_CONTEXT_TOKENS = 16_777_216
 
-_WHOLE = re.compile(r"[+-]?[0-9]+")
-
 
 def parse_tokens(name: str, text: str | None) -> int | None:
     """One setting as a token count; None when unset or empty.
@@ -43,14 +41,19 @@ def parse_tokens(name: str, text: str | None) -> int | None:
         return None
     stripped = text.strip()
     hint = f"set a whole number of tokens from 1 to {MAX_CONTEXT_TOKENS}, or unset it"
-    if not _WHOLE.fullmatch(stripped):
-        raise SettingError(f"{name}={text!r} is not a whole number of tokens; {hint}")
-    value = int(stripped)
+    value = parse_whole(stripped)  # more than 30 digits: saturated, so "absurdly large"
+    if value is None:
+        raise SettingError(f"{name}={_shown(stripped)} is not a whole number of tokens; {hint}")
     if value < 1:
-        raise SettingError(f"{name}={text!r} must be at least 1 token; {hint}")
+        raise SettingError(f"{name}={_shown(stripped)} must be at least 1 token; {hint}")
     if value > MAX_CONTEXT_TOKENS:
-        raise SettingError(f"{name}={text!r} is absurdly large; {hint}")
+        raise SettingError(f"{name}={_shown(stripped)} is absurdly large; {hint}")
     return value
+
+
+def _shown(text: str) -> str:
+    """A setting's text as a message shows it: one longer than 40 characters is cut."""
+    return repr(text) if len(text) <= 40 else f"{text[:20]!r}... ({len(text)} characters)"
 
 
 @dataclass(frozen=True, slots=True)

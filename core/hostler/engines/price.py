@@ -21,12 +21,28 @@ from hostler.capacity.ledger import LedgerState, committed_other_for, limits_of
 from hostler.capacity.overrides import ContextOverrides, read_context_overrides
 from hostler.capacity.plan import PlanRequest
 from hostler.capacity.pricing import LaunchPrice, price_launch
+from hostler.capacity.slots import MAX_SLOTS
 from hostler.drivers.host_ledger import HostLedger
 from hostler.drivers.measure import load_calibration
 from hostler.errors import HostlerError
 from hostler.plugin import EngineAdapter, LaunchSpec, launch_command
+from hostler.pluginhost import plugin_fault
 
-__all__ = ["engine_build", "price_engine", "price_from_ledger"]
+__all__ = ["engine_build", "price_engine", "price_from_ledger", "slot_limit_of"]
+
+
+def slot_limit_of(adapter: EngineAdapter, geometry: ModelGeometry) -> int | None:
+    """S8: the adapter's slot limit for a model of ``geometry``, checked.
+
+    Raises:
+        PluginError: The adapter answered something other than None or an int from 1 to
+            :data:`~hostler.capacity.slots.MAX_SLOTS` (SG3: the plugin is named).
+    """
+    limit: object = adapter.slot_limit(geometry)
+    if limit is not None and (type(limit) is not int or not 1 <= limit <= MAX_SLOTS):
+        what = f"returned {repr(limit)[:60]} from slot_limit (None or an int from 1 to {MAX_SLOTS})"
+        raise plugin_fault(adapter.engine_type, type(adapter), what)
+    return limit
 
 
 def engine_build(adapter: EngineAdapter, spec: LaunchSpec) -> str:
@@ -116,7 +132,7 @@ def price_engine(
             growth_ceiling=overrides.growth_ceiling if overrides else None,
             engine=engine,
             kv_headroom=adapter.kv_headroom,
-            max_slots=adapter.max_slots,
+            max_slots=slot_limit_of(adapter, geometry),
             kv_types=adapter.kv_types,
         ),
         geometry,

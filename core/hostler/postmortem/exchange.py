@@ -28,6 +28,7 @@ import msgspec
 from hostler.errors import ExportFormatError
 from hostler.postmortem.redact import Redaction, Redactor
 from hostler.store.log import RawRow, RecordedEvent, format_time, parse_time
+from hostler.untrusted import parse_json
 
 __all__ = [
     "FORMAT",
@@ -141,8 +142,8 @@ def _raw_json(value: Any, redactor: Redactor, type_name: str, *, payload: bool) 
     if not redactor.redaction.any or not isinstance(value, str):
         return value
     try:
-        decoded = json.loads(value)
-    except ValueError:
+        decoded = parse_json(value)
+    except ValueError:  # not JSON, or nested past the decoder's depth
         return redactor.raw(value)
     if not isinstance(decoded, dict):
         return redactor.raw(value)
