@@ -9,6 +9,7 @@ comes before the watch saw it.
 from __future__ import annotations
 
 import gc
+import inspect
 import os
 import time
 import warnings
@@ -355,4 +356,36 @@ def test_answer_problem_closes_a_coroutine_and_survives_a_broken_repr() -> None:
     assert answer_problem(Broken(), bool) == "returned <Broken (its repr could not be read)>"
     coroutine = _not_ready()
     assert answer_problem(coroutine, bool, optional=True) is not None
-    assert coroutine.cr_frame is None  # closed: never left "never awaited"
+    assert inspect.getcoroutinestate(coroutine) == "CORO_CLOSED"  # never left "never awaited"
+
+
+def test_a_health_path_that_cannot_be_sent_fails_the_engine_naming_the_plugin(
+    tmp_path: Path,
+) -> None:
+    """A readiness_path set on the instance (past the class check) is the plugin's error."""
+
+    class Altered(contract.Scripted):
+        def readiness(self, spec: LaunchSpec) -> ReadinessProbe:
+            return ReadinessProbe(path="/health")
+
+    async def main() -> tuple[int | None, list[Any]]:
+        with EventStore.open(tmp_path / "events.db", owner=True) as store:
+            adapter = Altered(tmp_path, load=0.0)
+            sup = contract.supervisor(
+                store, adapter, write_model(tmp_path), tmp_path / "work", health_interval=0.1
+            )
+            await sup.ensure_running()
+            adapter.readiness_path = "/h\u00e9alth"  # type: ignore[misc]
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(sup.watch)
+                with anyio.fail_after(10):
+                    while sup.state != "fatal":
+                        await anyio.sleep(0.05)
+                tg.cancel_scope.cancel()
+            rows = [r for r in store.read_all() if r.stream_id == f"engine/{sup.key}"]
+            return sup.pid, rows
+
+    pid, rows = anyio.run(main)
+    assert pid is None
+    assert rows[-1].type == "engine.failed"
+    assert "Altered) has a readiness_path that cannot be sent" in rows[-1].payload["error"]

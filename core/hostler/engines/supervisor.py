@@ -905,7 +905,7 @@ class Supervisor:
             if (child.panic is not None and child.panic.fatal_at_startup) or exited:
                 await self._startup_failed(child, exited=exited)
             ready = await self._interruptible(self._probe_ready(child, probe, deadline))
-            if self._abort_reason is not None:
+            if self._stop_asked():
                 continue  # a stop came meanwhile: it wins over whatever the probe said
             if ready:
                 child.reached_ready = True
@@ -915,6 +915,10 @@ class Supervisor:
             if anyio.current_time() >= deadline:
                 await self._startup_failed(child, exited=False, timed_out=True)
             await self._interruptible(anyio.sleep(self.policy.readiness_poll))
+
+    def _stop_asked(self) -> bool:
+        """Whether a stop has asked the start in progress to abort (read after each await)."""
+        return self._abort_reason is not None
 
     async def _interruptible(self, step: Awaitable[T]) -> T | None:
         """``await step`` in a scope that :meth:`stop` cancels; None when it was cancelled."""
@@ -1187,7 +1191,10 @@ class Supervisor:
         return leader_alive(child.identity, child.pidfd)
 
     async def _health_check(self, child: _Child) -> None:
-        status = await probe_status(child.identity.port, self.adapter.readiness_path, wait=2)
+        try:
+            status = await probe_status(child.identity.port, self.adapter.readiness_path, wait=2)
+        except ValueError as exc:  # a readiness_path set on the instance, past the class check
+            raise self._plugin_fault(f"has a readiness_path that cannot be sent: {exc}") from exc
         healthy = status is not None and self._ask(
             "is_ready", self.adapter.is_ready, status, returns=bool
         )
