@@ -1078,10 +1078,16 @@ class Supervisor:
         the crash (its output tail, the restart budget, ``hostler explain``). The death is an
         observation of the past, recorded as the watch would (SF1) and its reservation freed;
         the stop then finds the engine in ``backoff`` and records its decision from there.
+
+        Only for an engine this daemon spawned, whose exit status it holds: an adopted one
+        that reads as dead may be a pid now another process's, which the stop's own check
+        (SG4) records as not signalled, naming the stranger.
         """
         child = self._child
         alive = (EngineState.STARTING, EngineState.RUNNING)
-        if child is None or child.expected_stop or self.state not in alive or self._alive(child):
+        if child is None or child.process is None or child.expected_stop:
+            return
+        if self.state not in alive or child.process.poll() is None:
             return
         with contextlib.suppress(PluginError):  # a broken classify_line costs the panic only
             self._read_lines(child, final=True)
