@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import inspect
 import os
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -29,6 +30,7 @@ from hostler.errors import PluginError
 from hostler.events.calibration import CALIBRATION_STREAM
 from hostler.plugin import (
     EngineAdapter,
+    LaunchCommand,
     LaunchSpec,
     ReadinessProbe,
     json_fields_match,
@@ -389,3 +391,38 @@ def test_a_health_path_that_cannot_be_sent_fails_the_engine_naming_the_plugin(
     assert pid is None
     assert rows[-1].type == "engine.failed"
     assert "Altered) has a readiness_path that cannot be sent" in rows[-1].payload["error"]
+
+
+@pytest.mark.parametrize("answer", ["yes", 1, None])
+def test_an_on_exited_before_ready_hook_that_answers_junk_fails_the_engine(
+    tmp_path: Path, answer: object
+) -> None:
+    """Asked after a start ended before ready (RD9): junk is the plugin's error, recorded."""
+
+    class Exits(contract.Scripted):
+        engine_type = "exits"
+
+        def build_command(self, spec: LaunchSpec) -> LaunchCommand:
+            return LaunchCommand([sys.executable, "-c", "raise SystemExit(3)"])
+
+        def on_exited_before_ready(self, message: str) -> bool:
+            return answer  # type: ignore[return-value]
+
+    async def main() -> tuple[BaseException | None, list[str]]:
+        with EventStore.open(tmp_path / "events.db", owner=True) as store:
+            sup = contract.supervisor(
+                store, Exits(tmp_path), write_model(tmp_path), tmp_path / "work"
+            )
+            sup.owned = set  # this daemon's engines are known: the hook is asked
+            raised: BaseException | None = None
+            try:
+                await sup.ensure_running()
+            except BaseException as exc:  # what the start ended with
+                raised = exc
+            types = [r.type for r in store.read_all() if r.stream_id == f"engine/{sup.key}"]
+            return raised, types
+
+    raised, types = anyio.run(main)
+    assert isinstance(raised, PluginError), repr(raised)
+    assert str(raised).endswith(f"Exits) returned {answer!r} from on_exited_before_ready")
+    assert types[-2:] == ["engine.crashed", "engine.failed"], types

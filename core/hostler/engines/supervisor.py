@@ -556,12 +556,17 @@ class Supervisor:
             return False
         if not isinstance(exc, EngineStartError) or not self._ended_before_ready:
             return False
-        wanted = self._ask(
-            "on_exited_before_ready",
-            self.adapter.on_exited_before_ready,
-            exc.message,
-            returns=bool,
-        )
+        try:
+            wanted = self._ask(
+                "on_exited_before_ready",
+                self.adapter.on_exited_before_ready,
+                exc.message,
+                returns=bool,
+            )
+        except PluginError as fault:  # SG3: the crash is recorded; the engine fails too
+            with anyio.CancelScope(shield=True):
+                await self._fail(fault)
+            raise
         if not wanted:
             return False
         self._swept = True
