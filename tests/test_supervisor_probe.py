@@ -426,3 +426,68 @@ def test_an_on_exited_before_ready_hook_that_answers_junk_fails_the_engine(
     assert isinstance(raised, PluginError), repr(raised)
     assert str(raised).endswith(f"Exits) returned {answer!r} from on_exited_before_ready")
     assert types[-2:] == ["engine.crashed", "engine.failed"], types
+
+
+def test_an_abort_the_failed_start_never_read_does_not_abort_the_next_start(
+    tmp_path: Path,
+) -> None:
+    """A stop asked while a start is on its way (before its readiness wait), which then fails.
+
+    The abort flag it set is never read by that start; it must not abort the next one.
+    """
+    from hostler.drivers.offloop import OffLoop
+
+    class Slow(OffLoop):
+        async def run(self, func: Any, *args: object) -> Any:
+            await anyio.sleep(0.2)  # every log write and rotation: time for a stop to come
+            return await super().run(func, *args)
+
+    class Flaky(contract.Scripted):
+        broken = True
+
+        def build_command(self, spec: LaunchSpec) -> LaunchCommand:
+            if self.broken:
+                return LaunchCommand([str(tmp_path / "no-such-engine")])
+            return super().build_command(spec)
+
+    async def main() -> tuple[BaseException | None, int | None]:
+        with EventStore.open(tmp_path / "events.db", owner=True) as store:
+            adapter = Flaky(tmp_path, load=0.0)
+            key = "scripted:m:0"
+            model = write_model(tmp_path)
+            sup = Supervisor(
+                key,
+                adapter,
+                lambda port: LaunchSpec(key, model, port, ctx_per_slot=256, work_dir=tmp_path),
+                store,
+                run_dir=tmp_path / "run",
+                token_prefix="abort",
+                offloop=Slow(),
+            )
+            failed: list[BaseException] = []
+
+            async def start() -> None:
+                try:
+                    await sup.ensure_running()
+                except BaseException as exc:  # what the start ended with
+                    failed.append(exc)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(start)
+                with anyio.fail_after(10):
+                    while sup.state != "starting":
+                        await anyio.sleep(0.01)
+                await sup.stop("user")  # the start is rotating its log: it never reads this
+            assert "cannot run" in str(failed[0])
+            adapter.broken = False
+            try:
+                port = await sup.ensure_running()
+            except BaseException as exc:  # what the next start ended with
+                return exc, None
+            finally:
+                await sup.stop()
+            return None, port
+
+    raised, port = anyio.run(main)
+    assert raised is None, repr(raised)
+    assert port is not None
