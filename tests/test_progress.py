@@ -107,7 +107,8 @@ async def test_a_progress_hook_answering_nonsense_is_the_plugins_fault(tmp_path:
             token_prefix="progress",
             policy=SupervisorPolicy(watch_interval=0.05),
         )
-        with pytest.raises(PluginError, match="progress returned 'halfway'"):
+        # every hook's wrong answer reads the one way (Supervisor._ask): "returned X from HOOK"
+        with pytest.raises(PluginError, match=r"Nonsense\) returned 'halfway' from progress$"):
             await sup.ensure_running()
         assert sup.pid is None
         assert [r.type for r in store.read_stream(f"engine/{KEY}")][-1] == "engine.failed"

@@ -42,6 +42,7 @@ from hostler.capacity.overrides import read_context_overrides
 from hostler.capacity.slots import MAX_SLOTS as _MAX_SLOTS
 from hostler.capacity.units import round_half_up
 from hostler.engines.binary import find_engine_binary
+from hostler.engines.http import PROBE_METHODS, header_value_problem, probe_path_problem
 from hostler.errors import (
     EngineBinaryError,
     EngineStartError,
@@ -347,19 +348,21 @@ def json_fields_match(body: bytes, expected: Mapping[str, object]) -> bool:
     """Whether ``body`` is a JSON object holding every ``expected`` field with its value.
 
     A dotted key looks into nested objects (``"model.loaded": true``).
+    An engine's body is outside input: one that is not JSON, or nested too deeply for the
+    parser (RecursionError), simply does not match.
     """
     try:
         data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return False
-    for dotted, wanted in expected.items():
-        node: object = data
-        for part in dotted.split("."):
-            if not isinstance(node, dict) or part not in node:
+        for dotted, wanted in expected.items():
+            node: object = data
+            for part in dotted.split("."):
+                if not isinstance(node, dict) or part not in node:
+                    return False
+                node = node[part]
+            if node != wanted or type(node) is not type(wanted):
                 return False
-            node = node[part]
-        if node != wanted or type(node) is not type(wanted):
-            return False
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return False
     return True
 
 
@@ -390,8 +393,16 @@ class ReadinessProbe:
     def __post_init__(self) -> None:
         if self.path is None and self.ready_line is None:
             raise ValueError("a readiness probe needs a path, a ready_line, or both")
-        if self.path is not None and not self.path.startswith("/"):
-            raise ValueError(f"readiness path {self.path!r} must start with '/'")
+        if self.path is not None and (problem := probe_path_problem(self.path)) is not None:
+            raise ValueError(problem)
+        method: object = self.method  # a plugin's: a Literal is not enforced at run time
+        if type(method) is not str or method not in PROBE_METHODS:
+            raise ValueError(f"readiness method {method!r} must be 'GET' or 'POST'")
+        body: object = self.body
+        if body is not None and not isinstance(body, bytes):
+            raise ValueError(f"readiness body must be bytes or None, not {type(body).__name__}")
+        if (problem := header_value_problem("content_type", self.content_type)) is not None:
+            raise ValueError(problem)
         if self.ready_line is not None:
             re.compile(self.ready_line)  # a bad pattern fails where the adapter made it
         if not 0 < self.wait <= 600:
@@ -633,6 +644,9 @@ class EngineAdapter(ABC):
             raise ValueError(
                 f"{cls.__qualname__}.gpu_slot {cls.gpu_slot!r}: use one of {', '.join(GPU_SLOTS)}"
             )
+        path_problem = probe_path_problem(cls.readiness_path)
+        if path_problem is not None:
+            raise ValueError(f"{cls.__qualname__}: {path_problem}")
         problem = timing_problem(cls)
         if problem is not None:
             raise ValueError(problem)

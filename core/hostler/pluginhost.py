@@ -11,6 +11,7 @@ all: a third-party plugin of the same entry-point name replaces it (PL1).
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ __all__ = [
     "PluginLoaded",
     "PluginRecord",
     "UnknownEngineError",
+    "answer_problem",
     "describe_exception",
     "plugin_fault",
 ]
@@ -259,3 +261,29 @@ def _adapter_class_problem(cls: object) -> str:
         return f"{cls.__qualname__}.engine_type {problem}"
     problem = options_schema_problem(cls.options_schema)  # set after the class was made, say
     return f"{cls.__qualname__}.{problem}" if problem is not None else ""
+
+
+def answer_problem(answer: object, returns: type, *, optional: bool = False) -> str | None:
+    """SG3: ``returned <repr>`` when a hook's ``answer`` is not a ``returns``, else None.
+
+    None also fits when ``optional``. ``bool`` and ``int`` are exact (a truthy string is no
+    verdict, a bool no count); anything else is an ``isinstance`` check. A coroutine (an
+    accidental ``async def`` hook) is closed, so that it is not left "never awaited".
+    """
+    if answer is None and optional:
+        return None
+    fits = type(answer) is returns if returns in (bool, int) else isinstance(answer, returns)
+    if fits:
+        return None
+    if inspect.iscoroutine(answer):
+        answer.close()
+    return f"returned {_safe_repr(answer)}"
+
+
+def _safe_repr(value: object) -> str:
+    """``repr(value)`` cut to 60 characters, even for a plugin object whose ``__repr__`` raises."""
+    try:
+        text = repr(value)
+    except BaseException:  # noqa: BLE001 - a plugin's broken __repr__ must not hide its error
+        text = f"<{type(value).__name__} (its repr could not be read)>"
+    return text[:60]

@@ -2,13 +2,72 @@
 
 from __future__ import annotations
 
+import re
+
 import anyio
 
-__all__ = ["MAX_PROBE_BODY", "probe_response", "probe_status"]
+__all__ = [
+    "MAX_PROBE_BODY",
+    "PROBE_METHODS",
+    "header_value_problem",
+    "probe_path_problem",
+    "probe_response",
+    "probe_status",
+]
 
 #: The most of a probe response's body that is read (and handed to the adapter).
 MAX_PROBE_BODY = 64 * 1024
 _MAX_HEAD = 16 * 1024
+#: RD1: the methods a probe may send.
+PROBE_METHODS = ("GET", "POST")
+# a request target written into the request line as it is: visible ASCII only
+_PATH = re.compile(r"/[\x21-\x7e]*")
+# a header field's value: printable ASCII (spaces included), no CR, LF or control
+_HEADER_VALUE = re.compile(r"[\x20-\x7e]+")
+
+
+def probe_path_problem(path: object) -> str | None:
+    """Why ``path`` cannot be a probe's request target (RD1), or None when it can.
+
+    It starts with '/' and holds visible ASCII only: no space, CR, LF, control or non-ASCII
+    character (written into the request line as it is, it must be exactly what is sent;
+    percent-encode anything else).
+    """
+    if not isinstance(path, str) or not path.startswith("/"):
+        return f"readiness path {path!r} must start with '/'"
+    if not _PATH.fullmatch(path):
+        return (
+            f"readiness path {path!r} must be visible ASCII: no space, CR, LF or non-ASCII "
+            "character (percent-encode it)"
+        )
+    return None
+
+
+def header_value_problem(name: str, value: object) -> str | None:
+    """Why ``value`` cannot be sent as the header field ``name``, or None when it can."""
+    if not isinstance(value, str) or not _HEADER_VALUE.fullmatch(value):
+        return f"readiness {name} {value!r} must be printable ASCII, with no CR or LF"
+    return None
+
+
+def _request(method: str, path: str, port: int, body: bytes | None, content_type: str) -> bytes:
+    """The request's bytes.
+
+    Raises:
+        ValueError: A part HTTP cannot carry as it is (a non-ASCII path, a CR or LF, a method
+            other than GET or POST): one line saying which, never a UnicodeEncodeError.
+    """
+    problem = probe_path_problem(path)
+    if problem is None and method not in PROBE_METHODS:
+        problem = f"readiness method {method!r} must be 'GET' or 'POST'"
+    if problem is None and body is not None:
+        problem = header_value_problem("content_type", content_type)
+    if problem is not None:
+        raise ValueError(problem)
+    lines = [f"{method} {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Connection: close"]
+    if body is not None:
+        lines += [f"Content-Type: {content_type}", f"Content-Length: {len(body)}"]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii") + (body or b"")
 
 
 async def probe_status(port: int, path: str, *, wait: float = 2.0) -> int | None:
@@ -32,11 +91,11 @@ async def probe_response(
     None when nothing answered within ``wait`` seconds or the answer is not HTTP. The body
     is read up to :data:`MAX_PROBE_BODY` bytes (by ``Content-Length``, chunks, or to the
     close); without ``with_body`` only the status line is waited for.
+
+    Raises:
+        ValueError: The request cannot be sent as it is (see :func:`probe_path_problem`).
     """
-    lines = [f"{method} {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Connection: close"]
-    if body is not None:
-        lines += [f"Content-Type: {content_type}", f"Content-Length: {len(body)}"]
-    request = ("\r\n".join(lines) + "\r\n\r\n").encode("ascii") + (body or b"")
+    request = _request(method, path, port, body, content_type)
     with anyio.move_on_after(wait):
         data = b""
         try:

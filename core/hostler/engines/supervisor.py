@@ -36,7 +36,7 @@ import socket
 import subprocess
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -92,7 +92,7 @@ from hostler.plugin import (
     launch_command,
     timing_problem,
 )
-from hostler.pluginhost import describe_exception, plugin_fault
+from hostler.pluginhost import answer_problem, describe_exception, plugin_fault
 from hostler.policies.supervision import (
     SupervisionPolicy,
     decide_health,
@@ -111,6 +111,10 @@ log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 T = TypeVar("T")
+
+#: The least a readiness probe is given, even at its start's deadline (seconds): the last
+#: poll still gets an answer from an engine that is ready by then.
+_LAST_PROBE = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +255,9 @@ class Supervisor:
         self.last_used = clock()
         self._health_failures = 0
         self._abort_reason: str | None = None
+        #: the readiness wait in flight (a probe or the pause between two), which a stop
+        #: cancels at once: a hanging probe never delays a stop (RD1)
+        self._waiting: anyio.CancelScope | None = None
         self._build = "unknown"
         self.ledger = ledger
         self._footprint = footprint
@@ -392,6 +399,29 @@ class Supervisor:
         except BaseException as exc:  # sys.exit(), KeyboardInterrupt... from plugin code: its bug
             raise self._plugin_fault(f"raised {describe_exception(exc)} in {what}") from exc
 
+    def _ask(self, what: str, func: Callable[..., object], *args: object, returns: type[T]) -> T:
+        """:meth:`_plugin`, and its answer checked to be a ``returns`` (SG3).
+
+        A hook that answers with the wrong type (a str for a verdict, an accidental coroutine)
+        is the plugin's error like a raise, never taken at its truthiness nor read later as
+        something it is not. Every hook the supervisor calls is asked through here.
+        """
+        answer = self._plugin(what, func, *args)
+        problem = answer_problem(answer, returns)
+        if problem is not None:
+            raise self._plugin_fault(f"{problem} from {what}")
+        return answer  # type: ignore[return-value]  # checked just above
+
+    def _ask_maybe(
+        self, what: str, func: Callable[..., object], *args: object, returns: type[T]
+    ) -> T | None:
+        """:meth:`_ask` for a hook whose answer may also be None (``progress``, a panic)."""
+        answer = self._plugin(what, func, *args)
+        problem = answer_problem(answer, returns, optional=True)
+        if problem is not None:
+            raise self._plugin_fault(f"{problem} from {what}")
+        return answer  # type: ignore[return-value]  # checked just above
+
     def _plugin_fault(self, what: str) -> PluginError:
         fault = plugin_fault(self.adapter.engine_type, type(self.adapter), what)
         return PluginError(f"{self.key}: {fault.message}")
@@ -526,10 +556,18 @@ class Supervisor:
             return False
         if not isinstance(exc, EngineStartError) or not self._ended_before_ready:
             return False
-        wanted = self._plugin(
-            "on_exited_before_ready", self.adapter.on_exited_before_ready, exc.message
-        )
-        if wanted is not True:
+        try:
+            wanted = self._ask(
+                "on_exited_before_ready",
+                self.adapter.on_exited_before_ready,
+                exc.message,
+                returns=bool,
+            )
+        except PluginError as fault:  # SG3: the crash is recorded; the engine fails too
+            with anyio.CancelScope(shield=True):
+                await self._fail(fault)
+            raise
+        if not wanted:
             return False
         self._swept = True
         swept = await sweep_strays(
@@ -593,11 +631,13 @@ class Supervisor:
             return 0
         footprint = self._footprint
         # pricing reads the model's header, the ledger and the calibration: off the loop
-        raw = await self._io.run(self._plugin, "estimate_footprint", footprint)
-        if type(raw) is not int or raw < 0:  # a plugin's NaN, None or -5 is no byte count
-            raise self._plugin_fault(
-                f"returned {repr(raw)[:60]} from estimate_footprint, not a byte count"
-            )
+        raw: object = await self._io.run(self._plugin, "estimate_footprint", footprint)
+        # a plugin's NaN, None, True or -5 is no byte count
+        problem = answer_problem(raw, int)
+        if problem is None and isinstance(raw, int) and raw < 0:
+            problem = f"returned {raw}"
+        if problem is not None or not isinstance(raw, int):
+            raise self._plugin_fault(f"{problem} from estimate_footprint, not a byte count")
         estimate = raw
         decision = await self._io.run_patiently(
             lambda: self.ledger.reserve(self.key, estimate, token=token)  # type: ignore[union-attr]
@@ -627,7 +667,9 @@ class Supervisor:
         spec = child.spec
         model: object = spec.model.name
         with contextlib.suppress(HostlerError):  # a raising plugin costs the lesson, not the start
-            model = self._plugin("model_identity", self.adapter.model_identity, spec.model)
+            model = self._ask(
+                "model_identity", self.adapter.model_identity, spec.model, returns=str
+            )
         facts = LaunchFacts(
             engine_key=self.key,
             model=str(model),
@@ -680,7 +722,7 @@ class Supervisor:
         The caller's spec, with the bytes the ledger reserved (RD8), the offload plan the L13
         ladder chose, and the model as the adapter validated it (RD2).
         """
-        spec = self._plugin("the launch spec", self._spec, port)
+        spec = self._ask("the launch spec", self._spec, port, returns=LaunchSpec)
         if reserved is not None:  # RD8: what the ledger holds for this launch, to the byte
             spec = dataclasses.replace(spec, reserved_bytes=reserved)
         if self.offload is not None:  # a degraded plan (L13) outlives the start that chose it
@@ -696,8 +738,11 @@ class Supervisor:
                 what = kind.get(self.adapter.model_kind, "model")
                 raise EngineStartError(f"{self.key}: {what} {path} does not exist") from exc
             raise EngineStartError(f"{self.key}: {exc.message}") from exc
-        if not isinstance(model, Path) or not model.is_absolute():
-            raise self._plugin_fault(f"returned {repr(model)[:60]} from validate_model")
+        problem = answer_problem(model, Path)
+        if isinstance(model, Path) and not model.is_absolute():
+            problem = f"returned {repr(model)[:60]}"
+        if problem is not None or not isinstance(model, Path):
+            raise self._plugin_fault(f"{problem} from validate_model")
         return dataclasses.replace(spec, model=model)
 
     async def _start(self, cause: str, token: str, reserved: int | None = None) -> int:
@@ -705,13 +750,13 @@ class Supervisor:
         timeout = self.startup_timeout  # RD7: a bad adapter timing fails before any spawn
         port = free_port()
         spec = self._launch_spec(port, reserved)
-        probe = self._plugin("readiness", self.adapter.readiness, spec)
-        if not isinstance(probe, ReadinessProbe):
-            raise self._plugin_fault(f"returned {repr(probe)[:60]} from readiness")
+        probe = self._ask("readiness", self.adapter.readiness, spec, returns=ReadinessProbe)
         # RD5: the adapter's argv, then the operator's extra_args (unless it places them)
-        command: LaunchCommand = self._plugin("build_command", launch_command, self.adapter, spec)
+        command = self._ask(
+            "build_command", launch_command, self.adapter, spec, returns=LaunchCommand
+        )
         self._launched_argv = list(command.argv)
-        self._build = self._plugin("build_identity", self.adapter.build_identity, command)
+        self._build = self._ask("build_identity", self.adapter.build_identity, command, returns=str)
         linked = self._linked_run_dir()
         if linked is not None:  # planted: rotation would cut files wherever it points
             raise EngineStartError(
@@ -816,28 +861,44 @@ class Supervisor:
             self._drop(child)
         return ended
 
-    async def _probe_ready(self, child: _Child, probe: ReadinessProbe) -> bool:
-        """RD1: whether every part of the adapter's readiness probe passes now."""
+    async def _probe_ready(self, child: _Child, probe: ReadinessProbe, deadline: float) -> bool:
+        """RD1: whether every part of the adapter's readiness probe passes now.
+
+        The request waits for the probe's ``wait``, but never past the start's ``deadline``
+        (the event loop's clock): a probe that hangs cannot stretch the startup timeout.
+        """
         if child.ready_line is not None and not child.saw_ready_line:
             return False
         if probe.path is None:
             return True
-        answer = await probe_response(
-            child.identity.port,
-            probe.path,
-            method=probe.method,
-            body=probe.body,
-            content_type=probe.content_type,
-            wait=probe.wait,
-        )
+        left = deadline - anyio.current_time()
+        try:
+            answer = await probe_response(
+                child.identity.port,
+                probe.path,
+                method=probe.method,
+                body=probe.body,
+                content_type=probe.content_type,
+                wait=min(probe.wait, max(left, _LAST_PROBE)),
+            )
+        except ValueError as exc:  # a probe altered after it was checked: cannot be sent
+            raise self._plugin_fault(f"gave a readiness probe that cannot be sent: {exc}") from exc
         if answer is None:
             return False
         status, body = answer
         if probe.expect_json is not None and not json_fields_match(body, probe.expect_json):
             return False
-        return bool(self._plugin("is_ready_response", self.adapter.is_ready_response, status, body))
+        return self._ask(
+            "is_ready_response", self.adapter.is_ready_response, status, body, returns=bool
+        )
 
     async def _await_ready(self, child: _Child, probe: ReadinessProbe) -> None:
+        """Poll until the engine is ready (RD1), or fail the start.
+
+        ``startup_timeout`` bounds the whole wait, a probe in flight included; a stop asked
+        meanwhile cancels the probe or pause in flight at once (:meth:`_interruptible`) and
+        the engine is stopped here, under the lock the start holds.
+        """
         deadline = anyio.current_time() + child.startup_timeout
         while True:
             if self._abort_reason is not None:
@@ -848,14 +909,34 @@ class Supervisor:
             exited = child.process is not None and child.process.poll() is not None
             if (child.panic is not None and child.panic.fatal_at_startup) or exited:
                 await self._startup_failed(child, exited=exited)
-            if await self._probe_ready(child, probe):
+            ready = await self._interruptible(self._probe_ready(child, probe, deadline))
+            if self._stop_asked():
+                continue  # a stop came meanwhile: it wins over whatever the probe said
+            if ready:
                 child.reached_ready = True
                 self._health_failures = 0
                 await self._fire("ready")
                 return
-            if anyio.current_time() > deadline:
+            if anyio.current_time() >= deadline:
                 await self._startup_failed(child, exited=False, timed_out=True)
-            await anyio.sleep(self.policy.readiness_poll)
+            await self._interruptible(anyio.sleep(self.policy.readiness_poll))
+
+    def _stop_asked(self) -> bool:
+        """Whether a stop has asked the start in progress to abort (read after each await)."""
+        return self._abort_reason is not None
+
+    async def _interruptible(self, step: Awaitable[T]) -> T | None:
+        """``await step`` in a scope that :meth:`stop` cancels; None when it was cancelled."""
+        with anyio.CancelScope() as scope:
+            self._waiting = scope
+            try:
+                if self._abort_reason is None:  # a stop asked before this step began
+                    return await step
+            finally:
+                self._waiting = None
+        if isinstance(step, Coroutine):
+            step.close()  # never started: no "coroutine was never awaited" warning
+        return None
 
     async def _startup_failed(
         self, child: _Child, *, exited: bool, timed_out: bool = False
@@ -904,12 +985,12 @@ class Supervisor:
             child.lines.append(line)
             if child.ready_line is not None and child.ready_line.search(line):
                 child.saw_ready_line = True
-            step = self._plugin("progress", self.adapter.progress, line)
+            step = self._ask_maybe("progress", self.adapter.progress, line, returns=Progress)
             if step is not None:
-                if not isinstance(step, Progress):
-                    raise self._plugin_fault(f"progress returned {repr(step)[:60]}")
                 child.progress = step
-            panic = self._plugin("classify_line", self.adapter.classify_line, line)
+            panic = self._ask_maybe(
+                "classify_line", self.adapter.classify_line, line, returns=Panic
+            )
             if panic is not None and (
                 child.panic is None or panic.priority >= child.panic.priority
             ):
@@ -950,7 +1031,9 @@ class Supervisor:
     ) -> None:
         """Stop the engine (TERM, TERM, KILL to its process group) and record why.
 
-        A start in progress is aborted at its next readiness poll, not waited for. When the
+        A start in progress is aborted at once: a readiness probe or pause in flight is
+        cancelled and the start's own task stops the engine. An engine that had already died
+        on its own is recorded as crashed first (SG7), then the stop. When the
         group outlives KILL, that is recorded (``engine.stop_failed``) and its reservation is
         kept; the watch loop tries again. The stop is a decision: when the log cannot record
         it, it is not taken (StoreError) — unless ``unrecorded_ok`` (a shutdown), when the
@@ -958,13 +1041,19 @@ class Supervisor:
         """
         if self.state == EngineState.STARTING and self._lock.locked():
             self._abort_reason = str(reason)
+            if self._waiting is not None:
+                self._waiting.cancel()  # the probe in flight ends now, not at its wait
         async with self._lock:
+            # the start this stop aborted has ended; an abort it never read (it failed before
+            # its readiness wait) must not abort the next start
+            self._abort_reason = None
             await self._stop_locked(str(reason), decision, unrecorded_ok=unrecorded_ok)
 
     async def _stop_locked(
         self, reason: str, decision: dict[str, Any] | None = None, *, unrecorded_ok: bool = False
     ) -> None:
         record = self._fire if unrecorded_ok else self._decide
+        await self._crashed_before_stop()
         if self.state == EngineState.BACKOFF:
             await record("stop", reason=reason, decision=decision)
             return
@@ -985,6 +1074,29 @@ class Supervisor:
         with anyio.CancelScope(shield=True):  # the process is gone: record it and free its bytes
             await self._fire("exited", exit_code=code, signal=sig, detail=detail)
             await self._release()
+
+    async def _crashed_before_stop(self) -> None:
+        """SG7: an engine that died on its own before a stop is recorded as crashed first.
+
+        A stop (an eviction, say) may come before the watch has looked: signalling and reaping
+        the corpse would record its death as the stop's (``engine.stopped signal=9``) and lose
+        the crash (its output tail, the restart budget, ``hostler explain``). The death is an
+        observation of the past, recorded as the watch would (SF1) and its reservation freed;
+        the stop then finds the engine in ``backoff`` and records its decision from there.
+
+        Only for an engine this daemon spawned, whose exit status it holds: an adopted one
+        that reads as dead may be a pid now another process's, which the stop's own check
+        (SG4) records as not signalled, naming the stranger.
+        """
+        child = self._child
+        alive = (EngineState.STARTING, EngineState.RUNNING)
+        if child is None or child.process is None or child.expected_stop:
+            return
+        if self.state not in alive or child.process.poll() is None:
+            return
+        with contextlib.suppress(PluginError):  # a broken classify_line costs the panic only
+            self._read_lines(child, final=True)
+        await self._record_crash(child)
 
     # -- watching ----------------------------------------------------------------------------
 
@@ -1090,8 +1202,13 @@ class Supervisor:
         return leader_alive(child.identity, child.pidfd)
 
     async def _health_check(self, child: _Child) -> None:
-        status = await probe_status(child.identity.port, self.adapter.readiness_path, wait=2)
-        healthy = status is not None and self._plugin("is_ready", self.adapter.is_ready, status)
+        try:
+            status = await probe_status(child.identity.port, self.adapter.readiness_path, wait=2)
+        except ValueError as exc:  # a readiness_path set on the instance, past the class check
+            raise self._plugin_fault(f"has a readiness_path that cannot be sent: {exc}") from exc
+        healthy = status is not None and self._ask(
+            "is_ready", self.adapter.is_ready, status, returns=bool
+        )
         verdict = decide_health(self.rules, self._health_failures, healthy, self._clock())
         self._health_failures = verdict.failures
         if verdict.stop is None:
