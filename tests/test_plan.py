@@ -35,6 +35,18 @@ LLAMA_8B = ModelGeometry(
     file_size=int(4.9 * GIB),
 )
 RAM_32 = compute_budget(HostMemory(system_ram=32 * GIB))  # 19.2 GiB
+#: A Gemma 3 4B's shape: f16 leaves it one slot on 19.2 GiB, q8_0 two (L5's trade).
+GEMMA_4B = ModelGeometry(
+    architecture="gemma3",
+    block_count=34,
+    head_count=8,
+    head_count_kv=4,
+    key_length=256,
+    value_length=256,
+    embedding_length=2560,
+    native_context=131072,
+    file_size=3 * GIB,
+)
 
 
 def plan(
@@ -226,17 +238,7 @@ def test_budget_cli(tmp_path: Path) -> None:
 
 
 def test_gemma_trades_f16_for_q8_when_that_buys_a_second_slot() -> None:
-    gemma = ModelGeometry(
-        architecture="gemma3",
-        block_count=34,
-        head_count=8,
-        head_count_kv=4,
-        key_length=256,
-        value_length=256,
-        embedding_length=2560,
-        native_context=131072,
-        file_size=3 * GIB,
-    )
+    gemma = GEMMA_4B
     host = compute_budget(HostMemory(system_ram=32 * GIB))  # 19.2 GiB: tier 2
     p = plan(gemma, host)
     assert p.kv_type == "q8_0"
@@ -264,17 +266,7 @@ def test_an_engines_slot_limit_caps_the_automatic_plan_at_its_edges() -> None:
 
 def test_an_engines_own_kv_types_bound_the_choice_and_the_gemma_trade() -> None:
     """S9: L5's choice stands only among the engine's types; its first is the default."""
-    gemma = ModelGeometry(
-        architecture="gemma3",
-        block_count=34,
-        head_count=8,
-        head_count_kv=4,
-        key_length=256,
-        value_length=256,
-        embedding_length=2560,
-        native_context=131072,
-        file_size=3 * GIB,
-    )
+    gemma = GEMMA_4B
     host = compute_budget(HostMemory(system_ram=32 * GIB))  # tier 2: Gemma trades for q8_0
     assert plan(LLAMA_8B).kv_type == "q8_0"  # no types declared: L5's default
     only_f16 = plan(LLAMA_8B, kv_types=("f16",), engine="mlx")
