@@ -241,6 +241,38 @@ def plugin_fault(engine: str, cls: type, what: str) -> PluginError:
     return PluginError(f"the {engine!r} engine plugin ({cls.__module__}.{cls.__qualname__}) {what}")
 
 
+def ask_adapter(
+    adapter: EngineAdapter,
+    what: str,
+    func: Callable[..., object],
+    *args: object,
+    returns: type,
+    optional: bool = False,
+    prefix: str = "",
+) -> Any:
+    """SG3: ``func(*args)`` of ``adapter``'s, its raise or wrong answer the plugin's error.
+
+    A ``HostlerError`` passes through (the plugin's own one-line refusal); any other raise, or
+    an answer :func:`answer_problem` refuses, is a :class:`PluginError` naming the plugin and
+    ``what``, after ``prefix`` (an engine key, say). For callers outside the supervisor:
+    pricing (``hostler preview``) asks the adapter through here.
+    """
+    try:
+        answer = func(*args)
+    except HostlerError:
+        raise
+    except BaseException as exc:  # sys.exit(), KeyboardInterrupt... from plugin code: its bug
+        fault = plugin_fault(
+            adapter.engine_type, type(adapter), f"raised {describe_exception(exc)} in {what}"
+        )
+        raise PluginError(f"{prefix}{fault.message}") from exc
+    problem = answer_problem(answer, returns, optional=optional)
+    if problem is not None:
+        fault = plugin_fault(adapter.engine_type, type(adapter), f"{problem} from {what}")
+        raise PluginError(f"{prefix}{fault.message}")
+    return answer
+
+
 def describe_exception(exc: BaseException) -> str:
     """``Type: first line of its message``, even for an exception whose ``__str__`` raises."""
     try:

@@ -9,6 +9,7 @@ daemon's ledger reserves ``reserved_bytes`` of the result and launches with its 
 
 from __future__ import annotations
 
+import numbers
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,9 +25,9 @@ from hostler.capacity.pricing import LaunchPrice, price_launch
 from hostler.capacity.slots import MAX_SLOTS
 from hostler.drivers.host_ledger import HostLedger
 from hostler.drivers.measure import load_calibration
-from hostler.errors import HostlerError
-from hostler.plugin import EngineAdapter, LaunchSpec, launch_command
-from hostler.pluginhost import plugin_fault
+from hostler.errors import HostlerError, PluginError
+from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec, launch_command
+from hostler.pluginhost import ask_adapter, plugin_fault
 
 __all__ = ["engine_build", "price_engine", "price_from_ledger", "slot_limit_of"]
 
@@ -48,7 +49,14 @@ def slot_limit_of(adapter: EngineAdapter, geometry: ModelGeometry) -> int | None
 def engine_build(adapter: EngineAdapter, spec: LaunchSpec) -> str:
     """The build a launch of ``spec`` would run (as the supervisor names it), or ``unknown``."""
     try:
-        return adapter.build_identity(launch_command(adapter, spec))
+        command = ask_adapter(
+            adapter, "build_command", launch_command, adapter, spec, returns=LaunchCommand
+        )
+        return str(
+            ask_adapter(adapter, "build_identity", adapter.build_identity, command, returns=str)
+        )
+    except PluginError:
+        raise  # the plugin's bug: said, not taken for a missing binary
     except HostlerError:  # no binary here: nothing learned applies
         return "unknown"
 
@@ -86,9 +94,11 @@ def price_engine(
     # a folder's name is the model's (``Qwen3-0.6B-4bit``); a file's without its extension
     fallback = model.name if model.is_dir() else model.stem
     engine, name = (parsed.engine, parsed.model) if parsed else (adapter.engine_type, fallback)
-    model = adapter.validate_model(model)
-    geometry = geometry or adapter.read_geometry(model)
-    identity = str(adapter.model_identity(model))
+    model = ask_adapter(adapter, "validate_model", adapter.validate_model, model, returns=Path)
+    geometry = geometry or ask_adapter(
+        adapter, "read_geometry", adapter.read_geometry, model, returns=ModelGeometry
+    )
+    identity = ask_adapter(adapter, "model_identity", adapter.model_identity, model, returns=str)
     extras = dict(extra_args or {})
     settings = dict(options or {})
 
@@ -108,7 +118,15 @@ def price_engine(
     build = engine_build(adapter, spec(256, 1, kv_type or "f16"))
 
     def estimate(ctx_total: int, count: int, cache_type: str) -> int:
-        return int(adapter.estimate_footprint(geometry, spec(ctx_total, count, cache_type)))
+        planned = spec(ctx_total, count, cache_type)
+        raw = ask_adapter(
+            adapter, "estimate_footprint", adapter.estimate_footprint, geometry, planned,
+            returns=numbers.Integral,
+        )  # fmt: skip
+        if isinstance(raw, bool) or raw < 0:  # a bool is no count, nor is -5 bytes
+            what = f"returned {raw!r} from estimate_footprint, not a byte count"
+            raise plugin_fault(adapter.engine_type, type(adapter), what)
+        return int(raw)
 
     def correct(value: int, ctx_total: int, count: int, cache_type: str) -> int:
         return calibration.correct(
