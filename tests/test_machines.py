@@ -271,7 +271,7 @@ def test_every_state_is_reachable_and_every_trigger_has_an_event() -> None:
 
 CORE = Path(__file__).resolve().parent.parent / "core" / "hostler"
 PURE_CAPACITY = tuple(f"capacity/{name}.py" for name in PURE_CAPACITY_NAMES)
-PURE_PACKAGES = ("machines/*.py", "events/*.py", "policies/*.py", *PURE_CAPACITY)
+PURE_PACKAGES = ("machines/*.py", "events/*.py", "policies/*.py", "untrusted.py", *PURE_CAPACITY)
 ALLOWED_IMPORTS = {
     "__future__",
     "collections",
@@ -289,6 +289,7 @@ ALLOWED_IMPORTS = {
 }
 PURE_HOSTLER_MODULES = (
     "hostler.errors",
+    "hostler.untrusted",  # pure: bounded JSON and whole numbers (no I/O)
     "hostler.events",
     "hostler.machines",
     "hostler.policies",
