@@ -285,6 +285,7 @@ ALLOWED_IMPORTS = {
     "typing",
     "transitions",
     "msgspec",  # typed JSON decoding of event payloads: in memory, no I/O, no clock
+    "json",  # parsing text already in memory (hostler.untrusted); open() stays forbidden
     "hostler",
 }
 PURE_HOSTLER_MODULES = (
