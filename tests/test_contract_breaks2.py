@@ -100,6 +100,8 @@ def test_the_loopback_check_sees_a_udp_socket_bound_to_every_interface(tmp_path:
     finally:
         engine.kill()
         engine.wait()
+        if engine.stdout is not None:
+            engine.stdout.close()
 
 
 def test_a_models_extra_args_win_per_flag_however_the_key_is_spelled(tmp_path: Path) -> None:
