@@ -17,7 +17,6 @@ import test_contract as contract
 from hostler.errors import PluginError
 from hostler.plugin import Progress, ReadinessProbe
 from hostler.testing import conformance
-
 from test_contract_breaks import start_adapter
 
 
