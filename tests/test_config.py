@@ -428,7 +428,7 @@ def test_engine_defaults_give_the_binary_and_extra_args_the_entries_win(tmp_path
     )
     old, new = load_config(config).engines
     assert old.binary == new.binary == binary.resolve()
-    assert old.extra_args == {"threads": 8, "mlock": True}
+    assert list(old.extra_args.items()) == [("threads", 8), ("mlock", True)]  # in its place
     assert new.extra_args == {"threads": 4, "mlock": True}
     binary.chmod(0o600)
     with pytest.raises(UsageError, match="binary: not an executable file"):

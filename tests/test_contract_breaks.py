@@ -6,8 +6,10 @@ Real files, real FIFOs, real processes and the real CLI: nothing is mocked.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -705,12 +707,20 @@ def test_a_value_that_starts_with_a_dash_reaches_the_engine_as_a_value(
     assert argv[4:6] == ["--model", str(folder)]
     argv = [*argv[:4], "--model", str(tmp_path / "absent"), *argv[6:]]
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
     try:
-        _out, err = process.communicate(timeout=30)
-    except subprocess.TimeoutExpired:  # parsed, and serving (it loads lazily): the value held
-        process.kill()
+        while process.poll() is None and time.monotonic() < deadline:
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", spec.port), timeout=0.2),
+            ):
+                return  # parsed, and listening (it loads lazily): the value held
+            time.sleep(0.1)
+    finally:
+        if process.poll() is None:
+            process.kill()
         _out, err = process.communicate()
-        return
+    assert process.returncode is not None
     assert "expected one argument" not in err, err[-600:]
 
 

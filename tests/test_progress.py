@@ -48,6 +48,8 @@ def test_progress_takes_its_edges(done: int, total: int, unit: str) -> None:
         (1, 5, "", "unit"),
         (1, 5, "x" * 21, "unit"),
         (1, 5, 7, "unit"),
+        (1, 5, "\x1b[2J", "unit"),  # an escape sequence for the operator's terminal
+        (1, 5, "step\n", "unit"),
     ],
 )
 def test_progress_refuses_what_is_not_progress(

@@ -134,6 +134,7 @@ def test_the_plugin_contract_is_pinned() -> None:
         "extra_args_argv",
         "find_engine_binary",
         "flag_argv",
+        "flag_of",
         "flag_key_problem",
         "heuristic_per_slot_kv",
         "hookimpl",

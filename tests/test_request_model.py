@@ -8,6 +8,7 @@ the body goes through unchanged. The declaration itself is checked when the clas
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import ClassVar
@@ -56,6 +57,25 @@ async def test_the_engine_gets_the_adapters_model_name_or_the_clients(
         answer = await client.post("/v1/chat/completions", json=body)
     assert answer.status_code == 200, answer.text
     assert answer.json()["model"] == (pinned or "alpha")
+
+
+async def test_a_streamed_request_carries_the_adapters_model_name_too(
+    served: tuple[str, str | None],
+) -> None:
+    base, pinned = served
+    body = {"model": "alpha", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    async with (
+        httpx.AsyncClient(base_url=base, timeout=60) as client,
+        client.stream("POST", "/v1/chat/completions", json=body) as answer,
+    ):
+        assert answer.status_code == 200
+        chunks = [
+            json.loads(line[len("data: ") :])
+            async for line in answer.aiter_lines()
+            if line.startswith("data: {")
+        ]
+    assert chunks
+    assert {chunk["model"] for chunk in chunks} == {pinned or "alpha"}
 
 
 @pytest.mark.parametrize("bad", ["", "x" * 201, "two\nlines", 5, b"bytes"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import inspect
 import os
+import re
 import sys
 import time
 import warnings
@@ -83,6 +84,36 @@ def test_a_probe_body_that_is_not_bytes_and_a_content_type_with_a_newline_are_re
             ReadinessProbe(method="POST", body=b"{}", content_type=content_type)
     probe = ReadinessProbe(method="POST", body=b"{}", content_type="application/json; q=1")
     assert (probe.method, probe.content_type) == ("POST", "application/json; q=1")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("expect_json", "ready", "expect_json must map field names to values"),
+        ("expect_json", ["status"], "expect_json must map field names to values"),
+        ("expect_json", {"": 1}, "expect_json must map field names to values"),
+        ("expect_json", {1: "ok"}, "expect_json must map field names to values"),
+        ("wait", True, "wait must be over 0 and at most 600 seconds, not True"),
+        ("wait", "1", "wait must be over 0 and at most 600 seconds, not '1'"),
+        ("wait", 0, "wait must be over 0"),
+        ("wait", 600.0001, "wait must be over 0"),
+        ("wait", float("nan"), "wait must be over 0"),
+        ("ready_line", b"ready", "ready_line must be a str"),
+    ],
+)
+def test_a_probes_fields_are_checked_where_it_is_made(field: str, value: object, said: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(said)):
+        ReadinessProbe(**{field: value})  # type: ignore[arg-type]
+
+
+def test_a_probes_fields_at_their_edges_are_taken() -> None:
+    assert ReadinessProbe(wait=600).wait == 600
+    assert ReadinessProbe(wait=0.001).wait == 0.001
+    assert ReadinessProbe(expect_json={"status": "ok", "a.b": 1}).expect_json == {
+        "status": "ok",
+        "a.b": 1,
+    }
+    assert ReadinessProbe(expect_json={}).expect_json == {}
 
 
 def test_the_http_client_refuses_what_it_cannot_send_as_a_value_error() -> None:

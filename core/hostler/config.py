@@ -35,7 +35,7 @@ from hostler.drivers.host_ledger import LedgerLocation, default_ledger_location
 from hostler.engines.logs import DEFAULT_LOG_KEEP, DEFAULT_LOG_MAX_BYTES
 from hostler.errors import UsageError
 from hostler.paths import default_data_dir, user_path
-from hostler.plugin import ENGINE_NAME_MAX, engine_name_problem, flag_key_problem
+from hostler.plugin import ENGINE_NAME_MAX, engine_name_problem, flag_key_problem, flag_of
 from hostler.policies.eviction import DEFAULT_EVICTION_POLICY, valid_policy_name
 
 __all__ = [
@@ -416,6 +416,24 @@ def load_config(path: str | os.PathLike[str], *, data_dir: Path | None = None) -
     )
 
 
+def _merge_flags(
+    defaults: Mapping[str, str | int | float | bool], own: Mapping[str, str | int | float | bool]
+) -> dict[str, str | int | float | bool]:
+    """RD5: the engine's default ``extra_args`` with the entry's over them, per flag.
+
+    An entry's ``no-mmap`` replaces a default ``--no-mmap`` in its place; the entry's other
+    flags follow in their order.
+    """
+    mine = {flag_of(key): key for key in own}
+    merged: dict[str, str | int | float | bool] = {}
+    for key, value in defaults.items():
+        if (override := mine.get(flag_of(key))) is not None:
+            merged[override] = own[override]
+        else:
+            merged[key] = value
+    return {**merged, **own}
+
+
 def _engines_of(file: Path, parsed: _ConfigFile) -> tuple[EngineConfig, ...]:
     """``[[engines]]`` as written, then each ``[[models]]`` entry's replicas, defaults applied.
 
@@ -434,7 +452,7 @@ def _engines_of(file: Path, parsed: _ConfigFile) -> tuple[EngineConfig, ...]:
         engine: str, key: str, model: str, entry: _EngineEntry | _ModelEntry, where: str
     ) -> None:
         preset = defaults.get(engine)
-        args = {**(preset.extra_args if preset else {}), **entry.extra_args}  # the entry's win
+        args = _merge_flags(preset.extra_args if preset else {}, entry.extra_args)
         binary = preset.binary if preset else None
         options = {**(preset.options if preset else {}), **entry.options}  # the entry's win
         origin = {name: f"{file}: engine_defaults.{engine}.options" for name in options}

@@ -94,6 +94,7 @@ __all__ = [
     "find_engine_binary",
     "flag_argv",
     "flag_key_problem",
+    "flag_of",
     "heuristic_per_slot_kv",
     "hookimpl",
     "hookspec",
@@ -243,6 +244,15 @@ def flag_key_problem(key: object) -> str | None:
     return None
 
 
+def flag_of(key: str) -> str:
+    """RD5: the flag an ``extra_args`` key names.
+
+    As written when it starts with ``-``, else with ``--`` before it: ``no-mmap`` and
+    ``--no-mmap`` are one flag.
+    """
+    return key if key.startswith("-") else f"--{key}"
+
+
 def flag_argv(flag: str, value: object, *, join_dash_values: bool = False) -> list[str]:
     """RD5: one flag and its value as argv tokens.
 
@@ -272,8 +282,7 @@ def extra_args_argv(extra_args: ExtraArgs, *, join_dash_values: bool = False) ->
     """
     argv: list[str] = []
     for raw, value in extra_args.items():
-        flag = raw if raw.startswith("-") else f"--{raw}"
-        argv += flag_argv(flag, value, join_dash_values=join_dash_values)
+        argv += flag_argv(flag_of(raw), value, join_dash_values=join_dash_values)
     return argv
 
 
@@ -403,10 +412,22 @@ class ReadinessProbe:
             raise ValueError(f"readiness body must be bytes or None, not {type(body).__name__}")
         if (problem := header_value_problem("content_type", self.content_type)) is not None:
             raise ValueError(problem)
-        if self.ready_line is not None:
-            re.compile(self.ready_line)  # a bad pattern fails where the adapter made it
-        if not 0 < self.wait <= 600:
-            raise ValueError("readiness wait must be over 0 and at most 600 seconds")
+        fields: object = self.expect_json
+        if fields is not None and (
+            not isinstance(fields, Mapping)
+            or not all(isinstance(key, str) and key for key in fields)
+        ):
+            raise ValueError(
+                f"readiness expect_json must map field names to values, not {repr(fields)[:40]}"
+            )
+        ready_line: object = self.ready_line
+        if ready_line is not None:
+            if not isinstance(ready_line, str):
+                raise ValueError(f"readiness ready_line must be a str, not {ready_line!r:.40}")
+            re.compile(ready_line)  # a bad pattern fails where the adapter made it
+        wait: object = self.wait
+        if type(wait) not in (int, float) or not 0 < wait <= 600:  # type: ignore[operator]
+            raise ValueError(f"readiness wait must be over 0 and at most 600 seconds, not {wait!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -501,8 +522,8 @@ class Progress:
         if type(self.done) is not int or not 0 <= self.done <= self.total:
             raise ValueError(f"Progress.done must be an int from 0 to total, not {self.done!r}")
         unit: object = self.unit  # a plugin's: checked
-        if not isinstance(unit, str) or not 0 < len(unit) <= 20:
-            raise ValueError("Progress.unit must be a short name (1 to 20 characters)")
+        if not isinstance(unit, str) or not 0 < len(unit) <= 20 or not unit.isprintable():
+            raise ValueError("Progress.unit must be a short printable name (1 to 20 characters)")
 
 
 class FatalLines:

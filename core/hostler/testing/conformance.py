@@ -40,6 +40,7 @@ import ipaddress
 import json
 import os
 import signal
+import socket
 import threading
 import time
 import urllib.error
@@ -522,7 +523,11 @@ def _orphan(dead: Supervisor) -> threading.Thread:
 
 
 def _listening_beyond_loopback(pids: list[int]) -> list[str]:
-    """The addresses the processes (and their children) listen on that are not loopback."""
+    """The addresses the processes (and their children) take requests on that are not loopback.
+
+    A TCP socket counts while it listens; a UDP socket whenever it is bound (it has no listening
+    state). ``pids`` are the launch token's holders, so a double-forked child is among them.
+    """
     wide: list[str] = []
     for pid in pids:
         try:
@@ -536,8 +541,11 @@ def _listening_beyond_loopback(pids: list[int]) -> list[str]:
             except psutil.Error:
                 continue
             for conn in sockets:
-                if conn.status != psutil.CONN_LISTEN or not conn.laddr:
+                ip: object = getattr(conn.laddr, "ip", None)  # an unbound socket has no address
+                if not isinstance(ip, str):
                     continue
-                if not ipaddress.ip_address(conn.laddr.ip.split("%")[0]).is_loopback:
-                    wide.append(f"{conn.laddr.ip}:{conn.laddr.port}")
+                if conn.type == socket.SOCK_STREAM and conn.status != psutil.CONN_LISTEN:
+                    continue
+                if not ipaddress.ip_address(ip.split("%")[0]).is_loopback:
+                    wide.append(f"{ip}:{conn.laddr.port}")
     return sorted(set(wide))
