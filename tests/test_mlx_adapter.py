@@ -250,8 +250,8 @@ def test_argv(tmp_path: Path) -> None:
     assert dict(command.env) == dict(OFFLINE_ENV)
     binary = tmp_path / "python"
     assert adapter.build_command(LaunchSpec("k", model, 1, 1, binary=binary)).argv[0] == str(binary)
-    # M9/RD8: the reservation is the wired limit; none, or 0 bytes, is no limit: the estimate
-    for reserved, limit in ((1, 1), (7 * 2**30, 7 * 2**30), (None, wired), (0, wired)):
+    # M9/RD8: the reservation is the wired limit (0: nothing wired); none: the estimate
+    for reserved, limit in ((1, 1), (7 * 2**30, 7 * 2**30), (None, wired), (0, 0)):
         held = replace(spec, reserved_bytes=reserved)
         assert adapter.build_command(held).argv[3] == str(limit), reserved
 

@@ -135,7 +135,7 @@ class MlxAdapter(EngineAdapter):
 
         The wired-memory limit is the bytes hostler reserved for this launch
         (``spec.reserved_bytes``, RD8: the estimate corrected by learning); without a
-        reservation (no ledger), or one of 0 bytes, this launch's own estimate (M5).
+        reservation (no ledger) this launch's own estimate (M5); 0 reserved wires nothing.
         """
         try:
             geometry = self.read_geometry(spec.model)
@@ -147,9 +147,9 @@ class MlxAdapter(EngineAdapter):
             python,
             spec.model,
             spec.port,
-            wired_limit=(  # 0 reserved (learning priced it at nothing) is no limit to wire
+            wired_limit=(  # 0 reserved wires nothing: never more than the ledger holds (M9)
                 spec.reserved_bytes
-                if spec.reserved_bytes
+                if spec.reserved_bytes is not None
                 else self.estimate_footprint(geometry, spec)
             ),
             concurrency=concurrency,
