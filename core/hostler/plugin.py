@@ -21,7 +21,6 @@ and is declared in its ``pyproject.toml`` under ``[project.entry-points.hostler]
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import stat
@@ -357,21 +356,21 @@ def json_fields_match(body: bytes, expected: Mapping[str, object]) -> bool:
     """Whether ``body`` is a JSON object holding every ``expected`` field with its value.
 
     A dotted key looks into nested objects (``"model.loaded": true``).
-    An engine's body is outside input: one that is not JSON, or nested too deeply for the
-    parser (RecursionError), simply does not match.
+    An engine's body is outside input: one that :func:`parse_json` refuses (not JSON, nested
+    too deeply) simply does not match.
     """
     try:
-        data = json.loads(body)
-        for dotted, wanted in expected.items():
-            node: object = data
-            for part in dotted.split("."):
-                if not isinstance(node, dict) or part not in node:
-                    return False
-                node = node[part]
-            if node != wanted or type(node) is not type(wanted):
-                return False
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        data = parse_json(body)
+    except ValueError:
         return False
+    for dotted, wanted in expected.items():
+        node: object = data
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return False
+            node = node[part]
+        if node != wanted or type(node) is not type(wanted):
+            return False
     return True
 
 

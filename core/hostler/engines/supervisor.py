@@ -92,7 +92,7 @@ from hostler.plugin import (
     launch_command,
     timing_problem,
 )
-from hostler.pluginhost import answer_problem, describe_exception, plugin_fault
+from hostler.pluginhost import answer_problem, ask_adapter, describe_exception, plugin_fault
 from hostler.policies.supervision import (
     SupervisionPolicy,
     decide_health,
@@ -404,23 +404,23 @@ class Supervisor:
 
         A hook that answers with the wrong type (a str for a verdict, an accidental coroutine)
         is the plugin's error like a raise, never taken at its truthiness nor read later as
-        something it is not. Every hook the supervisor calls is asked through here.
+        something it is not. Every hook the supervisor calls is asked through here
+        (:func:`hostler.pluginhost.ask_adapter`, as pricing asks, with the engine key first).
         """
-        answer = self._plugin(what, func, *args)
-        problem = answer_problem(answer, returns)
-        if problem is not None:
-            raise self._plugin_fault(f"{problem} from {what}")
-        return answer  # type: ignore[return-value]  # checked just above
+        answer: T = ask_adapter(
+            self.adapter, what, func, *args, returns=returns, prefix=f"{self.key}: "
+        )
+        return answer
 
     def _ask_maybe(
         self, what: str, func: Callable[..., object], *args: object, returns: type[T]
     ) -> T | None:
         """:meth:`_ask` for a hook whose answer may also be None (``progress``, a panic)."""
-        answer = self._plugin(what, func, *args)
-        problem = answer_problem(answer, returns, optional=True)
-        if problem is not None:
-            raise self._plugin_fault(f"{problem} from {what}")
-        return answer  # type: ignore[return-value]  # checked just above
+        answer: T | None = ask_adapter(
+            self.adapter, what, func, *args, returns=returns, optional=True,
+            prefix=f"{self.key}: ",
+        )  # fmt: skip
+        return answer
 
     def _plugin_fault(self, what: str) -> PluginError:
         fault = plugin_fault(self.adapter.engine_type, type(self.adapter), what)
