@@ -46,10 +46,24 @@ class World:
         return self.now
 
     def supervisor_factory(
-        self, engine: EngineAdapter, price: int = PRICE
+        self, engine: EngineAdapter, price: int = PRICE, launcher: Any = None
     ) -> Callable[[str], Supervisor]:
+        """Supervisors of ``engine`` costing ``price``; ``launcher(key, run)`` makes each's own."""
+
         def build(key: str) -> Supervisor:
             run = self.tmp_path / "run" / key.replace(":", "_")
+            if launcher is not None:
+                return Supervisor(
+                    key,
+                    engine,
+                    None,
+                    self.store,
+                    run_dir=run,
+                    token_prefix=self.token,
+                    policy=SupervisorPolicy(watch_interval=0.05, idle_timeout=0, stop_grace=1.0),
+                    ledger=self.ledger,
+                    launcher=launcher(key, run),
+                )
             return Supervisor(
                 key,
                 engine,
@@ -72,15 +86,15 @@ class World:
         *,
         clock: Callable[[], float] | None = None,
         price: int = PRICE,
+        launcher: Any = None,
         **options: Any,
     ) -> Pool:
         engine = adapter or BallastEngine(self.tmp_path, BALLAST_MIB)
-        build = self.supervisor_factory(engine, price)
+        build = self.supervisor_factory(engine, price, launcher)
         return Pool(
             self.store,
             build,
             ledger=self.ledger,
-            estimate=lambda _key: price,
             clock=clock or time.time,
             drain_poll=0.02,
             **options,

@@ -10,7 +10,7 @@ import hostler
 from hostler import EventStore
 from hostler.capacity.budget import HostMemory, compute_budget
 from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
-from hostler.engines.price import price_from_ledger
+from hostler.engines.price import LaunchRequest, price_from_ledger
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.plugin import LaunchSpec
 from hostler.testing.tiny_gguf import write_tiny_llama
@@ -41,12 +41,8 @@ class LlamaRig:
         priced = price_from_ledger(
             self.adapter,
             self.ledger,
-            key=key,
-            model=self.models[name],
-            ctx=512,
-            slots=1,
-            kv_type=None,
-        )
+            LaunchRequest(key=key, model=self.models[name], ctx=512, slots=1, kv_type=None),
+        ).price
         return int(priced.reserved_bytes)
 
     def build(self, key: str) -> Supervisor:
@@ -73,7 +69,6 @@ class LlamaRig:
             self.store,
             self.build,
             ledger=self.ledger,
-            estimate=self.price,
             drain_poll=0.05,
             drain_wait=30,
         )

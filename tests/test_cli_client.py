@@ -56,7 +56,10 @@ class Daemon:
 async def serving(world: World, models: dict[str, str]) -> AsyncIterator[Daemon]:
     build = world.supervisor_factory(BallastEngine(world.tmp_path, BALLAST_MIB, load_seconds=0.3))
     runtime = hostler.Runtime(
-        world.store, build, ledger=world.ledger, estimate=lambda _k: PRICE, drain_poll=0.02
+        world.store,
+        build,
+        ledger=world.ledger,
+        drain_poll=0.02,
     )
     async with runtime, anyio.create_task_group() as tg:
         server = HttpServer(make_app(runtime, models, token=TOKEN), "127.0.0.1", 0)

@@ -25,7 +25,7 @@ from hostler.capacity.learning import Calibration
 from hostler.capacity.ledger import LedgerState
 from hostler.capacity.slots import slot_ceiling
 from hostler.engines.http import probe_response, probe_status
-from hostler.engines.price import price_engine
+from hostler.engines.price import LaunchRequest, price_engine
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.errors import EngineStartError, ModelFileError, PluginError
 from hostler.events.calibration import CALIBRATION_STREAM, FootprintMeasured
@@ -444,15 +444,13 @@ def price(adapter: EngineAdapter, model: Path, calibration: Calibration | None =
     budget = compute_budget(HostMemory(64 * GIB))
     return price_engine(
         adapter,
-        key=f"{adapter.engine_type}:m:0",
-        model=model,
-        ctx=4096,
-        slots=1,
-        kv_type=None,
+        LaunchRequest(
+            key=f"{adapter.engine_type}:m:0", model=model, ctx=4096, slots=1, kv_type=None
+        ),
         budget=budget,
         state=LedgerState(),
         calibration=calibration or Calibration(),
-    )
+    ).price
 
 
 def test_an_adapter_supplied_geometry_is_priced_planned_and_learned(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from hostler.runtime.arbiter import GpuArbiter
 from hostler.store.log import EventStore
 
 from _fake_engine import BallastEngine
-from _pools import BALLAST_MIB, PRICE, World, work, world_at
+from _pools import BALLAST_MIB, World, work, world_at
 from _support import run_cli
 
 # -- a log recorded by a real runtime ------------------------------------------------------
@@ -37,7 +37,6 @@ async def _record(world: World) -> None:
         world.store,
         world.supervisor_factory(engine),
         ledger=world.ledger,
-        estimate=lambda _key: PRICE,
         drain_poll=0.02,
         arbiter=GpuArbiter("swap", store=world.store),
     ) as rt:

@@ -18,7 +18,7 @@ import pytest
 
 from hostler.capacity.budget import HostMemory, compute_budget
 from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
-from hostler.engines.price import engine_build, price_from_ledger
+from hostler.engines.price import LaunchRequest, engine_build, price_from_ledger
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.errors import EngineStartError
 from hostler.events.calibration import CALIBRATION_STREAM, FootprintMeasured
@@ -65,7 +65,11 @@ async def test_the_wired_limit_is_the_priced_reservation_not_the_raw_estimate(
     ledger = HostLedger(
         store, OwnerIdentity.current("test"), lambda: compute_budget(HostMemory(64 * 2**30))
     )
-    first = price_from_ledger(adapter, ledger, key=KEY, model=model, ctx=512, slots=1, kv_type=None)
+    first = price_from_ledger(
+        adapter,
+        ledger,
+        LaunchRequest(key=KEY, model=model, ctx=512, slots=1, kv_type=None),
+    ).price
     assert first.reserved_bytes == first.estimated  # nothing learned yet
     # a launch of this model and build measured 512 MiB over its raw estimate (another shape)
     build = engine_build(adapter, LaunchSpec(KEY, model, 0, 256, kv_type="f16"))
@@ -84,8 +88,10 @@ async def test_the_wired_limit_is_the_priced_reservation_not_the_raw_estimate(
     )
     store.append(CALIBRATION_STREAM, [lesson], expected_version=None)
     priced = price_from_ledger(
-        adapter, ledger, key=KEY, model=model, ctx=512, slots=1, kv_type=None
-    )
+        adapter,
+        ledger,
+        LaunchRequest(key=KEY, model=model, ctx=512, slots=1, kv_type=None),
+    ).price
     assert priced.estimated == first.estimated  # the raw estimate did not move
     assert priced.reserved_bytes == priced.estimated + 512 * MIB  # learning corrected it
 

@@ -20,7 +20,7 @@ from hostler.capacity.budget import HostMemory, compute_budget
 from hostler.capacity.learning import Calibration
 from hostler.capacity.ledger import LedgerState
 from hostler.capacity.units import GIB
-from hostler.engines.price import price_engine
+from hostler.engines.price import LaunchRequest, price_engine
 from hostler.errors import EngineBinaryError, PluginError
 from hostler.plugin import LaunchCommand, LaunchSpec, ModelGeometry
 from hostler.testing.fake_engine import FakeEngineAdapter
@@ -31,15 +31,11 @@ def price(adapter: FakeEngineAdapter, tmp_path: Path) -> int:
     model.write_bytes(b"\0" * 4096)
     priced = price_engine(
         adapter,
-        key="fake:m:0",
-        model=model,
-        ctx=512,
-        slots=1,
-        kv_type=None,
+        LaunchRequest(key="fake:m:0", model=model, ctx=512, slots=1, kv_type=None),
         budget=compute_budget(HostMemory(system_ram=16 * GIB)),
         state=LedgerState(),
         calibration=Calibration(),
-    )
+    ).price
     return int(priced.reserved_bytes)
 
 

@@ -23,7 +23,7 @@ from hostler.capacity.plan import PlanRequest, plan_llama
 from hostler.capacity.pricing import price_launch
 from hostler.capacity.units import GIB, MIB
 from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
-from hostler.engines.price import engine_build, price_from_ledger
+from hostler.engines.price import LaunchRequest, engine_build, price_from_ledger
 from hostler.events.ledger import LEDGER_STREAM
 from hostler.plugin import LaunchSpec
 from hostler.probes.device import budget_from, sample_device
@@ -215,8 +215,10 @@ def test_preview_shows_what_the_daemons_pricing_reserves(model: Path, tmp_path: 
             expected_version=None,
         )
         daemon = price_from_ledger(
-            adapter, ledger, key=key, model=model, ctx=1024, slots=2, kv_type=None
-        )
+            adapter,
+            ledger,
+            LaunchRequest(key=key, model=model, ctx=1024, slots=2, kv_type=None),
+        ).price
     shown = _preview(model, ledger_path, "--ctx", "1024", "--slots", "2")
     assert daemon.learned
     assert shown["reserved_bytes"] == daemon.reserved_bytes

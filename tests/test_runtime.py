@@ -15,7 +15,7 @@ from hostler.runtime.arbiter import GpuArbiter
 from hostler.runtime.pool import DrainProgress
 
 from _fake_engine import BallastEngine
-from _pools import PRICE, World, work, world_at
+from _pools import World, work, world_at
 
 pytestmark = pytest.mark.anyio
 
@@ -32,7 +32,6 @@ def runtime(world: World, mib: int = 10, **options: object) -> hostler.Runtime:
         world.store,
         world.supervisor_factory(engine),
         ledger=world.ledger,
-        estimate=lambda _key: PRICE,
         drain_poll=0.02,
         **options,  # type: ignore[arg-type]
     )
@@ -130,7 +129,7 @@ async def test_the_budget_is_live_and_validated(world: World) -> None:
             "explicit_budget": 3 * 2**30,
             "spillover": False,
         }
-        with pytest.raises(UsageError, match="pricing function"):
+        with pytest.raises(UsageError, match="no plan to show"):
             await rt.preview("ballast:m:0")
 
 

@@ -16,7 +16,7 @@ import hostler
 from hostler.errors import HostlerError, RuntimeClosedError, UsageError
 
 from _fake_engine import BallastEngine
-from _pools import PRICE, World, engine_processes, work, world_at
+from _pools import World, engine_processes, work, world_at
 
 pytestmark = pytest.mark.anyio
 
@@ -91,7 +91,6 @@ async def test_a_pinned_key_the_factory_cannot_build_does_not_kill_the_pool(
         world.store,
         build,
         ledger=world.ledger,
-        estimate=lambda _key: PRICE,
         pinned=["bogus:x:0"],
         pin_interval=0.05,
     ) as rt:
@@ -209,7 +208,6 @@ async def test_ensure_never_hands_out_an_engine_that_is_draining(world: World) -
         world.store,
         lambda key: build_slow(key) if key == B else build_fast(key),
         ledger=world.ledger,
-        estimate=lambda _key: PRICE,
         drain_poll=0.02,
         drain_wait=10,
     )
@@ -255,7 +253,6 @@ async def test_use_after_close_starts_nothing(world: World) -> None:
         world.store,
         world.supervisor_factory(BallastEngine(world.tmp_path, 10)),
         ledger=world.ledger,
-        estimate=lambda _key: PRICE,
     ) as rt:
         await rt.one_shot("ballast", "m")
         await rt.close()
@@ -346,7 +343,6 @@ async def test_kill_nine_the_new_engine_while_it_loads_after_make_room(world: Wo
         world.store,
         lambda key: build_slow(key) if key == C else build_fast(key),
         ledger=world.ledger,
-        estimate=lambda _key: PRICE,
         drain_poll=0.02,
     )
     async with pool:
@@ -379,7 +375,6 @@ async def test_runtime_close_during_a_build_and_a_stream(world: World) -> None:
         world.store,
         lambda key: build_slow(key) if key == B else build_fast(key),
         ledger=world.ledger,
-        estimate=lambda _key: PRICE,
     )
     async with rt:
         key = await rt.bind("ballast", "a", "s1")
@@ -413,7 +408,6 @@ async def test_router_weird_session_ids(world: World) -> None:
         world.store,
         world.supervisor_factory(BallastEngine(world.tmp_path, 10)),
         ledger=world.ledger,
-        estimate=lambda _key: PRICE,
     ) as rt:
         await rt.reconcile({"ballast:m": 2})
         weird = ["", "\x00", "x" * 100_000, "ballast:m:1", "😀\n'; drop table events;--"]
@@ -437,7 +431,6 @@ async def test_cancelling_an_unload_as_the_engine_exits_still_frees_its_reservat
         world.store,
         world.supervisor_factory(BallastEngine(world.tmp_path, 10)),
         ledger=world.ledger,
-        estimate=lambda _key: PRICE,
     ) as rt:
         await rt.pool.ensure(A)
         with anyio.CancelScope() as scope:

@@ -18,7 +18,7 @@ from hostler.errors import UnknownEngineError, UsageError
 from hostler.policies.cache import CacheEntry
 
 from _fake_engine import BallastEngine
-from _pools import PRICE, World, engine_processes, work, world_at
+from _pools import World, engine_processes, work, world_at
 
 pytestmark = pytest.mark.anyio
 
@@ -38,7 +38,6 @@ def runtime(world: World, engine: BallastEngine | None = None, **options: Any) -
         world.store,
         world.supervisor_factory(engine or BallastEngine(world.tmp_path, 10)),
         ledger=world.ledger,
-        estimate=lambda _key: PRICE,
         drain_poll=0.02,
         **options,
     )
@@ -138,7 +137,9 @@ async def test_an_on_wait_callback_that_raises_does_not_kill_the_request(world: 
 
 async def test_requests_for_unknown_keys_leave_no_queue_behind(world: World) -> None:
     rt = hostler.Runtime(
-        world.store, rejecting(world), ledger=world.ledger, estimate=lambda _k: PRICE
+        world.store,
+        rejecting(world),
+        ledger=world.ledger,
     )
     async with rt:
         for i in range(100):
@@ -162,7 +163,9 @@ async def test_a_running_engine_has_a_queue_summary_with_its_live_width(world: W
 async def test_one_bad_stream_does_not_drop_other_engines_queue_events(world: World) -> None:
     long_key = "x" * 195  # `queue/<key>` is past the store's 200-character stream ids
     rt = hostler.Runtime(
-        world.store, rejecting(world), ledger=world.ledger, estimate=lambda _k: PRICE
+        world.store,
+        rejecting(world),
+        ledger=world.ledger,
     )
     async with rt:
         await rt.one_shot("ballast", "m")

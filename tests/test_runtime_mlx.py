@@ -22,7 +22,7 @@ import hostler
 from hostler import EventStore
 from hostler.capacity.budget import HostMemory, compute_budget
 from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
-from hostler.engines.price import price_from_ledger
+from hostler.engines.price import LaunchRequest, price_from_ledger
 from hostler.engines.process import token_holders
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.events.ledger import LEDGER_STREAM
@@ -65,12 +65,8 @@ class Rig:
         priced = price_from_ledger(
             self.adapters[key],
             self.ledger,
-            key=key,
-            model=self.models[key],
-            ctx=512,
-            slots=1,
-            kv_type=None,
-        )
+            LaunchRequest(key=key, model=self.models[key], ctx=512, slots=1, kv_type=None),
+        ).price
         return int(priced.reserved_bytes)
 
     def build(self, key: str) -> Supervisor:
@@ -91,7 +87,10 @@ class Rig:
 
     def runtime(self) -> hostler.Runtime:
         return hostler.Runtime(
-            self.store, self.build, ledger=self.ledger, estimate=self.price, drain_poll=0.05
+            self.store,
+            self.build,
+            ledger=self.ledger,
+            drain_poll=0.05,
         )
 
     def pids(self) -> list[int]:

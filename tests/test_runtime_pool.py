@@ -7,7 +7,7 @@ requests that keep it busy for N seconds. The budget (1 GiB, enforced) fits two 
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import http.client
 import os
 import signal
@@ -19,12 +19,15 @@ import anyio
 import psutil
 import pytest
 
+from hostler.engines.launcher import FixedLauncher, Launch
 from hostler.errors import (
     CapacityDeniedError,
     EngineBusyError,
     HostlerError,
+    PluginError,
     RuntimeClosedError,
 )
+from hostler.plugin import LaunchSpec
 from hostler.runtime.pool import DRAIN_POLL
 
 from _fake_engine import BallastEngine
@@ -312,29 +315,49 @@ async def test_close_during_a_build_and_a_request_leaves_no_process(world: World
         await pool_fast.ensure(A)
 
 
+class _Launcher:
+    """A launcher whose first price raises or answers ``first``, then ``PRICE`` bytes."""
+
+    def __init__(self, key: str, run: Path, world: World, first: object) -> None:
+        self.fixed = FixedLauncher(
+            lambda port: LaunchSpec(key, world.model, port, ctx_per_slot=512, work_dir=run),
+            lambda: PRICE,
+        )
+        self.first: list[object] = [first]
+
+    def price(self) -> Launch:
+        if self.first:
+            first = self.first.pop()
+            if isinstance(first, BaseException):
+                raise first
+            return FixedLauncher(self.fixed.price().spec, lambda: first).price()
+        return self.fixed.price()
+
+
 async def test_a_price_that_raises_anything_is_left_to_the_start_to_record(world: World) -> None:
     """A plugin's SystemExit while the pool prices an engine must not end the daemon."""
-
-    def exits(_key: str) -> int:
-        raise SystemExit(3)
-
-    async with world.pool() as pool:
-        pool.estimate = exits
+    launchers = functools.partial(_Launcher, world=world, first=SystemExit(3))
+    async with world.pool(launcher=launchers) as pool:
         assert await pool.ensure(A) > 0  # its supervisor priced it itself, and started it
         assert world.pool_events("pool.room_planned") == []
 
 
 async def test_a_negative_or_bogus_price_evicts_nothing(world: World) -> None:
     """A broken plugin's price (-5, NaN) is not a reason to unload anyone."""
-    async with world.pool() as pool:
-        await pool.ensure(A)
-        await pool.ensure(B)
-        for bogus in (-5, float("nan")):
-            pool.estimate = lambda _key, b=bogus: b
-            with contextlib.suppress(HostlerError):
-                await pool.ensure(C)  # its supervisor prices it (430 MiB) and is refused
-            assert pool.resident(A) and pool.resident(B)
-        assert world.pool_events("pool.room_planned") == []
+    bogus = {A: -5, B: float("nan"), C: -5}
+
+    def launchers(key: str, run: Path) -> _Launcher:
+        return _Launcher(key, run, world, bogus[key])
+
+    async with world.pool(launcher=launchers) as pool:
+        for key in (A, B):  # each one's first price is the bogus one: refused, then 430 MiB
+            with pytest.raises(PluginError, match="estimate_footprint"):
+                await pool.ensure(key)
+            await pool.ensure(key)
+        with pytest.raises(PluginError, match="estimate_footprint"):
+            await pool.ensure(C)  # 1 GiB holds two; evicting for a bogus price is wrong
+        assert pool.resident(A) and pool.resident(B)
+    assert world.pool_events("pool.room_planned") == []
 
 
 async def test_stop_listeners_hear_the_port_before_the_engine_stops(world: World) -> None:

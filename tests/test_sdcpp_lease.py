@@ -25,7 +25,7 @@ import hostler
 from _rigs import LlamaRig
 from hostler import EventStore
 from hostler.cli.ps import ps_rows
-from hostler.engines.price import price_from_ledger
+from hostler.engines.price import LaunchRequest, price_from_ledger
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.plugin import LaunchSpec
 from hostler.runtime.arbiter import GpuArbiter
@@ -66,8 +66,10 @@ class Rig(LlamaRig):
         if key != IMAGE:
             return super().price(key)
         priced = price_from_ledger(
-            self.sd, self.ledger, key=key, model=self.sd_model, ctx=512, slots=1, kv_type=None
-        )
+            self.sd,
+            self.ledger,
+            LaunchRequest(key=key, model=self.sd_model, ctx=512, slots=1, kv_type=None),
+        ).price
         return int(priced.reserved_bytes)
 
     def build(self, key: str) -> Supervisor:
@@ -90,7 +92,6 @@ class Rig(LlamaRig):
             self.store,
             self.build,
             ledger=self.ledger,
-            estimate=self.price,
             drain_poll=0.05,
             drain_wait=30,
             arbiter=GpuArbiter(policy, store=self.store),

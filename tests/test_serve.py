@@ -38,7 +38,7 @@ def face(tmp_path: Path) -> Iterator[Face]:
 
 @pytest.fixture
 async def served(face: Face) -> AsyncIterator[tuple[hostler.Runtime, httpx.AsyncClient]]:
-    runtime = hostler.Runtime(face.store, face.build, ledger=face.ledger, estimate=face.price)
+    runtime = hostler.Runtime(face.store, face.build, ledger=face.ledger)
     async with runtime, anyio.create_task_group() as tg:
         server = HttpServer(make_app(runtime, MODELS, token=TOKEN), "127.0.0.1", 0)
         tg.start_soon(server.serve)

@@ -408,7 +408,6 @@ async def slow_face(
         world.store,
         world.supervisor_factory(engine, price),
         ledger=world.ledger,
-        estimate=lambda _key: price,
         drain_poll=0.02,
     )
     async with runtime, anyio.create_task_group() as tg:

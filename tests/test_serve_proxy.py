@@ -220,7 +220,7 @@ def rig(tmp_path: Path) -> Iterator[LlamaRig]:
 
 @pytest.fixture
 async def served(rig: LlamaRig) -> AsyncIterator[tuple[hostler.Runtime, str]]:
-    runtime = hostler.Runtime(rig.store, rig.build, ledger=rig.ledger, estimate=rig.price)
+    runtime = hostler.Runtime(rig.store, rig.build, ledger=rig.ledger)
     async with runtime, anyio.create_task_group() as tg:
         server = HttpServer(make_app(runtime, MODELS), "127.0.0.1", 0)
         tg.start_soon(server.serve)

@@ -38,6 +38,7 @@ from starlette.routing import Route
 from starlette.types import Message
 
 import hostler
+from hostler.engines.price import LaunchRequest, PricedLaunch
 from hostler.errors import UnknownEngineError
 from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec
 from hostler.serve.app import make_app
@@ -112,28 +113,30 @@ async def serving(tmp_path: Path, price: int = PRICE) -> AsyncIterator[str]:
     Each engine costs ``price`` bytes in a 1 GiB budget (the default: two fit, three do not).
     """
     with world_at(tmp_path) as world:
-        build_any = world.supervisor_factory(EchoEngine(tmp_path), price)
+
+        class Planned:  # a configured engine's launches: a fixed plan of ``price`` bytes
+            def __init__(self, key: str, run: Path) -> None:
+                self.request = LaunchRequest(key, world.model, ctx=512, slots=1, work_dir=run)
+
+            def price(self) -> PricedLaunch:
+                plan = SimpleNamespace(kv_type="q8_0", context_window=512, slots=1)
+                priced: Any = SimpleNamespace(
+                    plan=plan, ctx_per_slot=512, slots=1, kv_type="q8_0", estimated=price,
+                    reserved_bytes=price, admitted=True, denial="",
+                )  # fmt: skip
+                return PricedLaunch(self.request, priced)
+
+        build_any = world.supervisor_factory(EchoEngine(tmp_path), price, launcher=Planned)
 
         def build(key: str) -> Any:
             if key not in KEYS:
                 raise UnknownEngineError(f"{key[:140]}: no engine of that name is configured")
             return build_any(key)
 
-        def preview(key: str) -> Any:  # the daemon's answer for what is not configured
-            if key not in KEYS:
-                raise UnknownEngineError(f"{key}: not in the config")
-            plan = SimpleNamespace(kv_type="q8_0")
-            return SimpleNamespace(
-                plan=plan, ctx_per_slot=512, slots=1, estimated=PRICE, reserved_bytes=PRICE,
-                admitted=True, denial="",
-            )  # fmt: skip
-
         runtime = hostler.Runtime(
             world.store,
             build,
             ledger=world.ledger,
-            estimate=lambda _key: price,
-            preview=preview,
             drain_poll=0.02,
         )
         async with runtime, anyio.create_task_group() as tg:

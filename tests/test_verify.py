@@ -26,7 +26,7 @@ from hostler.postmortem.verify import (
 from hostler.store.log import EventStore
 
 from _fake_engine import BallastEngine
-from _pools import GIB, PRICE, World, world_at
+from _pools import GIB, World, world_at
 
 pytestmark = pytest.mark.anyio
 
@@ -136,7 +136,6 @@ async def test_sessions_bound_by_the_real_runtime_re_derive(world: World) -> Non
         world.store,
         world.supervisor_factory(engine),
         ledger=world.ledger,
-        estimate=lambda _key: PRICE,
         drain_poll=0.02,
     )
     async with runtime as rt:

@@ -30,7 +30,6 @@ import psutil
 from hostler._version import __version__
 from hostler.capacity.budget import CapacityBudget
 from hostler.capacity.keys import parse_key
-from hostler.capacity.pricing import LaunchPrice
 from hostler.config import DaemonConfig, EngineConfig, load_config
 from hostler.drivers.host_ledger import (
     HostLedger,
@@ -40,7 +39,8 @@ from hostler.drivers.host_ledger import (
 )
 from hostler.drivers.loghealth import LogHealth
 from hostler.drivers.offloop import DAEMON_BUSY_TIMEOUT, OffLoop
-from hostler.engines.price import price_from_ledger
+from hostler.engines.launcher import LedgerLauncher
+from hostler.engines.price import LaunchRequest
 from hostler.engines.process import token_holders
 from hostler.engines.reconcile import DAEMON_STREAM, Outcome, reconcile
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
@@ -337,7 +337,6 @@ class Daemon:
             store,
             self._build_supervisor,
             offloop=self.offloop,
-            preview=self._price,
             pinned=[e.key for e in self.config.engines if e.pinned],
             # GA7: "auto" (the default [arbiter] policy) shares the card (a ledger admits
             # co-residents); the health gate runs
@@ -435,7 +434,6 @@ class Daemon:
         runtime = self.runtime
         assert runtime is not None  # noqa: S101 - made by _run
         runtime.ledger = runtime.pool.ledger = ledger
-        runtime.pool.estimate = self._estimate
         runtime.pool.eviction = eviction
         await self._apply_budget(ledger)
         # One engine whose plugin is missing or raises is one failed engine, not a dead daemon.
@@ -760,20 +758,6 @@ class Daemon:
                 return dataclasses.replace(engine, key=key)
         return None
 
-    def _estimate(self, key: str) -> int:
-        """What starting ``key`` would reserve now (blocking): the pool's make-room price."""
-        return int(self._price(key).reserved_bytes)
-
-    def _price(self, key: str) -> LaunchPrice:
-        """``key``'s launch price now, as ``hostler preview`` computes it (blocking)."""
-        engine, ledger, plugins = self._engine_config(key), self.ledger, self._plugins
-        if engine is None:
-            raise UnknownEngineError(f"{key}: not in the config")
-        if ledger is None or plugins is None:
-            raise RuntimeClosedError(f"{key}: the daemon is not started yet")
-        adapter = self._adapters.get(engine.key) or _adapter_for(plugins, key)
-        return _price_engine(adapter, ledger, engine)
-
     def _supervisor(
         self,
         engine: EngineConfig,
@@ -783,36 +767,12 @@ class Daemon:
         token_prefix: str,
     ) -> Supervisor:
         run_dir = self.config.data_dir / "run" / _safe(engine.key)
-
-        priced: list[LaunchPrice] = []  # this start's price: footprint() runs before spec()
-
-        def price() -> LaunchPrice:
-            """One price, as ``hostler preview`` computes it: the plan and the reserved bytes."""
-            return _price_engine(adapter, ledger, engine)
-
-        def spec(port: int) -> LaunchSpec:
-            plan = priced.pop() if priced else price()
-            return LaunchSpec(
-                key=engine.key,
-                model=engine.model,
-                port=port,
-                ctx_per_slot=plan.ctx_per_slot,
-                slots=plan.slots,
-                kv_type=plan.kv_type,
-                work_dir=run_dir / "work",
-                extra_args=engine.extra_args,
-                options=engine.options,
-                binary=engine.binary,
-            )
-
-        def footprint() -> int:
-            priced[:] = [price()]
-            return int(priced[0].reserved_bytes)
-
+        # one priced launch per start: preview, making room, the reservation and the spec
+        launcher = LedgerLauncher(adapter, ledger, launch_request(engine, run_dir / "work"))
         return Supervisor(
             engine.key,
             adapter,
-            spec,
+            None,
             store,
             run_dir=run_dir,
             token_prefix=token_prefix,
@@ -827,7 +787,7 @@ class Daemon:
                 log_keep=self.config.engine_log_keep,
             ),
             ledger=ledger,
-            footprint=footprint,
+            launcher=launcher,
             probe=self.probe,
             offloop=self.offloop,
             health=self.health,
@@ -845,11 +805,9 @@ def _idle_default(adapter: EngineAdapter, engine: EngineConfig) -> float | None:
     return None if value is None else float(value)
 
 
-def _price_engine(adapter: EngineAdapter, ledger: HostLedger, engine: EngineConfig) -> LaunchPrice:
-    """One configured engine's launch price against the ledger now (blocking)."""
-    return price_from_ledger(
-        adapter,
-        ledger,
+def launch_request(engine: EngineConfig, work_dir: Path | None = None) -> LaunchRequest:
+    """What a configured engine asks of its launches: the one input of its price and spec."""
+    return LaunchRequest(
         key=engine.key,
         model=engine.model,
         ctx=engine.ctx,
@@ -857,6 +815,8 @@ def _price_engine(adapter: EngineAdapter, ledger: HostLedger, engine: EngineConf
         kv_type=engine.kv_type,
         extra_args=engine.extra_args,
         options=engine.options,
+        binary=engine.binary,
+        work_dir=work_dir,
     )
 
 

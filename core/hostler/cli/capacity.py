@@ -34,7 +34,7 @@ from hostler.drivers.host_ledger import (
     owner_alive,
 )
 from hostler.drivers.measure import load_calibration
-from hostler.engines.price import price_engine
+from hostler.engines.price import LaunchRequest, price_engine
 from hostler.errors import UsageError
 from hostler.events.base import encode
 from hostler.pluginhost import PluginHost
@@ -239,13 +239,12 @@ def run_preview(args: argparse.Namespace) -> int:
     path: Path = args.ledger or default_ledger_path()
     state, calibration = _read_ledger(path)
     name = model_path.name if model_path.is_dir() else model_path.stem  # a folder: all of it
+    request = LaunchRequest(
+        key=f"{engine}:{name}:0", model=model_path, ctx=args.ctx, slots=args.slots, kv_type=args.kv
+    )
     price = price_engine(
         adapter,
-        key=f"{engine}:{name}:0",
-        model=model_path,
-        ctx=args.ctx,
-        slots=args.slots,
-        kv_type=args.kv,
+        request,
         budget=budget,
         state=state,
         calibration=calibration,
@@ -254,7 +253,7 @@ def run_preview(args: argparse.Namespace) -> int:
         free_ram=sample.free_ram if args.live else None,
         standalone=args.standalone,
         geometry=geometry,
-    )
+    ).price
     if args.json:
         print(json.dumps(_plan_dict(price, geometry.architecture, settings), indent=2))
     else:

@@ -21,7 +21,7 @@ from hostler.capacity.ledger import LedgerState
 from hostler.capacity.units import GIB, MIB, format_half_up
 from hostler.daemon import daemon_id
 from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
-from hostler.engines.price import price_engine
+from hostler.engines.price import LaunchRequest, price_engine
 from hostler.engines.reconcile import DAEMON_STREAM, EngineReaped, find_strays, reap
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.machines.engine import StopReason
@@ -66,16 +66,12 @@ def run_live(store: EventStore, demo_dir: Path, model: Path | None, say: Say) ->
     # the one price: what `hostler preview` shows and what the ledger will hold
     price = price_engine(
         adapter,
-        key=KEY,
-        model=model,
-        ctx=2048,
-        slots=2,
-        kv_type="f16",
+        LaunchRequest(KEY, model, ctx=2048, slots=2, kv_type="f16"),
         budget=budget,
         state=LedgerState(),
         calibration=Calibration(),
         geometry=geometry,
-    )
+    ).price
     plan = price.plan
     say(
         f"plan: {plan.context_window} tokens × {plan.slots} slots, KV {plan.kv_type}; reserves "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numbers
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hostler.capacity.budget import CapacityBudget
@@ -29,7 +30,90 @@ from hostler.errors import HostlerError, PluginError
 from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec, launch_command
 from hostler.pluginhost import ask_adapter, plugin_fault
 
-__all__ = ["engine_build", "price_engine", "price_from_ledger", "slot_limit_of"]
+__all__ = [
+    "LaunchRequest",
+    "PricedLaunch",
+    "engine_build",
+    "price_engine",
+    "price_from_ledger",
+    "slot_limit_of",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchRequest:
+    """What the operator asked of one engine's launches: the one input of its price and its spec.
+
+    Both the price (the build that learning is keyed by, the adapter's estimates) and the
+    launch itself are made from this one object, so a setting that changes the launch (its
+    ``binary``, ``options``, ``extra_args``) can never be missing from the price.
+
+    Attributes:
+        key: The engine key (``engine:model:replica``).
+        model: The model's path, as configured.
+        ctx: The per-slot window asked for (None: the planner's).
+        slots: The slots asked for (None: the planner's).
+        kv_type: The KV cache type asked for (None: the planner's).
+        extra_args: The operator's engine flags.
+        options: The engine's checked ``options``.
+        binary: The engine program configured (None: the adapter's own).
+        work_dir: Where a launch may write (None for a preview).
+    """
+
+    key: str
+    model: Path
+    ctx: int | None = None
+    slots: int | None = None
+    kv_type: str | None = None
+    extra_args: Mapping[str, str | int | float | bool] = field(default_factory=dict)
+    options: Mapping[str, object] = field(default_factory=dict)
+    binary: Path | None = None
+    work_dir: Path | None = None
+
+    def spec(
+        self, *, port: int, ctx_per_slot: int, slots: int, kv_type: str | None, model: Path
+    ) -> LaunchSpec:
+        """The launch spec of this request at a plan's window, slots and KV type."""
+        return LaunchSpec(
+            key=self.key,
+            model=model,
+            port=port,
+            ctx_per_slot=ctx_per_slot,
+            slots=slots,
+            kv_type=kv_type,
+            work_dir=self.work_dir,
+            extra_args=dict(self.extra_args),
+            options=dict(self.options),
+            binary=self.binary,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PricedLaunch:
+    """One start's price and the launch it pays for (made by :func:`price_engine`).
+
+    Attributes:
+        request: What the operator asked.
+        price: The plan and the bytes the ledger is to hold.
+    """
+
+    request: LaunchRequest
+    price: LaunchPrice
+
+    @property
+    def reserved_bytes(self) -> int:
+        """What the ledger holds for this launch (the estimate corrected by learning)."""
+        return int(self.price.reserved_bytes)
+
+    def spec(self, port: int) -> LaunchSpec:
+        """The launch spec on ``port``: the request at the price's plan."""
+        return self.request.spec(
+            port=port,
+            ctx_per_slot=self.price.ctx_per_slot,
+            slots=self.price.slots,
+            kv_type=self.price.kv_type,
+            model=self.request.model,
+        )
 
 
 def slot_limit_of(adapter: EngineAdapter, geometry: ModelGeometry) -> int | None:
@@ -63,34 +147,30 @@ def engine_build(adapter: EngineAdapter, spec: LaunchSpec) -> str:
 
 def price_engine(
     adapter: EngineAdapter,
+    request: LaunchRequest,
     *,
-    key: str,
-    model: Path,
-    ctx: int | None,
-    slots: int | None,
-    kv_type: str | None,
     budget: CapacityBudget,
     state: LedgerState,
     calibration: Calibration,
-    extra_args: Mapping[str, str | int | float | bool] | None = None,
     policy: str = "adaptive",
     overrides: ContextOverrides | None = None,
     free_ram: int | None = None,
     standalone: bool = False,
     geometry: ModelGeometry | None = None,
-    options: Mapping[str, object] | None = None,
-) -> LaunchPrice:
-    """Plan and price a launch of ``model`` as ``key`` (see the module's docstring).
+) -> PricedLaunch:
+    """Plan and price a launch of ``request`` (see the module's docstring).
 
-    ``ctx`` and ``slots`` are what the operator asked for (a per-model window, taken as a
-    deliberate override, C4); ``standalone`` prices the model as the only resident;
+    The request's ``ctx`` and ``slots`` are what the operator asked for (a per-model window,
+    taken as a deliberate override, C4); ``standalone`` prices the model as the only resident;
     ``geometry`` is the model's, when the caller read it already (with a projector, say).
 
     The same for every engine (RD4): the model validated by its adapter, the adapter's
     geometry and raw estimate, the adapter's S5 headroom (``kv_headroom``) in slot sizing,
     and learning's correction keyed by the adapter's ``model_identity``.
     """
+    key, ctx, slots, kv_type = request.key, request.ctx, request.slots, request.kv_type
     parsed = parse_key(key)
+    model = request.model
     # a folder's name is the model's (``Qwen3-0.6B-4bit``); a file's without its extension
     fallback = model.name if model.is_dir() else model.stem
     engine, name = (parsed.engine, parsed.model) if parsed else (adapter.engine_type, fallback)
@@ -99,20 +179,17 @@ def price_engine(
         adapter, "read_geometry", adapter.read_geometry, model, returns=ModelGeometry
     )
     identity = ask_adapter(adapter, "model_identity", adapter.model_identity, model, returns=str)
-    extras = dict(extra_args or {})
-    settings = dict(options or {})
 
     def spec(ctx_total: int, count: int, cache_type: str) -> LaunchSpec:
+        # the launch's own spec (its binary, options and flags) at a trial plan: the build
+        # learning is keyed by, and the estimates, are those of what would really run
         count = max(1, count)
-        return LaunchSpec(
-            key=key,
-            model=model,
+        return request.spec(
             port=0,
             ctx_per_slot=max(1, ctx_total // count),
             slots=count,
             kv_type=cache_type,
-            extra_args=extras,
-            options=settings,
+            model=model,
         )
 
     build = engine_build(adapter, spec(256, 1, kv_type or "f16"))
@@ -138,7 +215,7 @@ def price_engine(
             slots=count,
         )
 
-    return price_launch(
+    price = price_launch(
         PlanRequest(
             name,
             ctx=ctx,
@@ -161,32 +238,18 @@ def price_engine(
         correct=correct,
         free_ram=free_ram,
     )
+    return PricedLaunch(request, price)
 
 
 def price_from_ledger(
-    adapter: EngineAdapter,
-    ledger: HostLedger,
-    *,
-    key: str,
-    model: Path,
-    ctx: int | None,
-    slots: int | None,
-    kv_type: str | None,
-    extra_args: Mapping[str, str | int | float | bool] | None = None,
-    options: Mapping[str, object] | None = None,
-) -> LaunchPrice:
+    adapter: EngineAdapter, ledger: HostLedger, request: LaunchRequest
+) -> PricedLaunch:
     """:func:`price_engine` against the host ledger as it stands now (the daemon's way)."""
     return price_engine(
         adapter,
-        key=key,
-        model=model,
-        ctx=ctx,
-        slots=slots,
-        kv_type=kv_type,
+        request,
         budget=ledger.budget(),
         state=ledger.refresh(),
         calibration=load_calibration(ledger.store),
-        extra_args=extra_args,
-        options=options,
         overrides=read_context_overrides(os.environ),  # C1, C3: as preview reads them
     )

@@ -51,6 +51,7 @@ from hostler.drivers.loghealth import LogHealth
 from hostler.drivers.measure import LaunchFacts, record_launch
 from hostler.drivers.offloop import OffLoop
 from hostler.engines.http import probe_response, probe_status
+from hostler.engines.launcher import FixedLauncher, Launch, Launcher
 from hostler.engines.logs import (
     DEFAULT_LOG_KEEP,
     DEFAULT_LOG_MAX_BYTES,
@@ -187,14 +188,18 @@ class Supervisor:
     Args:
         key: The engine key.
         adapter: The engine kind's facts.
-        spec: Builds the launch spec for a port.
+        spec: Builds the launch spec for a port (with ``footprint``: a
+            :class:`~hostler.engines.launcher.FixedLauncher`); None when ``launcher`` is given.
         store: The daemon's event log.
         run_dir: Where the engine's log file and work directory go.
         token_prefix: Identifies this daemon's data directory in launch tokens.
         policy: Timings and limits.
         clock: Wall-clock seconds (injected in tests).
         ledger: The host ledger to reserve in (None: no accounting).
-        footprint: The bytes to reserve before a start.
+        footprint: The bytes to reserve before a start (with ``spec``).
+        launcher: Where each start's priced launch comes from (the daemon's
+            :class:`~hostler.engines.launcher.LedgerLauncher`), instead of ``spec`` and
+            ``footprint``.
         pressure: Whether the host is under memory pressure now.
         probe: NVML, so that measured footprints include GPU memory.
         offloop: Where blocking log and ledger writes run.
@@ -208,7 +213,7 @@ class Supervisor:
         self,
         key: str,
         adapter: EngineAdapter,
-        spec: Callable[[int], LaunchSpec],
+        spec: Callable[[int], LaunchSpec] | None,
         store: EventStore,
         *,
         run_dir: Path,
@@ -225,7 +230,10 @@ class Supervisor:
         offload_pinned: bool = False,
         owned: Callable[[], Collection[int]] | None = None,
         held_by_other: Callable[[str], str | None] | None = None,
+        launcher: Launcher | None = None,
     ) -> None:
+        if (spec is None) == (launcher is None):
+            raise TypeError("a Supervisor takes a spec (and footprint) or a launcher: one of them")
         self.key = key
         self.offload = offload
         self._offload_pinned = offload_pinned
@@ -241,7 +249,8 @@ class Supervisor:
         self._launched_offload: OffloadPlan | None = None
         self._start_panic: str | None = None
         self.adapter = adapter
-        self._spec = spec
+        #: one launch per start: its bytes and its spec made together (price once)
+        self._launcher: Launcher = launcher or FixedLauncher(spec, footprint)  # type: ignore[arg-type]
         self.store = store
         self.run_dir = run_dir
         self.token_prefix = token_prefix
@@ -260,7 +269,6 @@ class Supervisor:
         self._waiting: anyio.CancelScope | None = None
         self._build = "unknown"
         self.ledger = ledger
-        self._footprint = footprint
         self._pressure = pressure
         self._probe = probe
         self._io = offloop or OffLoop()
@@ -442,8 +450,20 @@ class Supervisor:
             self._in_flight -= 1
             self.last_used = self._clock()
 
+    def price(self) -> Launch:
+        """The next start's launch, priced now (blocking: run it off the event loop).
+
+        The pool makes room for exactly these bytes and hands the same launch to
+        :meth:`ensure_running`; ``hostler preview`` through the daemon shows this price.
+        """
+        return self._plugin("estimate_footprint", self._launcher.price)
+
     async def ensure_running(
-        self, cause: str = "request", *, on_reserved: Callable[[], None] | None = None
+        self,
+        cause: str = "request",
+        *,
+        on_reserved: Callable[[], None] | None = None,
+        launch: Launch | None = None,
     ) -> int:
         """Start the engine if needed and wait until ready; return its port.
 
@@ -461,17 +481,21 @@ class Supervisor:
         plan down the L13 ladder (recorded as ``offload.degraded``), within the restart budget.
         ``on_reserved`` is called as soon as the footprint is held in the ledger (the pool
         makes room and reserves as one step, then lets others plan while this engine loads).
+        ``launch`` is the first start's launch as the caller priced it (the pool, which made
+        room for its bytes); None: priced here. A retry down the ladder prices again.
         """
         self.last_used = self._clock()
         async with self._lock:
             self._swept = False
             while True:
-                port = await self._attempt(cause, on_reserved)
+                port = await self._attempt(cause, on_reserved, launch)
                 if port is not None:
                     return port
-                cause = self._retry_cause
+                cause, launch = self._retry_cause, None
 
-    async def _attempt(self, cause: str, on_reserved: Callable[[], None] | None) -> int | None:
+    async def _attempt(
+        self, cause: str, on_reserved: Callable[[], None] | None, launch: Launch | None
+    ) -> int | None:
         """One start (under the lock): the port, or None when L13 says to try the next plan."""
         if self.state == EngineState.RUNNING and self._child is not None:
             return self._child.identity.port
@@ -488,7 +512,9 @@ class Supervisor:
         await self._check_budget(cause)
         token = f"{self.token_prefix}:{secrets.token_hex(8)}"
         try:
-            estimate = await self._reserve(token)
+            if launch is None:  # pricing reads the model, the ledger and the calibration
+                launch = await self._io.run(self.price)
+            estimate, reserved = await self._reserve(token, launch)
         except CapacityDeniedError:
             raise  # recorded in the ledger's log, with its inputs; not the engine's fault
         except HostlerError as exc:
@@ -497,9 +523,8 @@ class Supervisor:
             raise
         if on_reserved is not None:
             on_reserved()
-        reserved = estimate if self.ledger is not None and self._footprint is not None else None
         try:
-            port = await self._start(cause, token, reserved)
+            port = await self._start(cause, token, launch, reserved)
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 await self._abandon(exc)
@@ -625,13 +650,14 @@ class Supervisor:
         )
         self._check_lockout()
 
-    async def _reserve(self, token: str) -> int:
-        """Hold the engine's footprint in the host ledger before it starts."""
-        if self.ledger is None or self._footprint is None:
-            return 0
-        footprint = self._footprint
-        # pricing reads the model's header, the ledger and the calibration: off the loop
-        raw: object = await self._io.run(self._plugin, "estimate_footprint", footprint)
+    async def _reserve(self, token: str, launch: Launch) -> tuple[int, int | None]:
+        """Hold the launch's bytes in the host ledger before it starts.
+
+        Returns the estimate (0: none) and what the ledger holds for it (None: no accounting).
+        """
+        raw: object = launch.reserved_bytes
+        if self.ledger is None or raw is None:
+            return 0, None
         # a plugin's NaN, None, True or -5 is no byte count
         problem = answer_problem(raw, int)
         if problem is None and isinstance(raw, int) and raw < 0:
@@ -644,7 +670,7 @@ class Supervisor:
         )
         if not decision.granted:
             raise CapacityDeniedError(f"{self.key}: {decision.reason}")
-        return estimate
+        return estimate, estimate
 
     async def _release(self, cause: str = "released") -> None:
         """Give the reservation back, or leave it owed and retried (OW7), never dropped."""
@@ -716,13 +742,13 @@ class Supervisor:
                 f"(in {self.engine.retry_at - now:.0f} s)"
             )
 
-    def _launch_spec(self, port: int, reserved: int | None) -> LaunchSpec:
+    def _launch_spec(self, port: int, launch: Launch, reserved: int | None) -> LaunchSpec:
         """The spec of this start, as the adapter will see it.
 
-        The caller's spec, with the bytes the ledger reserved (RD8), the offload plan the L13
+        The priced launch's spec, with the bytes the ledger reserved (RD8), the offload plan the L13
         ladder chose, and the model as the adapter validated it (RD2).
         """
-        spec = self._ask("the launch spec", self._spec, port, returns=LaunchSpec)
+        spec = self._ask("the launch spec", launch.spec, port, returns=LaunchSpec)
         if reserved is not None:  # RD8: what the ledger holds for this launch, to the byte
             spec = dataclasses.replace(spec, reserved_bytes=reserved)
         if self.offload is not None:  # a degraded plan (L13) outlives the start that chose it
@@ -745,11 +771,13 @@ class Supervisor:
             raise self._plugin_fault(f"{problem} from validate_model")
         return dataclasses.replace(spec, model=model)
 
-    async def _start(self, cause: str, token: str, reserved: int | None = None) -> int:
+    async def _start(
+        self, cause: str, token: str, launch: Launch, reserved: int | None = None
+    ) -> int:
         await self._decide("start", cause=cause)  # SF2: no start without its record
         timeout = self.startup_timeout  # RD7: a bad adapter timing fails before any spawn
         port = free_port()
-        spec = self._launch_spec(port, reserved)
+        spec = self._launch_spec(port, launch, reserved)
         probe = self._ask("readiness", self.adapter.readiness, spec, returns=ReadinessProbe)
         # RD5: the adapter's argv, then the operator's extra_args (unless it places them)
         command = self._ask(

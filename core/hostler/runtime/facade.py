@@ -3,7 +3,7 @@
 It mirrors the seed's ``LocalEngineRuntime`` in Python naming: it owns engine lifetime,
 admission and making room; it knows nothing of chats, tools or users. A program embeds it as::
 
-    async with Runtime(store, build, ledger=ledger, estimate=price) as runtime:
+    async with Runtime(store, build, ledger=ledger) as runtime:
         key = await runtime.bind("llamacpp", "qwen", session="chat-1")
         async with runtime.request(key) as port:
             ...  # talk to http://127.0.0.1:{port}
@@ -26,6 +26,7 @@ import anyio
 from hostler.capacity.pricing import LaunchPrice
 from hostler.drivers.host_ledger import HostLedger
 from hostler.drivers.offloop import OffLoop
+from hostler.engines.price import PricedLaunch
 from hostler.engines.supervisor import Supervisor
 from hostler.errors import HostlerError, RuntimeClosedError, UsageError
 from hostler.events.base import Event
@@ -107,9 +108,6 @@ class Runtime:
         store: The event log every decision is recorded in.
         build: Makes the supervisor of an engine key (once per key).
         ledger: The host ledger that admits engines (None: no accounting).
-        estimate: An engine key's footprint in bytes, the price its supervisor reserves
-            (blocking; run off the event loop).
-        preview: An engine key's launch price without starting anything (``hostler preview``).
         clock: Wall-clock seconds (injected in tests).
         offloop: Where blocking log and ledger work runs.
         drain_wait: How long a busy engine chosen to make room may finish its work (PP5).
@@ -130,8 +128,6 @@ class Runtime:
         build: Callable[[str], Supervisor],
         *,
         ledger: HostLedger | None = None,
-        estimate: Callable[[str], int] | None = None,
-        preview: Callable[[str], LaunchPrice] | None = None,
         clock: Callable[[], float] = time.time,
         offloop: OffLoop | None = None,
         drain_wait: float = DRAIN_WAIT,
@@ -154,7 +150,6 @@ class Runtime:
         self._cached_pid: dict[str, int] = {}  # the process each registered cache adapter serves
         self.store = store
         self.ledger = ledger
-        self._preview = preview
 
         def build_registered(key: str) -> Supervisor:
             supervisor = build(key)
@@ -176,7 +171,6 @@ class Runtime:
             store,
             build_registered,
             ledger=ledger,
-            estimate=estimate,
             clock=clock,
             offloop=self._io,
             drain_wait=drain_wait,
@@ -332,11 +326,18 @@ class Runtime:
         return snapshot
 
     async def preview(self, key: str) -> LaunchPrice:
-        """What starting ``key`` would plan and reserve now; starts and evicts nothing (NR6)."""
-        preview = self._preview
-        if preview is None:
-            raise UsageError("this runtime was built without a pricing function")
-        return await self._io.run(preview, key)
+        """What starting ``key`` would plan and reserve now; starts and evicts nothing (NR6).
+
+        The very price the next start of ``key`` takes: its supervisor's launcher, asked the
+        way the pool asks it before making room.
+        """
+        launch = await self.pool.price(key)
+        if not isinstance(launch, PricedLaunch):
+            raise UsageError(
+                f"{key[:140]}: its supervisor was built with a fixed spec and footprint, "
+                "not a planned launch; there is no plan to show"
+            )
+        return launch.price
 
     # -- using engines ------------------------------------------------------------------------
 

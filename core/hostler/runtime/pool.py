@@ -48,6 +48,7 @@ from hostler.capacity.keys import parse_key
 from hostler.capacity.ledger import shortfall as ledger_shortfall
 from hostler.drivers.host_ledger import HostLedger
 from hostler.drivers.offloop import OffLoop
+from hostler.engines.launcher import Launch
 from hostler.engines.supervisor import Supervisor
 from hostler.errors import (
     CapacityDeniedError,
@@ -174,9 +175,6 @@ class Pool:
         store: The daemon's event log (pool decisions go to stream ``pool/host``).
         build: Makes the supervisor for an engine key (called once per key).
         ledger: The host ledger (None: no accounting, nothing is ever evicted for room).
-        estimate: An engine key's footprint in bytes before it starts (blocking: run off the
-            event loop); the same price its supervisor reserves. Settable later (``estimate``
-            and ``ledger`` are attributes), for a daemon that opens its ledger after entering.
         clock: Wall-clock seconds (injected in tests).
         offloop: Where blocking log and ledger work runs.
         drain_wait: PP5's bound on a busy victim's drain (seconds).
@@ -193,7 +191,6 @@ class Pool:
         build: Callable[[str], Supervisor],
         *,
         ledger: HostLedger | None = None,
-        estimate: Callable[[str], int] | None = None,
         clock: Callable[[], float] = time.time,
         offloop: OffLoop | None = None,
         drain_wait: float = DRAIN_WAIT,
@@ -208,7 +205,6 @@ class Pool:
         self._build_supervisor = build
         self._stopping: list[Callable[[int], Awaitable[None]]] = []
         self.ledger = ledger
-        self.estimate = estimate
         self._clock = clock
         self._io = offloop or OffLoop()
         self.drain_wait = drain_wait
@@ -515,8 +511,11 @@ class Pool:
                     self._admission.release()
 
             try:
-                hopeless = await self._make_room(key)
-                return await entry.supervisor.ensure_running(cause, on_reserved=reserved)
+                launch = await self._price(entry.supervisor)
+                hopeless = None if launch is None else await self._make_room(key, launch)
+                return await entry.supervisor.ensure_running(
+                    cause, on_reserved=reserved, launch=launch
+                )
             except CapacityDeniedError as exc:
                 if hopeless is not None:  # the ledger refused it, recorded: say why in full
                     raise CapacityDeniedError(f"{hopeless} (the ledger: {exc.message})") from None
@@ -529,23 +528,34 @@ class Pool:
 
     # -- making room ---------------------------------------------------------------------------
 
-    async def _make_room(self, key: str) -> str | None:
-        """PP4: evict what the policy picks until ``key``'s footprint fits.
+    async def _price(self, supervisor: Supervisor) -> Launch | None:
+        """This start's one price (blocking work, off the loop); None when pricing failed.
+
+        A price that raised is not this pool's to report: the supervisor prices again for
+        the start and records the failure on the engine's stream (SG3).
+        """
+        try:
+            return await self._io.run(supervisor.price)
+        except anyio.get_cancelled_exc_class():
+            raise
+        except BaseException:  # noqa: BLE001 - even SystemExit from a plugin: recorded there
+            return None
+
+    async def price(self, key: str) -> Launch:
+        """``key``'s next launch priced now, as a start would price it (preview; PP1)."""
+        return await self._io.run(self.supervisor(key).price)
+
+    async def _make_room(self, key: str, launch: Launch) -> str | None:
+        """PP4: evict what the policy picks until ``launch``'s bytes fit.
 
         Returns None once it fits (or when there is nothing to decide); when even evicting
         everything evictable could not make it fit, evicts nothing and returns why, for the
         denial the ledger then records (the start is still asked of the ledger, so every
         daemon sharing it sees the refusal with its inputs).
         """
-        if self.ledger is None or self.estimate is None:
+        wanted = launch.reserved_bytes
+        if self.ledger is None or wanted is None:
             return None
-        estimate = self.estimate
-        try:
-            wanted = await self._io.run(estimate, key)
-        except anyio.get_cancelled_exc_class():
-            raise
-        except BaseException:  # noqa: BLE001 - even SystemExit from a plugin: not ours to
-            return None  # report; the start prices again and records it as engine.failed (SG3)
         if type(wanted) is not int or wanted < 0:  # no byte count: a broken plugin, whose
             return None  # start the supervisor refuses and records; nothing is evicted for it
         tried: set[str] = set()

@@ -166,5 +166,8 @@ class Harness:
         """
         settings: dict[str, Any] = {"drain_poll": 0.02, "clock": self.clock, **options}
         return hostler.Runtime(
-            self.store, self.supervisor, ledger=self.ledger, estimate=self.price, **settings
+            self.store,
+            self.supervisor,
+            ledger=self.ledger,
+            **settings,
         )
