@@ -319,19 +319,14 @@ class _Launcher:
     """A launcher whose first price raises or answers ``first``, then ``PRICE`` bytes."""
 
     def __init__(self, key: str, run: Path, world: World, first: object) -> None:
-        self.fixed = FixedLauncher(
-            lambda port: LaunchSpec(key, world.model, port, ctx_per_slot=512, work_dir=run),
-            lambda: PRICE,
-        )
-        self.first: list[object] = [first]
+        self.spec = lambda port: LaunchSpec(key, world.model, port, ctx_per_slot=512, work_dir=run)
+        self.answers: list[object] = [PRICE, first]  # popped from the end
 
     def price(self) -> Launch:
-        if self.first:
-            first = self.first.pop()
-            if isinstance(first, BaseException):
-                raise first
-            return FixedLauncher(self.fixed.price().spec, lambda: first).price()
-        return self.fixed.price()
+        answer = self.answers.pop() if len(self.answers) > 1 else self.answers[0]
+        if isinstance(answer, BaseException):
+            raise answer
+        return FixedLauncher(self.spec, lambda: answer).price()
 
 
 async def test_a_price_that_raises_anything_is_left_to_the_start_to_record(world: World) -> None:

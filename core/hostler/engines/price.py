@@ -71,12 +71,21 @@ class LaunchRequest:
     work_dir: Path | None = None
 
     def spec(
-        self, *, port: int, ctx_per_slot: int, slots: int, kv_type: str | None, model: Path
+        self,
+        *,
+        port: int,
+        ctx_per_slot: int,
+        slots: int,
+        kv_type: str | None,
+        model: Path | None = None,
     ) -> LaunchSpec:
-        """The launch spec of this request at a plan's window, slots and KV type."""
+        """The launch spec of this request at a plan's window, slots and KV type.
+
+        ``model`` is the model as its adapter validated it, when the caller has it.
+        """
         return LaunchSpec(
             key=self.key,
-            model=model,
+            model=self.model if model is None else model,
             port=port,
             ctx_per_slot=ctx_per_slot,
             slots=slots,
@@ -112,7 +121,6 @@ class PricedLaunch:
             ctx_per_slot=self.price.ctx_per_slot,
             slots=self.price.slots,
             kv_type=self.price.kv_type,
-            model=self.request.model,
         )
 
 

@@ -232,8 +232,12 @@ class Supervisor:
         held_by_other: Callable[[str], str | None] | None = None,
         launcher: Launcher | None = None,
     ) -> None:
-        if (spec is None) == (launcher is None):
-            raise TypeError("a Supervisor takes a spec (and footprint) or a launcher: one of them")
+        if launcher is None:
+            if spec is None:
+                raise TypeError("a Supervisor takes a spec (and footprint) or a launcher")
+            launcher = FixedLauncher(spec, footprint)
+        elif spec is not None or footprint is not None:
+            raise TypeError("a Supervisor takes a launcher or a spec and footprint, not both")
         self.key = key
         self.offload = offload
         self._offload_pinned = offload_pinned
@@ -250,7 +254,7 @@ class Supervisor:
         self._start_panic: str | None = None
         self.adapter = adapter
         #: one launch per start: its bytes and its spec made together (price once)
-        self._launcher: Launcher = launcher or FixedLauncher(spec, footprint)  # type: ignore[arg-type]
+        self._launcher: Launcher = launcher
         self.store = store
         self.run_dir = run_dir
         self.token_prefix = token_prefix
@@ -514,7 +518,7 @@ class Supervisor:
         try:
             if launch is None:  # pricing reads the model, the ledger and the calibration
                 launch = await self._io.run(self.price)
-            estimate, reserved = await self._reserve(token, launch)
+            reserved = await self._reserve(token, launch)
         except CapacityDeniedError:
             raise  # recorded in the ledger's log, with its inputs; not the engine's fault
         except HostlerError as exc:
@@ -535,7 +539,7 @@ class Supervisor:
                 self._retry_cause = "resweep-retry"
                 return None
             raise
-        await self._learn(estimate)
+        await self._learn(reserved or 0)
         return port
 
     async def _degrade(self, exc: BaseException) -> bool:
@@ -650,14 +654,14 @@ class Supervisor:
         )
         self._check_lockout()
 
-    async def _reserve(self, token: str, launch: Launch) -> tuple[int, int | None]:
+    async def _reserve(self, token: str, launch: Launch) -> int | None:
         """Hold the launch's bytes in the host ledger before it starts.
 
-        Returns the estimate (0: none) and what the ledger holds for it (None: no accounting).
+        Returns what the ledger holds for it (None: no accounting).
         """
         raw: object = launch.reserved_bytes
         if self.ledger is None or raw is None:
-            return 0, None
+            return None
         # a plugin's NaN, None, True or -5 is no byte count
         problem = answer_problem(raw, int)
         if problem is None and isinstance(raw, int) and raw < 0:
@@ -670,7 +674,7 @@ class Supervisor:
         )
         if not decision.granted:
             raise CapacityDeniedError(f"{self.key}: {decision.reason}")
-        return estimate, estimate
+        return estimate
 
     async def _release(self, cause: str = "released") -> None:
         """Give the reservation back, or leave it owed and retried (OW7), never dropped."""
