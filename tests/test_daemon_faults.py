@@ -263,7 +263,7 @@ def _umask() -> int:
 
 def test_two_keys_never_share_a_run_directory() -> None:
     """``a/0`` and ``a 0`` both became ``a_0``: one engine read the other's log and was killed."""
-    from hostler.daemon import _safe
+    from hostler.engines.factory import run_dir_name as _safe
 
     names = {_safe(k) for k in ("llamacpp:tiny/0:0", "llamacpp:tiny 0:0", "llamacpp:tiny_0:0")}
     assert len(names) == 3

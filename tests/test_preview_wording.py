@@ -79,3 +79,49 @@ def test_the_slots_option_is_not_explained_by_a_llama_flag(
     help_text = capsys.readouterr().out
     assert "--parallel" not in help_text
     assert "concurrent slots (requests served at once)" in " ".join(help_text.split())
+
+
+def _configured(models: dict[str, Path], tmp_path: Path) -> Path:
+    config = tmp_path / "hostler.toml"
+    config.write_text(
+        f'[daemon]\nledger = "{tmp_path / "ledger.db"}"\n'
+        f'\n[[engines]]\nkey = "llamacpp:tiny:0"\nmodel = "{models["llamacpp"]}"\n'
+        'ctx = 768\nslots = 3\nkv_type = "f16"\n'
+    )
+    return config
+
+
+@pytest.mark.parametrize("name", ["llamacpp:tiny:0", "tiny", "path"])
+def test_preview_with_a_config_prices_its_engine_as_configured(
+    name: str, models: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _configured(models, tmp_path)
+    given = str(models["llamacpp"]) if name == "path" else name
+    assert main(["preview", given, "--config", str(config), "--json", "--standalone"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert (plan["context_window"], plan["slots"], plan["kv_type"]) == (768, 3, "f16")
+
+
+def test_preview_flags_win_over_the_configured_engine(
+    models: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _configured(models, tmp_path)
+    args = ["preview", "tiny", "--config", str(config), "--json", "--slots", "1", "--ctx", "640"]
+    assert main(args) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert (plan["context_window"], plan["slots"], plan["kv_type"]) == (640, 1, "f16")
+
+
+def test_preview_of_a_name_no_config_engine_has_says_which_it_has(
+    models: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _configured(models, tmp_path)
+    assert main(["preview", "nope", "--config", str(config)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "hostler: error [usage.invalid]: nope: no such model file, and no engine of the config "
+        "is called that "
+        "(its engines: llamacpp:tiny:0); give a path, an engine key or a model id"
+    ]
+    assert main(["preview", "tiny", "--config", str(config), "--engine", "mlx"]) == 2
+    assert "--engine mlx: llamacpp:tiny:0 is a llamacpp engine" in capsys.readouterr().err

@@ -291,3 +291,102 @@ def _engine_pids(tmp_path: Path) -> list[int]:
         return []
     with EventStore.open(path) as store:
         return [int(r.payload["pid"]) for r in store.read_all() if r.type == "engine.spawned"]
+
+
+LLAMAPY = """
+from hostler.plugin import EngineAdapter, hookimpl
+from hostler_llamacpp.adapter import LlamaCppAdapter
+
+class LlamaPy(LlamaCppAdapter):
+    '''A third party's llama.cpp-compatible engine: its build named by its binary's path.'''
+    engine_type = "llamapy"
+
+    def build_identity(self, command):
+        return EngineAdapter.build_identity(self, command)
+
+@hookimpl
+def register_engines(register):
+    register(LlamaPy)
+"""
+
+
+def _install_plugin(root: Path) -> None:
+    (root / "price_llamapy").mkdir(parents=True)
+    (root / "price_llamapy" / "__init__.py").write_text(LLAMAPY)
+    dist = root / "price_llamapy-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: price_llamapy\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[hostler]\nllamapy = price_llamapy\n")
+
+
+def _ledger_records(ledger: Path, stream: str, kind: str) -> list[dict]:  # type: ignore[type-arg]
+    if not ledger.exists():
+        return []
+    with EventStore.open(ledger) as store:
+        return [r.payload for r in store.read_stream(stream) if r.type == kind]
+
+
+def test_a_plugins_preview_after_learning_is_the_daemons_next_reservation(
+    model: Path, tmp_path: Path
+) -> None:
+    """Issue 19: a third-party engine, its binary configured, priced one way after learning.
+
+    Three measured launches of the plugin's engine (each a real daemon start, each with its
+    own data directory so no restart limit applies; the ledger, where learning lives, is the
+    config's one), then ``hostler preview KEY --config`` shows what the fourth start reserves,
+    to the byte.
+    """
+    from hostler_llamacpp.binary import find_llama_server
+
+    from _daemons import start_daemon, wait_for
+
+    site = tmp_path / "site"
+    _install_plugin(site)
+    (tmp_path / "bin").mkdir()
+    binary = tmp_path / "bin" / "llama-server-py"
+    binary.symlink_to(find_llama_server())
+    config = tmp_path / "hostler.toml"
+    key = "llamapy:tiny:0"
+    config.write_text(
+        '[daemon]\nidle_timeout = 0\nledger = "ledger.db"\n'
+        f'\n[engine_defaults.llamapy]\nbinary = "{binary}"\n'
+        f'\n[[engines]]\nkey = "{key}"\nmodel = "{model.name}"\nctx = 512\nslots = 1\n'
+    )
+    ledger = tmp_path / "ledger.db"
+    env = {"PYTHONPATH": str(site)}
+
+    def launch(measured: int) -> int:
+        """One daemon start: the ledger's new reservation; waits for its measurement."""
+        before = len(_ledger_records(ledger, LEDGER_STREAM, "ledger.reserved"))
+        data = tmp_path / f"data{measured}"
+        daemon = start_daemon(config, data, tmp_path / "daemon.log", env=env)
+        try:
+            wait_for(
+                lambda: (
+                    len(_ledger_records(ledger, CALIBRATION_STREAM, "calibration.measured"))
+                    >= measured
+                ),
+                timeout=90,
+            )
+        except AssertionError:
+            daemon.kill()
+            daemon.wait(30)
+            raise AssertionError((tmp_path / "daemon.log").read_text()[-3000:]) from None
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(60) == 0, (tmp_path / "daemon.log").read_text()[-3000:]
+        reserved = _ledger_records(ledger, LEDGER_STREAM, "ledger.reserved")
+        assert len(reserved) == before + 1
+        return int(reserved[-1]["bytes"])
+
+    first = launch(1)
+    launch(2)
+    launch(3)
+    measurements = _ledger_records(ledger, CALIBRATION_STREAM, "calibration.measured")
+    assert {m["build"] for m in measurements} == {str(binary)}  # the configured binary's build
+    result = run_cli("preview", key, "--config", str(config), "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    assert shown["learned"] is True
+    assert shown["reserved_bytes"] != shown["estimated_bytes"]  # learning moved the price
+    assert shown["estimated_bytes"] == first  # the first start knew nothing yet
+    assert launch(4) == shown["reserved_bytes"]

@@ -170,7 +170,8 @@ def client(base_url: str) -> Iterator[httpx.Client]:
 
 
 def test_the_schema_lists_exactly_the_apps_routes() -> None:
-    unused = SimpleNamespace(store=None)  # the routes are only listed, never called
+    # the routes are only listed, never called
+    unused = SimpleNamespace(store=None, ledger_log=lambda: None, on_stopping=lambda _: None)
     app = make_app(unused, MODELS, token=TOKEN)  # type: ignore[arg-type]
     served = set()
     for route in app.routes:
@@ -372,7 +373,8 @@ def test_head_of_the_event_tail_ends_and_frees_the_connection(client: httpx.Clie
 async def test_a_client_that_leaves_before_its_body_is_read_is_not_a_bug(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    app = make_app(SimpleNamespace(store=None), MODELS, token=TOKEN)  # type: ignore[arg-type]
+    idle = SimpleNamespace(store=None, ledger_log=lambda: None, on_stopping=lambda _: None)
+    app = make_app(idle, MODELS, token=TOKEN)  # type: ignore[arg-type]
     scope = {
         "type": "http",
         "asgi": {"version": "3.0", "spec_version": "2.3"},
@@ -421,6 +423,12 @@ class Broken(SimpleNamespace):
 
     def status(self) -> None:
         raise RuntimeError("a bug")
+
+    def ledger_log(self) -> None:
+        """No ledger of its own."""
+
+    def on_stopping(self, listener: object) -> None:
+        """Nothing stops here."""
 
 
 @pytest.mark.anyio

@@ -567,3 +567,40 @@ def test_a_long_log_is_drawn_per_pixel_column_and_markers_grouped(
     assert {"engine-e:m0:0", "engine-e:m1:0", "budget"} <= ids
     assert "time (UTC, MM-DD HH:MM)" in out.getvalue().decode()
     assert len(out.getvalue()) < 400_000  # 2,400 steps drawn on 600 columns
+
+
+def test_a_log_that_names_its_ledger_is_drawn_with_its_own_rows_only(tmp_path: Path) -> None:
+    """Issue 19: ``daemon.started`` (v2) names the ledger file and owner: no --ledger needed.
+
+    The ledger is shared with another daemon (owner ``them``): its engine is not this log's.
+    """
+    from hostler.events.daemon import DAEMON_STREAM, DaemonStarted
+
+    clock = Clock()
+    ledger_file = tmp_path / "shared" / "ledger.db"
+    ledger_file.parent.mkdir()
+    with (
+        EventStore.open(tmp_path / "events.db", clock=clock) as events,
+        EventStore.open(ledger_file, clock=clock) as ledger,
+    ):
+        put(ledger, clock, 0, "ledger/host", LedgerBudgetSet(10 * MIB))  # before: not ours
+        started = DaemonStarted(0.0, 1, "t", [], [], [], str(ledger_file), "me")
+        put(events, clock, 0.5, DAEMON_STREAM, started)
+        put(ledger, clock, 1, "ledger/host", reserved("e:a:0", 40 * MIB))
+        theirs = LedgerReserved("e:x:0", 9 * MIB, "them", 0, 0, 100 * MIB, 100 * MIB, True)
+        put(ledger, clock, 1.5, "ledger/host", theirs)
+        evicted = put(events, clock, 2, "engine/e:a:0", stop("evicted", "e:b:0"))
+        put(ledger, clock, 3, "ledger/host", LedgerReleased("e:a:0", 40 * MIB, "me", "released"))
+        put(ledger, clock, 4, "ledger/host", reserved("e:b:0", 50 * MIB))
+    picture = tmp_path / "m.svg"
+    drawn = run_cli("timeline", str(tmp_path / "events.db"), "-o", str(picture))
+    assert drawn.returncode == 0 and drawn.stderr == "", drawn.stderr
+    assert drawn.stdout.startswith(f"{picture}: 2 engines, 1 markers")
+    ids = svg_ids(picture.read_bytes())
+    assert {"engine-e:a:0", "engine-e:b:0", f"marker-evicted-{evicted}"} <= ids
+    assert "engine-e:x:0" not in ids
+    ledger_file.rename(tmp_path / "moved.db")
+    gone = run_cli("timeline", str(tmp_path / "events.db"), "-o", str(picture))
+    assert gone.returncode == 0
+    assert f"kept its memory decisions in {ledger_file}, which is not here" in gone.stderr
+    assert "give it with --ledger PATH" in gone.stderr

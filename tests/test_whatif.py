@@ -655,3 +655,51 @@ def test_requests_that_waited_for_a_drained_engine_build_it_again() -> None:
 def test_a_request_dispatched_before_it_would_give_up_runs() -> None:
     requests = [Request(0.0, A, 1.0), Request(0.5, A, 0.0, gave_up=2.0)]
     assert run(requests, 10).by_key[A].waits == Waits(2, 0.25, 0.5, 0.5)
+
+
+def _one_daemons_run(events: Log, ledger: Log, ledger_file: str | None) -> None:
+    """a started and used, b refused by the ledger, a evicted for c; ledger rows in ``ledger``."""
+    from hostler.events.daemon import DAEMON_STREAM, DaemonStarted
+
+    host = "ledger/host"
+    events.add(DAEMON_STREAM, DaemonStarted(T - 11, 1, "t", [], [], [], ledger_file, "me"), T - 11)
+    ledger.add(host, LedgerBudgetSet(300), T - 9)
+    events.queue(QueueEnqueued(A, 1, "interactive", False, None, None, None, Q), Q)
+    events.queue(QueueDispatched(A, 1, "interactive", 0.0, Q, _decision(2)), Q)
+    ledger.add(host, LedgerReserved(A, 100, "me", 0, 0, 300, 300, True), T + 0.02)
+    if ledger is not events:  # a ledger of its own is shared with another daemon
+        other = LedgerReserved("llamacpp:x:0", 50, "them", 0, 0, 300, 300, True)
+        ledger.add(host, other, T + 0.03)
+    _engine(events, A, EngineStartRequested, T + 0.03, cause="request")
+    _engine(events, A, EngineReady, T + 2.01)
+    ledger.add(host, LedgerMeasured(A, 90, "me", 100), T + 2.02)
+    events.queue(QueueReleased(A, 1, "interactive", 2.5, Q + 2.5), Q + 2.5)
+    events.queue(QueueEnqueued(B, 1, "interactive", False, None, None, None, Q + 4), Q + 4)
+    events.queue(QueueDispatched(B, 1, "interactive", 0.0, Q + 4, _decision()), Q + 4)
+    ledger.add(host, LedgerDenied(B, 400, "me", 90, "budget exhausted", 90, 300, 300), T + 4.3)
+    events.queue(QueueReleased(B, 1, "interactive", 0.01, Q + 4.01), Q + 4.01)
+
+
+def test_whatif_of_a_log_whose_ledger_is_its_own_file_reads_the_recorded_ledger(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 19: the tour's layout (ledger in its own file) replays as if it were one log.
+
+    The ledger is shared with another daemon (owner ``them``): its rows are not this log's,
+    and the report equals that of the same run recorded in one log.
+    """
+    one = Log(tmp_path / "one.db")
+    _one_daemons_run(one, one, None)
+    one.store.close()
+    split, ledger = Log(tmp_path / "events.db"), Log(tmp_path / "ledger.db")
+    _one_daemons_run(split, ledger, str(tmp_path / "ledger.db"))
+    split.store.close()
+    ledger.store.close()
+    assert main(["whatif", str(tmp_path / "one.db"), "--json"]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert main(["whatif", str(tmp_path / "events.db"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["recorded_settings"]["budget"] == 300  # was: "budget unknown (0)"
+    assert report["happened"]["by_key"][B]["refusals"] == 1
+    assert "llamacpp:x:0" not in report["happened"]["by_key"]
+    assert report == alone

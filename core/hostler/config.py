@@ -200,6 +200,26 @@ class DaemonConfig:
                 return float(value)
         return self.idle_timeout
 
+    def engine_named(self, name: str) -> EngineConfig | None:
+        """The configured engine ``name`` means: its key, its model id, or its model's path.
+
+        A model id (``smollm2``, what clients send as ``model``) names its first replica.
+        None when no engine matches.
+        """
+        for engine in self.engines:
+            if engine.key == name:
+                return engine
+        for engine in self.engines:
+            parsed = parse_key(engine.key)
+            if parsed is not None and parsed.model == name:
+                return engine
+        path = Path(name).expanduser()
+        if path.exists():
+            for engine in self.engines:
+                if engine.model.exists() and engine.model.samefile(path):
+                    return engine
+        return None
+
     def ledger_location(self) -> LedgerLocation:
         """The configured ledger, else the environment's (per user by default)."""
         if self.ledger is not None:

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import logging
 import math
 import os
-import re
 import secrets
 import signal
 import socket
@@ -39,22 +37,17 @@ from hostler.drivers.host_ledger import (
 )
 from hostler.drivers.loghealth import LogHealth
 from hostler.drivers.offloop import DAEMON_BUSY_TIMEOUT, OffLoop
-from hostler.engines.launcher import LedgerLauncher
-from hostler.engines.price import LaunchRequest
+from hostler.engines.factory import ConfiguredEngines, adapter_for, stop_only_adapter
 from hostler.engines.process import token_holders
 from hostler.engines.reconcile import DAEMON_STREAM, Outcome, reconcile
-from hostler.engines.supervisor import Supervisor, SupervisorPolicy
+from hostler.engines.supervisor import Supervisor
 from hostler.errors import (
     ConcurrencyError,
-    EngineStartError,
     HostlerError,
-    PluginError,
-    RuntimeClosedError,
     StoreBusyError,
     StoreCorruptError,
     StoreDamagedRowError,
     StoreError,
-    UnknownEngineError,
     UsageError,
 )
 from hostler.events.base import Event
@@ -68,12 +61,9 @@ from hostler.machines.engine import StopReason
 from hostler.paths import private_dir, private_file
 from hostler.plugin import (
     EngineAdapter,
-    LaunchCommand,
-    LaunchSpec,
-    timing_problem,
     validate_options,
 )
-from hostler.pluginhost import PluginHost, plugin_fault
+from hostler.pluginhost import PluginHost
 from hostler.policies.eviction import EvictionPolicy, eviction_policy
 from hostler.probes.device import DEVICE_STREAM, budget_from, sample_device
 from hostler.probes.nvml import NvmlProbe, open_nvml
@@ -117,20 +107,6 @@ def daemon_id(data_dir: Path) -> str:
         value = f"hostler-{secrets.token_hex(6)}"
         private_file(path, value + "\n")
         return value
-
-
-def _safe(key: str) -> str:
-    """A file name for a key's run directory, one per key (two keys never share one).
-
-    ``:`` becomes ``_`` (``llamacpp:qwen:0`` → ``llamacpp_qwen_0``). A key that holds ``_``
-    itself or any character outside ``[A-Za-z0-9.:-]`` could then meet another's name, so it
-    gets a short hash of itself appended: ``a/0``, ``a 0`` and ``a_0`` stay apart.
-    """
-    safe = key.replace(":", "_")
-    if re.fullmatch(r"[A-Za-z0-9.:-]+", key):
-        return safe
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", key)
-    return f"{safe[:180]}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
 
 
 class DeviceWatch:
@@ -185,12 +161,8 @@ class Daemon:
         self.health = LogHealth(str(config.data_dir / "events.db"))
         self.ledger: HostLedger | None = None
         self._started = False
-        self._store: EventStore | None = None
-        self._adapters: dict[str, EngineAdapter] = {}
-        self._plugins: PluginHost | None = None
-        self._token_prefix = ""  # daemon_id() writes into the data directory: made at start-up
+        self._shut_down = False
         self._health_gate: DeviceHealthGate | None = None
-        self._adopted: set[str] = set()  # engine keys reconcile adopted (configured or not)
         self._scope: anyio.CancelScope | None = None
         self._stop_cause: str | None = None
 
@@ -257,10 +229,7 @@ class Daemon:
     @property
     def supervisors(self) -> dict[str, Supervisor]:
         """The engines this daemon owns (its runtime's pool), by key."""
-        if self.runtime is None:
-            return {}
-        pool = self.runtime.pool
-        return {key: pool.supervisor(key) for key in pool.engine_keys()}
+        return {} if self.runtime is None else self.runtime.supervisors()
 
     async def run(self, *, handle_signals: bool = True) -> None:
         """Run until SIGTERM or SIGINT (or :meth:`stop`, or cancellation).
@@ -332,40 +301,6 @@ class Daemon:
     ) -> None:
         received: list[str] = []
         failed: list[HostlerError] = []
-        self._store = store
-        runtime = Runtime(
-            store,
-            self._build_supervisor,
-            offloop=self.offloop,
-            pinned=[e.key for e in self.config.engines if e.pinned],
-            # GA7: "auto" (the default [arbiter] policy) shares the card (a ledger admits
-            # co-residents); the health gate runs
-            # before GPU work (DH4, mode observe unless HOSTLER_DEVICE_SAFETY_MODE says)
-            arbiter=GpuArbiter(self.config.arbiter, health_gate=self._health_gate, store=store),
-        )
-        self.runtime = runtime
-        # the runtime's pool outlives the daemon's tasks: it is left after the shutdown
-        async with runtime:
-            await self._run_tasks(store, ledger_store, signals, received, failed)
-        if failed:
-            raise failed[0]
-
-    def stop(self, cause: str = "closed") -> None:
-        """Shut down as on SIGTERM: every engine stopped and recorded, then :meth:`run` returns."""
-        self._stop_cause = cause
-        if self._scope is not None:
-            self._scope.cancel()
-
-    async def _run_tasks(
-        self,
-        store: EventStore,
-        ledger_store: EventStore,
-        signals: AsyncIterator[int],
-        received: list[str],
-        failed: list[HostlerError],
-    ) -> None:
-        health = self.health
-        ledger: HostLedger | None = None
         try:
             async with anyio.create_task_group() as tasks:
                 self._scope = tasks.cancel_scope
@@ -373,7 +308,59 @@ class Daemon:
                     tasks.cancel_scope.cancel()
                 tasks.start_soon(self._listen, signals, tasks.cancel_scope, received)
                 try:
-                    ledger = await self._start_up(store, ledger_store, health, tasks)
+                    opened = await self._open_parts(store, ledger_store)
+                except HostlerError as exc:
+                    failed.append(exc)  # said in one line; nothing was taken over yet
+                    tasks.cancel_scope.cancel()
+                else:
+                    await self._serve(store, opened, tasks, received, failed)
+        finally:
+            with anyio.CancelScope(shield=True):
+                if not self._shut_down:  # start-up ended before the runtime was made
+                    await self._shutdown(store, self._cause(received))
+                if self.ledger is not None:
+                    self.ledger.store.close()  # the one it reopened, if the file was replaced
+            if self.probe is not None:
+                self.probe.close()
+        if failed:
+            raise failed[0]
+
+    def _cause(self, received: list[str]) -> str:
+        return received[0] if received else (self._stop_cause or "error")
+
+    def stop(self, cause: str = "closed") -> None:
+        """Shut down as on SIGTERM: every engine stopped and recorded, then :meth:`run` returns."""
+        self._stop_cause = cause
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def _serve(
+        self,
+        store: EventStore,
+        opened: _Opened,
+        tasks: anyio.abc.TaskGroup,
+        received: list[str],
+        failed: list[HostlerError],
+    ) -> None:
+        """The runtime, made whole from what start-up opened, served until the daemon stops."""
+        runtime = Runtime(
+            store,
+            opened.engines,
+            ledger=opened.engines.ledger,
+            offloop=self.offloop,
+            pinned=[e.key for e in self.config.engines if e.pinned],
+            # GA7: "auto" (the default [arbiter] policy) shares the card (a ledger admits
+            # co-residents); the health gate runs
+            # before GPU work (DH4, mode observe unless HOSTLER_DEVICE_SAFETY_MODE says)
+            arbiter=GpuArbiter(self.config.arbiter, health_gate=self._health_gate, store=store),
+            eviction=opened.eviction,
+        )
+        self.runtime = runtime
+        # the runtime's pool outlives the daemon's other tasks: its engines are stopped first
+        async with runtime:
+            try:
+                try:
+                    await self._start_up(store, opened, runtime, tasks)
                 except HostlerError as exc:
                     failed.append(exc)  # said in one line once what it took over is stopped
                     tasks.cancel_scope.cancel()
@@ -381,15 +368,11 @@ class Daemon:
                     if self.listen is not None:
                         await self._start_http(tasks)
                     self.ready.set()
-        finally:
-            # Whatever ended the daemon (a signal, or a bug in a task), it stops what it owns.
-            with anyio.CancelScope(shield=True):
-                cause = received[0] if received else (self._stop_cause or "error")
-                await self._shutdown(store, cause)
-                if ledger is not None:
-                    ledger.store.close()  # the one it reopened, if the file was replaced
-            if self.probe is not None:
-                self.probe.close()
+                    await anyio.sleep_forever()
+            finally:
+                # Whatever ended the daemon (a signal, or a bug in a task), it stops what it owns.
+                with anyio.CancelScope(shield=True):
+                    await self._shutdown(store, self._cause(received))
 
     @staticmethod
     async def _listen(
@@ -400,15 +383,15 @@ class Daemon:
             scope.cancel()
             return
 
-    async def _start_up(  # noqa: PLR0915 - the start-up sequence, in order, in one place
-        self,
-        store: EventStore,
-        ledger_store: EventStore,
-        health: LogHealth,
-        tasks: anyio.abc.TaskGroup,
-    ) -> HostLedger:
+    async def _open_parts(self, store: EventStore, ledger_store: EventStore) -> _Opened:
+        """Plugins, the probe, the ledger and the log's history: all the engines are built of.
+
+        Replays the log and reconciles the live process table too, so that the engine factory
+        is made once knowing which keys were adopted.
+        """
         config = self.config
         io = self.offloop
+        health = self.health
 
         def record(event: Event) -> None:
             store.append(PLUGIN_STREAM, [event], expected_version=None)
@@ -429,12 +412,7 @@ class Daemon:
             reopen=lambda: open_ledger_store(location, busy_timeout=DAEMON_BUSY_TIMEOUT),
         )
         self.ledger = ledger
-        self._plugins = plugins
-        token_prefix = self._token_prefix = daemon_id(config.data_dir)
-        runtime = self.runtime
-        assert runtime is not None  # noqa: S101 - made by _run
-        runtime.ledger = runtime.pool.ledger = ledger
-        runtime.pool.eviction = eviction
+        token_prefix = daemon_id(config.data_dir)
         await self._apply_budget(ledger)
         # One engine whose plugin is missing or raises is one failed engine, not a dead daemon.
         adapters: dict[str, EngineAdapter] = {}
@@ -443,7 +421,7 @@ class Daemon:
             try:
                 adapters[engine.key] = plugins.adapter(parse_key(engine.key).engine)  # type: ignore[union-attr]
             except HostlerError as exc:
-                adapters[engine.key] = _StopOnlyAdapter()
+                adapters[engine.key] = stop_only_adapter()
                 unstartable[engine.key] = type(exc)(f"{engine.key}: {exc.message}")
         await io.run_patiently(_record_gap, store)
 
@@ -465,17 +443,45 @@ class Daemon:
                 world.engines,
                 token_prefix=token_prefix,
                 daemon_pid=os.getpid(),
-                readiness_path=lambda key: str(_adapter_for(plugins, key).readiness_path),
+                readiness_path=lambda key: str(adapter_for(plugins, key).readiness_path),
                 clock=time.time,
                 offloop=io,
                 held_by_other=ledger.held_by_other,
             )
 
         outcomes = await _patiently(replay_and_reconcile)
-        self._adapters = adapters
+        engines = ConfiguredEngines(
+            config,
+            plugins,
+            adapters,
+            store,
+            ledger,
+            token_prefix,
+            adopted=frozenset(
+                o.key for o in outcomes if o.result == "adopted" and o.identity is not None
+            ),
+            probe=probe,
+            offloop=io,
+            health=health,
+        )
+        return _Opened(engines, eviction, device, outcomes, unstartable)
+
+    async def _start_up(
+        self,
+        store: EventStore,
+        opened: _Opened,
+        runtime: Runtime,
+        tasks: anyio.abc.TaskGroup,
+    ) -> None:
+        """Take the adopted engines over, record the start, then start the configured ones."""
+        config = self.config
+        io = self.offloop
+        ledger = opened.engines.ledger
+        outcomes = opened.outcomes
         for engine in config.engines:
-            runtime.pool.supervisor(engine.key)  # made, and watched by the pool
-        unconfigured = await self._settle_outcomes(outcomes, store, ledger, plugins, token_prefix)
+            runtime.supervisor(engine.key)  # made, and watched by the pool
+        unconfigured = await self._settle_outcomes(outcomes, runtime, ledger)
+        ledger_file = await io.run(lambda: _ledger_file(store, ledger))  # a stat: off the loop
         started = DaemonStarted(
             time.time(),
             os.getpid(),
@@ -483,6 +489,8 @@ class Daemon:
             [o.key for o in outcomes if o.result == "adopted"],
             [o.key for o in outcomes if o.result == "lost"],
             [o.pid or 0 for o in outcomes if o.result == "reaped"],
+            ledger=ledger_file,
+            ledger_owner=ledger.owner,
         )
         await io.run_patiently(
             lambda: store.append(DAEMON_STREAM, [started], expected_version=None)
@@ -497,15 +505,14 @@ class Daemon:
                     StopReason.UNCONFIGURED,
                     {"rule": "OW5", "cause": "not in the config", "configured": configured},
                 )
-        tasks.start_soon(device.run)
-        tasks.start_soon(self._tend, ledger, store, health)
+        tasks.start_soon(opened.device.run)
+        tasks.start_soon(self._tend, ledger, store, self.health)
         for engine in config.engines:
-            supervisor = runtime.pool.supervisor(engine.key)
-            if engine.key in unstartable:
-                tasks.start_soon(supervisor.fail_unstartable, unstartable[engine.key])
+            supervisor = runtime.supervisor(engine.key)
+            if engine.key in opened.unstartable:
+                tasks.start_soon(supervisor.fail_unstartable, opened.unstartable[engine.key])
             elif (engine.autostart or engine.pinned) and supervisor.state != "running":
-                tasks.start_soon(self._autostart, engine.key)
-        return ledger
+                tasks.start_soon(self._autostart, runtime, engine.key)
 
     async def _apply_budget(self, ledger: HostLedger) -> None:
         """The config's ``[budget]``, applied to the ledger before any engine starts.
@@ -578,6 +585,7 @@ class Daemon:
             health.requeue(ended)
 
     async def _shutdown(self, store: EventStore, cause: str) -> None:
+        self._shut_down = True
         decision = {"cause": cause}
         async with anyio.create_task_group() as stopping:
             for supervisor in self.supervisors.values():
@@ -638,10 +646,8 @@ class Daemon:
     async def _settle_outcomes(
         self,
         outcomes: list[Outcome],
-        store: EventStore,
+        runtime: Runtime,
         ledger: HostLedger,
-        plugins: PluginHost,
-        token_prefix: str,
     ) -> list[Supervisor]:
         """Adopted engines take their reservation over (OW3); lost ones release it.
 
@@ -652,9 +658,7 @@ class Daemon:
         for outcome in outcomes:
             identity = outcome.identity
             if outcome.result == "adopted" and identity is not None:
-                assert self.runtime is not None  # noqa: S101 - made by _run
-                self._adopted.add(outcome.key)  # one nobody configured gets a stop-only owner
-                supervisor = self.runtime.pool.supervisor(outcome.key)
+                supervisor = runtime.supervisor(outcome.key)  # stop-only when not configured
                 if not any(e.key == outcome.key for e in self.config.engines):
                     unconfigured.append(supervisor)
                 supervisor.adopt(identity, outcome.pidfd)  # SG4: it signals through it
@@ -678,48 +682,16 @@ class Daemon:
                 await io.run(lambda o=outcome: ledger.release_token(o.token, cause="lost"))
         return unconfigured
 
-    def _bare_supervisor(
-        self,
-        key: str,
-        plugins: PluginHost,
-        store: EventStore,
-        ledger: HostLedger,
-        token_prefix: str,
-    ) -> Supervisor:
-        """A supervisor for an adopted engine no config names: it can only stop it."""
-        adapter = _adapter_for(plugins, key)
-
-        def no_spec(_port: int) -> LaunchSpec:
-            raise EngineStartError(f"{key}: not in the config; hostler only stops it")
-
-        return Supervisor(
-            key,
-            adapter,
-            no_spec,
-            store,
-            run_dir=self.config.data_dir / "run" / _safe(key),
-            token_prefix=token_prefix,
-            policy=SupervisorPolicy(
-                log_max_bytes=self.config.engine_log_max_bytes,
-                log_keep=self.config.engine_log_keep,
-            ),
-            ledger=ledger,
-            probe=self.probe,
-            offloop=self.offloop,
-            health=self.health,
-        )
-
-    async def _autostart(self, key: str, retry_every: float = 1.0) -> None:
+    @staticmethod
+    async def _autostart(runtime: Runtime, key: str, retry_every: float = 1.0) -> None:
         """Start a configured engine through the pool (making room like any start).
 
         A start the log cannot record is not taken (SF2) and is tried again once a second.
         """
-        assert self.runtime is not None  # noqa: S101 - made by _run
-        pool = self.runtime.pool
         try:
             while True:
                 try:
-                    await pool.ensure(key, cause="config")
+                    await runtime.start(key, cause="config")
                 except (StoreCorruptError, ConcurrencyError):
                     raise
                 except StoreError:
@@ -733,116 +705,22 @@ class Daemon:
             # a bug, not a decision: keep serving the other engines, and say where it was
             log.exception("hostler: %s: unexpected error while starting", key)
 
-    def _build_supervisor(self, key: str) -> Supervisor:
-        """The pool's factory: a configured engine's supervisor, else a stop-only one (OW5)."""
-        store, ledger, plugins = self._store, self.ledger, self._plugins
-        if store is None or ledger is None or plugins is None:
-            raise RuntimeClosedError(f"{key}: the daemon is not started yet")
-        engine = self._engine_config(key)
-        if engine is None:
-            if key not in self._adopted:
-                raise UnknownEngineError(f"{key[:140]}: no engine of that name is configured")
-            return self._bare_supervisor(key, plugins, store, ledger, self._token_prefix)
-        adapter = self._adapters.get(engine.key) or _adapter_for(plugins, key)
-        return self._supervisor(engine, adapter, store, ledger, self._token_prefix)
 
-    def _engine_config(self, key: str) -> EngineConfig | None:
-        """The config of ``key``; another replica of a configured model shares its settings."""
-        for engine in self.config.engines:
-            if engine.key == key:
-                return engine
-        parsed = parse_key(key)
-        for engine in self.config.engines:
-            other = parse_key(engine.key)
-            if parsed and other and (other.engine, other.model) == (parsed.engine, parsed.model):
-                return dataclasses.replace(engine, key=key)
-        return None
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Opened:
+    """What start-up opened before the runtime is made: the engines' factory and the facts."""
 
-    def _supervisor(
-        self,
-        engine: EngineConfig,
-        adapter: EngineAdapter,
-        store: EventStore,
-        ledger: HostLedger,
-        token_prefix: str,
-    ) -> Supervisor:
-        run_dir = self.config.data_dir / "run" / _safe(engine.key)
-        # one priced launch per start: preview, making room, the reservation and the spec
-        launcher = LedgerLauncher(adapter, ledger, launch_request(engine, run_dir / "work"))
-        return Supervisor(
-            engine.key,
-            adapter,
-            None,
-            store,
-            run_dir=run_dir,
-            token_prefix=token_prefix,
-            policy=SupervisorPolicy(
-                # RD7: the config's per-engine startup timeout, else (None) the adapter's
-                startup_timeout=engine.startup_timeout,
-                # PP17: a pinned engine is never idle-stopped; RD7: a model's idle_ttl, the
-                # engine's configured idle, the adapter's default, then the daemon's
-                idle_timeout=self.config.idle_timeout_of(engine, _idle_default(adapter, engine)),
-                health_interval=self.config.health_interval,
-                log_max_bytes=self.config.engine_log_max_bytes,
-                log_keep=self.config.engine_log_keep,
-            ),
-            ledger=ledger,
-            launcher=launcher,
-            probe=self.probe,
-            offloop=self.offloop,
-            health=self.health,
-            held_by_other=ledger.held_by_other,  # RD9, IN3: never sweep another daemon's
-        )
-
-
-def _idle_default(adapter: EngineAdapter, engine: EngineConfig) -> float | None:
-    """RD7: the adapter's ``default_idle_timeout``, checked (a bad one is its plugin's bug)."""
-    problem = timing_problem(adapter)
-    if problem is not None:
-        fault = plugin_fault(adapter.engine_type, type(adapter), f"has a bad timing: {problem}")
-        raise PluginError(f"{engine.key}: {fault.message}")
-    value = adapter.default_idle_timeout
-    return None if value is None else float(value)
-
-
-def launch_request(engine: EngineConfig, work_dir: Path | None = None) -> LaunchRequest:
-    """What a configured engine asks of its launches: the one input of its price and spec."""
-    return LaunchRequest(
-        key=engine.key,
-        model=engine.model,
-        ctx=engine.ctx,
-        slots=engine.slots,
-        kv_type=engine.kv_type,
-        extra_args=engine.extra_args,
-        options=engine.options,
-        binary=engine.binary,
-        work_dir=work_dir,
-    )
+    engines: ConfiguredEngines
+    eviction: EvictionPolicy
+    device: DeviceWatch
+    outcomes: list[Outcome]
+    unstartable: dict[str, HostlerError]
 
 
 async def _never() -> AsyncIterator[int]:
     """A signal stream that never delivers (an embedding program owns the signals)."""
     await anyio.sleep_forever()
     yield 0  # pragma: no cover - never reached
-
-
-def _adapter_for(plugins: PluginHost, key: str) -> EngineAdapter:
-    """The adapter of a key's engine; a stop-only stand-in when its plugin is not loaded."""
-    engine = parse_key(key)
-    try:
-        return plugins.adapter(engine.engine if engine else key)
-    except HostlerError:
-        return _StopOnlyAdapter()
-
-
-class _StopOnlyAdapter(EngineAdapter):
-    """Stands in for a plugin that is gone, so an adopted engine can still be stopped."""
-
-    engine_type = "unavailable"
-
-    def build_command(self, spec: LaunchSpec) -> LaunchCommand:
-        """Never called: a stop-only supervisor starts nothing."""
-        raise EngineStartError(f"{spec.key}: its engine plugin is not loaded")
 
 
 async def _patiently(step: Callable[[], Awaitable[T]], patience: float = 30.0) -> T:
@@ -955,6 +833,17 @@ def check_engine_options(
         for name, value in engine.options.items():
             where = engine.options_from.get(name, f"{engine.key}: options")
             validate_options({name: value}, cls.options_schema, where=where, engine=cls.engine_type)
+
+
+def _ledger_file(log: EventStore, ledger: HostLedger) -> str | None:
+    """The ledger's log file when it is not ``log`` (recorded in ``daemon.started``)."""
+    file = ledger.store.sqlite_file
+    if file is None:
+        return None
+    own = log.sqlite_file
+    if own is not None and (own == file or (own.exists() and own.samefile(file))):
+        return None
+    return str(file.resolve())
 
 
 def _eviction_of(name: str, plugins: PluginHost) -> EvictionPolicy:

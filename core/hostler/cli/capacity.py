@@ -7,6 +7,7 @@ Both read this host (its memory, the ledger, the model file) unless given ``--ur
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import time
@@ -27,6 +28,7 @@ from hostler.cli.client import DEFAULT_URL, URL_VARIABLE, add_client_options, da
 from hostler.cli.common import path_argument
 from hostler.cli.numbers import count
 from hostler.cli.remote_capacity import bytes_argument, spillover_argument
+from hostler.config import DaemonConfig, EngineConfig, load_config
 from hostler.drivers.host_ledger import (
     catch_up,
     default_ledger_path,
@@ -34,6 +36,7 @@ from hostler.drivers.host_ledger import (
     owner_alive,
 )
 from hostler.drivers.measure import load_calibration
+from hostler.engines.factory import configured_request
 from hostler.engines.price import LaunchRequest, price_engine
 from hostler.errors import UsageError
 from hostler.events.base import encode
@@ -41,6 +44,7 @@ from hostler.pluginhost import PluginHost
 from hostler.probes.device import DeviceSampled, budget_from, sample_device
 from hostler.probes.host import boot_id
 from hostler.probes.nvml import open_nvml
+from hostler.settings_env import read_overrides
 from hostler.store.log import EventStore
 
 __all__ = ["add_parsers"]
@@ -77,7 +81,16 @@ def add_parsers(sub: Any) -> None:
         help="plan a model's launch (window, slots, bytes) without loading or evicting anything",
     )
     preview.add_argument(
-        "model", type=path_argument, help="path of the model (a GGUF file for llamacpp)"
+        "model",
+        type=path_argument,
+        help="path of the model (a GGUF file for llamacpp); with --config, also an engine "
+        "key or a model id of that config",
+    )
+    preview.add_argument(
+        "--config",
+        type=path_argument,
+        help="price the model as this daemon config launches it: its engine's binary, "
+        "options and flags, and its ledger (else $HOSTLER_CONFIG when set)",
     )
     preview.add_argument(
         "--engine",
@@ -219,7 +232,10 @@ def run_budget(args: argparse.Namespace) -> int:
 
 def run_preview(args: argparse.Namespace) -> int:
     """Plan, price (the way the daemon does) and print (the daemon's own plan with ``--url``)."""
-    url = args.url or (None if args.model.exists() else daemon_url(args, default=None))
+    config = _preview_config(args)
+    configured = None if config is None else config.engine_named(str(args.model))
+    local = configured is not None or args.model.exists()
+    url = args.url or (None if local else daemon_url(args, default=None))
     if url is not None:
         return remote_capacity.run_preview(args, url)
     for option in ("ctx", "slots"):
@@ -227,21 +243,36 @@ def run_preview(args: argparse.Namespace) -> int:
         if value is not None and value < 1:
             raise UsageError(f"--{option} must be at least 1")
     settings = read_context_overrides(os.environ)  # C1, C3: refused before any work if bad
-    engine = args.engine or "llamacpp"
-    adapter = PluginHost().load().adapter(engine)
-    model_path: Path = adapter.validate_model(args.model)
+    if config is not None and configured is None and not args.model.exists():
+        names = ", ".join(e.key for e in config.engines[:8]) or "none"
+        raise UsageError(
+            f"{str(args.model)[:200]}: no such model file, and no engine of the config is "
+            f"called that (its engines: {names}); give a path, an engine key or a model id"
+        )
+    plugins = PluginHost().load()
+    if config is not None and configured is not None:
+        request = _configured_request(config, configured, args)
+        engine = request.key.split(":", 1)[0]
+        if args.engine is not None and args.engine != engine:
+            raise UsageError(f"--engine {args.engine}: {request.key} is a {engine} engine")
+    else:
+        engine = args.engine or "llamacpp"
+        request = LaunchRequest(
+            key="", model=args.model, ctx=args.ctx, slots=args.slots, kv_type=args.kv
+        )
+    adapter = plugins.adapter(engine)
+    model_path: Path = adapter.validate_model(request.model)
     if args.mmproj is not None:  # a projector is llama.cpp's: both read as GGUF
         geometry = read_geometry(model_path, mmproj=args.mmproj)
     else:  # RD4: the engine's own reader (a GGUF header by default)
         geometry = adapter.read_geometry(model_path)
     sample = _sample()
     budget = budget_from(sample)
-    path: Path = args.ledger or default_ledger_path()
+    path = _preview_ledger(args, config)
     state, calibration = _read_ledger(path)
     name = model_path.name if model_path.is_dir() else model_path.stem  # a folder: all of it
-    request = LaunchRequest(
-        key=f"{engine}:{name}:0", model=model_path, ctx=args.ctx, slots=args.slots, kv_type=args.kv
-    )
+    if configured is None:
+        request = dataclasses.replace(request, key=f"{engine}:{name}:0", model=model_path)
     price = price_engine(
         adapter,
         request,
@@ -260,6 +291,40 @@ def run_preview(args: argparse.Namespace) -> int:
         lines = _describe_plan(name, geometry.architecture, geometry.block_count, price)
         print("\n".join(lines[:2] + _describe_settings(settings) + lines[2:]))
     return 0 if price.admitted else 3
+
+
+def _preview_config(args: argparse.Namespace) -> DaemonConfig | None:
+    """The daemon config a preview prices with: ``--config``, else ``$HOSTLER_CONFIG``."""
+    path: Path | None = args.config
+    if path is None:
+        path = read_overrides(os.environ).config
+    if path is None:
+        return None
+    if args.url:
+        raise UsageError("--config prices as this host's daemon would: not with --url")
+    return load_config(path, data_dir=None)
+
+
+def _configured_request(
+    config: DaemonConfig, engine: EngineConfig, args: argparse.Namespace
+) -> LaunchRequest:
+    """The configured engine's own launch request, with the window, slots and KV asked here."""
+    request = configured_request(config, engine)
+    return dataclasses.replace(
+        request,
+        ctx=request.ctx if args.ctx is None else args.ctx,
+        slots=request.slots if args.slots is None else args.slots,
+        kv_type=request.kv_type if args.kv is None else args.kv,
+    )
+
+
+def _preview_ledger(args: argparse.Namespace, config: DaemonConfig | None) -> Path:
+    """``--ledger``, else the config's ledger, else the default one (as ``hostler budget``)."""
+    if args.ledger is not None:
+        return Path(args.ledger)
+    if config is not None:
+        return config.ledger_location().path
+    return default_ledger_path()
 
 
 def _describe_settings(settings: ContextOverrides) -> list[str]:

@@ -31,7 +31,9 @@ __all__ = [
 #: The reservation table's columns (pinned by the tests).
 BUDGET_HEADERS = ("KEY", "BYTES", "OWNER", "PID")
 #: ``hostler preview``'s options that price a file here, meaningless against the daemon.
-LOCAL_PREVIEW_OPTIONS = ("engine", "ctx", "slots", "kv", "mmproj", "standalone", "live", "ledger")
+LOCAL_PREVIEW_OPTIONS = (
+    "engine", "ctx", "slots", "kv", "mmproj", "standalone", "live", "ledger", "config",
+)  # fmt: skip
 
 _UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?", re.IGNORECASE)

@@ -17,10 +17,12 @@ from hostler.cli.common import (
     path_argument,
     take_log_argument,
 )
+from hostler.cli.ledger_rows import recorded_ledger_rows
 from hostler.cli.numbers import count
 from hostler.cli.timeparse import parse_moment
 from hostler.errors import UsageError
 from hostler.events.ledger import LEDGER_STREAM
+from hostler.store.log import RecordedEvent
 
 __all__ = ["add_parser", "run"]
 
@@ -44,8 +46,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser.add_argument(
         "--ledger",
         type=path_argument,
-        help="the host ledger's log, when the daemon kept its memory decisions there (its "
-        "config's `ledger`, else $HOSTLER_LEDGER or ~/.local/state/hostler/ledger.db)",
+        help="the host ledger's log, when the daemon kept its memory decisions there (default: "
+        "the one the log's daemon recorded using, read for that daemon's rows)",
     )
     parser.add_argument("--since", help="from this time (ISO-8601 UTC, or 15m, 2h ago)")
     parser.add_argument("--until", help="up to this time")
@@ -75,15 +77,18 @@ def run(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         store = stack.enter_context(open_existing_log(args))
         name = store.name
-        ledger = None
+        rows = list(store.read_all(until=until))
         if args.ledger is not None:
             log_file = store.sqlite_file
             if log_file is not None and _same_file(log_file, args.ledger):
                 raise UsageError(f"--ledger {args.ledger} is the log itself: give it once")
-            ledger = stack.enter_context(open_existing_log(argparse.Namespace(db=args.ledger)))
+            given = stack.enter_context(open_existing_log(argparse.Namespace(db=args.ledger)))
+            ledger: list[RecordedEvent] | None = list(given.read_all(until=until))
+        else:
+            ledger = recorded_ledger_rows(store, rows, until=until)
         timeline = build_timeline(
-            store.read_all(until=until),
-            ledger=ledger.read_all(until=until) if ledger else (),
+            rows,
+            ledger=ledger or (),
             since=since.timestamp() if since else None,
             until=until.timestamp() if until else None,
         )

@@ -8,11 +8,13 @@ simulator gives under the *recorded* settings (how faithful it is to this log), 
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 from typing import Any
 
 from hostler.capacity.slots import MAX_SLOTS
 from hostler.cli.common import DamageReport, add_log_source, open_existing_log, take_log_argument
+from hostler.cli.ledger_rows import recorded_ledger_rows
 from hostler.cli.numbers import count
 from hostler.cli.remote_capacity import bytes_argument
 from hostler.cli.tables import size
@@ -106,6 +108,9 @@ def run(args: argparse.Namespace) -> int:
     with open_existing_log(args) as store:
         rows = list(store.read_all())
         damage = DamageReport(store.name)
+        ledger = recorded_ledger_rows(store, rows)
+    if ledger:  # the daemon's memory decisions, kept in the host ledger's own file
+        rows = list(heapq.merge(rows, ledger, key=lambda row: row.recorded_at))
     for row in rows:
         if row.damage:
             damage.note(row.seq, row.damage)

@@ -8,8 +8,9 @@ re-export them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from hostler.events.base import Event, event_type
+from hostler.events.base import Event, event_type, upcaster
 
 __all__ = [
     "DAEMON_STREAM",
@@ -24,10 +25,16 @@ __all__ = [
 DAEMON_STREAM = "daemon/host"
 
 
-@event_type("daemon.started")
+@event_type("daemon.started", schema_version=2)
 @dataclass(frozen=True, slots=True)
 class DaemonStarted(Event):
-    """A daemon took over a data directory; what reconcile found."""
+    """A daemon took over a data directory; what reconcile found, and the ledger it uses.
+
+    ``ledger`` is the host ledger's log file when it is another file than this log (schema
+    v2; None: this log holds the ledger's decisions, or a v1 event that did not say), and
+    ``ledger_owner`` the owner this daemon's reservations carry there: a reader of this log
+    (``whatif``, ``timeline``) finds this daemon's memory decisions with the two.
+    """
 
     at: float
     pid: int
@@ -35,6 +42,15 @@ class DaemonStarted(Event):
     adopted: list[str]
     lost: list[str]
     reaped: list[int]
+    ledger: str | None = None
+    ledger_owner: str | None = None
+
+
+@upcaster("daemon.started", from_version=1)
+def _started_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    payload.setdefault("ledger", None)
+    payload.setdefault("ledger_owner", None)
+    return payload
 
 
 @event_type("daemon.stopped")

@@ -70,7 +70,7 @@ FIELDS: Mapping[str, Mapping[str, Kind]] = {
     "daemon.gap": {},
     "daemon.log_recovered": {"error": T, "code": S},
     "daemon.reaped": {"launch_token": S, "command": P},
-    "daemon.started": {"version": S, "adopted": S, "lost": S},
+    "daemon.started": {"version": S, "adopted": S, "lost": S, "ledger": P, "ledger_owner": S},
     "daemon.stopped": {},
     "device.sampled": {"gpus": J, "gpu_note": T},
     "engine.adopted": _STATES,

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,8 @@ import anyio
 from hostler.capacity.pricing import LaunchPrice
 from hostler.drivers.host_ledger import HostLedger
 from hostler.drivers.offloop import OffLoop
+from hostler.engines.factory import EngineFactory
+from hostler.engines.launcher import Launcher
 from hostler.engines.price import PricedLaunch
 from hostler.engines.supervisor import Supervisor
 from hostler.errors import HostlerError, RuntimeClosedError, UsageError
@@ -106,7 +108,9 @@ class Runtime:
 
     Args:
         store: The event log every decision is recorded in.
-        build: Makes the supervisor of an engine key (once per key).
+        build: Makes the supervisor of an engine key (once per key): a function, or an
+            :class:`~hostler.engines.factory.EngineFactory` (the daemon's), whose
+            ``launcher(key)`` :meth:`preview` then asks without building a supervisor.
         ledger: The host ledger that admits engines (None: no accounting).
         clock: Wall-clock seconds (injected in tests).
         offloop: Where blocking log and ledger work runs.
@@ -119,13 +123,13 @@ class Runtime:
             default budget per engine. Each engine that offers a cache adapter (L16) is
             registered with it when it is launched.
         eviction: The order idle engines are given up in to make room (EV1; default
-            demand-weighted LRU). Settable later as ``pool.eviction``.
+            demand-weighted LRU).
     """
 
     def __init__(
         self,
         store: EventStore,
-        build: Callable[[str], Supervisor],
+        build: Callable[[str], Supervisor] | EngineFactory,
         *,
         ledger: HostLedger | None = None,
         clock: Callable[[], float] = time.time,
@@ -150,9 +154,13 @@ class Runtime:
         self._cached_pid: dict[str, int] = {}  # the process each registered cache adapter serves
         self.store = store
         self.ledger = ledger
+        make = build if callable(build) else build.supervisor
+        self._launcher: Callable[[str], Launcher | None] | None = (
+            None if callable(build) else build.launcher
+        )
 
         def build_registered(key: str) -> Supervisor:
-            supervisor = build(key)
+            supervisor = make(key)
             slot = _gpu_slot(supervisor)
             swap = {**_SLOT_SWAP, "slot": slot}
 
@@ -328,16 +336,32 @@ class Runtime:
     async def preview(self, key: str) -> LaunchPrice:
         """What starting ``key`` would plan and reserve now; starts and evicts nothing (NR6).
 
-        The very price the next start of ``key`` takes: its supervisor's launcher, asked the
-        way the pool asks it before making room.
+        The very price the next start of ``key`` takes: the launcher its supervisor prices
+        every start with, asked the way the pool asks it before making room (an engine
+        factory's launcher needs no supervisor built; a plain build function's does).
         """
-        launch = await self.pool.price(key)
+        launcher = None if self._launcher is None else self._launcher(key)
+        if launcher is None:
+            launch = await self.pool.price(key)
+        else:
+            launch = await self._io.run(launcher.price)
         if not isinstance(launch, PricedLaunch):
             raise UsageError(
                 f"{key[:140]}: its supervisor was built with a fixed spec and footprint, "
                 "not a planned launch; there is no plan to show"
             )
         return launch.price
+
+    def request_model(self, key: str) -> str | None:
+        """RD10: the ``model`` field ``key``'s engine must be sent (None: the client's stands)."""
+        return self.pool.supervisor(key).adapter.request_model
+
+    def ledger_log(self) -> EventStore | None:
+        """The host ledger's log when it is another file than the runtime's own log, else None."""
+        ledger = self.ledger
+        if ledger is None or ledger.store is self.store or ledger.store.name == self.store.name:
+            return None
+        return ledger.store
 
     # -- using engines ------------------------------------------------------------------------
 
@@ -363,6 +387,16 @@ class Runtime:
         """A running replica of the model for a single call, else replica 0 started (ER3)."""
         return await self.router.one_shot(engine, model)
 
+    async def place(self, engine: str, model: str, session: str | None = None) -> str:
+        """The engine key that will serve one request for ``engine:model``; nothing started.
+
+        A session keeps its replica (ER2) or gets the one with the fewest sessions (PP11,
+        recorded); a call without one takes a running replica, else replica 0 (ER3). Hand
+        the key to :meth:`request`: it takes its place in the queue first and starts the
+        engine from there, so the log holds the request before the start made for it.
+        """
+        return await self.router.place(engine, model, session)
+
     @contextlib.asynccontextmanager
     async def request(
         self,
@@ -375,6 +409,7 @@ class Runtime:
         label: str | None = None,
         queue_timeout: float | None = None,
         on_wait: Callable[[int], None] | None = None,
+        cause: str = "request",
     ) -> AsyncIterator[int]:
         """Hold ``key``'s engine for one request (started and made room for when needed).
 
@@ -385,7 +420,9 @@ class Runtime:
         slot (``gpu_slot = "image"``) takes that slot's exclusive lease first, before the
         queue, and holds it until the request is over, the queue slot given back (GA8).
         Yields the engine's loopback port. While held the engine is busy: never evicted,
-        never idle-stopped, and a drain waits for it.
+        never idle-stopped, and a drain waits for it. ``cause`` is what a start made for it
+        records (``engine.start_requested``): ``request``, or ``session``/``one-shot`` for a
+        key from :meth:`place`.
 
         Raises:
             QueueTimeoutError: No slot within ``queue_timeout`` seconds; nothing ran.
@@ -418,7 +455,12 @@ class Runtime:
         # so that the slot it hands the card to finds the engine idle and can unload it (GA2);
         # llm work takes its place in the queue, then the GPU slot. Then the engine.
         slot = _gpu_slot(self.pool.supervisor(key))
-        async with self._lease(slot, key), queued, self._acquire(slot), self.pool.use(key) as port:
+        async with (
+            self._lease(slot, key),
+            queued,
+            self._acquire(slot),
+            self.pool.use(key, cause) as port,
+        ):
             self._fit_width(key)
             self._fit_cache(key)
             async with self._gates[key].slot():
@@ -491,6 +533,24 @@ class Runtime:
             self.cache.unregister(key)
         else:
             self.cache.register(key, adapter)  # CC2: a new process starts with a clean slate
+
+    # -- owning engines (the daemon that composed this runtime) ------------------------------
+
+    def supervisor(self, key: str) -> Supervisor:
+        """``key``'s supervisor, built by the runtime's factory on first use (starts nothing)."""
+        return self.pool.supervisor(key)
+
+    def supervisors(self) -> dict[str, Supervisor]:
+        """Every engine this runtime built, by key."""
+        return {key: self.pool.supervisor(key) for key in self.pool.engine_keys()}
+
+    async def start(self, key: str, cause: str = "request") -> int:
+        """``key``'s engine running (room made like any start); its port (PP1)."""
+        return await self.pool.ensure(key, cause=cause)
+
+    def on_stopping(self, listener: Callable[[int], Awaitable[None]]) -> None:
+        """Call ``listener(port)`` just before an engine listening on ``port`` is stopped."""
+        self.pool.on_stopping(listener)
 
     # -- the prompt cache (CC1-CC12) -------------------------------------------------------------
 

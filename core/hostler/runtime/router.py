@@ -59,22 +59,14 @@ class Router:
         """ER2: the engine key that serves ``session``, started (and made room for) if needed.
 
         ``prior_key`` is the key the caller persisted for the session, if any; otherwise the
-        router's own memory of it is used.
+        router's own memory of it is used. A prior replica that cannot be started again
+        gives way to a fresh choice (PP11).
 
         Raises:
             HostlerError: The chosen engine cannot be started (capacity, busy, start failure).
         """
-        prior = prior_key or self._bound.get(session)
-        parsed = parse_key(prior) if prior else None
-        if (
-            prior is not None
-            and parsed is not None
-            and (parsed.engine, parsed.model)
-            == (
-                engine,
-                model,
-            )
-        ):
+        prior = self._prior(engine, model, session, prior_key)
+        if prior is not None:
             was_up = self.pool.resident(prior)
             try:
                 await self.pool.ensure(prior, cause="session")
@@ -85,21 +77,59 @@ class Router:
             else:
                 await self._remember(session, prior, "kept" if was_up else "respawned")
                 return prior
+        key, how, counts, running = self._choose(engine, model)
+        await self.pool.ensure(key, cause="session")
+        await self._remember(session, key, how, counts, running)
+        return key
+
+    async def place(self, engine: str, model: str, session: str | None) -> str:
+        """The engine key that will serve one request, chosen and recorded, nothing started.
+
+        The request's own queue slot starts it (:meth:`hostler.runtime.facade.Runtime.request`),
+        so the request is in the log, queued, before any engine is started for it. With a
+        session: its prior replica (ER2: ``kept`` when up, ``respawned`` when not), else the
+        replica with the fewest sessions (PP11). Without: ER3's running replica, else
+        replica 0.
+        """
+        if session is None:
+            running = self.pool.peek(engine, model)
+            return running[0] if running else make_key(engine, model, 0)
+        prior = self._prior(engine, model, session, None)
+        if prior is not None:
+            await self._remember(
+                session, prior, "kept" if self.pool.resident(prior) else "respawned"
+            )
+            return prior
+        key, how, counts, running = self._choose(engine, model)
+        await self._remember(session, key, how, counts, running)
+        return key
+
+    async def one_shot(self, engine: str, model: str) -> str:
+        """ER3: a running replica of the model (most recently used), else replica 0 started."""
+        key = await self.place(engine, model, None)
+        await self.pool.ensure(key, cause="one-shot")
+        return key
+
+    def _prior(self, engine: str, model: str, session: str, prior_key: str | None) -> str | None:
+        """The session's earlier key when it names this same model, else None."""
+        prior = prior_key or self._bound.get(session)
+        parsed = parse_key(prior) if prior else None
+        if prior is None or parsed is None or (parsed.engine, parsed.model) != (engine, model):
+            return None
+        return prior
+
+    def _choose(self, engine: str, model: str) -> tuple[str, str, Counter[str], list[str]]:
+        """PP11: a new session's replica (the fewest sessions, else replica 0), and its inputs.
+
+        Returns the key, how it was chosen, and the session counts and running replicas it
+        was chosen from (what ``router.bound`` records).
+        """
         counts = self.session_counts()
         running = self.pool.peek(engine, model)
         entries = [PoolEntry(key, 0, 0.0) for key in sorted(running)]
         choice = pick_replica(entries, counts)
         key = choice if choice is not None else make_key(engine, model, 0)
-        await self.pool.ensure(key, cause="session")
-        await self._remember(session, key, "balanced" if choice else "first", counts, running)
-        return key
-
-    async def one_shot(self, engine: str, model: str) -> str:
-        """ER3: a running replica of the model (most recently used), else replica 0 started."""
-        running = self.pool.peek(engine, model)
-        key = running[0] if running else make_key(engine, model, 0)
-        await self.pool.ensure(key, cause="one-shot")
-        return key
+        return key, "balanced" if choice else "first", counts, running
 
     def unbind(self, session: str) -> bool:
         """Forget a session (it ended); whether it was bound."""

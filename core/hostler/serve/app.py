@@ -171,13 +171,13 @@ def make_app(
         Route("/api/queues", queues, methods=["GET"]),
         Route(OPENAPI_PATH, openapi, methods=["GET"]),
         *operator_routes(runtime, guard, models),
-        *dashboard_routes(runtime.store, lambda: _ledger_log(runtime), guard),
+        *dashboard_routes(runtime.store, runtime.ledger_log, guard),
     ]
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         # before the pool stops an engine, drop the kept connections it would wait on
-        runtime.pool.on_stopping(upstream.forget)
+        runtime.on_stopping(upstream.forget)
         try:
             yield
         finally:
@@ -192,14 +192,6 @@ def make_app(
         middleware=[Middleware(_OneLine)],
         exception_handlers={HTTPException: _http_error},
     )
-
-
-def _ledger_log(runtime: Runtime) -> EventStore | None:
-    """The host ledger's log when it is not the daemon's own (the timeline reads both)."""
-    ledger = runtime.ledger
-    if ledger is None or ledger.store is runtime.store or ledger.store.name == runtime.store.name:
-        return None
-    return ledger.store
 
 
 def foreign_caller(scope: Scope) -> str | None:

@@ -115,12 +115,13 @@ class CompletionProxy:
         path = str(scope["path"])
         async with contextlib.AsyncExitStack() as stack:
             try:
-                if session is not None:
-                    key = await self._runtime.bind(engine, name, session)
-                else:
-                    key = await self._runtime.one_shot(engine, name)
-                port = await stack.enter_async_context(self._runtime.request(key, session=session))
-                forced = self._runtime.pool.supervisor(key).adapter.request_model
+                # the key only: the request queues first and its slot starts the engine, so
+                # the log has it (queue.enqueued) before the start made for it (PM21)
+                key = await self._runtime.place(engine, name, session)
+                cause = "one-shot" if session is None else "session"
+                held = self._runtime.request(key, session=session, cause=cause)
+                port = await stack.enter_async_context(held)
+                forced = self._runtime.request_model(key)
                 if forced is not None and payload.get("model") != forced:  # RD10
                     body = await anyio.to_thread.run_sync(_with_model, payload, forced)
                 answer = await self._upstream.send(port, path, body, "application/json")
