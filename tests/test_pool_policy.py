@@ -15,6 +15,7 @@ from hostler.policies.pool import (
     plan_make_room,
     touch,
 )
+from hostler.policies.room import RoomSearch, Standing, room_step, start_share
 
 NOW = 10_000.0
 MIB = 1024 * 1024
@@ -233,3 +234,73 @@ def test_an_unknown_eviction_policy_is_refused_naming_the_known_ones() -> None:
     assert valid_policy_name("a") and valid_policy_name("a" * 40)
     assert not valid_policy_name("a" * 41) and not valid_policy_name("-a")
     assert not valid_policy_name("A") and not valid_policy_name("") and not valid_policy_name(3)
+
+
+# -- PP4: the make-room step (one loop, asked by the pool and the what-if) ---------------------
+
+
+def _search(tried: frozenset[str] = frozenset(), until: float = NOW + 30) -> RoomSearch:
+    return RoomSearch("new", 300 * MIB, until, tried)
+
+
+def test_start_share_is_the_price_or_the_whole_budget_when_priced_at_nothing() -> None:
+    assert start_share(1, 1000) == 1
+    assert start_share(0, 1000) == 1000
+    assert start_share(-5, 1000) == 1000
+
+
+def test_no_shortfall_fits_and_exactly_zero_is_no_shortfall() -> None:
+    step = room_step(_search(), 0, [Standing(entry("a"))], NOW)
+    assert (step.action, step.evict, step.drain, step.plan) == ("fit", (), None, None)
+    assert not step.recorded
+    assert room_step(_search(), 1, [Standing(entry("a"))], NOW).action == "unload"
+
+
+def test_unload_names_the_idle_victims_and_remembers_them_as_tried() -> None:
+    standing = [Standing(entry("a", used=NOW - 50)), Standing(entry("b", used=NOW - 10))]
+    step = room_step(_search(), 100 * MIB, standing, NOW)
+    assert (step.action, step.evict, step.drain) == ("unload", ("a",), None)
+    assert step.search.tried == frozenset({"a"}) and step.recorded
+    again = room_step(step.search, 100 * MIB, standing, NOW)
+    assert again.evict == ("b",)  # "a" was tried: never planned twice
+
+
+def test_a_busy_victim_is_drained_and_counted_as_tried() -> None:
+    step = room_step(_search(), 50 * MIB, [Standing(entry("a", busy=True))], NOW)
+    assert (step.action, step.evict, step.drain) == ("unload", (), "a")
+    assert step.search.tried == frozenset({"a"})
+
+
+def test_spoken_for_and_kept_engines_are_never_victims_and_the_start_itself_is_skipped() -> None:
+    standing = [
+        Standing(entry("new")),
+        Standing(entry("built"), spoken=True),
+        Standing(entry("pinned"), kept=True),
+        Standing(entry("idle", 100)),
+    ]
+    step = room_step(_search(), 100 * MIB, standing, NOW)
+    assert [c.key for c in step.candidates] == ["idle"]
+    assert step.evict == ("idle",)
+
+
+def test_only_spoken_for_room_waits_until_the_patience_deadline_then_refuses() -> None:
+    standing = [Standing(entry("built", 500), spoken=True)]
+    waiting = room_step(_search(until=NOW + 30), 100 * MIB, standing, NOW + 29.999)
+    assert waiting.action == "wait" and not waiting.recorded
+    refused = room_step(_search(until=NOW + 30), 100 * MIB, standing, NOW + 30)
+    assert refused.action == "refuse" and refused.recorded
+    assert refused.refusal == (
+        "new: needs 0.29 GiB, 0.10 GiB more than the budget has free, and the engines hostler "
+        "may unload hold only 0.00 GiB; nothing was unloaded. Raise the budget "
+        "(HOSTLER_CAPACITY_BUDGET_GB), or stop what else holds memory (hostler state shows it)"
+    )
+    monotonic = room_step(_search(until=5.0), 100 * MIB, standing, NOW, patience_now=4.0)
+    assert monotonic.action == "wait"  # patience on its own clock
+
+
+def test_a_start_that_cannot_fit_even_with_everything_gone_unloads_nothing() -> None:
+    standing = [Standing(entry("a", 100)), Standing(entry("b", 100, draining=True))]
+    step = room_step(_search(), 101 * MIB, standing, NOW)
+    assert (step.action, step.evict, step.drain) == ("refuse", (), None)
+    assert step.plan is not None and not step.plan.reachable
+    assert "hostler may unload hold only 0.10 GiB" in step.refusal

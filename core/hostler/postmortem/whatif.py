@@ -5,12 +5,14 @@ runs a :class:`~hostler.postmortem.workload.Workload` under
 :class:`~hostler.postmortem.workload.Settings` and asks the very pure functions the runtime
 asks: the request queue's pick (:func:`hostler.policies.queue.pick_next`, lanes and caps from
 :func:`~hostler.policies.queue.engine_queue_caps`, the ambient gate), the ledger's shortfall
-(:func:`hostler.capacity.ledger.shortfall`), the pool's victims
-(:func:`hostler.policies.pool.plan_make_room` with the named eviction policy, EV1), its demand
+(:func:`hostler.capacity.ledger.shortfall`), the pool's make-room step
+(:func:`hostler.policies.room.room_step`, which asks
+:func:`~hostler.policies.pool.plan_make_room` with the named eviction policy, EV1), its demand
 bookkeeping (:func:`~hostler.policies.pool.touch`) and its drain verdict
 (:func:`~hostler.policies.pool.drain_verdict`).
 
-It mirrors the pool's making room (PP4, PP5, PP17): one start plans at a time; engines being
+It makes room by the pool's own steps (PP4, PP5, PP17), carrying them out in virtual time
+where the pool stops real engines: one start plans at a time; engines being
 built or waited on are spoken for and never victims (when only they could free the room, the
 start waits for them up to the drain bound, then is refused); a start that could not fit even if
 every evictable engine went is refused with nothing evicted; a busy victim is drained, evicted
@@ -24,13 +26,13 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from hostler.capacity.ledger import LedgerLimits
 from hostler.capacity.ledger import shortfall as ledger_shortfall
 from hostler.policies.eviction import EvictionPolicy, eviction_policy
-from hostler.policies.pool import DRAIN_WAIT, PoolEntry, drain_verdict, plan_make_room, touch
+from hostler.policies.pool import DRAIN_WAIT, PoolEntry, drain_verdict, touch
 from hostler.policies.queue import (
     AFFINITY_WINDOW,
     RECENT_CAP,
@@ -44,6 +46,7 @@ from hostler.policies.queue import (
     pick_next,
     prune_recent,
 )
+from hostler.policies.room import RoomSearch, Standing, room_step, start_share
 from hostler.postmortem.figures import Figures, Tally
 from hostler.postmortem.workload import Model, Request, Settings, Workload
 
@@ -200,9 +203,7 @@ class _Engine:
 
 @dataclass
 class _Build:
-    key: str
-    patience: float
-    tried: set[str] = field(default_factory=set)
+    search: RoomSearch
     delay: float = 0.0  # the longest stop of its victims: the start waits for them (SG2)
     drain: str | None = None
     blocked: bool = False
@@ -438,42 +439,40 @@ class _Sim:
 
     def next_build(self, now: float) -> None:
         while self.build is None and self.admit:
-            self.build = _Build(self.admit.popleft(), now + DRAIN_WAIT)
+            key = self.admit.popleft()
+            wanted = start_share(self.engines[key].model.reserve, self.limits.budget)
+            self.build = _Build(RoomSearch(key, wanted, now + DRAIN_WAIT))
             self.step(now)
 
     def step(self, now: float) -> None:
-        """The pool's make-room loop for the build in hand, until it starts, waits or fails."""
+        """The pool's make-room steps (:func:`room_step`) for the build in hand, carried out."""
         build = self.build
         assert build is not None  # noqa: S101 - called with a build in hand
         build.blocked = False
-        engine = self.engines[build.key]
-        limits = self.limits
+        engine = self.engines[build.search.key]
         while True:
-            wanted = engine.model.reserve
-            if wanted <= 0:  # priced at nothing: it runs alone (the pool's rule)
-                wanted = limits.budget
-            short = ledger_shortfall(limits, self.committed, wanted)
-            if short <= 0:
-                self.start(engine, wanted, now, build.delay)
+            short = ledger_shortfall(self.limits, self.committed, build.search.wanted)
+            standing = [
+                Standing(e.entry(), spoken=e.state == _BUILDING or bool(e.waiters), kept=e.pinned)
+                for e in self.resident.values()
+            ]
+            step = room_step(build.search, short, standing, now, policy=self.policy)
+            if step.action == "fit":
+                self.start(engine, build.search.wanted, now, build.delay)
                 return
-            up = [e for k, e in self.resident.items() if k != build.key and k not in build.tried]
-            spoken = [e for e in up if e.state == _BUILDING or e.waiters]
-            candidates = [e.entry() for e in up if not e.pinned and e not in spoken]
-            room = plan_make_room(candidates, short, now, self.policy)
-            if not room.reachable and spoken and now < build.patience:
+            if step.action == "wait":
                 build.blocked = True  # PP4: wait for them, then look again
-                self.push(build.patience, _PATIENCE)
+                self.push(build.search.patience_until, _PATIENCE)
                 return
-            if not room.reachable or not (room.evict or room.drain):
+            if step.action == "refuse":
                 self.refuse(engine, now)
                 return
-            for key in room.evict:
-                build.tried.add(key)
+            build.search = step.search
+            for key in step.evict:
                 self.evict(self.engines[key])
                 build.delay = max(build.delay, self.engines[key].model.stop)
-            if room.drain is not None:
-                victim = self.engines[room.drain]
-                build.tried.add(victim.key)
+            if step.drain is not None:
+                victim = self.engines[step.drain]
                 if victim.in_use() > 0:
                     victim.draining = True
                     victim.drain_started = now
@@ -542,7 +541,7 @@ class _Sim:
         waiters, engine.waiters = engine.waiters, []
         for index in waiters:
             self.enter_gate(engine, index, now)
-        self.refuse(self.engines[build.key], now)
+        self.refuse(self.engines[build.search.key], now)
 
     def rebuild_waiters(self, engine: _Engine, now: float) -> None:
         """Requests that waited for a victim's drain: it went, so they build it again (PP1)."""
@@ -551,7 +550,12 @@ class _Sim:
 
     def patience(self, now: float) -> None:
         build = self.build
-        if build is not None and build.blocked and build.drain is None and now >= build.patience:
+        if (
+            build is not None
+            and build.blocked
+            and build.drain is None
+            and now >= build.search.patience_until
+        ):
             self.step(now)
 
 

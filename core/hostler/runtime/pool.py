@@ -35,6 +35,7 @@ from collections.abc import (
     Callable,
     Collection,
     Coroutine,
+    Iterable,
     Iterator,
     Mapping,
 )
@@ -73,9 +74,9 @@ from hostler.policies.pool import (
     PoolEntry,
     demand,
     drain_verdict,
-    plan_make_room,
     touch,
 )
+from hostler.policies.room import RoomSearch, Standing, room_step, start_share
 from hostler.store.log import EventStore
 
 __all__ = ["DRAIN_POLL", "DrainProgress", "EntryView", "Pool", "ReconcileReport"]
@@ -558,58 +559,56 @@ class Pool:
             return None
         if type(wanted) is not int or wanted < 0:  # no byte count: a broken plugin, whose
             return None  # start the supervisor refuses and records; nothing is evicted for it
-        tried: set[str] = set()
-        patience = anyio.current_time() + self.drain_wait
+        search = RoomSearch(key, wanted, anyio.current_time() + self.drain_wait)
         while True:
             short, held = await self._io.run(self._shortfall, key, wanted)
-            if short <= 0:
-                return None
             now = self._clock()
-            up = {
-                k: e
+            standing = [
+                Standing(
+                    self._as_policy(k, e, held.get(k, 0), queued=True),
+                    # an engine being built, or built and not yet handed to those who asked
+                    # for it, is spoken for (room_step never evicts it)
+                    spoken=e.flight is not None or e.waiting > 0,
+                    kept=k in self.pinned or k in self._protected,
+                )
                 for k, e in self._entries.items()
-                if k != key and e.supervisor.state in _UP and k not in tried
-            }
-            # an engine being built, or built and not yet handed to those who asked for it, is
-            # spoken for: evicting it would hand them nothing and start the swap over (thrash)
-            spoken = {k for k, e in up.items() if e.flight is not None or e.waiting > 0}
-            candidates = [
-                self._as_policy(k, e, held.get(k, 0), queued=True)
-                for k, e in up.items()
-                if k not in self.pinned and k not in self._protected and k not in spoken
+                if e.supervisor.state in _UP
             ]
-            room = plan_make_room(candidates, short, now, self.eviction)
-            decision = {**room.decision, "observed": _observed(candidates)}  # PM14
-            if not room.reachable and spoken and anyio.current_time() < patience:
+            step = room_step(
+                search,
+                short,
+                standing,
+                now,
+                policy=self.eviction,
+                patience_now=anyio.current_time(),
+            )
+            if step.action == "fit":
+                return None
+            if step.action == "wait":
                 await anyio.sleep(self.drain_poll)  # PP4: wait for them, then look again
                 continue
+            assert step.plan is not None  # noqa: S101 - refuse and unload carry their plan
+            decision = {**step.plan.decision, "observed": _observed(step.candidates)}  # PM14
             planned = PoolRoomPlanned(
                 at=now,
                 for_key=key,
                 wanted=wanted,
                 shortfall=short,
-                evict=list(room.evict) if room.reachable else [],
-                drain=room.drain if room.reachable else None,
-                reachable=room.reachable,
+                evict=list(step.evict),
+                drain=step.drain,
+                reachable=step.plan.reachable,
                 decision=decision,
             )
             await self._record(planned)  # SF2: a decision the log cannot take is not taken
-            if not room.reachable or not (room.evict or room.drain):
-                evictable = sum(c.bytes for c in candidates if not c.draining)
-                return (
-                    f"{key}: needs {_gib(wanted)}, {_gib(short)} more than the budget has free, "
-                    f"and the engines hostler may unload hold only {_gib(evictable)}; nothing "
-                    "was unloaded. Raise the budget (HOSTLER_CAPACITY_BUDGET_GB), or stop what "
-                    "else holds memory (hostler state shows it)"
-                )
+            if step.action == "refuse":
+                return step.refusal
+            search = step.search
             why = {**decision, "for": key}
-            tried.update(room.evict)
             async with anyio.create_task_group() as evictions:
-                for victim in room.evict:
+                for victim in step.evict:
                     evictions.start_soon(self._evict_logged, victim, key, why)
-            if room.drain is not None:
-                tried.add(room.drain)
-                await self._drain(room.drain, key, why, self.drain_wait)
+            if step.drain is not None:
+                await self._drain(step.drain, key, why, self.drain_wait)
 
     def _shortfall(self, key: str, wanted: int) -> tuple[int, dict[str, int]]:
         """CB5 against the ledger now, and what this daemon holds per key (blocking)."""
@@ -617,8 +616,7 @@ class Pool:
         assert ledger is not None  # noqa: S101 - only called with a ledger
         limits = ledger.limits()
         state = ledger.state
-        if wanted <= 0:  # priced at nothing (unknown): it runs alone, as the seed's serial mode
-            wanted = limits.budget
+        wanted = start_share(wanted, limits.budget)
         mine = {h.key: h.bytes for h in state.reservations.values() if h.owner == ledger.owner}
         short = ledger_shortfall(limits, state.committed, wanted, mine.get(key, 0))
         return short, mine
@@ -864,10 +862,6 @@ def _checked_targets(targets: Mapping[str, int]) -> dict[str, int]:
     return checked
 
 
-def _observed(candidates: list[PoolEntry]) -> dict[str, dict[str, Any]]:
+def _observed(candidates: Iterable[PoolEntry]) -> dict[str, dict[str, Any]]:
     """PM14: each candidate's exact last use and request times (the decision rounds them)."""
     return {c.key: {"last_used_at": c.last_used_at, "hits": list(c.hits)} for c in candidates}
-
-
-def _gib(size: int) -> str:
-    return f"{size / 2**30:.2f} GiB"
