@@ -79,6 +79,27 @@ def ensure_browser() -> None:
         subprocess.run(install, env=quiet, check=False)
 
 
+def ensure_engine(uv: list[str], env: dict[str, str]) -> dict[str, str]:
+    """``HOSTLER_LLAMA_SERVER`` for the demo and tests when the prebuilt one cannot run here.
+
+    The PyPI wheel's kernels need the CPU features of its build machine; on another CPU they
+    die with SIGILL at the first model load. ``hostler_llamacpp.build ensure`` tries it on a
+    real model and, when it fails, builds llama.cpp's own server from source for any AVX2 CPU
+    (once: about 7 minutes on two cores, cached in ~/.cache/hostler) and prints its path.
+    """
+    if env.get("HOSTLER_LLAMA_SERVER"):
+        return {}
+    probe = [*uv, "python", "-m", "hostler_llamacpp.build", "ensure"]
+    done = subprocess.run(probe, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True, check=False)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        if done.returncode != 0:
+            print("dev.py: no llama-server that runs on this CPU", file=sys.stderr, flush=True)
+        return {}
+    print(f"dev.py: using {lines[-1]} (HOSTLER_LLAMA_SERVER)", file=sys.stderr, flush=True)
+    return {"HOSTLER_LLAMA_SERVER": lines[-1]}
+
+
 def main(argv: list[str]) -> int:
     """Dispatch ``demo``, ``test`` or ``run``."""
     if sys.version_info < (3, 11):
@@ -97,6 +118,8 @@ def main(argv: list[str]) -> int:
     else:
         line = [*uv, *rest]
     env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}
+    if command in ("demo", "test"):
+        env.update(ensure_engine(uv, env))
     return subprocess.run(line, cwd=ROOT, env=env, check=False).returncode
 
 

@@ -72,3 +72,23 @@ class LlamaRig:
             drain_poll=0.05,
             drain_wait=30,
         )
+
+
+def room_for(engines: int, price: int, measured: int) -> int:
+    """A budget (bytes) with room for ``engines`` engines of one size, never for one more.
+
+    A first start reserves its ``price``; a running engine holds what was ``measured``, and a
+    later start of a measured engine reserves about that (its price is learned, PR1). So
+    ``engines`` fit even when the last of them starts for the first time ((engines - 1) ×
+    measured + price), and one more never fits ((engines + 1) × measured): the budget is the
+    midpoint. The ratio of price to footprint differs between llama-server builds (the
+    PyPI wheel maps more libraries than a build from source), so a test sizes its budget from
+    both, never from a multiple of one.
+    """
+    low, high = (engines - 1) * measured + price, (engines + 1) * measured
+    if not low < high:
+        raise AssertionError(
+            f"a price of {price} B is two footprints ({measured} B) or more: no budget holds "
+            f"{engines} engines and never {engines + 1}"
+        )
+    return (low + high) // 2

@@ -4,7 +4,7 @@
 runtime with real ``llama-server`` processes, under a budget that fits two of them and never
 three, and writes everything to one SQLite log:
 
-1. ``alpha`` alone, asked twice (its real price sets the budget: 2.5 engines' worth);
+1. ``alpha`` alone, asked twice (its real price and footprint size a budget for two, never three);
 2. requests ``beta``; ``gamma`` (``beta`` evicted: fewer requests than ``alpha``, though
    ``alpha`` was used longer ago); ``beta`` (``gamma`` evicted, the same way); ``gamma``
    (``alpha`` evicted: as wanted as ``beta``, and used longer ago). Under plain LRU the first
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import anyio
 
-from _rigs import LlamaRig
+from _rigs import LlamaRig, room_for
 from hostler import EventStore, Runtime
 from hostler.errors import CapacityDeniedError
 from hostler.machines.engine import made_room
@@ -108,9 +108,10 @@ async def record_scenario(folder: Path) -> Scenario:
         async with rig.runtime() as rt:
             await _ask(rt, "alpha", scenario)
             await _ask(rt, "alpha", scenario)
-            one = max(rig.price(key_of("alpha")), (await rt.budget())["committed"])
-            rig.budget_gib = 2.5 * one / GIB  # room for two engines, never three
-            scenario.budget = int(2.5 * one)  # under 1 GiB: a live budget would not bind (CB1)
+            one = (await rt.budget())["committed"]
+            two = room_for(2, rig.price(key_of("beta")), one)  # room for two, never three
+            rig.budget_gib = two / GIB
+            scenario.budget = two  # under 1 GiB: a live budget would not bind (CB1)
             for name in SEQUENCE:
                 await _ask(rt, name, scenario)
             victim = key_of("beta")
@@ -138,7 +139,7 @@ async def record_scenario(folder: Path) -> Scenario:
                     raise AssertionError("a start the budget cannot hold was let through")
             except CapacityDeniedError:
                 pass
-            rig.budget_gib = 2.5 * one / GIB  # room again
+            rig.budget_gib = two / GIB  # room again
             await _ask(rt, "gamma", scenario)
     scenario.evicted = _evictions(log)
     return scenario

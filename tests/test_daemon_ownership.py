@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from _rigs import room_for
 from hostler import EventStore, replay
 from hostler.drivers.host_ledger import catch_up
 from hostler.events.ledger import LEDGER_STREAM
@@ -121,16 +122,16 @@ def test_three_daemons_one_ledger_one_engine(
     try:
         wait_for(lambda: count(tmp_path / "probe-data", key[0], "engine.ready") == 1)
         with EventStore.open(probe_ledger) as store:
-            sizes = [
-                int(r.payload["bytes"])
+            sizes = {
+                r.type: int(r.payload["bytes"])
                 for r in store.read_stream(LEDGER_STREAM)
                 if r.type in {"ledger.reserved", "ledger.measured"}
-            ]
+            }
     finally:
         probe.send_signal(signal.SIGTERM)
         probe.wait(30)
-    one = max(sizes)
-    budget_gib = 1.5 * one / 2**30  # room for one engine, never two
+    one = room_for(1, sizes["ledger.reserved"], sizes["ledger.measured"])
+    budget_gib = one / 2**30  # room for one engine, never two
     env = {"HOSTLER_CAPACITY_BUDGET_GB": f"{budget_gib:.6f}"}
     daemons = [
         start_daemon(config, data, tmp_path / f"d{i}.log", env=env) for i, data in enumerate(datas)

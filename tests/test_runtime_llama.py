@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import pytest
 
-from _rigs import LlamaRig
+from _rigs import LlamaRig, room_for
 from hostler import EventStore
 from hostler.engines.process import token_holders
 from hostler.events.pool import POOL_STREAM
@@ -102,8 +102,8 @@ async def test_a_budget_for_two_of_three_evicts_idle_engines_and_explains_each(r
         # one engine alone, to learn what one costs here (reserved, then measured)
         async with rt.request(key_of("alpha")) as port:
             await anyio.to_thread.run_sync(chat, port)
-        one = max(rig.price(key_of("alpha")), (await rt.budget())["committed"])
-        rig.budget_gib = 2.5 * one / GIB  # room for two engines, never three
+        one = (await rt.budget())["committed"]
+        rig.budget_gib = room_for(2, rig.price(key_of("beta")), one) / GIB  # two, never three
         most = 0
         for name in ("beta", "gamma", "alpha", "beta", "gamma", "beta"):
             async with rt.request(key_of(name)) as port:
@@ -138,8 +138,8 @@ async def test_a_long_stream_is_never_cut_by_swaps(rig: Rig) -> None:
     async with rig.runtime() as rt:
         async with rt.request(key_of("alpha")) as port:
             await anyio.to_thread.run_sync(chat, port)
-        one = max(rig.price(key_of("alpha")), (await rt.budget())["committed"])
-        rig.budget_gib = 2.5 * one / GIB
+        one = (await rt.budget())["committed"]
+        rig.budget_gib = room_for(2, rig.price(key_of("beta")), one) / GIB
         lines: list[str] = []
         streamed = anyio.Event()
 

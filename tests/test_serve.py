@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 import hostler
-from _rigs import LlamaRig
+from _rigs import LlamaRig, room_for
 from hostler import EventStore
 from hostler.serve.app import MAX_BODY, make_app
 from hostler.serve.server import HttpServer, is_loopback, load_token
@@ -93,7 +93,7 @@ async def test_a_budget_for_one_swaps_on_demand(
     runtime, client = served
     assert (await client.post("/v1/chat/completions", json=chat("alpha"))).status_code == 200
     one = (await runtime.budget())["committed"]
-    face.budget_gib = 1.5 * max(one, face.price("llamacpp:beta:0")) / GIB
+    face.budget_gib = room_for(1, face.price("llamacpp:beta:0"), one) / GIB
     for model in ("beta", "alpha", "beta"):
         answer = await client.post("/v1/chat/completions", json=chat(model))
         assert answer.status_code == 200, answer.text

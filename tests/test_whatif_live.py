@@ -15,7 +15,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from _rigs import LlamaRig
+from _rigs import LlamaRig, room_for
 from hostler import EventStore
 from hostler.postmortem.figures import Figures, recorded_figures
 from hostler.postmortem.whatif import simulate
@@ -48,8 +48,8 @@ def chat(port: int) -> str:
         return str(json.loads(response.read())["choices"][0]["finish_reason"])
 
 
-async def one_engine_costs(tmp_path: Path) -> int:
-    """The most one engine holds here: its price, or its measured footprint if larger."""
+async def one_engine_costs(tmp_path: Path) -> tuple[int, int]:
+    """What one engine's first start reserves here (its price) and what it then holds."""
     folder = tmp_path / "learn"
     folder.mkdir()
     with EventStore.open(folder / "events.db") as store:
@@ -58,7 +58,7 @@ async def one_engine_costs(tmp_path: Path) -> int:
             async with rt.request(key_of("alpha")) as port:
                 await anyio.to_thread.run_sync(chat, port)
             committed = int((await rt.budget())["committed"])
-        return max(committed, *(rig.price(key_of(name)) for name in MODELS))
+        return max(rig.price(key_of(name)) for name in MODELS[1:]), committed
 
 
 async def live(tmp_path: Path, name: str, budget_gib: float) -> tuple[Workload, Figures]:
@@ -92,8 +92,8 @@ def assert_waits_close(simulated: Figures, happened: Figures) -> None:
 
 async def test_whatif_of_one_budget_gives_what_the_other_budget_recorded(tmp_path: Path) -> None:
     one = await one_engine_costs(tmp_path)
-    log_a, happened_a = await live(tmp_path, "a", 1.5 * one / GIB)  # one engine fits
-    log_b, happened_b = await live(tmp_path, "b", 2.5 * one / GIB)  # two fit, never three
+    log_a, happened_a = await live(tmp_path, "a", room_for(1, *one) / GIB)  # one engine fits
+    log_b, happened_b = await live(tmp_path, "b", room_for(2, *one) / GIB)  # two, never three
     budget_a, budget_b = log_a.settings.budget, log_b.settings.budget
     assert budget_a < budget_b
     # the live runs differ as budgets say: the bigger one evicts less and starts fewer
