@@ -1,4 +1,7 @@
-"""Shared fixtures: real SQLite files in a temporary directory, and a subprocess runner."""
+"""Shared fixtures: real SQLite files in a temporary directory, and a subprocess runner.
+
+Also loads the session guard (``_session_guard.py``), which ends what a run leaves running.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +19,10 @@ from hostler import EventStore
 
 if TYPE_CHECKING:
     from _scenario import Scenario
+
+#: The session guard: every process a test run starts is ended when the run ends, however it
+#: ends (failed, Ctrl-C, SIGTERM, even pytest SIGKILLed). See docs/testing.md.
+pytest_plugins = ["_session_guard"]
 
 #: The tests of a real sd-server are collected only when ``$HOSTLER_SD_SERVER`` names one (the
 #: opt-in ``tox -e sdcpp-real`` builds it); the default suite does not collect them at all.
