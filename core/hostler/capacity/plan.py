@@ -258,7 +258,9 @@ def plan_llama(
     if line is None:
         per_slot = heuristic_per_slot_kv(weights, requirement.requested, kv_type)
         line = KvLinear(0.0, per_slot / max(1, requirement.requested))
-        reasons.append("KV: header geometry unreadable, heuristic pricing (may be off)")
+        reasons.append(
+            "KV: exact size unknown (header geometry incomplete), heuristic pricing (may be off)"
+        )
     f16_line = exact_linearization(geometry, "f16")
     exact_f16 = f16_line.at(requirement.requested) if f16_line else None
 
