@@ -223,6 +223,44 @@ async def test_register_replaces_the_adapter_and_clears_state_but_keeps_the_budg
     assert ctl.budget("e") == 100 * UNIT
 
 
+async def test_a_budget_set_before_an_unregistration_applies_from_the_re_registration() -> None:
+    ctl, _, events = make()
+    ctl.register("e", FakeAdapter())
+    await ctl.set_budget("e", 5 * UNIT)
+    ctl.unregister("e")
+    ctl.register("e", FakeAdapter())  # CC2: clean entries, the budget kept
+    again = FakeAdapter()
+    ctl.register("e", again)  # re-registering a registered key keeps it too
+    stats = ctl.stats("e")
+    assert stats is not None and (stats.budget, stats.entries, stats.hits) == (5 * UNIT, 0, 0)
+    await ctl.record_turn("e", "s", 5)  # 5 >= 5: evicted at once, under the kept budget
+    assert again.evicted == [["s"]]
+    assert [e for e in events if isinstance(e, CacheBudgetSet)] == [
+        CacheBudgetSet(key="e", bytes=5 * UNIT, previous=4 * 1024**3, applied=True)
+    ]
+
+
+async def test_restored_budgets_are_the_last_recorded_and_record_nothing() -> None:
+    ctl, _, events = make()
+    await ctl.set_budget("mine", 2 * UNIT)  # set in this process: the log does not override it
+    events.clear()
+    recorded: list[object] = [
+        CacheBudgetSet(key="e", bytes=5 * UNIT, previous=4 * 1024**3, applied=True),
+        CacheEvicted(key="e", ids=["s"], reason="clear", decision={}),
+        CacheBudgetSet(key="e", bytes=7 * UNIT, previous=5 * UNIT, applied=False),
+        CacheBudgetSet(key="mine", bytes=9 * UNIT, previous=4 * 1024**3, applied=False),
+        CacheBudgetSet(key="zero", bytes=0, previous=4 * 1024**3, applied=False),
+    ]
+    assert ctl.restore_budgets(recorded) == {"e": 7 * UNIT, "zero": 0}
+    assert (ctl.budget("e"), ctl.budget("mine"), ctl.budget("zero")) == (7 * UNIT, 2 * UNIT, 0)
+    assert ctl.budget("other") == 4 * 1024**3
+    assert events == []
+    adapter = FakeAdapter()
+    ctl.register("zero", adapter)
+    await ctl.record_turn("zero", "s", 1)  # CC9: a budget of zero holds nothing
+    assert adapter.evicted == [["s"]]
+
+
 async def test_invalidate_removes_the_session_everywhere_and_asks_each_adapter() -> None:
     ctl, _, events = make()
     a1, a2, a3 = FakeAdapter(), FakeAdapter(), FakeAdapter()

@@ -722,7 +722,6 @@ _HYBRID = replace(
             "f16",
             1536,
         ),
-        (replace(_BASE, head_count_kv=None), 1, "f16", 16384),  # KV heads = heads
         (replace(_BASE, shared_kv_layers=-2), 1, "f16", 4096),
         (replace(_BASE, shared_kv_layers=3), 1, "f16", 1024),
         (replace(_BASE, shared_kv_layers=4), 1, "f16", 0),
@@ -751,6 +750,9 @@ def test_full_attention_kv_edges(
         replace(_BASE, block_count=None),
         replace(_BASE, head_count=None),
         replace(_BASE, embedding_length=None),
+        replace(_BASE, head_count_kv=None),  # no KV head count: never assumed = heads
+        replace(_SWA, head_count_kv=None),
+        replace(_BASE, head_count_kv=None, key_length=128, value_length=128),
         replace(_BASE, head_count_kv=None, head_count=None, key_length=8, value_length=8),
         replace(_SWA, head_count_kv=(2, 2, 2)),  # fewer per-layer counts than layers
     ],
@@ -931,7 +933,22 @@ def test_plan_with_a_heuristic_line() -> None:
     assert p.kv == KvLinear(0.0, 22528.0)  # 40 KiB/token floor x 0.55
     assert (p.context_window, p.slots) == (65536, 2)  # no growth on a guess
     assert p.reserved_bytes == 4402341478
-    assert "KV: header geometry unreadable, heuristic pricing (may be off)" in p.reasons
+    assert (
+        "KV: exact size unknown (header geometry incomplete), heuristic pricing (may be off)"
+        in (p.reasons)
+    )
+
+
+def test_plan_without_a_kv_head_count_says_the_kv_is_unknown() -> None:
+    # L10: no head_count_kv is no answer, never heads = KV heads (that would price 4x the KV)
+    p = _plan(geometry=replace(_GEO, head_count_kv=None))
+    assert p.exact_geometry is False
+    assert p.kv == KvLinear(0.0, 22528.0)  # the S4 heuristic, as with any unreadable header
+    assert (p.context_window, p.slots, p.reserved_bytes) == (65536, 2, 4402341478)
+    assert (
+        "KV: exact size unknown (header geometry incomplete), heuristic pricing (may be off)"
+        in (p.reasons)
+    )
 
 
 def test_plan_override_reports_the_automatic_window() -> None:

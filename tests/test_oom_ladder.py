@@ -8,16 +8,24 @@ from __future__ import annotations
 
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from hostler import EventStore
+from hostler.capacity.budget import HostMemory, compute_budget
+from hostler.capacity.learning import Calibration
+from hostler.capacity.ledger import LedgerState
 from hostler.capacity.offload import Offload, OffloadPlan
+from hostler.capacity.plan import LaunchPlan
+from hostler.capacity.units import GIB
+from hostler.engines.price import LaunchRequest, price_engine
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.errors import EngineStartError
 from hostler.events.offload import offload_stream
-from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec, Panic
+from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec, ModelGeometry, Panic
+from hostler.testing.tiny_gguf import write_tiny_llama
 from hostler_llamacpp import LlamaCppAdapter
 from hostler_llamacpp.adapter import planned_offload
 from hostler_llamacpp.flags import Planned
@@ -149,3 +157,101 @@ def test_the_adapters_argv_carries_the_plan_and_the_operator_still_wins(tmp_path
     )
     argv = adapter.build_command(mine).argv
     assert argv[argv.index("--n-gpu-layers") + 1] == "10"
+
+
+#: A small MoE: 4 layers, 8 experts, 2 GiB of weights.
+MOE = ModelGeometry(
+    architecture="qwen3moe",
+    block_count=4,
+    head_count=8,
+    head_count_kv=2,
+    embedding_length=1024,
+    native_context=8192,
+    expert_count=8,
+    file_size=2 * GIB,
+)
+CARD = 24 * GIB  # 22.8 GiB usable (B4)
+
+
+def _moe_launch(
+    tmp_path: Path, geometry: ModelGeometry, vram: int | None
+) -> tuple[LaunchPlan, list[str]]:
+    """The plan of a standalone launch on the host and the flags after the KV cache types."""
+    binary = tmp_path / "llama-server"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    adapter = LlamaCppAdapter(binary)
+    model = write_tiny_llama(tmp_path / "moe.gguf")
+    priced = price_engine(
+        adapter,
+        LaunchRequest(key="llamacpp:moe:0", model=model, ctx=4096, slots=1, kv_type="q8_0"),
+        budget=compute_budget(HostMemory(system_ram=64 * GIB, vram=vram)),
+        state=LedgerState(),
+        calibration=Calibration(),
+        standalone=True,
+        geometry=geometry,
+    )
+    head = [
+        str(binary),
+        "--model",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8080",
+        "--jinja",
+        "--ctx-size",
+        "4096",
+        "--parallel",
+        "1",
+        "--cache-type-k",
+        "q8_0",
+        "--cache-type-v",
+        "q8_0",
+    ]
+    argv = adapter.build_command(priced.spec(8080)).argv
+    assert argv[: len(head)] == head
+    return priced.price.plan, argv[len(head) :]
+
+
+def test_a_moe_that_fits_the_card_whole_launches_with_every_layer_on_it(tmp_path: Path) -> None:
+    # L12: resident + the 1 GiB margin fit the card: whole on it, every layer, no --cpu-moe
+    plan, flags = _moe_launch(tmp_path, MOE, CARD)
+    assert flags == ["--n-gpu-layers", "all", "--flash-attn", "on", "--cache-reuse", "256"]
+    assert plan.offload == OffloadPlan(Offload.FULL_GPU, None, "fits whole with the margin")
+    assert "offload: fits whole with the margin (--n-gpu-layers all)" in plan.reasons
+
+
+def test_a_moe_over_the_card_keeps_every_expert_in_ram(tmp_path: Path) -> None:
+    # L12 without a split: 30 GiB of weights miss the 22.8 usable GiB: every expert in RAM
+    plan, flags = _moe_launch(tmp_path, replace(MOE, file_size=30 * GIB), CARD)
+    assert flags == [
+        "--n-gpu-layers",
+        "all",
+        "--cpu-moe",
+        "--flash-attn",
+        "on",
+        "--cache-reuse",
+        "256",
+    ]
+    assert plan.offload == OffloadPlan(
+        Offload.ALL_EXPERTS_CPU, None, "over the card without a split"
+    )
+    assert "offload: over the card without a split (--n-gpu-layers all --cpu-moe)" in plan.reasons
+
+
+@pytest.mark.parametrize(
+    ("geometry", "vram"),
+    [
+        (MOE, None),  # no card: the engine decides
+        (MOE, 64 * GIB),  # a "card" as large as RAM is unified memory (B1): no card of its own
+        (replace(MOE, expert_count=None), CARD),  # a dense model
+    ],
+)
+def test_no_offload_flags_without_a_card_or_for_a_dense_model(
+    tmp_path: Path, geometry: ModelGeometry, vram: int | None
+) -> None:
+    plan, flags = _moe_launch(tmp_path, geometry, vram)
+    assert plan.offload is None
+    assert flags == ["--flash-attn", "on", "--cache-reuse", "256"]
+    assert not any(reason.startswith("offload:") for reason in plan.reasons)

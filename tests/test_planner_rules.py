@@ -349,6 +349,23 @@ def test_no_layout_prices_nothing(geometry: ModelGeometry) -> None:
     assert verdict(geometry=geometry, explicit=False).swa_full is False
 
 
+def test_no_kv_head_count_prices_no_full_cache() -> None:
+    # L10: the windowed line reads the heads, but the full cache has no answer without KV heads
+    v = verdict(geometry=replace(GEMMA, head_count_kv=None))
+    assert (v.applies, v.swa_full, v.fits, v.full_kv, v.kv_bytes, v.needed) == (
+        False,
+        False,
+        None,
+        None,
+        None,
+        None,
+    )
+    assert v.reason == "no KV head count in the header: the full cache cannot be priced"
+    asked = verdict(geometry=replace(GEMMA, head_count_kv=None), explicit=True)
+    assert asked.swa_full is True
+    assert asked.reason.endswith("; --swa-full as the operator asked")
+
+
 # ---------------------------------------------------------------- C6: the denial
 
 

@@ -128,11 +128,12 @@ def _pattern(geometry: ModelGeometry) -> tuple[bool, ...] | None:
 def full_attention_kv(geometry: ModelGeometry, ctx: int, cache_type: str | None) -> int | None:
     """L10: KV bytes of a full-attention cache holding ``ctx`` tokens in total.
 
-    ``ctx`` is the engine's whole context (per-turn window × slots).
+    ``ctx`` is the engine's whole context (per-turn window × slots). Without a KV head count
+    (``head_count_kv``) there is no answer: the query heads are not assumed to be KV heads.
     """
     owning = _owning_layers(geometry)
     dims = _dims(geometry)
-    if owning is None or dims is None:
+    if owning is None or dims is None or geometry.head_count_kv is None:
         return None
     key, value = dims
     bpe = bytes_per_element(cache_type)

@@ -35,6 +35,7 @@ from hostler.capacity.kvtrade import (
     is_gemma,
 )
 from hostler.capacity.ledger import LedgerLimits, fallback_resident_bytes, format_denial, shortfall
+from hostler.capacity.offload import OffloadPlan, offload_args, plan_moe_offload
 from hostler.capacity.slots import compute_headroom, default_slots, planned_slots, slot_ceiling
 from hostler.capacity.units import round_half_up
 from hostler.errors import UsageError
@@ -113,6 +114,8 @@ class LaunchPlan:
         minimum_satisfied: Even one slot at the minimum window fits (C6); False: deny.
         window_denial: When the minimum is unmet, C6's statement of the window required and
             what one slot could hold (part of ``denial``); else empty.
+        offload: Where a mixture-of-experts model's weights go on the card (L12); None for a
+            dense model or a host without a card of its own (the engine decides).
     """
 
     admitted: bool
@@ -133,6 +136,7 @@ class LaunchPlan:
     reasons: list[str] = field(default_factory=list)
     minimum_satisfied: bool = True
     window_denial: str = ""
+    offload: OffloadPlan | None = None
 
     @property
     def total_ctx(self) -> int:
@@ -214,6 +218,25 @@ def _engine_tier(request: PlanRequest, tier: int) -> int:
     return min(tier, request.max_slots)
 
 
+def _offload(
+    geometry: ModelGeometry,
+    auto: CapacityBudget,
+    *,
+    resident: int,
+    kv: int,
+    reasons: list[str],
+) -> OffloadPlan | None:
+    """L12 for this launch, stated among the reasons when there is a decision.
+
+    Only a discrete host has a card of its own (B4: a unified "card" is the RAM share).
+    """
+    vram = auto.vram if auto.kind is BudgetKind.DISCRETE else None
+    plan = plan_moe_offload(is_moe=geometry.is_moe, vram=vram, resident=resident, kv=kv)
+    if plan is not None:
+        reasons.append(f"offload: {plan.reason} ({' '.join(offload_args(plan))})")
+    return plan
+
+
 def plan_llama(
     request: PlanRequest,
     geometry: ModelGeometry,
@@ -258,7 +281,9 @@ def plan_llama(
     if line is None:
         per_slot = heuristic_per_slot_kv(weights, requirement.requested, kv_type)
         line = KvLinear(0.0, per_slot / max(1, requirement.requested))
-        reasons.append("KV: header geometry unreadable, heuristic pricing (may be off)")
+        reasons.append(
+            "KV: exact size unknown (header geometry incomplete), heuristic pricing (may be off)"
+        )
     f16_line = exact_linearization(geometry, "f16")
     exact_f16 = f16_line.at(requirement.requested) if f16_line else None
 
@@ -390,4 +415,6 @@ def plan_llama(
         reasons=reasons,
         minimum_satisfied=ladder.minimum_satisfied,
         window_denial=short_window,
+        # states its decision in ``reasons`` (the same list) before the plan is made
+        offload=_offload(geometry, auto, resident=weights, kv=reserved - weights, reasons=reasons),
     )

@@ -105,9 +105,11 @@ def swa_full_verdict(
     full = full_attention_kv(geometry, ctx_per_slot * count, kv_type)
     if line is None or full is None:
         swa_full = explicit is True
-        reason = "no sliding-window layout in the header: nothing to price" + (
-            "; --swa-full as the operator asked" if swa_full else ""
-        )
+        reason = (
+            "no sliding-window layout in the header: nothing to price"
+            if line is None
+            else "no KV head count in the header: the full cache cannot be priced"
+        ) + ("; --swa-full as the operator asked" if swa_full else "")
         inputs.update(applies=False, swa_full=swa_full, fits=None)
         return SwaFullVerdict(
             False, swa_full, None, None, None, None, None, available, reason, inputs

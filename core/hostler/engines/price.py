@@ -20,6 +20,7 @@ from hostler.capacity.geometry import ModelGeometry
 from hostler.capacity.keys import parse_key
 from hostler.capacity.learning import Calibration
 from hostler.capacity.ledger import LedgerState, committed_other_for, limits_of
+from hostler.capacity.offload import OffloadPlan
 from hostler.capacity.overrides import ContextOverrides, read_context_overrides
 from hostler.capacity.plan import PlanRequest
 from hostler.capacity.pricing import LaunchPrice, price_launch
@@ -78,10 +79,12 @@ class LaunchRequest:
         slots: int,
         kv_type: str | None,
         model: Path | None = None,
+        offload: OffloadPlan | None = None,
     ) -> LaunchSpec:
-        """The launch spec of this request at a plan's window, slots and KV type.
+        """The launch spec of this request at a plan's window, slots, KV type and offload.
 
-        ``model`` is the model as its adapter validated it, when the caller has it.
+        ``model`` is the model as its adapter validated it, when the caller has it;
+        ``offload`` the plan's L12 decision for a MoE model on a card.
         """
         return LaunchSpec(
             key=self.key,
@@ -94,6 +97,7 @@ class LaunchRequest:
             extra_args=dict(self.extra_args),
             options=dict(self.options),
             binary=self.binary,
+            offload=offload,
         )
 
 
@@ -115,12 +119,13 @@ class PricedLaunch:
         return int(self.price.reserved_bytes)
 
     def spec(self, port: int) -> LaunchSpec:
-        """The launch spec on ``port``: the request at the price's plan."""
+        """The launch spec on ``port``: the request at the price's plan (its L12 offload too)."""
         return self.request.spec(
             port=port,
             ctx_per_slot=self.price.ctx_per_slot,
             slots=self.price.slots,
             kv_type=self.price.kv_type,
+            offload=self.price.plan.offload,
         )
 
 

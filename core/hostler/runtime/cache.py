@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
@@ -118,9 +118,10 @@ class CacheController:
     # -- registration -------------------------------------------------------------------
 
     def register(self, key: str, adapter: CacheAdapter) -> None:
-        """CC2: ``adapter`` serves ``key`` from now on; any previous state of ``key`` is cleared.
+        """CC2: ``adapter`` serves ``key`` from now on; its entries and outcomes start clean.
 
-        A budget set for ``key`` before (even before any registration) applies.
+        The budget is not reset: one set for ``key`` before (even before any registration,
+        or before an earlier unregistration, or restored from the log) applies from the start.
         """
         self._engines[key] = _Engine(adapter)
 
@@ -149,6 +150,25 @@ class CacheController:
     def budget(self, key: str) -> int:
         """``key``'s budget: the one set, else the default."""
         return self._budgets.get(key, self._default_budget)
+
+    def restore_budgets(self, recorded: Iterable[object]) -> dict[str, int]:
+        """CC3 across a restart: the last recorded budget of each key holds again.
+
+        ``recorded`` is the log's events in order; each :class:`CacheBudgetSet` is a budget
+        set, anything else is skipped. A key this controller already has a budget for keeps
+        it. Nothing is recorded (the log already holds the decisions) and nothing is enforced
+        here: a registered engine's next change checks its entries against the budget (CC9).
+
+        Returns:
+            The budgets restored, by key.
+        """
+        last: dict[str, int] = {}
+        for event in recorded:
+            if isinstance(event, CacheBudgetSet) and type(event.bytes) is int:
+                last[event.key] = event.bytes
+        restored = {key: budget for key, budget in last.items() if key not in self._budgets}
+        self._budgets.update(restored)
+        return restored
 
     async def set_budget(self, key: str, budget: int) -> None:
         """CC3: set ``key``'s budget; a registered engine enforces it at once.

@@ -32,6 +32,7 @@ from hostler.engines.price import PricedLaunch
 from hostler.engines.supervisor import Supervisor
 from hostler.errors import HostlerError, RuntimeClosedError, UsageError
 from hostler.events.base import Event
+from hostler.events.cache import CacheBudgetSet, cache_stream
 from hostler.policies.arbiter import SLOTS
 from hostler.policies.eviction import DEFAULT_EVICTION_POLICY, EvictionPolicy
 from hostler.policies.pool import DRAIN_WAIT
@@ -121,7 +122,8 @@ class Runtime:
             its ``llm`` slot first (EG4), and every engine registers an evictor for it.
         cache: The prompt-cache controller (CC1–CC12); by default one with the 4 GiB
             default budget per engine. Each engine that offers a cache adapter (L16) is
-            registered with it when it is launched.
+            registered with it when it is launched; the budgets the log recorded
+            (``cache.budget_set``) are restored into it when the runtime is entered.
         eviction: The order idle engines are given up in to make room (EV1; default
             demand-weighted LRU).
     """
@@ -192,6 +194,7 @@ class Runtime:
         self._ledger_fold: LedgerFold | None = None  # reserved vs measured bytes, for ps
 
     async def __aenter__(self) -> Runtime:
+        await self._restore_cache_budgets()
         await self.pool.__aenter__()
         self.pool.spawn(self._write_queue_events)
         self.pool.spawn(self.cache.run)  # CC8: the engines' own cache truth every 5 s
@@ -201,6 +204,18 @@ class Runtime:
         await self.pool.__aexit__(*exc_info)
         with anyio.CancelScope(shield=True):
             await self._flush_queue_events()
+
+    async def _restore_cache_budgets(self) -> None:
+        """CC3: the cache budgets the log recorded hold again; a restart resets none of them."""
+        store = self.store
+
+        def read() -> list[object]:
+            found = store.read_all(types=[CacheBudgetSet.TYPE], stream_prefix=cache_stream(""))
+            return [record.event for record in found if not record.damage]
+
+        restored = self.cache.restore_budgets(await self._io.run_patiently(read))
+        if restored:
+            log.info("hostler: cache budgets restored from the log: %s", restored)
 
     async def _write_queue_events(self, every: float = 0.5) -> None:
         while True:
