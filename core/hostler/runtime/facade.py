@@ -51,6 +51,10 @@ __all__ = ["LaunchSummary", "Runtime", "RuntimeStatus"]
 
 log = logging.getLogger(__name__)
 
+#: How long a closing runtime waits for the requests still leaving (their servers finishing
+#: them) before its last write of queue events (seconds): the HTTP server's graceful bound.
+SETTLE_WAIT = 5.0
+
 
 @dataclass(frozen=True, slots=True)
 class LaunchSummary:
@@ -150,6 +154,8 @@ class Runtime:
         self._queues: dict[str, RequestQueue] = {}
         self._gates: dict[str, RequestGate] = {}
         self._unwritten: list[tuple[str, Event]] = []  # queue and cache events, written later
+        self._in_flight = 0  # requests inside request(): their queue events end the log
+        self._settled = anyio.Event()
         self.cache = cache or CacheController(
             clock=clock, record=lambda event: self._unwritten.append(("cache", event))
         )
@@ -201,9 +207,17 @@ class Runtime:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.pool.__aexit__(*exc_info)
-        with anyio.CancelScope(shield=True):
-            await self._flush_queue_events()
+        try:
+            await self.pool.__aexit__(*exc_info)  # a cancelled caller's exit raises it again
+        finally:
+            with anyio.CancelScope(shield=True):
+                # a request still leaving (its server finishing it, its engine now stopped)
+                # records its end before the last write: the log holds every request's end
+                if self._in_flight:
+                    self._settled = anyio.Event()  # set by the last one out
+                    with anyio.move_on_after(SETTLE_WAIT):
+                        await self._settled.wait()
+                await self._flush_queue_events()
 
     async def _restore_cache_budgets(self) -> None:
         """CC3: the cache budgets the log recorded hold again; a restart resets none of them."""
@@ -470,16 +484,22 @@ class Runtime:
         # so that the slot it hands the card to finds the engine idle and can unload it (GA2);
         # llm work takes its place in the queue, then the GPU slot. Then the engine.
         slot = _gpu_slot(self.pool.supervisor(key))
-        async with (
-            self._lease(slot, key),
-            queued,
-            self._acquire(slot),
-            self.pool.use(key, cause) as port,
-        ):
-            self._fit_width(key)
-            self._fit_cache(key)
-            async with self._gates[key].slot():
-                yield port
+        self._in_flight += 1
+        try:
+            async with (
+                self._lease(slot, key),
+                queued,
+                self._acquire(slot),
+                self.pool.use(key, cause) as port,
+            ):
+                self._fit_width(key)
+                self._fit_cache(key)
+                async with self._gates[key].slot():
+                    yield port
+        finally:
+            self._in_flight -= 1
+            if not self._in_flight:
+                self._settled.set()
 
     @contextlib.asynccontextmanager
     async def _lease(self, slot: str, key: str) -> AsyncIterator[None]:

@@ -1,0 +1,104 @@
+"""The what-if of a real ``hostler serve`` run, under the budget it ran with, is that run (issue 19).
+
+``hostler serve`` (the CLI, a real process) serves three tiny real models through the real
+``llama-server`` under a budget with room for one engine; the official ``openai`` client asks
+them in turn. ``hostler whatif LOG`` of that log, under the log's own budget, policy and slots,
+must replay exactly the evictions, refusals and cold starts that happened, per engine.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import openai
+import pytest
+
+from _rigs import room_for
+from hostler import EventStore
+from hostler.events.ledger import LEDGER_STREAM
+from hostler.testing.tiny_gguf import write_tiny_llama
+
+from _daemons import count, kill_leftovers, served_port, start_daemon, wait_for
+from _support import run_cli
+
+MODELS = ("alpha", "beta", "gamma")
+SEQUENCE = ("alpha", "beta", "alpha", "gamma", "alpha", "beta", "gamma", "beta", "alpha")
+FIGURES = ("requests", "evictions", "refusals", "cold_starts")
+
+
+def _config(folder: Path, names: tuple[str, ...], ledger: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        write_tiny_llama(folder / f"{name}.gguf")
+    config = folder / "hostler.toml"
+    config.write_text(
+        f'[daemon]\nidle_timeout = 0\nledger = "{ledger}"\n'
+        + "".join(
+            f'\n[[engines]]\nkey = "llamacpp:{n}:0"\nmodel = "{n}.gguf"\nctx = 512\n'
+            "autostart = false\n"
+            for n in names
+        )
+    )
+    return config
+
+
+def _one_engines_costs(tmp_path: Path) -> tuple[int, int]:
+    """What one engine's first start reserves and then holds here (a daemon of its own)."""
+    folder = tmp_path / "probe"
+    config = _config(folder, ("alpha",), "ledger.db")
+    config.write_text(config.read_text().replace("autostart = false", "autostart = true"))
+    data = folder / "data"
+    probe = start_daemon(config, data, folder / "daemon.log")
+    try:
+        wait_for(lambda: count(data, "llamacpp:alpha:0", "engine.ready") == 1, timeout=60)
+        with EventStore.open(folder / "ledger.db") as store:
+            sizes = {
+                r.type: int(r.payload["bytes"])
+                for r in store.read_stream(LEDGER_STREAM)
+                if r.type in {"ledger.reserved", "ledger.measured"}
+            }
+    finally:
+        probe.send_signal(signal.SIGTERM)
+        probe.wait(60)
+        kill_leftovers(data)
+    return sizes["ledger.reserved"], sizes["ledger.measured"]
+
+
+def _figures(report: dict[str, object], side: str) -> dict[str, tuple[int, ...]]:
+    by_key = report[side]["by_key"]  # type: ignore[index]
+    return {key: tuple(f[name] for name in FIGURES) for key, f in by_key.items()}
+
+
+@pytest.mark.slow
+def test_whatif_of_a_serve_run_under_its_own_budget_replays_what_happened(tmp_path: Path) -> None:
+    price, footprint = _one_engines_costs(tmp_path)
+    budget = room_for(1, price, footprint) // 2**20 * 2**20  # whole MiB: exact in GB
+    run = tmp_path / "run"
+    config = _config(run, MODELS, "ledger.db")  # the tour's layout: a ledger file of its own
+    data = run / "data"
+    env = {"HOSTLER_CAPACITY_BUDGET_GB": repr(budget / 2**30)}
+    log = run / "serve.log"
+    server = start_daemon(config, data, log, command="serve", extra=("--port", "0"), env=env)
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{served_port(log)}/v1", api_key="-")
+        for model in SEQUENCE:
+            answer = client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+            )
+            assert answer.choices, model
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(60) == 0
+        kill_leftovers(data)
+    whatif = run_cli("whatif", str(data / "events.db"), "--json")
+    assert whatif.returncode == 0, whatif.stderr
+    report = json.loads(whatif.stdout)
+    assert report["recorded_settings"]["budget"] == budget
+    happened, replayed = _figures(report, "happened"), _figures(report, "replayed")
+    # every switch of model evicted the one before: room for one, and nothing refused
+    evictions = sum(f[1] for f in happened.values())
+    assert evictions == len(SEQUENCE) - 1
+    assert sum(f[2] for f in happened.values()) == 0
+    assert replayed == happened
