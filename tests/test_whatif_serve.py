@@ -18,27 +18,33 @@ import pytest
 from _rigs import room_for
 from hostler import EventStore
 from hostler.events.ledger import LEDGER_STREAM
-from hostler.testing.tiny_gguf import write_tiny_llama
+from hostler.testing.tiny_gguf import TinyModel, write_tiny_llama
 
 from _daemons import count, kill_leftovers, served_port, start_daemon, wait_for
 from _support import run_cli
 
 MODELS = ("alpha", "beta", "gamma")
-SEQUENCE = ("alpha", "beta", "alpha", "gamma", "alpha", "beta", "gamma", "beta", "alpha")
+#: ``big`` is priced over the budget: its request is refused, nothing is unloaded for it.
+SEQUENCE = ("alpha", "beta", "alpha", "big", "gamma", "alpha", "beta", "gamma", "beta", "alpha")
+BIG_CTX = 131072
 FIGURES = ("requests", "evictions", "refusals", "cold_starts")
 
 
-def _config(folder: Path, names: tuple[str, ...], ledger: str) -> Path:
+def _config(folder: Path, names: tuple[str, ...], ledger: str, *, big: bool = False) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     for name in names:
         write_tiny_llama(folder / f"{name}.gguf")
+    engines = [(n, 512) for n in names]
+    if big:  # its KV cache alone is more than the budget
+        write_tiny_llama(folder / "big.gguf", TinyModel(ctx=BIG_CTX))
+        engines.append(("big", BIG_CTX))
     config = folder / "hostler.toml"
     config.write_text(
         f'[daemon]\nidle_timeout = 0\nledger = "{ledger}"\n'
         + "".join(
-            f'\n[[engines]]\nkey = "llamacpp:{n}:0"\nmodel = "{n}.gguf"\nctx = 512\n'
+            f'\n[[engines]]\nkey = "llamacpp:{n}:0"\nmodel = "{n}.gguf"\nctx = {ctx}\n'
             "autostart = false\n"
-            for n in names
+            for n, ctx in engines
         )
     )
     return config
@@ -76,18 +82,22 @@ def test_whatif_of_a_serve_run_under_its_own_budget_replays_what_happened(tmp_pa
     price, footprint = _one_engines_costs(tmp_path)
     budget = room_for(1, price, footprint) // 2**20 * 2**20  # whole MiB: exact in GB
     run = tmp_path / "run"
-    config = _config(run, MODELS, "ledger.db")  # the tour's layout: a ledger file of its own
+    config = _config(run, MODELS, "ledger.db", big=True)  # the tour's: a ledger file of its own
     data = run / "data"
     env = {"HOSTLER_CAPACITY_BUDGET_GB": repr(budget / 2**30)}
     log = run / "serve.log"
     server = start_daemon(config, data, log, command="serve", extra=("--port", "0"), env=env)
     try:
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{served_port(log)}/v1", api_key="-")
+        base = f"http://127.0.0.1:{served_port(log)}/v1"
+        client = openai.OpenAI(base_url=base, api_key="-", max_retries=0)
         for model in SEQUENCE:
-            answer = client.chat.completions.create(
-                model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=2
-            )
-            assert answer.choices, model
+            ask = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
+            if model == "big":
+                with pytest.raises(openai.APIStatusError) as refused:
+                    client.chat.completions.create(**ask, max_tokens=2)
+                assert refused.value.status_code == 503, refused.value.message
+                continue
+            assert client.chat.completions.create(**ask, max_tokens=2).choices, model
     finally:
         server.send_signal(signal.SIGTERM)
         assert server.wait(60) == 0
@@ -97,8 +107,8 @@ def test_whatif_of_a_serve_run_under_its_own_budget_replays_what_happened(tmp_pa
     report = json.loads(whatif.stdout)
     assert report["recorded_settings"]["budget"] == budget
     happened, replayed = _figures(report, "happened"), _figures(report, "replayed")
-    # every switch of model evicted the one before: room for one, and nothing refused
-    evictions = sum(f[1] for f in happened.values())
-    assert evictions == len(SEQUENCE) - 1
-    assert sum(f[2] for f in happened.values()) == 0
+    # every switch of model evicted the one before (room for one); big was refused, once
+    served = [m for m in SEQUENCE if m != "big"]
+    assert sum(f[1] for f in happened.values()) == len(served) - 1
+    assert happened["llamacpp:big:0"] == (1, 0, 1, 0)
     assert replayed == happened

@@ -8,7 +8,8 @@ keeps what the simulator needs:
   engine key, session, lane, and how long it held its slot once it had run
   (``queue.released.ran_for``, less the cold start it paid, PM21) or, for a request that left the
   queue without running, how long it waited before leaving;
-- each model's footprint: what its starts reserved (``ledger.reserved``) and what it was
+- each model's footprint: what its starts reserved (``ledger.reserved``; a model never
+  admitted: what its refused start asked, ``ledger.denied``) and what it was
   measured at (``ledger.measured``), its cold start (``engine.start_requested`` to
   ``engine.ready``) and its stop (``engine.stop_requested`` to ``engine.stopped``), medians;
 - the settings in force: the budget and co-residency ceiling of the last ledger decision, the
@@ -388,6 +389,8 @@ def _on_reserved(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
         fold.reserve[key] = size
     else:
         fold.planned.pop(key, None)  # a refused start: its room plan starts nothing
+        # what it asked is its price until a start of it is reserved: never priced at 0
+        fold.reserve.setdefault(key, size)
     fold.budgets.append(budget)
     fold.ceiling = ceiling
     return True
