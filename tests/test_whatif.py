@@ -30,6 +30,7 @@ from hostler.events.ledger import (
 from hostler.events.pool import PoolDrainEnded, PoolDrainStarted, PoolRoomPlanned
 from hostler.events.queue import QueueCancelled, QueueDispatched, QueueEnqueued, QueueReleased
 from hostler.machines.engine import (
+    EngineCrashed,
     EngineReady,
     EngineStartRequested,
     EngineStopped,
@@ -49,6 +50,7 @@ from hostler.postmortem.whatif import DRAIN_POLL, limits_for, simulate
 from hostler.postmortem.workload import (
     FLUSH_LAG,
     Model,
+    Outside,
     Request,
     Settings,
     Workload,
@@ -78,8 +80,15 @@ def run(
     fast = options.pop("fast", None)
     pinned = frozenset(options.pop("pinned", ()))
     launched = options.pop("launched", {})
+    outside = tuple(options.pop("outside", ()))
     workload = Workload(
-        tuple(requests), table or models(), Settings(budget), fast, launched, pinned
+        tuple(requests),
+        table or models(),
+        Settings(budget),
+        fast,
+        launched,
+        pinned,
+        outside=outside,
     )
     return simulate(workload, Settings(budget, **options))
 
@@ -705,3 +714,46 @@ def test_whatif_of_a_log_whose_ledger_is_its_own_file_reads_the_recorded_ledger(
     assert report["happened"]["by_key"][B]["refusals"] == 1
     assert "llamacpp:x:0" not in report["happened"]["by_key"]
     assert report == alone
+
+
+# -- what no request asked for: crashes and unloads, replayed where they happened --------------
+
+
+def test_a_crash_between_two_requests_frees_the_room_the_next_would_have_evicted() -> None:
+    requests = [Request(0.0, A, 1.0), Request(3.0, B, 1.0, after=0, gap=2.0)]
+    plain = run(requests, 15)
+    assert (plain.by_key[A].evictions, plain.by_key[B].cold_starts) == (1, 1)
+    crashed = run(requests, 15, outside=[Outside(2.0, A, "crashed", after=0, gap=1.0)])
+    assert crashed.by_key[A].evictions == 0  # gone by itself: nothing was evicted for b
+    assert (crashed.by_key[A].cold_starts, crashed.by_key[B].cold_starts) == (1, 1)
+    again = [*requests, Request(6.0, A, 1.0, after=1, gap=2.0)]
+    back = run(again, 25, outside=[Outside(2.0, A, "unloaded", after=0, gap=1.0)])
+    assert back.by_key[A].cold_starts == 2  # unloaded by hand: its next request starts it
+
+
+def test_an_outside_event_for_an_engine_the_replay_has_down_changes_nothing() -> None:
+    requests = [Request(0.0, A, 1.0), Request(3.0, B, 1.0, after=0, gap=2.0)]
+    ghost = [Outside(2.0, C, "crashed", after=0, gap=1.0), Outside(0.0, B, "unloaded")]
+    assert run(requests, 15, outside=ghost) == run(requests, 15)
+
+
+def test_the_workload_places_crashes_and_asked_for_unloads_after_the_request_before_them(
+    tmp_path: Path,
+) -> None:
+    log = Log(tmp_path / "events.db")
+    log.queue(QueueEnqueued(A, 1, "interactive", False, None, None, None, Q), Q)
+    log.queue(QueueDispatched(A, 1, "interactive", 0.0, Q, _decision()), Q)
+    log.queue(QueueReleased(A, 1, "interactive", 1.0, Q + 1), Q + 1)
+    crash = {"exit_code": None, "signal": 9, "reached_ready": True, "retry_at": T + 2}
+    _engine(log, A, EngineCrashed, T + 1.5, **crash, output_tail="")
+    _engine(log, B, EngineStopRequested, T + 2.0, reason="evicted", decision={"rule": "PP6"})
+    _engine(log, C, EngineStopRequested, T + 2.5, reason="evicted", decision={"rule": "PP4"})
+    log.store.close()
+    workload = workload_from(_rows(tmp_path / "events.db"))
+    assert [(o.key, o.kind, o.after) for o in workload.outside] == [
+        (A, "crashed", 0),
+        (B, "unloaded", 0),
+    ]  # the PP4 eviction is the pool's own decision, replayed by the simulator
+    # 1.5 s after the request's end, less the queue events' least delay in this log (0.1 s),
+    # which is how the workload puts the queue's clock on the engines' (PM21)
+    assert workload.outside[0].gap == pytest.approx(0.4)

@@ -9,9 +9,11 @@ must replay exactly the evictions, refusals and cold starts that happened, per e
 from __future__ import annotations
 
 import json
+import os
 import signal
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
@@ -27,6 +29,8 @@ MODELS = ("alpha", "beta", "gamma")
 #: ``big`` is priced over the budget: its request is refused, nothing is unloaded for it.
 SEQUENCE = ("alpha", "beta", "alpha", "big", "gamma", "alpha", "beta", "gamma", "beta", "alpha")
 BIG_CTX = 131072
+#: After these steps of SEQUENCE: alpha's engine is SIGKILLed; gamma's is unloaded by hand.
+CRASH_AFTER, UNLOAD_AFTER = 5, 7
 FIGURES = ("requests", "evictions", "refusals", "cold_starts")
 
 
@@ -72,6 +76,11 @@ def _one_engines_costs(tmp_path: Path) -> tuple[int, int]:
     return sizes["ledger.reserved"], sizes["ledger.measured"]
 
 
+def _pid(base: str, key: str) -> int:
+    engines = httpx.get(f"{base.removesuffix('/v1')}/api/engines", timeout=30).json()
+    return int(next(e["pid"] for e in engines["engines"] if e["key"] == key))
+
+
 def _figures(report: dict[str, object], side: str) -> dict[str, tuple[int, ...]]:
     by_key = report[side]["by_key"]  # type: ignore[index]
     return {key: tuple(f[name] for name in FIGURES) for key, f in by_key.items()}
@@ -90,7 +99,7 @@ def test_whatif_of_a_serve_run_under_its_own_budget_replays_what_happened(tmp_pa
     try:
         base = f"http://127.0.0.1:{served_port(log)}/v1"
         client = openai.OpenAI(base_url=base, api_key="-", max_retries=0)
-        for model in SEQUENCE:
+        for step, model in enumerate(SEQUENCE):
             ask = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
             if model == "big":
                 with pytest.raises(openai.APIStatusError) as refused:
@@ -98,6 +107,18 @@ def test_whatif_of_a_serve_run_under_its_own_budget_replays_what_happened(tmp_pa
                 assert refused.value.status_code == 503, refused.value.message
                 continue
             assert client.chat.completions.create(**ask, max_tokens=2).choices, model
+            key = f"llamacpp:{model}:0"
+            if step == CRASH_AFTER:  # the engine dies: no request asked for that
+                os.kill(_pid(base, key), signal.SIGKILL)
+                wait_for(lambda: count(data, key, "engine.crashed") == 1, timeout=60)  # noqa: B023
+            elif step == UNLOAD_AFTER:  # an operator unloads it
+                token = (data / "token").read_text().strip()
+                unload = httpx.post(
+                    f"{base.removesuffix('/v1')}/api/engines/{key}/unload",
+                    headers={"authorization": f"Bearer {token}"},
+                    timeout=60,
+                )
+                assert unload.json()["unloaded"] is True, unload.text
     finally:
         server.send_signal(signal.SIGTERM)
         assert server.wait(60) == 0
@@ -107,8 +128,10 @@ def test_whatif_of_a_serve_run_under_its_own_budget_replays_what_happened(tmp_pa
     report = json.loads(whatif.stdout)
     assert report["recorded_settings"]["budget"] == budget
     happened, replayed = _figures(report, "happened"), _figures(report, "replayed")
-    # every switch of model evicted the one before (room for one); big was refused, once
+    # every switch of model evicted the one before (room for one) but after the crash and the
+    # unload, which left the room free; big was refused, once
     served = [m for m in SEQUENCE if m != "big"]
-    assert sum(f[1] for f in happened.values()) == len(served) - 1
+    assert sum(f[1] for f in happened.values()) == len(served) - 1 - 2
+    assert happened["llamacpp:alpha:0"][3] == 4  # cold starts: the crash cost one
     assert happened["llamacpp:big:0"] == (1, 0, 1, 0)
     assert replayed == happened

@@ -58,7 +58,7 @@ DRAIN_POLL = 0.5
 
 _DOWN, _BUILDING, _UP = 0, 1, 2
 # event kinds, in the order they go at one instant
-_READY, _RELEASE, _DEADLINE, _PATIENCE, _GIVE_UP, _ARRIVE, _UNLOCK, _RECHECK = range(8)
+_READY, _RELEASE, _DEADLINE, _PATIENCE, _GIVE_UP, _ARRIVE, _UNLOCK, _RECHECK, _OUTSIDE = range(9)
 
 
 def limits_for(settings: Settings, fast: int | None) -> LedgerLimits:
@@ -227,6 +227,8 @@ class _Sim:
         self.admit: deque[str] = deque()
         self.build: _Build | None = None
         self.tally = Tally(sorted(keys))
+        self.outside = workload.outside
+        self.outside_after: dict[int, list[int]] = {}  # request index: crashes, unloads after it
         self.arrivals = 0  # the queue order: requests go in line as they arrive here
         self.followers: dict[int, list[int]] = {}
         self.open: list[int] = []  # requests that follow none: they arrive when recorded
@@ -245,6 +247,11 @@ class _Sim:
     def run(self) -> Figures:
         requests, arrivals = self.requests, self.open
         start = requests[0].at if requests else 0.0
+        for index, happened in enumerate(self.outside):
+            if happened.after is None or not 0 <= happened.after < len(requests):
+                self.push(happened.at, _OUTSIDE, index)
+            else:
+                self.outside_after.setdefault(happened.after, []).append(index)
         for engine in self.engines.values():
             if engine.pinned:
                 self.want_build(engine, start)
@@ -264,6 +271,8 @@ class _Sim:
         """A request left (ran, refused, gave up): those that followed it arrive (PM21)."""
         for follower in self.followers.pop(index, ()):
             self.push(now + self.requests[follower].gap, _ARRIVE, follower)
+        for happened in self.outside_after.pop(index, ()):
+            self.push(now + self.outside[happened].gap, _OUTSIDE, happened)
 
     def handle(self, now: float, kind: int, index: int, key: str) -> None:
         if kind == _RELEASE:
@@ -281,6 +290,8 @@ class _Sim:
             self.dispatch(self.engines[key], now)
         elif kind == _DEADLINE:
             self.drain_deadline(key, now)
+        elif kind == _OUTSIDE:
+            self.gone(index, now)
         else:
             self.patience(now)
 
@@ -425,6 +436,25 @@ class _Sim:
         waiters, engine.waiters = engine.waiters, []
         for index in waiters:
             self.enter_gate(engine, index, now)
+        if self.build is not None and self.build.blocked and self.build.drain is None:
+            self.step(now)
+
+    def gone(self, index: int, now: float) -> None:
+        """A crash or an operator's unload the log records: that engine goes, as it went.
+
+        Only an engine the replay has up (and not draining) goes; its memory is freed, a
+        pinned one is started again (PP17), and its queue and a start waiting for room go on.
+        """
+        engine = self.engines.get(self.outside[index].key)
+        if engine is None or engine.state != _UP or engine.draining:
+            return
+        engine.state = _DOWN
+        self.committed -= engine.held
+        engine.held = 0
+        self.resident.pop(engine.key, None)
+        if engine.pinned:
+            self.want_build(engine, now)
+        self.dispatch(engine, now)
         if self.build is not None and self.build.blocked and self.build.drain is None:
             self.step(now)
 

@@ -22,18 +22,21 @@ lacks a field the workload needs are skipped and counted in :attr:`Workload.skip
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from hostler.machines.engine import made_room
 from hostler.policies.eviction import DEFAULT_EVICTION_POLICY
 
 __all__ = [
     "FLUSH_LAG",
     "LogRow",
     "Model",
+    "Outside",
     "Request",
     "Settings",
     "Workload",
@@ -78,6 +81,29 @@ class LogRow(Protocol):
     def damage(self) -> str:
         """Why it could not be read; empty for a sound row."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class Outside:
+    """What the log records happening to an engine that no request asked for (replayed as is).
+
+    Attributes:
+        at: When (the engine's clock, seconds).
+        key: The engine key.
+        kind: ``crashed`` (its process died: ``engine.crashed``) or ``unloaded`` (stopped on
+            request, not to make room: an operator's unload (PP6), a lease's slot swap (GA1),
+            a retire or a reconcile; ``engine.stop_requested``).
+        after: The request that ended last before it (index into the requests), or None; a
+            replay does it ``gap`` seconds after that request ends, as it sends requests
+            (PM21), so it falls between the same two requests.
+        gap: Seconds after ``after`` ended.
+    """
+
+    at: float
+    key: str
+    kind: str
+    after: int | None = None
+    gap: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +190,8 @@ class Workload:
         pinned: Engine keys kept resident (started as ``pinned``).
         skipped: Rows not used, by why (damaged, a field missing...).
         notes: Things a reader of the what-if should know about this log.
+        outside: Crashes and operator unloads, in time order: a replay does them when the
+            log says they happened, whatever its settings.
     """
 
     requests: tuple[Request, ...]
@@ -174,6 +202,7 @@ class Workload:
     pinned: frozenset[str] = frozenset()
     skipped: Mapping[str, int] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    outside: tuple[Outside, ...] = ()
 
 
 def median(values: Iterable[float]) -> float:
@@ -250,6 +279,7 @@ class _Fold:
     slots: dict[str, int] = field(default_factory=dict)
     pinned: set[str] = field(default_factory=set)
     lag: float = math.inf  # min(recorded_at - at) over queue events: their clock's offset
+    outside: list[Outside] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)
 
     def skip(self, why: str) -> None:
@@ -365,8 +395,22 @@ def _on_stop_requested(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
     key, at = _engine_key(row), number(p, "at")
     if key is None or at is None:
         return False
-    if p.get("reason") == "evicted":
+    reason = p.get("reason")
+    if reason == "evicted":
         fold.stopping[key] = at
+    if reason == "user" or (reason == "evicted" and not made_room(reason, p.get("decision"))):
+        # asked for (an operator's unload, a lease's swap, a retire, a reconcile), not chosen
+        # to make room: the replay does it when it happened
+        fold.outside.append(Outside(at, key, "unloaded"))
+    return True
+
+
+def _on_crashed(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
+    key, at = _engine_key(row), number(p, "at")
+    if key is None or at is None:
+        return False
+    if p.get("reached_ready") is not False:  # a start that failed is the start's own outcome
+        fold.outside.append(Outside(at, key, "crashed"))
     return True
 
 
@@ -442,6 +486,7 @@ _HANDLERS = {
     "engine.ready": _on_ready,
     "engine.stop_requested": _on_stop_requested,
     "engine.stopped": _on_stopped,
+    "engine.crashed": _on_crashed,
     "ledger.reserved": _on_reserved,
     "ledger.denied": _on_reserved,
     "ledger.measured": _on_measured,
@@ -572,4 +617,23 @@ def _assemble(fold: _Fold) -> Workload:
         frozenset(fold.pinned),
         dict(sorted(fold.skipped.items())),
         tuple(notes),
+        _placed(fold.outside, [item for item, _ in kept], fold.lag),
     )
+
+
+def _placed(outside: list[Outside], items: list[_Queued], lag: float) -> tuple[Outside, ...]:
+    """Each outside event after the last request to end before it (PM21's closed loop).
+
+    Requests end on the queue's clock, engines crash on theirs: ``lag`` (the queue events'
+    least delay in the log, PM21) puts the two on one.
+    """
+    offset = lag if math.isfinite(lag) else 0.0
+    ends = sorted(range(len(items)), key=lambda i: items[i].ended())
+    times = [items[i].ended() + offset for i in ends]
+    placed = []
+    for event in sorted(outside, key=lambda o: o.at):
+        count = bisect.bisect_right(times, event.at)
+        last = ends[count - 1] if count else None
+        gap = 0.0 if last is None else event.at - (items[last].ended() + offset)
+        placed.append(Outside(event.at, event.key, event.kind, last, gap))
+    return tuple(placed)
