@@ -577,10 +577,11 @@ def test_cli_whatif_prints_what_happened_beside_the_replay_and_the_what_if(
         "policy": "lru",
         "spillover": False,
         "slots": None,
+        "follow_budget": False,  # every decision enforced 250: no change to replay
     }
     assert report["whatif_settings"]["budget"] == 2**30
     assert report["happened"]["by_key"][B]["refusals"] == 1
-    assert report["whatif"]["by_key"][B]["refusals"] == 0  # 1 GiB: b is priced at 0, fits alone
+    assert report["whatif"]["by_key"][B]["refusals"] == 0  # 1 GiB: b's 400 B ask fits
     assert report["replayed"]["total"]["requests"] == 4
     main(["whatif", str(path), "--slots", "2", "--policy", "demand-lru", "--spillover", "on"])
     text = capsys.readouterr().out
@@ -757,3 +758,30 @@ def test_the_workload_places_crashes_and_asked_for_unloads_after_the_request_bef
     # 1.5 s after the request's end, less the queue events' least delay in this log (0.1 s),
     # which is how the workload puts the queue's clock on the engines' (PM21)
     assert workload.outside[0].gap == pytest.approx(0.4)
+
+
+def test_budget_changes_are_what_the_next_decision_enforced_placed_when_they_were_made(
+    tmp_path: Path,
+) -> None:
+    log = Log(tmp_path / "events.db")
+    host = "ledger/host"
+    log.queue(QueueEnqueued(A, 1, "interactive", False, None, None, None, Q), Q)
+    log.queue(QueueDispatched(A, 1, "interactive", 0.0, Q, _decision()), Q)
+    log.add(host, LedgerReserved(A, 100, "me", 0, 0, 150, 150, True), T + 0.2)
+    log.queue(QueueReleased(A, 1, "interactive", 1.0, Q + 1), Q + 1)
+    log.add(host, LedgerBudgetSet(80), T + 3.0)  # asked 80; the decision enforced 400 (a floor)
+    log.queue(QueueEnqueued(B, 1, "interactive", False, None, None, None, Q + 5), Q + 5)
+    log.queue(QueueDispatched(B, 1, "interactive", 0.0, Q + 5, _decision()), Q + 5)
+    log.add(host, LedgerReserved(B, 100, "me", 100, 0, 400, 400, True), T + 5.2)
+    log.queue(QueueReleased(B, 1, "interactive", 1.0, Q + 6), Q + 6)
+    log.store.close()
+    workload = workload_from(_rows(tmp_path / "events.db"))
+    assert workload.first_budget == 150
+    (change,) = [o for o in workload.outside if o.kind == "budget"]
+    assert (change.bytes, change.after, change.key) == (400, 0, "")
+    assert change.gap == pytest.approx(3.0 - 1.0 - 0.1)  # after a's end, on the engines' clock
+    assert workload.settings.budget == 400 and workload.settings.follow_budget
+    followed = simulate(workload, workload.settings)
+    assert followed.by_key[A].evictions == 0  # the raise came first: b fits beside a
+    fixed = simulate(workload, Settings(150))  # a budget given holds throughout
+    assert fixed.by_key[A].evictions == 1

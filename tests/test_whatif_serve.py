@@ -29,8 +29,9 @@ MODELS = ("alpha", "beta", "gamma")
 #: ``big`` is priced over the budget: its request is refused, nothing is unloaded for it.
 SEQUENCE = ("alpha", "beta", "alpha", "big", "gamma", "alpha", "beta", "gamma", "beta", "alpha")
 BIG_CTX = 131072
-#: After these steps of SEQUENCE: alpha's engine is SIGKILLed; gamma's is unloaded by hand.
-CRASH_AFTER, UNLOAD_AFTER = 5, 7
+#: After these steps of SEQUENCE: alpha's engine is SIGKILLed; gamma's is unloaded by hand;
+#: the budget is raised live, to room for all three.
+CRASH_AFTER, UNLOAD_AFTER, RAISE_AFTER = 5, 7, 8
 FIGURES = ("requests", "evictions", "refusals", "cold_starts")
 
 
@@ -99,26 +100,39 @@ def test_whatif_of_a_serve_run_under_its_own_budget_replays_what_happened(tmp_pa
     try:
         base = f"http://127.0.0.1:{served_port(log)}/v1"
         client = openai.OpenAI(base_url=base, api_key="-", max_retries=0)
+        token = (data / "token").read_text().strip()
         for step, model in enumerate(SEQUENCE):
-            ask = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
+
+            def ask(model: str = model) -> object:
+                return client.chat.completions.create(
+                    model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+                ).choices
+
             if model == "big":
                 with pytest.raises(openai.APIStatusError) as refused:
-                    client.chat.completions.create(**ask, max_tokens=2)
+                    ask()
                 assert refused.value.status_code == 503, refused.value.message
                 continue
-            assert client.chat.completions.create(**ask, max_tokens=2).choices, model
+            assert ask(), model
             key = f"llamacpp:{model}:0"
             if step == CRASH_AFTER:  # the engine dies: no request asked for that
                 os.kill(_pid(base, key), signal.SIGKILL)
                 wait_for(lambda: count(data, key, "engine.crashed") == 1, timeout=60)  # noqa: B023
             elif step == UNLOAD_AFTER:  # an operator unloads it
-                token = (data / "token").read_text().strip()
                 unload = httpx.post(
                     f"{base.removesuffix('/v1')}/api/engines/{key}/unload",
                     headers={"authorization": f"Bearer {token}"},
                     timeout=60,
                 )
                 assert unload.json()["unloaded"] is True, unload.text
+            elif step == RAISE_AFTER:
+                raised = httpx.put(
+                    f"{base.removesuffix('/v1')}/api/budget",
+                    json={"bytes": 4 * budget},
+                    headers={"authorization": f"Bearer {token}"},
+                    timeout=60,
+                )
+                assert raised.status_code == 200, raised.text
     finally:
         server.send_signal(signal.SIGTERM)
         assert server.wait(60) == 0
@@ -126,12 +140,13 @@ def test_whatif_of_a_serve_run_under_its_own_budget_replays_what_happened(tmp_pa
     whatif = run_cli("whatif", str(data / "events.db"), "--json")
     assert whatif.returncode == 0, whatif.stderr
     report = json.loads(whatif.stdout)
-    assert report["recorded_settings"]["budget"] == budget
+    assert report["recorded_settings"]["budget"] == 4 * budget  # the last: the raise
+    assert report["recorded_settings"]["follow_budget"] is True
     happened, replayed = _figures(report, "happened"), _figures(report, "replayed")
     # every switch of model evicted the one before (room for one) but after the crash and the
-    # unload, which left the room free; big was refused, once
+    # unload, which left the room free, and after the raise; big was refused, once
     served = [m for m in SEQUENCE if m != "big"]
-    assert sum(f[1] for f in happened.values()) == len(served) - 1 - 2
+    assert sum(f[1] for f in happened.values()) == len(served) - 1 - 3
     assert happened["llamacpp:alpha:0"][3] == 4  # cold starts: the crash cost one
     assert happened["llamacpp:big:0"] == (1, 0, 1, 0)
     assert replayed == happened

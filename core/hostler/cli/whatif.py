@@ -88,6 +88,7 @@ def changed_settings(recorded: Settings, args: argparse.Namespace) -> Settings:
         recorded.policy if args.policy is None else args.policy,
         recorded.spillover if args.spillover is None else args.spillover,
         recorded.slots if args.slots is None else args.slots,
+        recorded.follow_budget and args.budget is None,  # a budget given holds throughout
     )
 
 
@@ -136,6 +137,7 @@ def _settings_json(settings: Settings) -> dict[str, Any]:
         "policy": settings.policy,
         "spillover": settings.spillover,
         "slots": settings.slots,
+        "follow_budget": settings.follow_budget,
     }
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hostler.capacity.ledger import LedgerLimits
@@ -212,7 +212,11 @@ class _Build:
 class _Sim:
     def __init__(self, workload: Workload, settings: Settings, policy: EvictionPolicy) -> None:
         self.requests: tuple[Request, ...] = workload.requests
-        self.limits = limits_for(settings, workload.fast)
+        self.settings, self.fast = settings, workload.fast
+        start = settings.budget
+        if settings.follow_budget and workload.first_budget is not None:
+            start = workload.first_budget  # the recorded changes then follow, in time
+        self.limits = limits_for(replace(settings, budget=start), workload.fast)
         self.policy = policy
         keys = set(workload.models) | {r.key for r in workload.requests}
         self.engines: dict[str, _Engine] = {}
@@ -445,7 +449,11 @@ class _Sim:
         Only an engine the replay has up (and not draining) goes; its memory is freed, a
         pinned one is started again (PP17), and its queue and a start waiting for room go on.
         """
-        engine = self.engines.get(self.outside[index].key)
+        happened = self.outside[index]
+        if happened.kind == "budget":
+            self.budget_changed(happened.bytes, now)
+            return
+        engine = self.engines.get(happened.key)
         if engine is None or engine.state != _UP or engine.draining:
             return
         engine.state = _DOWN
@@ -455,6 +463,18 @@ class _Sim:
         if engine.pinned:
             self.want_build(engine, now)
         self.dispatch(engine, now)
+        if self.build is not None and self.build.blocked and self.build.drain is None:
+            self.step(now)
+
+    def budget_changed(self, budget: int, now: float) -> None:
+        """The log's budget change, under settings that follow it (else nothing happens).
+
+        Nothing is evicted for it (a lower budget binds at the next start); a start waiting
+        for room looks again.
+        """
+        if not self.settings.follow_budget:
+            return
+        self.limits = limits_for(replace(self.settings, budget=budget), self.fast)
         if self.build is not None and self.build.blocked and self.build.drain is None:
             self.step(now)
 

@@ -90,13 +90,15 @@ class Outside:
     Attributes:
         at: When (the engine's clock, seconds).
         key: The engine key.
-        kind: ``crashed`` (its process died: ``engine.crashed``) or ``unloaded`` (stopped on
+        kind: ``crashed`` (its process died: ``engine.crashed``), ``unloaded`` (stopped on
             request, not to make room: an operator's unload (PP6), a lease's slot swap (GA1),
-            a retire or a reconcile; ``engine.stop_requested``).
+            a retire or a reconcile; ``engine.stop_requested``) or ``budget`` (the budget
+            became ``bytes``; ``key`` is empty).
         after: The request that ended last before it (index into the requests), or None; a
             replay does it ``gap`` seconds after that request ends, as it sends requests
             (PM21), so it falls between the same two requests.
         gap: Seconds after ``after`` ended.
+        bytes: For ``budget``: the budget the ledger's next decision enforced.
     """
 
     at: float
@@ -104,6 +106,7 @@ class Outside:
     kind: str
     after: int | None = None
     gap: float = 0.0
+    bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,12 +171,16 @@ class Settings:
         spillover: Whether co-resident models may spill into RAM (the ceiling is the budget);
             without it they share the fast budget.
         slots: Slots per engine for every engine, or None to keep each engine's own.
+        follow_budget: Replay the budget changes the log records (the log's own settings
+            do, from the budget in force at its first request); a budget you give holds
+            throughout.
     """
 
     budget: int
     policy: str = DEFAULT_EVICTION_POLICY.name
     spillover: bool = True
     slots: int | None = None
+    follow_budget: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,8 +197,10 @@ class Workload:
         pinned: Engine keys kept resident (started as ``pinned``).
         skipped: Rows not used, by why (damaged, a field missing...).
         notes: Things a reader of the what-if should know about this log.
-        outside: Crashes and operator unloads, in time order: a replay does them when the
-            log says they happened, whatever its settings.
+        outside: Crashes, asked-for stops and budget changes, in time order: a replay does
+            them when the log says they happened (budget changes only under
+            ``Settings.follow_budget``).
+        first_budget: The budget of the log's first ledger decision (None: no decision).
     """
 
     requests: tuple[Request, ...]
@@ -203,6 +212,7 @@ class Workload:
     skipped: Mapping[str, int] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     outside: tuple[Outside, ...] = ()
+    first_budget: int | None = None
 
 
 def median(values: Iterable[float]) -> float:
@@ -280,6 +290,8 @@ class _Fold:
     pinned: set[str] = field(default_factory=set)
     lag: float = math.inf  # min(recorded_at - at) over queue events: their clock's offset
     outside: list[Outside] = field(default_factory=list)
+    # (when, budget enforced or None for an operator's change) in log order (PM20)
+    budget_points: list[tuple[float, int | None]] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)
 
     def skip(self, why: str) -> None:
@@ -436,6 +448,7 @@ def _on_reserved(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
         # what it asked is its price until a start of it is reserved: never priced at 0
         fold.reserve.setdefault(key, size)
     fold.budgets.append(budget)
+    fold.budget_points.append((row.recorded_at.timestamp(), budget))
     fold.ceiling = ceiling
     return True
 
@@ -450,10 +463,12 @@ def _on_measured(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
 
 def _on_budget_set(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
     budget = p.get("budget")
+    if budget is not None and (type(budget) is not int or budget < 0):
+        return False
+    # what it came to (a floor, the automatic budget) is what the next decision enforced
+    fold.budget_points.append((row.recorded_at.timestamp(), None))
     if budget is None:
         return True  # back to automatic: the next decision says what that is
-    if type(budget) is not int or budget < 0:
-        return False
     fold.budgets.append(budget)
     return True
 
@@ -607,7 +622,10 @@ def _assemble(fold: _Fold) -> Workload:
     missing = sorted(k for k in keys if k not in fold.reserve and k not in fold.measured)
     if missing:
         notes.append(f"no recorded footprint for {', '.join(missing)}: priced at 0 (runs alone)")
-    settings = Settings(budget, fold.policy or DEFAULT_EVICTION_POLICY.name, spillover, None)
+    first, changes = _budget_changes(fold.budget_points)
+    settings = Settings(
+        budget, fold.policy or DEFAULT_EVICTION_POLICY.name, spillover, None, bool(changes)
+    )
     return Workload(
         tuple(requests),
         models,
@@ -617,8 +635,35 @@ def _assemble(fold: _Fold) -> Workload:
         frozenset(fold.pinned),
         dict(sorted(fold.skipped.items())),
         tuple(notes),
-        _placed(fold.outside, [item for item, _ in kept], fold.lag),
+        _placed([*fold.outside, *changes], [item for item, _ in kept], fold.lag),
+        first,
     )
+
+
+def _budget_changes(points: list[tuple[float, int | None]]) -> tuple[int | None, list[Outside]]:
+    """The budget of the first decision, and each change to what the decisions enforced.
+
+    An operator's change is placed when it was made, with what the next decision enforced
+    (a live budget is floored, CB1); a decision that enforced another budget with no change
+    before it (the automatic budget moved) is a change at that decision.
+    """
+    first: int | None = None
+    current: int | None = None
+    changes: list[Outside] = []
+    asked_at: float | None = None
+    for at, budget in points:
+        if budget is None:
+            asked_at = at if asked_at is None else asked_at
+            continue
+        if first is None:
+            first = current = budget
+        elif budget != current:
+            changes.append(
+                Outside(at if asked_at is None else asked_at, "", "budget", bytes=budget)
+            )
+            current = budget
+        asked_at = None
+    return first, changes
 
 
 def _placed(outside: list[Outside], items: list[_Queued], lag: float) -> tuple[Outside, ...]:
@@ -635,5 +680,5 @@ def _placed(outside: list[Outside], items: list[_Queued], lag: float) -> tuple[O
         count = bisect.bisect_right(times, event.at)
         last = ends[count - 1] if count else None
         gap = 0.0 if last is None else event.at - (items[last].ended() + offset)
-        placed.append(Outside(event.at, event.key, event.kind, last, gap))
+        placed.append(Outside(event.at, event.key, event.kind, last, gap, event.bytes))
     return tuple(placed)
