@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 import pytest
 
-from _rigs import LlamaRig
+from _rigs import LlamaRig, room_for
 from hostler import EventStore
 from hostler.cli import main
 from hostler.errors import HostlerError
@@ -40,8 +40,8 @@ async def record(tmp_path: Path) -> Path:
             await rt.bind("llamacpp", "alpha", "s-alpha")
             async with rt.request(ALPHA, session="s-alpha") as port:
                 await anyio.to_thread.run_sync(chat, port)
-            one = max(rig.price(ALPHA), (await rt.budget())["committed"])
-            rig.budget_gib = 2.5 * one / GIB  # two fit, never three
+            one = (await rt.budget())["committed"]
+            rig.budget_gib = room_for(2, rig.price(BETA), one) / GIB  # two fit, never three
             for key in (BETA, ALPHA, ALPHA, GAMMA, BETA):
                 async with rt.request(key, session=f"s-{key.split(':')[1]}") as port:
                     await anyio.to_thread.run_sync(chat, port)

@@ -150,3 +150,14 @@ def test_whatif_of_a_serve_run_under_its_own_budget_replays_what_happened(tmp_pa
     assert happened["llamacpp:alpha:0"][3] == 4  # cold starts: the crash cost one
     assert happened["llamacpp:big:0"] == (1, 0, 1, 0)
     assert replayed == happened
+    # the first request's client waited for alpha's cold start: explain says so, in all
+    told = run_cli("explain", "llamacpp:alpha:0#1", "--db", str(data / "events.db"), "--json")
+    assert told.returncode == 0, told.stderr
+    findings = {f["kind"]: f for f in json.loads(told.stdout)["findings"]}
+    with EventStore.open(data / "events.db") as store:
+        rows = list(store.read_stream("engine/llamacpp:alpha:0"))
+    started = next(r.payload["at"] for r in rows if r.type == "engine.start_requested")
+    ready = next(r.payload["at"] for r in rows if r.type == "engine.ready")
+    queued = findings["dispatched"]["cause"]["waited"]
+    whole = findings["served"]["cause"]["waited"]
+    assert queued < 0.01 < ready - started <= whole  # the slot at once, the engine's start after

@@ -15,7 +15,14 @@ from typing import Any
 
 from hostler.events.base import Event, event_type
 
-__all__ = ["QueueCancelled", "QueueDispatched", "QueueEnqueued", "QueueMoved", "QueueReleased"]
+__all__ = [
+    "QueueCancelled",
+    "QueueDispatched",
+    "QueueEnqueued",
+    "QueueMoved",
+    "QueueReleased",
+    "QueueServed",
+]
 
 
 @event_type("queue.enqueued")
@@ -80,4 +87,21 @@ class QueueMoved(Event):
     id: int
     direction: str
     swapped_with: int
+    at: float
+
+
+@event_type("queue.served")
+@dataclass(frozen=True, slots=True)
+class QueueServed(Event):
+    """A dispatched request reached its engine: what its client waited, all of it.
+
+    ``waited`` runs from ``queue.enqueued`` to now: its place in the queue, the start of its
+    engine when it was not running (room made, the process spawned and ready) and the wait
+    for one of its engine's slots (``queue.dispatched``'s ``waited`` is the first part only).
+    """
+
+    engine: str
+    id: int
+    lane: str
+    waited: float
     at: float

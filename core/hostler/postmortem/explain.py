@@ -40,6 +40,7 @@ from hostler.events.queue import (
     QueueEnqueued,
     QueueMoved,
     QueueReleased,
+    QueueServed,
 )
 from hostler.events.router import SessionBound
 from hostler.machines.engine import (
@@ -92,7 +93,14 @@ _LEDGER_KEYED = (
     LedgerAdopted,
     LedgerCarried,
 )
-_QUEUE = (QueueEnqueued, QueueDispatched, QueueReleased, QueueCancelled, QueueMoved)
+_QUEUE = (
+    QueueEnqueued,
+    QueueDispatched,
+    QueueServed,
+    QueueReleased,
+    QueueCancelled,
+    QueueMoved,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -823,6 +831,15 @@ class _Walker:
                 f"{decision.get('width')}, {decision.get('pending')} pending)",
                 waited=event.waited,
                 rule=decision.get("rule"),
+            )
+        if isinstance(event, QueueServed):
+            return self._finding(
+                record,
+                subject,
+                "served",
+                f"reached its engine after waiting {_secs(event.waited)} in all (its place "
+                "in the queue, its engine's start when it was not running, a free slot)",
+                waited=event.waited,
             )
         if isinstance(event, QueueReleased):
             return self._finding(

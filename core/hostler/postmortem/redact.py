@@ -106,6 +106,7 @@ FIELDS: Mapping[str, Mapping[str, Kind]] = {
     "pool.room_planned": {"for_key": S, "evict": S, "drain": S, "decision": J},
     "queue.cancelled": {"engine": S, "lane": S, "why": S},
     "queue.dispatched": {"engine": S, "lane": S, "decision": J},
+    "queue.served": {"engine": S, "lane": S},
     "queue.enqueued": {"engine": S, "lane": S, "session_id": Q, "group": Q, "label": U},
     "queue.moved": {"engine": S, "direction": S},
     "queue.released": {"engine": S, "lane": S},

@@ -33,6 +33,7 @@ from hostler.engines.supervisor import Supervisor
 from hostler.errors import HostlerError, RuntimeClosedError, UsageError
 from hostler.events.base import Event
 from hostler.events.cache import CacheBudgetSet, cache_stream
+from hostler.events.queue import QueueServed
 from hostler.policies.arbiter import SLOTS
 from hostler.policies.eviction import DEFAULT_EVICTION_POLICY, EvictionPolicy
 from hostler.policies.pool import DRAIN_WAIT
@@ -488,13 +489,17 @@ class Runtime:
         try:
             async with (
                 self._lease(slot, key),
-                queued,
+                queued as ticket,
                 self._acquire(slot),
                 self.pool.use(key, cause) as port,
             ):
                 self._fit_width(key)
                 self._fit_cache(key)
                 async with self._gates[key].slot():
+                    now = self._clock()
+                    waited = round(now - ticket.enqueued_at, 6)
+                    served = QueueServed(key, ticket.id, ticket.lane, waited, round(now, 6))
+                    self._unwritten.append((key, served))  # the client's whole wait (PM23)
                     yield port
         finally:
             self._in_flight -= 1
