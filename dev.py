@@ -89,7 +89,12 @@ def ensure_engine(uv: list[str], env: dict[str, str]) -> dict[str, str]:
     """
     if env.get("HOSTLER_LLAMA_SERVER"):
         return {}
-    probe = [*uv, "python", "-m", "hostler_llamacpp.build", "ensure"]
+    where = "from hostler.testing.smollm2 import smollm2_source as s; print(s())"
+    line = [*uv, "python", "-c", where]
+    model = subprocess.run(line, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True, check=False)
+    if model.returncode != 0:
+        return {}
+    probe = [*uv, "python", "-m", "hostler_llamacpp.build", "ensure", model.stdout.strip()]
     done = subprocess.run(probe, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True, check=False)
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ import psutil
 from hostler import EventStore, replay
 from hostler.engines.process import token_holders as engine_processes
 from hostler.engines.reconcile import DAEMON_STREAM
+from hostler.events.ledger import LEDGER_STREAM
 
 from _support import REPO
 
@@ -146,3 +148,26 @@ def served_port(log: Path, timeout: float = 60) -> int:
 
     wait_for(listening, timeout=timeout)
     return found[0]
+
+
+def first_launch_costs(config: Path, data: Path, ledger: Path, key: str) -> tuple[int, int]:
+    """What ``key``'s first start reserves and then holds, from a daemon of its own.
+
+    The daemon (``config`` starts ``key`` at once, its ledger is ``ledger``) runs until the
+    engine is ready, then is stopped; its ledger's ``ledger.reserved`` and ``ledger.measured``
+    are the answer (the price and the footprint that :func:`_rigs.room_for` sizes a budget by).
+    """
+    probe = start_daemon(config, data, data.parent / f"{data.name}.log")
+    try:
+        wait_for(lambda: count(data, key, "engine.ready") == 1, timeout=60)
+        with EventStore.open(ledger) as store:
+            sizes = {
+                r.type: int(r.payload["bytes"])
+                for r in store.read_stream(LEDGER_STREAM)
+                if r.type in {"ledger.reserved", "ledger.measured"}
+            }
+    finally:
+        probe.send_signal(signal.SIGTERM)
+        probe.wait(60)
+        kill_leftovers(data)
+    return sizes["ledger.reserved"], sizes["ledger.measured"]

@@ -23,6 +23,7 @@ from _daemons import (
     count,
     daemon_starts,
     events,
+    first_launch_costs,
     kill_leftovers,
     start_daemon,
     token_holders,
@@ -114,23 +115,13 @@ def test_three_daemons_one_ledger_one_engine(
     config = write_config(tmp_path / "one.toml", key, ledger, models)
     # What one engine costs here (reserved, then measured), on a ledger of its own.
     probe_ledger = tmp_path / "probe-ledger.db"
-    probe = start_daemon(
+    price, footprint = first_launch_costs(
         write_config(tmp_path / "probe.toml", key, probe_ledger, models),
         tmp_path / "probe-data",
-        tmp_path / "probe.log",
+        probe_ledger,
+        key[0],
     )
-    try:
-        wait_for(lambda: count(tmp_path / "probe-data", key[0], "engine.ready") == 1)
-        with EventStore.open(probe_ledger) as store:
-            sizes = {
-                r.type: int(r.payload["bytes"])
-                for r in store.read_stream(LEDGER_STREAM)
-                if r.type in {"ledger.reserved", "ledger.measured"}
-            }
-    finally:
-        probe.send_signal(signal.SIGTERM)
-        probe.wait(30)
-    one = room_for(1, sizes["ledger.reserved"], sizes["ledger.measured"])
+    one = room_for(1, price, footprint)
     budget_gib = one / 2**30  # room for one engine, never two
     env = {"HOSTLER_CAPACITY_BUDGET_GB": f"{budget_gib:.6f}"}
     daemons = [

@@ -30,9 +30,10 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
+from _rigs import room_for
 from hostler.testing.tiny_gguf import write_tiny_llama
 
-from _daemons import kill_leftovers, served_port, start_daemon
+from _daemons import first_launch_costs, kill_leftovers, served_port, start_daemon
 
 pytestmark = pytest.mark.slow
 
@@ -87,8 +88,6 @@ def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
 
 
 MODELS = ("alpha", "beta", "gamma")
-#: Room for two of the tiny engines (about 30 MiB each), never three.
-BUDGET_GIB = "0.07"
 
 
 def write_config(tmp_path: Path) -> Path:
@@ -112,10 +111,24 @@ def daemon(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     yield from serve(tmp_path, "127.0.0.1")
 
 
+def room_for_two(tmp_path: Path) -> str:
+    """A budget (GiB) with room for two of the tiny engines, never three, on this build."""
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    write_tiny_llama(probe / "alpha.gguf")
+    config = probe / "hostler.toml"
+    config.write_text(
+        '[daemon]\nidle_timeout = 0\nledger = "ledger.db"\n\n[[engines]]\n'
+        'key = "llamacpp:alpha:0"\nmodel = "alpha.gguf"\nctx = 512\n'
+    )
+    costs = first_launch_costs(config, probe / "data", probe / "ledger.db", "llamacpp:alpha:0")
+    return repr(room_for(2, *costs) // 2**20 / 1024)  # whole MiB: exact in GiB
+
+
 def serve(tmp_path: Path, host: str) -> Iterator[tuple[str, Path]]:
     data, log = tmp_path / "data", tmp_path / "serve.log"
     extra = ("--host", host, "--port", "0")
-    env = {"HOSTLER_CAPACITY_BUDGET_GB": BUDGET_GIB}
+    env = {"HOSTLER_CAPACITY_BUDGET_GB": room_for_two(tmp_path)}
     server = start_daemon(write_config(tmp_path), data, log, command="serve", extra=extra, env=env)
     try:
         port = served_port(log)

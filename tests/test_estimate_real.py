@@ -21,6 +21,7 @@ from hostler.drivers.measure import LaunchFacts, load_calibration, record_launch
 from hostler.engines.supervisor import free_port
 from hostler.events.ledger import LEDGER_STREAM, LedgerMeasured
 from hostler.testing.tiny_gguf import TinyModel, write_tiny_llama
+from hostler_llamacpp.adapter import runtime_fixed_of
 from hostler_llamacpp.binary import find_llama_server
 from hostler_llamacpp.logs import parse_buffer_sizes, parse_build
 
@@ -108,7 +109,10 @@ def test_first_estimate_is_within_15_percent_of_the_real_engine(model: Path, ser
         measured = _rss(server.proc.pid)
         text = server.log.read_text()
         buffers = parse_buffer_sizes(text)
-        estimate = estimate_llama(geometry, ctx_total=ctx, slots=slots, kv_type="f16")
+        fixed = runtime_fixed_of(find_llama_server())  # this build's, as the adapter prices it
+        estimate = estimate_llama(
+            geometry, ctx_total=ctx, slots=slots, kv_type="f16", runtime_fixed=fixed
+        )
         assert abs(estimate.total / measured - 1) < 0.15, (ctx, slots, estimate, measured)
         assert estimate.kv == buffers.kv  # exact arithmetic, as the engine reports it
         assert abs(estimate.weights - buffers.model) < 64 * 1024

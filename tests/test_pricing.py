@@ -29,7 +29,12 @@ from hostler.plugin import LaunchSpec
 from hostler.probes.device import budget_from, sample_device
 from hostler.probes.nvml import open_nvml
 from hostler.testing.tiny_gguf import TinyModel, write_tiny_llama
-from hostler_llamacpp.adapter import LlamaCppAdapter, repacked_types
+from hostler_llamacpp.adapter import (
+    RUNTIME_FIXED_PLAIN,
+    LlamaCppAdapter,
+    repacked_types,
+    runtime_fixed_of,
+)
 
 from _support import REPO, run_cli
 
@@ -152,12 +157,23 @@ def test_learning_from_reserved_figures_does_not_drift_back() -> None:
     assert correct(4096) == raw + 30 * MIB  # the learned offset elsewhere
 
 
-def test_the_llamacpp_adapter_names_what_its_cpu_backend_repacks() -> None:
+def _binary(folder: Path, *libraries: str) -> Path:
+    folder.mkdir()
+    binary = folder / "llama-server"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    for name in libraries:
+        (folder / name).write_bytes(b"")
+    return binary
+
+
+def test_the_llamacpp_adapter_names_what_its_cpu_backend_repacks(tmp_path: Path) -> None:
     assert repacked_types("x86_64") == {"q4_0", "q4_k", "iq4_nl", "mxfp4"}
     assert repacked_types("x86_64", {"no-repack": True}) == frozenset()
     assert repacked_types("x86_64", {"repack": False}) == frozenset()
     assert repacked_types("riscv64") == frozenset()
-    adapter = LlamaCppAdapter(repack_types={"Q4_0"})
+    wheel = _binary(tmp_path / "wheel", "libggml-vulkan.so")
+    adapter = LlamaCppAdapter(wheel, repack_types={"Q4_0"})
     geometry = ModelGeometry(
         architecture="llama", tensor_bytes=1000, matmul_bytes=(("q4_0", 600), ("q8_0", 300))
     )
@@ -390,3 +406,15 @@ def test_a_plugins_preview_after_learning_is_the_daemons_next_reservation(
     assert shown["reserved_bytes"] != shown["estimated_bytes"]  # learning moved the price
     assert shown["estimated_bytes"] == first  # the first start knew nothing yet
     assert launch(4) == shown["reserved_bytes"]
+
+
+def test_a_plain_cpu_build_is_priced_with_its_own_fixed_runtime(tmp_path: Path) -> None:
+    """The source build maps no Vulkan or AMX libraries: 19.5 MiB fixed, not the wheel's 29."""
+    geometry = ModelGeometry(architecture="llama", tensor_bytes=1000)
+    spec = LaunchSpec(key="llamacpp:m:0", model=Path("m.gguf"), port=0, ctx_per_slot=256)
+    wheel = LlamaCppAdapter(_binary(tmp_path / "wheel", "libggml-vulkan.so"), repack_types=())
+    plain = LlamaCppAdapter(_binary(tmp_path / "plain"), repack_types=())
+    assert RUNTIME_FIXED_PLAIN == 20_447_232  # 19.5 MiB
+    difference = wheel.estimate_footprint(geometry, spec) - plain.estimate_footprint(geometry, spec)
+    assert difference == 29 * 2**20 - RUNTIME_FIXED_PLAIN
+    assert runtime_fixed_of(None) is None  # no binary to look at: the estimator's default

@@ -19,10 +19,9 @@ import pytest
 
 from _rigs import room_for
 from hostler import EventStore
-from hostler.events.ledger import LEDGER_STREAM
 from hostler.testing.tiny_gguf import TinyModel, write_tiny_llama
 
-from _daemons import count, kill_leftovers, served_port, start_daemon, wait_for
+from _daemons import count, first_launch_costs, kill_leftovers, served_port, start_daemon, wait_for
 from _support import run_cli
 
 MODELS = ("alpha", "beta", "gamma")
@@ -60,21 +59,7 @@ def _one_engines_costs(tmp_path: Path) -> tuple[int, int]:
     folder = tmp_path / "probe"
     config = _config(folder, ("alpha",), "ledger.db")
     config.write_text(config.read_text().replace("autostart = false", "autostart = true"))
-    data = folder / "data"
-    probe = start_daemon(config, data, folder / "daemon.log")
-    try:
-        wait_for(lambda: count(data, "llamacpp:alpha:0", "engine.ready") == 1, timeout=60)
-        with EventStore.open(folder / "ledger.db") as store:
-            sizes = {
-                r.type: int(r.payload["bytes"])
-                for r in store.read_stream(LEDGER_STREAM)
-                if r.type in {"ledger.reserved", "ledger.measured"}
-            }
-    finally:
-        probe.send_signal(signal.SIGTERM)
-        probe.wait(60)
-        kill_leftovers(data)
-    return sizes["ledger.reserved"], sizes["ledger.measured"]
+    return first_launch_costs(config, folder / "data", folder / "ledger.db", "llamacpp:alpha:0")
 
 
 def _pid(base: str, key: str) -> int:

