@@ -22,6 +22,8 @@ from hostler.capacity.units import GIB
 from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
 from hostler.errors import UsageError
 from hostler.events.ledger import LedgerReserved
+from hostler_llamacpp.adapter import runtime_fixed_of
+from hostler_llamacpp.binary import find_llama_server
 
 from _support import run_cli
 
@@ -178,7 +180,10 @@ def test_preview_cli(tmp_path: Path) -> None:
     assert data["kv_type"] == "f16"
     assert data["kv_per_token_per_slot"] == 131072
     # the one price: the footprint estimate at peak for exactly this launch (nothing learned)
-    expected = estimate_llama(read_geometry(model), ctx_total=16384, slots=2, kv_type="f16")
+    fixed = runtime_fixed_of(find_llama_server())  # the build the CLI prices for
+    expected = estimate_llama(
+        read_geometry(model), ctx_total=16384, slots=2, kv_type="f16", runtime_fixed=fixed
+    )
     assert expected.kv == 2 * 8192 * 131072
     assert data["reserved_bytes"] == data["estimated_bytes"] == expected.peak
     assert not data["learned"]

@@ -54,6 +54,7 @@ REGISTERED_ON_IMPORT = [
     "queue.enqueued",
     "queue.moved",
     "queue.released",
+    "queue.served",
     "reservation.denied",
     "reservation.granted",
     "reservation.released",
