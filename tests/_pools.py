@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import signal
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -128,6 +129,15 @@ def world_at(tmp_path: Path) -> Iterator[World]:
         ledger.set_budget(GIB)
         ledger.set_spillover(True)
         yield World(tmp_path, store, ledger)
+
+
+@contextlib.contextmanager
+def world_leaving_nothing(tmp_path: Path) -> Iterator[World]:
+    """:func:`world_at`, and afterwards every engine process of its token SIGKILLed."""
+    with world_at(tmp_path) as made:
+        yield made
+        for pid in engine_processes(made.token):  # never leave our own engines behind
+            os.kill(pid, signal.SIGKILL)
 
 
 def work(port: int, seconds: float) -> None:

@@ -6,8 +6,6 @@ must hold for the engine it registers, not fall back to the default.
 
 from __future__ import annotations
 
-import os
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ from hostler.events.cache import CacheBudgetSet, cache_stream
 from hostler.policies.cache import DEFAULT_BUDGET
 
 from _fake_engine import BallastEngine
-from _pools import World, engine_processes, world_at
+from _pools import World, world_leaving_nothing
 
 pytestmark = pytest.mark.anyio
 
@@ -47,10 +45,8 @@ class _CachingBallast(BallastEngine):
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[World]:
-    with world_at(tmp_path) as made:
+    with world_leaving_nothing(tmp_path) as made:
         yield made
-        for pid in engine_processes(made.token):  # never leave our own engines behind
-            os.kill(pid, signal.SIGKILL)
 
 
 def runtime(world: World) -> hostler.Runtime:

@@ -16,7 +16,7 @@ import hostler
 from hostler.errors import HostlerError, RuntimeClosedError, UsageError
 
 from _fake_engine import BallastEngine
-from _pools import World, engine_processes, work, world_at
+from _pools import World, engine_processes, work, world_leaving_nothing
 
 pytestmark = pytest.mark.anyio
 
@@ -25,10 +25,8 @@ A, B, C = "ballast:a:0", "ballast:b:0", "ballast:c:0"
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[World]:
-    with world_at(tmp_path) as made:
+    with world_leaving_nothing(tmp_path) as made:
         yield made
-        for pid in engine_processes(made.token):  # never leave our own engines behind
-            os.kill(pid, signal.SIGKILL)
 
 
 def held(world: World) -> list[str]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +16,7 @@ from hostler.errors import UnknownEngineError, UsageError
 from hostler.policies.cache import CacheEntry
 
 from _fake_engine import BallastEngine
-from _pools import World, engine_processes, work, world_at
+from _pools import World, engine_processes, work, world_leaving_nothing
 
 pytestmark = pytest.mark.anyio
 
@@ -27,10 +25,8 @@ KEY = "ballast:m:0"
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[World]:
-    with world_at(tmp_path) as made:
+    with world_leaving_nothing(tmp_path) as made:
         yield made
-        for pid in engine_processes(made.token):  # never leave our own engines behind
-            os.kill(pid, signal.SIGKILL)
 
 
 def runtime(world: World, engine: BallastEngine | None = None, **options: Any) -> hostler.Runtime:
