@@ -146,3 +146,45 @@ def test_whatif_of_a_serve_run_under_its_own_budget_replays_what_happened(tmp_pa
     queued = findings["dispatched"]["cause"]["waited"]
     whole = findings["served"]["cause"]["waited"]
     assert queued < 0.01 < ready - started <= whole  # the slot at once, the engine's start after
+
+
+@pytest.mark.slow
+def test_every_cold_start_is_logged_after_the_enqueue_of_the_request_it_was_made_for(
+    tmp_path: Path,
+) -> None:
+    """Break of 2026-12-03: queue events, written in batches, came after the start they caused.
+
+    A sequential client asks alpha, beta, alpha under room for one: each
+    ``engine.start_requested`` must come (by ``seq``) while a request of that engine is in its
+    queue: one ``queue.enqueued`` more than ``queue.released``/``queue.cancelled`` before it.
+    """
+    budget = room_for(1, *_one_engines_costs(tmp_path)) // 2**20 * 2**20
+    run = tmp_path / "run"
+    data, log = run / "data", run / "serve.log"
+    config = _config(run, ("alpha", "beta"), "ledger.db")
+    env = {"HOSTLER_CAPACITY_BUDGET_GB": repr(budget / 2**30)}
+    server = start_daemon(config, data, log, command="serve", extra=("--port", "0"), env=env)
+    try:
+        base = f"http://127.0.0.1:{served_port(log)}/v1"
+        client = openai.OpenAI(base_url=base, api_key="-", max_retries=0)
+        for model in ("alpha", "beta", "alpha"):
+            answer = client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+            )
+            assert answer.choices, model
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(60) == 0
+        kill_leftovers(data)
+    with EventStore.open(data / "events.db") as store:
+        rows = list(store.read_all())
+    starts: list[tuple[str, int]] = []
+    for row in rows:
+        if row.type != "engine.start_requested":
+            continue
+        key = row.stream_id.removeprefix("engine/")
+        before = [r for r in rows if r.seq < row.seq and r.stream_id == f"queue/{key}"]
+        joined = sum(1 for r in before if r.type == "queue.enqueued")
+        ended = sum(1 for r in before if r.type in {"queue.released", "queue.cancelled"})
+        starts.append((key, joined - ended))
+    assert starts == [("llamacpp:alpha:0", 1), ("llamacpp:beta:0", 1), ("llamacpp:alpha:0", 1)]
