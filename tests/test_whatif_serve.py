@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 from pathlib import Path
 
 import httpx
@@ -188,3 +189,50 @@ def test_every_cold_start_is_logged_after_the_enqueue_of_the_request_it_was_made
         ended = sum(1 for r in before if r.type in {"queue.released", "queue.cancelled"})
         starts.append((key, joined - ended))
     assert starts == [("llamacpp:alpha:0", 1), ("llamacpp:beta:0", 1), ("llamacpp:alpha:0", 1)]
+
+
+@pytest.mark.slow
+def test_whatif_replays_two_clients_asking_at_once_as_it_happened(tmp_path: Path) -> None:
+    """Break of 2026-12-03: alpha up (room for one), two clients then ask beta and alpha at once.
+
+    What happened: alpha's request is served by the running alpha while beta's start is
+    priced, then alpha is evicted for beta. The replay made room the instant beta was queued
+    (a cold start and an eviction more); it now plans a start as late after its request as
+    the log's starts were planned (Model.plan).
+    """
+    budget = room_for(1, *_one_engines_costs(tmp_path)) // 2**20 * 2**20
+    run = tmp_path / "run"
+    data, log = run / "data", run / "serve.log"
+    config = _config(run, ("alpha", "beta"), "ledger.db")
+    env = {"HOSTLER_CAPACITY_BUDGET_GB": repr(budget / 2**30)}
+    server = start_daemon(config, data, log, command="serve", extra=("--port", "0"), env=env)
+    try:
+        base = f"http://127.0.0.1:{served_port(log)}/v1"
+        client = openai.OpenAI(base_url=base, api_key="-", max_retries=0)
+        errors: list[BaseException] = []
+
+        def ask(model: str) -> None:
+            try:
+                client.chat.completions.create(
+                    model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+                )
+            except BaseException as error:
+                errors.append(error)
+
+        ask("alpha")
+        clients = [threading.Thread(target=ask, args=(m,)) for m in ("beta", "alpha")]
+        for thread in clients:
+            thread.start()
+        for thread in clients:
+            thread.join(120)
+        assert not errors, errors
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(60) == 0
+        kill_leftovers(data)
+    whatif = run_cli("whatif", str(data / "events.db"), "--json")
+    assert whatif.returncode == 0, whatif.stderr
+    report = json.loads(whatif.stdout)
+    happened, replayed = _figures(report, "happened"), _figures(report, "replayed")
+    assert sum(f[0] for f in happened.values()) == 3  # every request is in the log
+    assert replayed == happened

@@ -58,7 +58,9 @@ DRAIN_POLL = 0.5
 
 _DOWN, _BUILDING, _UP = 0, 1, 2
 # event kinds, in the order they go at one instant
-_READY, _RELEASE, _DEADLINE, _PATIENCE, _GIVE_UP, _ARRIVE, _UNLOCK, _RECHECK, _OUTSIDE = range(9)
+_READY, _RELEASE, _DEADLINE, _PATIENCE, _GIVE_UP, _ARRIVE, _UNLOCK, _RECHECK, _OUTSIDE, _PLAN = (
+    range(10)
+)
 
 
 def limits_for(settings: Settings, fast: int | None) -> LedgerLimits:
@@ -296,6 +298,9 @@ class _Sim:
             self.drain_deadline(key, now)
         elif kind == _OUTSIDE:
             self.gone(index, now)
+        elif kind == _PLAN:
+            self.admit.append(key)
+            self.next_build(now)
         else:
             self.patience(now)
 
@@ -484,6 +489,9 @@ class _Sim:
         if engine.queued_build:
             return
         engine.queued_build = True
+        if engine.model.plan > 0:  # priced and admitted that much later (the other engines
+            self.push(now + engine.model.plan, _PLAN, key=engine.key)  # serve on meanwhile)
+            return
         self.admit.append(engine.key)
         self.next_build(now)
 

@@ -152,6 +152,9 @@ class Model:
         held: Bytes it holds once ready (its last measurement; else ``reserve``).
         cold_start: Seconds from start asked to ready (median of its recorded starts).
         stop: Seconds an eviction of it takes to finish (median of its recorded stops).
+        plan: Seconds from the dispatch of the request a start was made for to that start's
+            planning (its price, the admission lock; median): meanwhile the other engines
+            serve on, and a replay makes room that much later.
     """
 
     key: str
@@ -159,6 +162,7 @@ class Model:
     held: int
     cold_start: float = 0.0
     stop: float = 0.0
+    plan: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -511,17 +515,19 @@ _HANDLERS = {
 }
 
 
-def _paid(fold: _Fold) -> dict[int, float]:
+def _paid_and_planned(fold: _Fold) -> tuple[dict[int, float], dict[str, list[float]]]:
     """PM21: the cold start each request paid inside its ``ran_for``, by its index.
 
     The queue's clock and the engines' differ by an offset the log does not record; the
     smallest ``recorded_at - at`` of the queue's events bounds it from above (the runtime
     writes them at most :data:`FLUSH_LAG` late). Each start of an engine is paid by the
     earliest request for it that was dispatched before the start (within that lag) and was
-    still running when the engine became ready.
+    still running when the engine became ready; the time from its dispatch to the start's
+    planning is that start's plan delay (by key).
     """
+    planned: dict[str, list[float]] = {}
     if not math.isfinite(fold.lag):
-        return {}
+        return {}, planned
     by_key: dict[str, list[tuple[float, int, float]]] = {}
     for index, item in enumerate(fold.queued):
         if item.dispatched is not None and item.ran_for is not None:
@@ -545,8 +551,9 @@ def _paid(fold: _Fold) -> dict[int, float]:
                 if index in paid or begun + ran_for + FLUSH_LAG < start.ready:
                     continue
                 paid[index] = min(max(start.ready - start.begin, 0.0), ran_for)
+                planned.setdefault(key, []).append(max(start.begin - begun, 0.0))
                 break
-    return paid
+    return paid, planned
 
 
 def _followed(items: list[_Queued]) -> list[tuple[int | None, float]]:
@@ -570,7 +577,7 @@ def _followed(items: list[_Queued]) -> list[tuple[int | None, float]]:
 
 
 def _assemble(fold: _Fold) -> Workload:
-    paid = _paid(fold)
+    paid, planned = _paid_and_planned(fold)
     kept: list[tuple[_Queued, float]] = []
     for index, item in enumerate(fold.queued):
         if item.ran_for is None and item.gave_up is None:
@@ -606,6 +613,7 @@ def _assemble(fold: _Fold) -> Workload:
             fold.measured.get(key, reserve),
             max(median(colds), 0.0),
             median(fold.stops.get(key, [])),
+            median(planned.get(key, [])),
         )
     notes = []
     budget = fold.budgets[-1] if fold.budgets else 0
