@@ -8,10 +8,13 @@ must replay exactly the evictions, refusals and cold starts that happened, per e
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -68,6 +71,38 @@ def _pid(base: str, key: str) -> int:
     return int(next(e["pid"] for e in engines["engines"] if e["key"] == key))
 
 
+@dataclass(frozen=True)
+class _Run:
+    budget: int
+    data: Path
+    base: str
+    client: openai.OpenAI
+
+
+@contextlib.contextmanager
+def _serving(tmp_path: Path, names: tuple[str, ...], *, big: bool = False) -> Iterator[_Run]:
+    """``hostler serve`` under room for one engine (whole MiB: exact in GB), stopped after."""
+    budget = room_for(1, *_one_engines_costs(tmp_path)) // 2**20 * 2**20
+    run = tmp_path / "run"
+    config = _config(run, names, "ledger.db", big=big)  # the tour's: a ledger file of its own
+    data, log = run / "data", run / "serve.log"
+    env = {"HOSTLER_CAPACITY_BUDGET_GB": repr(budget / 2**30)}
+    server = start_daemon(config, data, log, command="serve", extra=("--port", "0"), env=env)
+    try:
+        base = f"http://127.0.0.1:{served_port(log)}/v1"
+        yield _Run(budget, data, base, openai.OpenAI(base_url=base, api_key="-", max_retries=0))
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(60) == 0
+        kill_leftovers(data)
+
+
+def _ask(client: openai.OpenAI, model: str) -> object:
+    return client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+    ).choices
+
+
 def _figures(report: dict[str, object], side: str) -> dict[str, tuple[int, ...]]:
     by_key = report[side]["by_key"]  # type: ignore[index]
     return {key: tuple(f[name] for name in FIGURES) for key, f in by_key.items()}
@@ -75,31 +110,16 @@ def _figures(report: dict[str, object], side: str) -> dict[str, tuple[int, ...]]
 
 @pytest.mark.slow
 def test_whatif_of_a_serve_run_under_its_own_budget_replays_what_happened(tmp_path: Path) -> None:
-    price, footprint = _one_engines_costs(tmp_path)
-    budget = room_for(1, price, footprint) // 2**20 * 2**20  # whole MiB: exact in GB
-    run = tmp_path / "run"
-    config = _config(run, MODELS, "ledger.db", big=True)  # the tour's: a ledger file of its own
-    data = run / "data"
-    env = {"HOSTLER_CAPACITY_BUDGET_GB": repr(budget / 2**30)}
-    log = run / "serve.log"
-    server = start_daemon(config, data, log, command="serve", extra=("--port", "0"), env=env)
-    try:
-        base = f"http://127.0.0.1:{served_port(log)}/v1"
-        client = openai.OpenAI(base_url=base, api_key="-", max_retries=0)
+    with _serving(tmp_path, MODELS, big=True) as run:
+        budget, data, base = run.budget, run.data, run.base
         token = (data / "token").read_text().strip()
         for step, model in enumerate(SEQUENCE):
-
-            def ask(model: str = model) -> object:
-                return client.chat.completions.create(
-                    model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=2
-                ).choices
-
             if model == "big":
                 with pytest.raises(openai.APIStatusError) as refused:
-                    ask()
+                    _ask(run.client, model)
                 assert refused.value.status_code == 503, refused.value.message
                 continue
-            assert ask(), model
+            assert _ask(run.client, model), model
             key = f"llamacpp:{model}:0"
             if step == CRASH_AFTER:  # the engine dies: no request asked for that
                 os.kill(_pid(base, key), signal.SIGKILL)
@@ -119,10 +139,6 @@ def test_whatif_of_a_serve_run_under_its_own_budget_replays_what_happened(tmp_pa
                     timeout=60,
                 )
                 assert raised.status_code == 200, raised.text
-    finally:
-        server.send_signal(signal.SIGTERM)
-        assert server.wait(60) == 0
-        kill_leftovers(data)
     whatif = run_cli("whatif", str(data / "events.db"), "--json")
     assert whatif.returncode == 0, whatif.stderr
     report = json.loads(whatif.stdout)
@@ -159,24 +175,10 @@ def test_every_cold_start_is_logged_after_the_enqueue_of_the_request_it_was_made
     ``engine.start_requested`` must come (by ``seq``) while a request of that engine is in its
     queue: one ``queue.enqueued`` more than ``queue.released``/``queue.cancelled`` before it.
     """
-    budget = room_for(1, *_one_engines_costs(tmp_path)) // 2**20 * 2**20
-    run = tmp_path / "run"
-    data, log = run / "data", run / "serve.log"
-    config = _config(run, ("alpha", "beta"), "ledger.db")
-    env = {"HOSTLER_CAPACITY_BUDGET_GB": repr(budget / 2**30)}
-    server = start_daemon(config, data, log, command="serve", extra=("--port", "0"), env=env)
-    try:
-        base = f"http://127.0.0.1:{served_port(log)}/v1"
-        client = openai.OpenAI(base_url=base, api_key="-", max_retries=0)
+    with _serving(tmp_path, ("alpha", "beta")) as run:
         for model in ("alpha", "beta", "alpha"):
-            answer = client.chat.completions.create(
-                model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=2
-            )
-            assert answer.choices, model
-    finally:
-        server.send_signal(signal.SIGTERM)
-        assert server.wait(60) == 0
-        kill_leftovers(data)
+            assert _ask(run.client, model), model
+    data = run.data
     with EventStore.open(data / "events.db") as store:
         rows = list(store.read_all())
     starts: list[tuple[str, int]] = []
@@ -200,22 +202,12 @@ def test_whatif_replays_two_clients_asking_at_once_as_it_happened(tmp_path: Path
     (a cold start and an eviction more); it now plans a start as late after its request as
     the log's starts were planned (Model.plan).
     """
-    budget = room_for(1, *_one_engines_costs(tmp_path)) // 2**20 * 2**20
-    run = tmp_path / "run"
-    data, log = run / "data", run / "serve.log"
-    config = _config(run, ("alpha", "beta"), "ledger.db")
-    env = {"HOSTLER_CAPACITY_BUDGET_GB": repr(budget / 2**30)}
-    server = start_daemon(config, data, log, command="serve", extra=("--port", "0"), env=env)
-    try:
-        base = f"http://127.0.0.1:{served_port(log)}/v1"
-        client = openai.OpenAI(base_url=base, api_key="-", max_retries=0)
+    with _serving(tmp_path, ("alpha", "beta")) as run:
         errors: list[BaseException] = []
 
         def ask(model: str) -> None:
             try:
-                client.chat.completions.create(
-                    model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=2
-                )
+                _ask(run.client, model)
             except BaseException as error:
                 errors.append(error)
 
@@ -226,10 +218,7 @@ def test_whatif_replays_two_clients_asking_at_once_as_it_happened(tmp_path: Path
         for thread in clients:
             thread.join(120)
         assert not errors, errors
-    finally:
-        server.send_signal(signal.SIGTERM)
-        assert server.wait(60) == 0
-        kill_leftovers(data)
+    data = run.data
     whatif = run_cli("whatif", str(data / "events.db"), "--json")
     assert whatif.returncode == 0, whatif.stderr
     report = json.loads(whatif.stdout)

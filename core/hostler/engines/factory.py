@@ -102,9 +102,7 @@ class ConfiguredEngines:
     def launcher(self, key: str) -> LedgerLauncher | None:
         """The launcher ``key``'s supervisor prices every start with (None: not configured)."""
         engine = self.engine_config(key)
-        if engine is None:
-            return None
-        return LedgerLauncher(self._adapter(engine), self.ledger, self._request(engine))
+        return None if engine is None else self._launcher(engine, self._adapter(engine))
 
     def supervisor(self, key: str) -> Supervisor:
         """A configured engine's supervisor, else a stop-only one for an adopted key (OW5)."""
@@ -118,7 +116,7 @@ class ConfiguredEngines:
         return self._build(
             key,
             adapter,
-            LedgerLauncher(adapter, self.ledger, self._request(engine)),
+            self._launcher(engine, adapter),
             SupervisorPolicy(
                 # RD7: the config's per-engine startup timeout, else (None) the adapter's
                 startup_timeout=engine.startup_timeout,
@@ -134,11 +132,9 @@ class ConfiguredEngines:
     def _adapter(self, engine: EngineConfig) -> EngineAdapter:
         return self.adapters.get(engine.key) or adapter_for(self.plugins, engine.key)
 
-    def _run_dir(self, key: str) -> Path:
-        return run_dir(self.config, key)
-
-    def _request(self, engine: EngineConfig) -> LaunchRequest:
-        return configured_request(self.config, engine)
+    def _launcher(self, engine: EngineConfig, adapter: EngineAdapter) -> LedgerLauncher:
+        """The one launcher of a configured engine: its request, priced against the ledger."""
+        return LedgerLauncher(adapter, self.ledger, configured_request(self.config, engine))
 
     def _stop_only(self, key: str) -> Supervisor:
         def no_spec(_port: int) -> LaunchSpec:
@@ -162,7 +158,7 @@ class ConfiguredEngines:
             adapter,
             None,
             self.store,
-            run_dir=self._run_dir(key),
+            run_dir=run_dir(self.config, key),
             token_prefix=self.token_prefix,
             policy=policy,
             ledger=self.ledger,

@@ -297,7 +297,7 @@ class _Sim:
         elif kind == _DEADLINE:
             self.drain_deadline(key, now)
         elif kind == _OUTSIDE:
-            self.gone(index, now)
+            self.happened(index, now)
         elif kind == _PLAN:
             self.admit.append(key)
             self.next_build(now)
@@ -422,8 +422,8 @@ class _Sim:
         self.dispatch(engine, now)
         if engine.draining and engine.in_use() == 0:
             self.drained(engine, now)
-        elif self.build is not None and self.build.blocked and self.build.drain is None:
-            self.step(now)
+        else:
+            self.look_again(now)
 
     def end_run(self, engine: _Engine, index: int, now: float) -> None:
         ran = engine.running.pop(index)
@@ -445,20 +445,28 @@ class _Sim:
         waiters, engine.waiters = engine.waiters, []
         for index in waiters:
             self.enter_gate(engine, index, now)
+        self.look_again(now)
+
+    def look_again(self, now: float) -> None:
+        """A start waiting for room (not for a drain) plans again: something changed."""
         if self.build is not None and self.build.blocked and self.build.drain is None:
             self.step(now)
 
-    def gone(self, index: int, now: float) -> None:
-        """A crash or an operator's unload the log records: that engine goes, as it went.
+    def happened(self, index: int, now: float) -> None:
+        """What the log records that no request asked for, at its place in the replay."""
+        event = self.outside[index]
+        if event.kind == "budget":
+            self.budget_changed(event.bytes, now)
+        else:
+            self.gone(event.key, now)
+
+    def gone(self, key: str, now: float) -> None:
+        """A crash or an asked-for stop the log records: that engine goes, as it went.
 
         Only an engine the replay has up (and not draining) goes; its memory is freed, a
         pinned one is started again (PP17), and its queue and a start waiting for room go on.
         """
-        happened = self.outside[index]
-        if happened.kind == "budget":
-            self.budget_changed(happened.bytes, now)
-            return
-        engine = self.engines.get(happened.key)
+        engine = self.engines.get(key)
         if engine is None or engine.state != _UP or engine.draining:
             return
         engine.state = _DOWN
@@ -468,8 +476,7 @@ class _Sim:
         if engine.pinned:
             self.want_build(engine, now)
         self.dispatch(engine, now)
-        if self.build is not None and self.build.blocked and self.build.drain is None:
-            self.step(now)
+        self.look_again(now)
 
     def budget_changed(self, budget: int, now: float) -> None:
         """The log's budget change, under settings that follow it (else nothing happens).
@@ -480,8 +487,7 @@ class _Sim:
         if not self.settings.follow_budget:
             return
         self.limits = limits_for(replace(self.settings, budget=budget), self.fast)
-        if self.build is not None and self.build.blocked and self.build.drain is None:
-            self.step(now)
+        self.look_again(now)
 
     # -- the pool: making room (PP4, PP5) --------------------------------------------------
 
