@@ -294,15 +294,16 @@ def run_preview(args: argparse.Namespace) -> int:
 
 
 def _preview_config(args: argparse.Namespace) -> DaemonConfig | None:
-    """The daemon config a preview prices with: ``--config``, else ``$HOSTLER_CONFIG``."""
+    """The daemon config a preview prices with: ``--config``, else ``$HOSTLER_CONFIG``.
+
+    A preview asked of a running daemon (``--url``) takes no config from the environment.
+    """
     path: Path | None = args.config
-    if path is None:
-        path = read_overrides(os.environ).config
-    if path is None:
-        return None
-    if args.url:
+    if path is not None and args.url:
         raise UsageError("--config prices as this host's daemon would: not with --url")
-    return load_config(path, data_dir=None)
+    if path is None and not args.url:  # the environment's config is this host's, as --config
+        path = read_overrides(os.environ).config
+    return None if path is None else load_config(path, data_dir=None)
 
 
 def _configured_request(

@@ -128,8 +128,9 @@ def room_step(
     """
     if shortfall <= 0:
         return RoomStep("fit", search, shortfall)
-    looked_at = [s for s in standing if s.entry.key != search.key]
-    looked_at = [s for s in looked_at if s.entry.key not in search.tried]
+    looked_at = [
+        s for s in standing if s.entry.key != search.key and s.entry.key not in search.tried
+    ]
     spoken = any(s.spoken for s in looked_at)
     candidates = tuple(s.entry for s in looked_at if not s.kept and not s.spoken)
     plan = plan_make_room(candidates, shortfall, now, policy)
