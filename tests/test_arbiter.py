@@ -14,6 +14,7 @@ from hostler.policies.arbiter import Pressure
 from hostler.policies.health import HealthPolicy, Reading
 from hostler.runtime.arbiter import DEFAULT_OWNER, GpuArbiter
 from hostler.runtime.health import DeviceHealthGate, HealthSample
+from test_device_health import FakeTime
 
 pytestmark = pytest.mark.anyio
 
@@ -299,14 +300,8 @@ class Temps:
 
 
 def health(policy: HealthPolicy, temps: list[float]) -> tuple[DeviceHealthGate, Temps]:
-    now = [0.0]
-
-    async def sleep(seconds: float) -> None:
-        now[0] += seconds
-        await anyio.lowlevel.checkpoint()
-
     sampler = Temps(temps)
-    return DeviceHealthGate(policy, sampler, clock=lambda: now[0], sleep=sleep), sampler
+    return DeviceHealthGate(policy, sampler, clock=FakeTime()), sampler
 
 
 async def test_the_health_gate_runs_last_with_the_slot_as_context() -> None:

@@ -14,6 +14,7 @@ from hostler.events.cache import CacheBudgetSet, CacheEvicted, cache_stream
 from hostler.plugin import CacheAdapter, CacheEntry
 from hostler.runtime import cache as runtime_cache
 from hostler.runtime.cache import CacheController
+from hostler.testing.clock import VirtualClock
 
 pytestmark = pytest.mark.anyio
 UNIT = 102_400  # one token
@@ -408,14 +409,8 @@ async def test_a_turn_recorded_while_the_report_is_in_flight_survives_it() -> No
 async def test_run_reconciles_every_interval_and_survives_a_failing_round(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    slept: list[float] = []
-
-    async def sleep(seconds: float) -> None:
-        slept.append(seconds)
-        if len(slept) > 3:
-            await anyio.sleep_forever()
-
-    ctl, _, _ = make(sleep=sleep)
+    clock = VirtualClock()
+    ctl = CacheController(clock=clock)
     adapter = FakeAdapter()
     ctl.register("e", adapter)
     calls = 0
@@ -430,9 +425,16 @@ async def test_run_reconciles_every_interval_and_survives_a_failing_round(
 
     ctl.reconcile_once = flaky  # type: ignore[method-assign]
     with caplog.at_level(logging.WARNING, logger="hostler.runtime.cache"):
-        with anyio.move_on_after(1):
-            await ctl.run()
-    assert slept == [5.0, 5.0, 5.0, 5.0]
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ctl.run)
+            await clock.advance(4.999)
+            assert calls == 0  # the first round waits its interval
+            await clock.advance(0.001)
+            assert calls == 1
+            await clock.advance(10.0)
+            # the next sleep waits the interval again, the failing round notwithstanding
+            assert (calls, clock.next_deadline(), clock.pending) == (3, 20.0, 1)
+            tg.cancel_scope.cancel()
     assert calls == 3
     assert adapter.reports == 2
     assert "cache reconcile failed" in caplog.text

@@ -5,11 +5,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from typing import Any, cast
 
 import anyio
 import pytest
 
+from hostler.clock import Clock
 from hostler.errors import DeviceUnhealthyError, SettingError
 from hostler.policies.health import HealthPolicy, Reading
 from hostler.probes.nvml import GpuSample, NvmlProbe
@@ -21,20 +23,26 @@ GUARD = HealthPolicy(mode="guard")
 OBSERVE = HealthPolicy()
 
 
-class FakeTime:
-    """A monotonic clock that only moves when the gate sleeps (or a test says so)."""
+class FakeTime(Clock):
+    """A clock that only moves when the gate sleeps (or a test says so): each sleep passes at once."""
 
     def __init__(self) -> None:
         self.now = 1000.0
         self.sleeps: list[float] = []
 
-    def __call__(self) -> float:
+    def wall(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
         return self.now
 
     async def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
         self.now += seconds
         await anyio.lowlevel.checkpoint()
+
+    def move_on_after(self, seconds: float) -> AbstractContextManager[anyio.CancelScope, bool]:
+        return anyio.move_on_after(seconds)
 
 
 class Temps:
@@ -57,7 +65,7 @@ def gate(
     policy: HealthPolicy, temps: Iterable[float | None]
 ) -> tuple[DeviceHealthGate, Temps, FakeTime]:
     fake, sampler = FakeTime(), Temps(temps)
-    return DeviceHealthGate(policy, sampler, clock=fake, sleep=fake.sleep), sampler, fake
+    return DeviceHealthGate(policy, sampler, clock=fake), sampler, fake
 
 
 async def test_guard_holds_work_until_three_healthy_samples_after_a_hot_one() -> None:
@@ -158,7 +166,7 @@ async def test_a_cancelled_runner_hands_the_admission_to_a_waiter() -> None:
         return HealthSample((Reading("0", temperature_c=70.0),))
 
     fake = FakeTime()
-    g = DeviceHealthGate(GUARD, sampler, clock=fake, sleep=fake.sleep)
+    g = DeviceHealthGate(GUARD, sampler, clock=fake)
     outcome: list[str] = []
     runner_scope = anyio.CancelScope()
 
@@ -244,7 +252,7 @@ async def test_a_raising_sampler_is_an_empty_sample_with_its_error() -> None:
         raise OSError("smi exploded")
 
     fake = FakeTime()
-    g = DeviceHealthGate(GUARD, broken, clock=fake, sleep=fake.sleep)
+    g = DeviceHealthGate(GUARD, broken, clock=fake)
     await g.admit("llm workload")  # failure policy allow
     status = await g.status()
     assert status.state == "unavailable"

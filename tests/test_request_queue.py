@@ -1,6 +1,6 @@
 """The request queue's driver (Q2–Q5, Q7–Q10, Q12) and the physical gate (EG1–EG3).
 
-Time is fake: the queue reads ``FakeTime`` as its clock and sleeps on it, so minutes of queue
+Time is fake: the queue reads ``VirtualClock`` as its clock and sleeps on it, so minutes of queue
 time pass in milliseconds and every wait is exact.
 """
 
@@ -20,6 +20,7 @@ from hostler.events.queue import QueueCancelled, QueueDispatched, QueueEnqueued,
 from hostler.policies.queue import LaneCaps
 from hostler.runtime.gate import RequestGate
 from hostler.runtime.queue import RequestQueue, Ticket
+from hostler.testing.clock import VirtualClock
 
 pytestmark = pytest.mark.anyio
 
@@ -28,39 +29,6 @@ async def wait_all_tasks_blocked() -> None:
     """Let every ready task run until it blocks (cheaper than anyio's polling helper)."""
     for _ in range(25):
         await checkpoint()
-
-
-class FakeTime:
-    """A clock the test moves; ``sleep`` waits for it."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self._sleepers: list[tuple[float, anyio.Event]] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        entry = (self.now + seconds, anyio.Event())
-        self._sleepers.append(entry)
-        try:
-            await entry[1].wait()
-        finally:
-            self._sleepers.remove(entry)
-
-    async def advance(self, seconds: float) -> None:
-        target = self.now + seconds
-        while True:
-            await wait_all_tasks_blocked()
-            due = [d for d, e in self._sleepers if d <= target and not e.is_set()]
-            if not due:
-                break
-            self.now = max(self.now, min(due))
-            for deadline, event in self._sleepers:
-                if deadline <= self.now:
-                    event.set()
-        self.now = target
-        await wait_all_tasks_blocked()
 
 
 class Harness:
@@ -102,10 +70,10 @@ class Harness:
 
 async def harness(
     stack: AsyncExitStack, **kw: Any
-) -> tuple[Harness, RequestQueue, FakeTime, list[Event]]:
-    fake = FakeTime()
+) -> tuple[Harness, RequestQueue, VirtualClock, list[Event]]:
+    fake = VirtualClock(start=0.0)
     events: list[Event] = []
-    queue = RequestQueue("llama:m", clock=fake, sleep=fake.sleep, record=events.append, **kw)
+    queue = RequestQueue("llama:m", clock=fake, record=events.append, **kw)
     tg = await stack.enter_async_context(anyio.create_task_group())
     stack.callback(tg.cancel_scope.cancel)
     return Harness(queue, tg), queue, fake, events
@@ -170,7 +138,7 @@ async def test_affinity_prefers_the_session_that_ran(stack: AsyncExitStack) -> N
     assert h2.started == ["s1", "other"]
 
 
-async def flood(h: Harness, fake: FakeTime, victim: str, seconds: int) -> dict[str, float]:
+async def flood(h: Harness, fake: VirtualClock, victim: str, seconds: int) -> dict[str, float]:
     """Session ``a`` sends a new request every second while one runs; each runs 1 s."""
     started_at: dict[str, float] = {}
     current = h.started[-1]
@@ -180,7 +148,7 @@ async def flood(h: Harness, fake: FakeTime, victim: str, seconds: int) -> dict[s
         await fake.advance(0.5)
         await h.finish(current)
         current = h.started[-1]
-        started_at[current] = fake.now
+        started_at[current] = fake.wall()
         if current == victim:
             break
     return started_at

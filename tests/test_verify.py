@@ -228,17 +228,16 @@ async def test_a_real_queues_dispatches_re_derive_and_a_scoring_change_shows(
     import hostler.policies.queue as queue_policy
     from hostler.events.base import Event
     from hostler.runtime.queue import RequestQueue
-    from test_request_queue import FakeTime, Harness
+    from hostler.testing.clock import VirtualClock
+    from test_request_queue import Harness
 
-    fake = FakeTime()
+    fake = VirtualClock(start=0.0)
     with EventStore.open(tmp_path / "q.db") as store:
 
         def record(event: Event) -> None:
             store.append("queue/llama:m:0", [event], expected_version=None)
 
-        queue = RequestQueue(
-            "llama:m:0", 1, clock=fake, sleep=fake.sleep, record=record, quiet_window=0
-        )
+        queue = RequestQueue("llama:m:0", 1, clock=fake, record=record, quiet_window=0)
         async with AsyncExitStack() as stack:
             tg = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(tg.cancel_scope.cancel)

@@ -17,7 +17,6 @@ import os
 import secrets
 import signal
 import socket
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,6 +27,7 @@ import psutil
 from hostler._version import __version__
 from hostler.capacity.budget import CapacityBudget
 from hostler.capacity.keys import parse_key
+from hostler.clock import SYSTEM_CLOCK, Clock
 from hostler.config import DaemonConfig, EngineConfig, load_config
 from hostler.drivers.host_ledger import (
     HostLedger,
@@ -112,16 +112,19 @@ def daemon_id(data_dir: Path) -> str:
 class DeviceWatch:
     """Samples the device now and then; records a sample when the budget's inputs change."""
 
-    def __init__(self, store: EventStore, probe: NvmlProbe, interval: float = 30.0) -> None:
+    def __init__(
+        self, store: EventStore, probe: NvmlProbe, clock: Clock, interval: float = 30.0
+    ) -> None:
         self.store = store
         self.probe = probe
+        self.clock = clock
         self.interval = interval
         self.budget: CapacityBudget
         self._last: tuple[object, ...] | None = None
 
     def sample(self) -> None:
         """Take a sample; record it if RAM, cards or the override changed."""
-        sample = sample_device(self.probe, at=time.time())
+        sample = sample_device(self.probe, at=self.clock.wall())
         fingerprint = (
             sample.system_ram,
             tuple((g["uuid"], g["total"]) for g in sample.gpus),
@@ -136,7 +139,7 @@ class DeviceWatch:
         """Sample every ``interval`` seconds until cancelled; a failed sample is tried later."""
         complained = ""
         while True:
-            await anyio.sleep(self.interval)
+            await self.clock.sleep(self.interval)
             try:
                 await anyio.to_thread.run_sync(self.sample)
                 complained = ""
@@ -149,14 +152,21 @@ class DeviceWatch:
 class Daemon:
     """The long-running process behind ``hostler daemon``."""
 
-    def __init__(self, config: DaemonConfig, *, listen: tuple[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        config: DaemonConfig,
+        *,
+        listen: tuple[str, int] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self.config = config
         self.listen = listen
+        self.clock = clock
         self._listener: socket.socket | None = None
         self.http: HttpServer | None = None
         self.runtime: Runtime | None = None
         self.ready = anyio.Event()
-        self.offloop = OffLoop()
+        self.offloop = OffLoop(clock=clock)
         self.probe: NvmlProbe | None = None
         self.health = LogHealth(str(config.data_dir / "events.db"))
         self.ledger: HostLedger | None = None
@@ -347,12 +357,15 @@ class Daemon:
             store,
             opened.engines,
             ledger=opened.engines.ledger,
+            clock=self.clock,
             offloop=self.offloop,
             pinned=[e.key for e in self.config.engines if e.pinned],
             # GA7: "auto" (the default [arbiter] policy) shares the card (a ledger admits
             # co-residents); the health gate runs
             # before GPU work (DH4, mode observe unless HOSTLER_DEVICE_SAFETY_MODE says)
-            arbiter=GpuArbiter(self.config.arbiter, health_gate=self._health_gate, store=store),
+            arbiter=GpuArbiter(
+                self.config.arbiter, health_gate=self._health_gate, store=store, clock=self.clock
+            ),
             eviction=opened.eviction,
         )
         self.runtime = runtime
@@ -402,7 +415,7 @@ class Daemon:
         check_engine_options(config.engines, plugins, config.default_options)
         probe = await io.run(open_nvml)
         self.probe = probe
-        device = DeviceWatch(store, probe)
+        device = DeviceWatch(store, probe, self.clock)
         await io.run_patiently(device.sample)
         location = config.ledger_location()
         ledger = HostLedger(
@@ -423,7 +436,7 @@ class Daemon:
             except HostlerError as exc:
                 adapters[engine.key] = stop_only_adapter()
                 unstartable[engine.key] = type(exc)(f"{engine.key}: {exc.message}")
-        await io.run_patiently(_record_gap, store)
+        await io.run_patiently(_record_gap, store, self.clock.wall())
 
         async def replay_and_reconcile() -> list[Outcome]:
             world = await io.run(replay, store)
@@ -444,12 +457,12 @@ class Daemon:
                 token_prefix=token_prefix,
                 daemon_pid=os.getpid(),
                 readiness_path=lambda key: str(adapter_for(plugins, key).readiness_path),
-                clock=time.time,
+                clock=self.clock,
                 offloop=io,
                 held_by_other=ledger.held_by_other,
             )
 
-        outcomes = await _patiently(replay_and_reconcile)
+        outcomes = await _patiently(replay_and_reconcile, self.clock)
         engines = ConfiguredEngines(
             config,
             plugins,
@@ -463,6 +476,7 @@ class Daemon:
             probe=probe,
             offloop=io,
             health=health,
+            clock=self.clock,
         )
         return _Opened(engines, eviction, device, outcomes, unstartable)
 
@@ -483,7 +497,7 @@ class Daemon:
         unconfigured = await self._settle_outcomes(outcomes, runtime, ledger)
         ledger_file = await io.run(lambda: _ledger_file(store, ledger))  # a stat: off the loop
         started = DaemonStarted(
-            time.time(),
+            self.clock.wall(),
             os.getpid(),
             __version__,
             [o.key for o in outcomes if o.result == "adopted"],
@@ -540,7 +554,7 @@ class Daemon:
         ticks = 0
         complained = ""
         while True:
-            await anyio.sleep(every)
+            await self.clock.sleep(every)
             ticks += 1
             try:
                 if ledger.owed:
@@ -561,7 +575,7 @@ class Daemon:
 
         Without it, an outage during which nothing was left pending would never be seen to end.
         """
-        now = time.time()
+        now = self.clock.wall()
         since = health.failing_since or now
         event = DaemonLogRecovered(since, now, health.error, health.code, health.delayed)
         try:
@@ -622,7 +636,9 @@ class Daemon:
         try:
             await self.offloop.run(
                 lambda: store.append(
-                    DAEMON_STREAM, [DaemonStopped(time.time(), os.getpid())], expected_version=None
+                    DAEMON_STREAM,
+                    [DaemonStopped(self.clock.wall(), os.getpid())],
+                    expected_version=None,
                 )
             )
         except HostlerError as exc:
@@ -682,8 +698,7 @@ class Daemon:
                 await io.run(lambda o=outcome: ledger.release_token(o.token, cause="lost"))
         return unconfigured
 
-    @staticmethod
-    async def _autostart(runtime: Runtime, key: str, retry_every: float = 1.0) -> None:
+    async def _autostart(self, runtime: Runtime, key: str, retry_every: float = 1.0) -> None:
         """Start a configured engine through the pool (making room like any start).
 
         A start the log cannot record is not taken (SF2) and is tried again once a second.
@@ -695,7 +710,7 @@ class Daemon:
                 except (StoreCorruptError, ConcurrencyError):
                     raise
                 except StoreError:
-                    await anyio.sleep(retry_every)
+                    await self.clock.sleep(retry_every)
                 else:
                     return
         except HostlerError as exc:
@@ -723,22 +738,22 @@ async def _never() -> AsyncIterator[int]:
     yield 0  # pragma: no cover - never reached
 
 
-async def _patiently(step: Callable[[], Awaitable[T]], patience: float = 30.0) -> T:
+async def _patiently(step: Callable[[], Awaitable[T]], clock: Clock, patience: float = 30.0) -> T:
     """Run an idempotent async ``step`` again while the log is busy.
 
     For start-up's replay and reconcile; the caller can be cancelled between tries.
     """
-    deadline = anyio.current_time() + patience
+    deadline = clock.monotonic() + patience
     while True:
         try:
             return await step()
         except StoreBusyError:
-            if anyio.current_time() > deadline:
+            if clock.monotonic() > deadline:
                 raise
-        await anyio.sleep(0.2)
+        await clock.sleep(0.2)
 
 
-def _record_gap(store: EventStore) -> None:
+def _record_gap(store: EventStore, now: float) -> None:
     """SF4: when the last daemon of this log left no ``daemon.stopped``, say so first.
 
     Once: a gap already recorded (by a start that itself failed) is not recorded again.
@@ -749,7 +764,7 @@ def _record_gap(store: EventStore) -> None:
     previous = next(iter(last), None)
     if previous is None or not isinstance(previous.event, DaemonStarted):
         return
-    gap = DaemonGap(time.time(), previous.event.pid, previous.event.at, store.last_seq())
+    gap = DaemonGap(now, previous.event.pid, previous.event.at, store.last_seq())
     store.append(DAEMON_STREAM, [gap], expected_version=None)
 
 

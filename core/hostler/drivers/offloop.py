@@ -14,6 +14,7 @@ from typing import TypeVar
 import anyio
 import anyio.to_thread
 
+from hostler.clock import SYSTEM_CLOCK, Clock
 from hostler.errors import StoreBusyError
 
 __all__ = ["DAEMON_BUSY_TIMEOUT", "OffLoop"]
@@ -30,10 +31,12 @@ class OffLoop:
 
     A call that was started finishes even if its caller is cancelled (what it wrote stays
     consistent with what the caller believes); the cancellation is delivered afterwards.
+    ``clock`` paces :meth:`run_patiently`'s tries.
     """
 
-    def __init__(self, threads: int = 4) -> None:
+    def __init__(self, threads: int = 4, clock: Clock = SYSTEM_CLOCK) -> None:
         self._threads = threads
+        self._clock = clock
         self._limiter: anyio.CapacityLimiter | None = None
 
     async def run(self, func: Callable[..., T], *args: object) -> T:
@@ -51,13 +54,13 @@ class OffLoop:
         cancelled (a signal is never kept waiting by a lock). After ``patience`` seconds the
         last :class:`~hostler.errors.StoreBusyError` is raised.
         """
-        deadline = anyio.current_time() + patience
+        deadline = self._clock.monotonic() + patience
         pause = 0.05
         while True:
             try:
                 return await self.run(func, *args)
             except StoreBusyError:
-                if anyio.current_time() + pause > deadline:
+                if self._clock.monotonic() + pause > deadline:
                     raise
-            await anyio.sleep(pause)
+            await self._clock.sleep(pause)
             pause = min(pause * 2, 0.5)

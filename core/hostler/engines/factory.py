@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Protocol
 
 from hostler.capacity.keys import parse_key
+from hostler.clock import SYSTEM_CLOCK, Clock
 from hostler.config import DaemonConfig, EngineConfig
 from hostler.drivers.host_ledger import HostLedger
 from hostler.drivers.loghealth import LogHealth
@@ -74,6 +75,7 @@ class ConfiguredEngines:
         probe: The GPU probe (None: none).
         offloop: Where blocking work runs.
         health: The log's health, shared by every supervisor.
+        clock: The daemon's clock, every supervisor's.
     """
 
     config: DaemonConfig
@@ -86,6 +88,7 @@ class ConfiguredEngines:
     probe: NvmlProbe | None
     offloop: OffLoop
     health: LogHealth
+    clock: Clock = SYSTEM_CLOCK
 
     def engine_config(self, key: str) -> EngineConfig | None:
         """The config of ``key``; another replica of a configured model shares its settings."""
@@ -166,6 +169,7 @@ class ConfiguredEngines:
             probe=self.probe,
             offloop=self.offloop,
             health=self.health,
+            clock=self.clock,
             held_by_other=self.ledger.held_by_other,  # RD9, IN3: never sweep another daemon's
         )
 

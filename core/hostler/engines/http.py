@@ -6,6 +6,8 @@ import re
 
 import anyio
 
+from hostler.clock import SYSTEM_CLOCK, Clock
+
 __all__ = [
     "MAX_PROBE_BODY",
     "PROBE_METHODS",
@@ -70,9 +72,11 @@ def _request(method: str, path: str, port: int, body: bytes | None, content_type
     return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii") + (body or b"")
 
 
-async def probe_status(port: int, path: str, *, wait: float = 2.0) -> int | None:
+async def probe_status(
+    port: int, path: str, *, wait: float = 2.0, clock: Clock = SYSTEM_CLOCK
+) -> int | None:
     """The status code of ``GET http://127.0.0.1:port/path``, or None if nothing answered."""
-    answer = await probe_response(port, path, wait=wait, with_body=False)
+    answer = await probe_response(port, path, wait=wait, with_body=False, clock=clock)
     return None if answer is None else answer[0]
 
 
@@ -85,6 +89,7 @@ async def probe_response(
     content_type: str = "application/json",
     wait: float = 2.0,
     with_body: bool = True,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> tuple[int, bytes] | None:
     """``(status, body)`` of one request to ``http://127.0.0.1:port/path``, or None.
 
@@ -96,7 +101,7 @@ async def probe_response(
         ValueError: The request cannot be sent as it is (see :func:`probe_path_problem`).
     """
     request = _request(method, path, port, body, content_type)
-    with anyio.move_on_after(wait):
+    with clock.move_on_after(wait):
         data = b""
         try:
             async with await anyio.connect_tcp("127.0.0.1", port) as stream:

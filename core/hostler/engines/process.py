@@ -27,6 +27,7 @@ import anyio
 import anyio.to_thread
 import psutil
 
+from hostler.clock import SYSTEM_CLOCK, Clock
 from hostler.errors import EngineStartError
 from hostler.probes.host import boot_id
 
@@ -456,6 +457,7 @@ async def terminate_group(
     grace: float = 2.0,
     second_grace: float = 1.0,
     kill_wait: float = 5.0,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> Termination:
     """Stop a process group and verify it is gone.
 
@@ -476,14 +478,14 @@ async def terminate_group(
         )
         if not signalled:
             return _status(child, gone=True, detail=why)
-        deadline = anyio.current_time() + wait
+        deadline = clock.monotonic() + wait
         pause = 0.001  # an engine that exits at once is seen at once; then every 20 ms
-        while anyio.current_time() < deadline:
+        while clock.monotonic() < deadline:
             if child is not None:
                 child.poll()
             if not group_alive(pgid):
                 return _status(child, gone=True)
-            await anyio.sleep(pause)
+            await clock.sleep(pause)
             pause = min(pause * 2, 0.02)
     if child is not None:
         child.poll()

@@ -21,9 +21,9 @@ import logging
 from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 
-import anyio
 import psutil
 
+from hostler.clock import SYSTEM_CLOCK, Clock
 from hostler.drivers.offloop import OffLoop
 from hostler.engines.reconcile import Stray, find_strays, reap
 
@@ -73,6 +73,7 @@ async def sweep_strays(
     wait: float = REAP_WAIT,
     poll: float = REAP_POLL,
     offloop: OffLoop | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> list[Stray]:
     """Stop this data directory's unowned strays named by ``anchors``; the ones stopped.
 
@@ -93,13 +94,13 @@ async def sweep_strays(
     for stray in targets:
         log.warning("hostler: stopping stray engine pid %d (%s)", stray.pid, stray.command)
         await reap(stray, io)
-    deadline = anyio.current_time() + wait
+    deadline = clock.monotonic() + wait
     left = [stray.pid for stray in targets]
     while left:
         left = [pid for pid in left if not await io.run(_gone, pid)]
-        if not left or anyio.current_time() >= deadline:
+        if not left or clock.monotonic() >= deadline:
             break
-        await anyio.sleep(poll)
+        await clock.sleep(poll)
     if left:
         log.warning("hostler: stray engines still present after %.0f s: %s", wait, left)
     return targets

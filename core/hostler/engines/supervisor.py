@@ -46,6 +46,7 @@ import anyio
 import psutil
 
 from hostler.capacity.offload import OffloadPlan, next_oom_plan
+from hostler.clock import ClockLike, as_clock
 from hostler.drivers.host_ledger import HostLedger
 from hostler.drivers.loghealth import LogHealth
 from hostler.drivers.measure import LaunchFacts, record_launch
@@ -110,7 +111,6 @@ __all__ = ["Supervisor", "SupervisorPolicy"]
 
 log = logging.getLogger(__name__)
 
-Clock = Callable[[], float]
 T = TypeVar("T")
 
 #: The least a readiness probe is given, even at its start's deadline (seconds): the last
@@ -194,7 +194,8 @@ class Supervisor:
         run_dir: Where the engine's log file and work directory go.
         token_prefix: Identifies this daemon's data directory in launch tokens.
         policy: Timings and limits.
-        clock: Wall-clock seconds (injected in tests).
+        clock: The driver's clock (wall time for the log, monotonic time and sleeps for its
+            waits); a plain wall-time callable is taken as a system clock with that wall.
         ledger: The host ledger to reserve in (None: no accounting).
         footprint: The bytes to reserve before a start (with ``spec``).
         launcher: Where each start's priced launch comes from (the daemon's
@@ -219,7 +220,7 @@ class Supervisor:
         run_dir: Path,
         token_prefix: str,
         policy: SupervisorPolicy | None = None,
-        clock: Clock = time.time,
+        clock: ClockLike = time.time,
         ledger: HostLedger | None = None,
         footprint: Callable[[], int] | None = None,
         pressure: Callable[[], bool] | None = None,
@@ -260,12 +261,12 @@ class Supervisor:
         self.token_prefix = token_prefix
         self.policy = policy or SupervisorPolicy()
         self.rules = self.policy.rules
-        self._clock = clock
+        self._clock = as_clock(clock)
         self.engine = load(store, Engine, key)
         self._child: _Child | None = None
         self._lock = anyio.Lock()
         self._in_flight = 0
-        self.last_used = clock()
+        self.last_used = self._clock.wall()
         self._health_failures = 0
         self._abort_reason: str | None = None
         #: the readiness wait in flight (a probe or the pause between two), which a stop
@@ -344,7 +345,7 @@ class Supervisor:
         gone, whether or not the log takes it now).
         """
         async with self._writing:
-            self.engine.fire(trigger, at=self._clock(), **observation)
+            self.engine.fire(trigger, at=self._clock.wall(), **observation)
             # while the log refuses writes, the watcher's once-a-second retry takes it (SF4: a
             # shutdown never waits on a lock once per event)
             await self._flush_locked(force=self.health.ok)
@@ -360,7 +361,7 @@ class Supervisor:
         """
         async with self._writing:
             before = copy.deepcopy(self.engine.snapshot())
-            event = self.engine.fire(trigger, at=self._clock(), **observation)
+            event = self.engine.fire(trigger, at=self._clock.wall(), **observation)
             await self._flush_locked(force=True, withdrawable=1)
             if event in self.engine.pending:
                 self.engine.pending.remove(event)
@@ -383,7 +384,7 @@ class Supervisor:
         # is in flight would be cleared with it, unwritten
         if not self.engine.pending:
             return True
-        now = anyio.current_time()
+        now = self._clock.monotonic()
         if not force and now < self._next_flush:
             return False
         waiting = len(self.engine.pending)
@@ -394,9 +395,9 @@ class Supervisor:
         except StoreError as exc:
             self._next_flush = now + 1.0
             # a decision withdrawn on failure never waited: it is not counted as delayed
-            self.health.failed(exc, self._clock(), pending=waiting - withdrawable)
+            self.health.failed(exc, self._clock.wall(), pending=waiting - withdrawable)
             return False
-        self.health.wrote(self._clock(), delayed=waiting - 1)
+        self.health.wrote(self._clock.wall(), delayed=waiting - 1)
         return True
 
     def _commit(self) -> None:
@@ -447,12 +448,12 @@ class Supervisor:
         if self._in_flight == 0 and self._child is not None:
             self._child.progress = None  # PG1: a new job; the last one's progress is over
         self._in_flight += 1
-        self.last_used = self._clock()
+        self.last_used = self._clock.wall()
         try:
             yield port
         finally:
             self._in_flight -= 1
-            self.last_used = self._clock()
+            self.last_used = self._clock.wall()
 
     def price(self) -> Launch:
         """The next start's launch, priced now (blocking: run it off the event loop).
@@ -488,7 +489,7 @@ class Supervisor:
         ``launch`` is the first start's launch as the caller priced it (the pool, which made
         room for its bytes); None: priced here. A retry down the ladder prices again.
         """
-        self.last_used = self._clock()
+        self.last_used = self._clock.wall()
         async with self._lock:
             self._swept = False
             while True:
@@ -554,7 +555,7 @@ class Supervisor:
         if plan is None:
             return False
         event = OffloadDegraded(
-            self._clock(), self.key, panic, _plan_dict(launched), _plan_dict(plan)
+            self._clock.wall(), self.key, panic, _plan_dict(launched), _plan_dict(plan)
         )
         store = self.store
         try:
@@ -605,6 +606,7 @@ class Supervisor:
             anchors=anchors_of(self._launched_argv),
             held_by_other=self.held_by_other,
             offloop=self._io,
+            clock=self._clock,
         )
         if not swept:
             return False
@@ -624,7 +626,7 @@ class Supervisor:
             except (StoreCorruptError, ConcurrencyError):
                 raise
             except StoreError:
-                await anyio.sleep(retry_every)
+                await self._clock.sleep(retry_every)
 
     async def fail_unstartable(self, exc: HostlerError, cause: str = "config") -> None:
         """Record that the engine cannot be started at all (its plugin is missing or broken).
@@ -643,7 +645,7 @@ class Supervisor:
 
     async def _check_budget(self, cause: str) -> None:
         """SP1: refuse (recorded, with the start times counted) past the restart budget."""
-        verdict = decide_start(self.rules, self.engine.start_times, self._clock())
+        verdict = decide_start(self.rules, self.engine.start_times, self._clock.wall())
         if verdict.allowed:
             return
         if self.state in (EngineState.STOPPED, EngineState.BACKOFF):
@@ -736,7 +738,7 @@ class Supervisor:
             )
 
     def _check_lockout(self) -> None:
-        now = self._clock()
+        now = self._clock.wall()
         if self.state != EngineState.FATAL or self.engine.retry_at is None:
             return
         if now < self.engine.retry_at:
@@ -813,7 +815,7 @@ class Supervisor:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             message = f"{self.key}: cannot run {command.argv[0]} ({reason})"
             raise EngineStartError(message) from exc
-        child = _Child(identity, process, follower, self._clock(), spec, pidfd=pidfd)
+        child = _Child(identity, process, follower, self._clock.wall(), spec, pidfd=pidfd)
         child.startup_timeout = timeout
         if probe.ready_line is not None:
             child.ready_line = re.compile(probe.ready_line)
@@ -872,6 +874,7 @@ class Supervisor:
             grace=grace,
             second_grace=second_grace,
             kill_wait=self.policy.kill_wait,
+            clock=self._clock,
         )
         if ended.detail and ended.gone:
             log.warning("hostler: %s: not signalled: %s", self.key, ended.detail)
@@ -903,7 +906,7 @@ class Supervisor:
             return False
         if probe.path is None:
             return True
-        left = deadline - anyio.current_time()
+        left = deadline - self._clock.monotonic()
         try:
             answer = await probe_response(
                 child.identity.port,
@@ -912,6 +915,7 @@ class Supervisor:
                 body=probe.body,
                 content_type=probe.content_type,
                 wait=min(probe.wait, max(left, _LAST_PROBE)),
+                clock=self._clock,
             )
         except ValueError as exc:  # a probe altered after it was checked: cannot be sent
             raise self._plugin_fault(f"gave a readiness probe that cannot be sent: {exc}") from exc
@@ -931,7 +935,7 @@ class Supervisor:
         meanwhile cancels the probe or pause in flight at once (:meth:`_interruptible`) and
         the engine is stopped here, under the lock the start holds.
         """
-        deadline = anyio.current_time() + child.startup_timeout
+        deadline = self._clock.monotonic() + child.startup_timeout
         while True:
             if self._abort_reason is not None:
                 reason, self._abort_reason = self._abort_reason, None
@@ -949,9 +953,9 @@ class Supervisor:
                 self._health_failures = 0
                 await self._fire("ready")
                 return
-            if anyio.current_time() >= deadline:
+            if self._clock.monotonic() >= deadline:
                 await self._startup_failed(child, exited=False, timed_out=True)
-            await self._interruptible(anyio.sleep(self.policy.readiness_poll))
+            await self._interruptible(self._clock.sleep(self.policy.readiness_poll))
 
     def _stop_asked(self) -> bool:
         """Whether a stop has asked the start in progress to abort (read after each await)."""
@@ -995,8 +999,7 @@ class Supervisor:
         await self._record_crash(child)
         raise EngineStartError(f"{self.key}: {reason}")
 
-    @staticmethod
-    async def _await_own_exit(child: _Child, within: float) -> bool:
+    async def _await_own_exit(self, child: _Child, within: float) -> bool:
         """Whether our own child exits by itself within ``within`` seconds (polled, 10 ms).
 
         An adopted engine is not our child (no exit status to wait for): False at once.
@@ -1004,11 +1007,11 @@ class Supervisor:
         process = child.process
         if process is None:
             return False
-        deadline = anyio.current_time() + within
+        deadline = self._clock.monotonic() + within
         while process.poll() is None:
-            if anyio.current_time() >= deadline:
+            if self._clock.monotonic() >= deadline:
                 return False
-            await anyio.sleep(0.01)
+            await self._clock.sleep(0.01)
         return True
 
     def _read_lines(self, child: _Child, *, final: bool = False) -> None:
@@ -1043,10 +1046,10 @@ class Supervisor:
                     exit_code=code,
                     signal=sig,
                     reached_ready=child.reached_ready,
-                    retry_at=self._clock(),
+                    retry_at=self._clock.wall(),
                     panic_kind=panic_kind,
                     panic_line=child.panic.line if child.panic else None,
-                    uptime=round(self._clock() - child.started, 3),
+                    uptime=round(self._clock.wall() - child.started, 3),
                     output_tail=child.log.tail(),
                 )
             if ended.gone:
@@ -1138,10 +1141,10 @@ class Supervisor:
         A step that cannot be recorded (the log's disk is full, say) is not acted on and is
         tried again at the next tick; it never ends the watch, so the engine keeps an owner.
         """
-        self._next_health = anyio.current_time() + self.policy.health_interval
+        self._next_health = self._clock.monotonic() + self.policy.health_interval
         complained: str | None = None
         while True:
-            await anyio.sleep(self.policy.watch_interval)
+            await self._clock.sleep(self.policy.watch_interval)
             try:
                 await self.flush()  # SF1: what the log refused is retried, oldest first
                 await self._watch_once()
@@ -1170,12 +1173,12 @@ class Supervisor:
             return
         try:
             self._read_lines(child)
-            if anyio.current_time() >= self._next_log_check:
-                self._next_log_check = anyio.current_time() + self.policy.log_check_interval
+            if self._clock.monotonic() >= self._next_log_check:
+                self._next_log_check = self._clock.monotonic() + self.policy.log_check_interval
                 if await self._rotate_log():
                     self._read_lines(child)  # what it wrote meanwhile, from the rotated copy
-            if anyio.current_time() >= self._next_health:
-                self._next_health = anyio.current_time() + self.policy.health_interval
+            if self._clock.monotonic() >= self._next_health:
+                self._next_health = self._clock.monotonic() + self.policy.health_interval
                 await self._health_check(child)
             await self._idle_check()
         except PluginError as exc:
@@ -1235,13 +1238,15 @@ class Supervisor:
 
     async def _health_check(self, child: _Child) -> None:
         try:
-            status = await probe_status(child.identity.port, self.adapter.readiness_path, wait=2)
+            status = await probe_status(
+                child.identity.port, self.adapter.readiness_path, wait=2, clock=self._clock
+            )
         except ValueError as exc:  # a readiness_path set on the instance, past the class check
             raise self._plugin_fault(f"has a readiness_path that cannot be sent: {exc}") from exc
         healthy = status is not None and self._ask(
             "is_ready", self.adapter.is_ready, status, returns=bool
         )
-        verdict = decide_health(self.rules, self._health_failures, healthy, self._clock())
+        verdict = decide_health(self.rules, self._health_failures, healthy, self._clock.wall())
         self._health_failures = verdict.failures
         if verdict.stop is None:
             return
@@ -1251,7 +1256,7 @@ class Supervisor:
             await self.start_when_recordable(cause="health-restart")
 
     async def _idle_check(self) -> None:
-        now = self._clock()
+        now = self._clock.wall()
         unused_for = now - self.last_used
         if self._pressure is not None and not self.busy and unused_for >= self.rules.pressure_idle:
             under = await self._io.run(self._pressure)
@@ -1287,7 +1292,9 @@ class Supervisor:
             pidfd, _why = open_verified(identity)
         if self._child is not None and self._child.pidfd is not None:
             self._child.pidfd.close()
-        self._child = _Child(identity, None, LogFollower(self.log_path), self._clock(), pidfd=pidfd)
+        self._child = _Child(
+            identity, None, LogFollower(self.log_path), self._clock.wall(), pidfd=pidfd
+        )
         self._child.reached_ready = True
 
 

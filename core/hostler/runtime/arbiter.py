@@ -28,6 +28,7 @@ from typing import Any
 
 import anyio
 
+from hostler.clock import ClockLike, as_clock
 from hostler.drivers.offloop import OffLoop
 from hostler.errors import StoreError, UsageError
 from hostler.events.base import Event
@@ -51,7 +52,6 @@ __all__ = ["DEFAULT_OWNER", "GpuArbiter", "Release"]
 
 log = logging.getLogger(__name__)
 
-Clock = Callable[[], float]
 Evictor = Callable[[], Awaitable[None]]
 #: Releases what an acquire took; idempotent (a second call does nothing).
 Release = Callable[[], Awaitable[None]]
@@ -79,7 +79,8 @@ class GpuArbiter:
     Args:
         policy: ``swap``, ``coexist`` or ``auto`` (GA7: auto means coexist).
         health_gate: Runs last on every acquire (None: no gate).
-        clock: Wall-clock seconds for the lease records and the leak ceiling (injected in tests).
+        clock: The clock: wall time for the lease records and the leak ceiling, timeouts for
+            the re-check.
         store: Where lease events are recorded (stream ``lease/<id>``); without one they are
             kept in :attr:`history` only.
         ceiling: GA4's leak ceiling (seconds).
@@ -96,7 +97,7 @@ class GpuArbiter:
         policy: str = "auto",
         *,
         health_gate: DeviceHealthGate | None = None,
-        clock: Clock = time.time,
+        clock: ClockLike = time.time,
         store: EventStore | None = None,
         ceiling: float = STALE_LEASE_CEILING,
         recheck_every: float | None = None,
@@ -104,7 +105,7 @@ class GpuArbiter:
     ) -> None:
         self._mode: Mode = _resolve(policy)
         self.health_gate = health_gate
-        self._clock = clock
+        self._clock = as_clock(clock)
         self._store = store
         self._io = io or OffLoop(threads=1)
         self.ceiling = ceiling
@@ -224,12 +225,14 @@ class GpuArbiter:
             await self._admit(slot)
             return None, _no_release
         lease = Lease(secrets.token_hex(8))
-        lease.fire("request", slot=slot, holder=holder, at=self._clock())
+        lease.fire("request", slot=slot, holder=holder, at=self._clock.wall())
         self._waiting[lease.key] = lease
         try:
             await self._record(lease)
             while True:
-                verdict = lease_verdict(slot, self._held(), self._mode, self._clock(), self.ceiling)
+                verdict = lease_verdict(
+                    slot, self._held(), self._mode, self._clock.wall(), self.ceiling
+                )
                 if verdict.action == "take":
                     break
                 if verdict.action == "free":
@@ -251,7 +254,7 @@ class GpuArbiter:
                 await self._end_waiting(lease, "gave up waiting")
             raise
         del self._waiting[lease.key]
-        now = self._clock()
+        now = self._clock.wall()
         lease.fire("grant", at=now, expires_at=now + self.ceiling)
         holding = self._holder = _Holder(lease, HeldLease(slot, now))
         released = False
@@ -290,7 +293,7 @@ class GpuArbiter:
 
     def leases(self) -> list[dict[str, Any]]:
         """The held lease and the waiting requests, for status (held first)."""
-        now = self._clock()
+        now = self._clock.wall()
         rows = []
         models = ([self._holder.lease] if self._holder else []) + list(self._waiting.values())
         for model in models:
@@ -336,7 +339,7 @@ class GpuArbiter:
 
     async def _wait(self) -> None:
         """Until woken (a release, a break, a policy switch) or the re-check timer fires."""
-        with anyio.move_on_after(self.recheck_every):
+        with self._clock.move_on_after(self.recheck_every):
             await self._wake.wait()
 
     async def _admit(self, slot: str) -> None:
@@ -344,7 +347,7 @@ class GpuArbiter:
             await self.health_gate.admit(f"{slot} workload")
 
     async def _break_if_stale(self, slot: str) -> bool:
-        verdict = lease_verdict(slot, self._held(), "swap", self._clock(), self.ceiling)
+        verdict = lease_verdict(slot, self._held(), "swap", self._clock.wall(), self.ceiling)
         if verdict.action != "break":
             return False
         await self._break(verdict.decision)
@@ -355,7 +358,7 @@ class GpuArbiter:
         holding = self._holder
         if holding is None:  # pragma: no cover - the verdict saw a holder
             return
-        now = self._clock()
+        now = self._clock.wall()
         expires = holding.lease.expires_at or now
         log.error(
             "hostler: the %s lease of %r was held %.0f s, past the %.0f s ceiling: a leak; "
@@ -380,7 +383,7 @@ class GpuArbiter:
         """GA3: clear the lease if it is still this one (a broken one is not touched)."""
         if self._holder is not holding:
             return
-        holding.lease.fire("release", at=self._clock(), cause=cause)
+        holding.lease.fire("release", at=self._clock.wall(), cause=cause)
         self._holder = None
         self._notify()
         holding.lease.unbind()
@@ -389,7 +392,7 @@ class GpuArbiter:
     async def _end_waiting(self, lease: Lease, cause: str) -> None:
         if self._waiting.pop(lease.key, None) is None:
             return
-        lease.fire("release", at=self._clock(), cause=cause)
+        lease.fire("release", at=self._clock.wall(), cause=cause)
         lease.unbind()
         await self._record(lease)
 

@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
-import anyio
-
+from hostler.clock import ClockLike, as_clock
 from hostler.events.base import Event
 from hostler.events.cache import CacheBudgetSet, CacheEvicted
 from hostler.plugin import CacheAdapter
@@ -90,28 +89,26 @@ class CacheController:
     """CC1: every registered engine's cache entries, outcomes and budget.
 
     Args:
-        clock: Epoch seconds (injected; ``time.time`` by default).
+        clock: The clock: wall time for entries, sleeps for the reconcile loop, timeouts for
+            adapter calls.
         default_budget: An engine's budget until one is set (CC11's
             :func:`~hostler.policies.cache.default_budget` gives a RAM-sized one).
         record: Where the decisions go (``cache.evicted``, ``cache.budget_set``), if anywhere.
         adapter_timeout: Seconds an adapter call may take.
-        sleep: The reconcile loop's sleep (injected for tests).
     """
 
     def __init__(
         self,
         *,
-        clock: Callable[[], float] = time.time,
+        clock: ClockLike = time.time,
         default_budget: int = DEFAULT_BUDGET,
         record: Callable[[Event], None] | None = None,
         adapter_timeout: float = ADAPTER_TIMEOUT,
-        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
     ) -> None:
-        self._clock = clock
+        self._clock = as_clock(clock)
         self._default_budget = default_budget
         self._record = record
         self._timeout = adapter_timeout
-        self._sleep = sleep
         self._engines: dict[str, _Engine] = {}
         self._budgets: dict[str, int] = {}
 
@@ -212,7 +209,7 @@ class CacheController:
             session_id=session_id,
             tokens=max(prompt_tokens, 0),
             bytes=entry_bytes(prompt_tokens),
-            last_used_at=self._clock(),
+            last_used_at=self._clock.wall(),
             priority="normal" if known is None else known.priority,
             group=group if group is not None or known is None else known.group,
         )
@@ -269,7 +266,7 @@ class CacheController:
         recorded while the report was on its way is newer than the report and is kept.
         """
         for key, engine in list(self._engines.items()):
-            asked_at = self._clock()
+            asked_at = self._clock.wall()
             reported = await self._call(key, "report usage", engine.adapter.report_usage)
             if reported is None or self._engines.get(key) is not engine:
                 continue  # nothing to say, or re-registered/unregistered meanwhile
@@ -279,7 +276,7 @@ class CacheController:
     async def run(self, interval: float = RECONCILE_INTERVAL) -> None:
         """CC8: reconcile every ``interval`` seconds until cancelled."""
         while True:
-            await self._sleep(interval)
+            await self._clock.sleep(interval)
             try:
                 await self.reconcile_once()
             except Exception:
@@ -332,7 +329,7 @@ class CacheController:
     async def _call(self, key: str, what: str, call: Callable[[], Awaitable[T]]) -> T | None:
         """Await an adapter call within the timeout; None when it failed or hung (logged)."""
         try:
-            with anyio.move_on_after(self._timeout) as scope:
+            with self._clock.move_on_after(self._timeout) as scope:
                 return await call()
             if scope.cancelled_caught:
                 log.warning("cache adapter of %s: %s timed out after %ss", key, what, self._timeout)

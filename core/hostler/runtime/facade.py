@@ -24,6 +24,7 @@ from typing import Any
 import anyio
 
 from hostler.capacity.pricing import LaunchPrice
+from hostler.clock import Clock, ClockLike, as_clock
 from hostler.drivers.host_ledger import HostLedger
 from hostler.drivers.offloop import OffLoop
 from hostler.engines.factory import EngineFactory
@@ -118,7 +119,8 @@ class Runtime:
             :class:`~hostler.engines.factory.EngineFactory` (the daemon's), whose
             ``launcher(key)`` :meth:`preview` then asks without building a supervisor.
         ledger: The host ledger that admits engines (None: no accounting).
-        clock: Wall-clock seconds (injected in tests).
+        clock: The clock every part of the runtime reads (a wall-time callable: a system
+            clock with that wall).
         offloop: Where blocking log and ledger work runs.
         drain_wait: How long a busy engine chosen to make room may finish its work (PP5).
         pinned: Engine keys kept resident (PP17).
@@ -139,7 +141,7 @@ class Runtime:
         build: Callable[[str], Supervisor] | EngineFactory,
         *,
         ledger: HostLedger | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: ClockLike = time.time,
         offloop: OffLoop | None = None,
         drain_wait: float = DRAIN_WAIT,
         drain_poll: float = DRAIN_POLL,
@@ -150,15 +152,15 @@ class Runtime:
         eviction: EvictionPolicy = DEFAULT_EVICTION_POLICY,
     ) -> None:
         self._io = offloop or OffLoop()
-        self._clock = clock
-        self.arbiter = arbiter or GpuArbiter("coexist", store=store, clock=clock)
+        self._clock = as_clock(clock)
+        self.arbiter = arbiter or GpuArbiter("coexist", store=store, clock=self._clock)
         self._queues: dict[str, RequestQueue] = {}
         self._gates: dict[str, RequestGate] = {}
         self._unwritten: list[tuple[str, Event]] = []  # queue and cache events, written later
         self._in_flight = 0  # requests inside request(): their queue events end the log
         self._settled = anyio.Event()
         self.cache = cache or CacheController(
-            clock=clock, record=lambda event: self._unwritten.append(("cache", event))
+            clock=self._clock, record=lambda event: self._unwritten.append(("cache", event))
         )
         self._cached_pid: dict[str, int] = {}  # the process each registered cache adapter serves
         self.store = store
@@ -188,7 +190,7 @@ class Runtime:
             store,
             build_registered,
             ledger=ledger,
-            clock=clock,
+            clock=self._clock,
             offloop=self._io,
             drain_wait=drain_wait,
             drain_poll=drain_poll,
@@ -197,7 +199,7 @@ class Runtime:
             busy_hint=lambda key: key in self._queues and self._queues[key].busy,
             eviction=eviction,
         )
-        self.router = Router(self.pool, clock=clock, offloop=self._io)
+        self.router = Router(self.pool, clock=self._clock, offloop=self._io)
         self._ledger_fold: LedgerFold | None = None  # reserved vs measured bytes, for ps
 
     async def __aenter__(self) -> Runtime:
@@ -216,7 +218,7 @@ class Runtime:
                 # records its end before the last write: the log holds every request's end
                 if self._in_flight:
                     self._settled = anyio.Event()  # set by the last one out
-                    with anyio.move_on_after(SETTLE_WAIT):
+                    with self._clock.move_on_after(SETTLE_WAIT):
                         await self._settled.wait()
                 await self._flush_queue_events()
 
@@ -234,7 +236,7 @@ class Runtime:
 
     async def _write_queue_events(self, every: float = 0.5) -> None:
         while True:
-            await anyio.sleep(every)
+            await self._clock.sleep(every)
             await self._flush_queue_events()
 
     async def _flush_queue_events(self) -> None:
@@ -386,6 +388,11 @@ class Runtime:
         """RD10: the ``model`` field ``key``'s engine must be sent (None: the client's stands)."""
         return self.pool.supervisor(key).adapter.request_model
 
+    @property
+    def clock(self) -> Clock:
+        """The clock every part of this runtime reads (the faces' "now" too)."""
+        return self._clock
+
     def ledger_log(self) -> EventStore | None:
         """The host ledger's log when it is another file than the runtime's own log, else None."""
         ledger = self.ledger
@@ -497,7 +504,7 @@ class Runtime:
                 self._fit_width(key)
                 self._fit_cache(key)
                 async with self._gates[key].slot():
-                    now = self._clock()
+                    now = self._clock.wall()
                     waited = round(now - ticket.enqueued_at, 6)
                     served = QueueServed(key, ticket.id, ticket.lane, waited, round(now, 6))
                     self._unwritten.append((key, served))  # the client's whole wait (PM23)
@@ -547,8 +554,8 @@ class Runtime:
     def _queue(self, key: str) -> RequestQueue:
         queue = self._queues.get(key)
         if queue is None:
-            # the runtime's wall clock, not the queue's monotonic default: a request's times in
-            # the log then line up with the engine, pool and ledger events (post-mortem, PM)
+            # the runtime's clock: a request's times in the log line up with the engine, pool
+            # and ledger events (post-mortem, PM)
             queue = RequestQueue.for_engine(
                 key,
                 1,

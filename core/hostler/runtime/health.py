@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from hostler.clock import SYSTEM_CLOCK, ClockLike, as_clock
 from hostler.errors import DeviceUnhealthyError
 from hostler.policies.health import (
     AdmissionState,
@@ -37,9 +37,6 @@ from hostler.probes.nvml import NvmlProbe, open_nvml
 __all__ = ["DeviceHealthGate", "HealthSample", "HealthStatus", "nvml_sampler"]
 
 log = logging.getLogger(__name__)
-
-Clock = Callable[[], float]
-Sleep = Callable[[float], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +107,7 @@ class DeviceHealthGate:
         policy: The settings (default: DH1's defaults; see :meth:`from_environment`).
         sampler: Takes one sample (default: NVML, off the event loop). A sampler that raises
             counts as a sample with no readings and the error (DH5).
-        clock: Monotonic seconds (injected in tests).
-        sleep: Waits between samples (injected in tests, with the clock).
+        clock: The clock: monotonic time for the waits' lengths, sleeps between samples.
         status_max_age: How long :meth:`status` reuses its last sample (seconds).
     """
 
@@ -120,14 +116,12 @@ class DeviceHealthGate:
         policy: HealthPolicy | None = None,
         sampler: Sampler | None = None,
         *,
-        clock: Clock = time.monotonic,
-        sleep: Sleep = anyio.sleep,
+        clock: ClockLike = SYSTEM_CLOCK,
         status_max_age: float = 5.0,
     ) -> None:
         self.policy = policy or HealthPolicy()
         self._sampler = sampler or nvml_sampler()
-        self._clock = clock
-        self._sleep = sleep
+        self._clock = as_clock(clock)
         self.status_max_age = status_max_age
         self._cooling = False
         self._blocked = False
@@ -201,11 +195,11 @@ class DeviceHealthGate:
         return step
 
     async def _admission(self) -> tuple[AdmissionStep, float]:
-        start = self._clock()
+        start = self._clock.monotonic()
         state = AdmissionState(0, self._cooling)
         while True:
             sample = await self.sample()
-            elapsed = self._clock() - start
+            elapsed = self._clock.monotonic() - start
             step = admission_step(state, sample.readings, self.policy, elapsed)
             self._cooling = step.state.cooling
             self._blocked = step.action == "blocked"
@@ -218,7 +212,7 @@ class DeviceHealthGate:
                         "; ".join(step.evaluation.reasons),
                     )
                 return step, elapsed
-            await self._sleep(step.sleep)
+            await self._clock.sleep(step.sleep)
             state = step.state
 
     def _error(self, context: str, waited: float, step: AdmissionStep) -> DeviceUnhealthyError:
@@ -241,14 +235,14 @@ class DeviceHealthGate:
             sample.readings,
             evaluation.reasons,
             sample.error,
-            self._clock(),
+            self._clock.monotonic(),
         )
 
     async def status(self, max_age: float | None = None) -> HealthStatus:
         """DH5: the device as of at most ``max_age`` seconds ago (default ``status_max_age``)."""
         limit = self.status_max_age if max_age is None else max_age
         cached = self._status
-        if cached is not None and self._clock() - cached.sampled_at < limit:
+        if cached is not None and self._clock.monotonic() - cached.sampled_at < limit:
             return cached
         sample = await self.sample()
         self._remember(sample)

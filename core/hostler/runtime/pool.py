@@ -47,6 +47,7 @@ from anyio.abc import TaskGroup
 
 from hostler.capacity.keys import parse_key
 from hostler.capacity.ledger import shortfall as ledger_shortfall
+from hostler.clock import ClockLike, as_clock
 from hostler.drivers.host_ledger import HostLedger
 from hostler.drivers.offloop import OffLoop
 from hostler.engines.launcher import Launch
@@ -176,7 +177,7 @@ class Pool:
         store: The daemon's event log (pool decisions go to stream ``pool/host``).
         build: Makes the supervisor for an engine key (called once per key).
         ledger: The host ledger (None: no accounting, nothing is ever evicted for room).
-        clock: Wall-clock seconds (injected in tests).
+        clock: The clock (wall time for the log, monotonic time and sleeps for its waits).
         offloop: Where blocking log and ledger work runs.
         drain_wait: PP5's bound on a busy victim's drain (seconds).
         drain_poll: How often a draining victim is looked at (seconds).
@@ -192,7 +193,7 @@ class Pool:
         build: Callable[[str], Supervisor],
         *,
         ledger: HostLedger | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: ClockLike = time.time,
         offloop: OffLoop | None = None,
         drain_wait: float = DRAIN_WAIT,
         drain_poll: float = DRAIN_POLL,
@@ -206,7 +207,7 @@ class Pool:
         self._build_supervisor = build
         self._stopping: list[Callable[[int], Awaitable[None]]] = []
         self.ledger = ledger
-        self._clock = clock
+        self._clock = as_clock(clock)
         self._io = offloop or OffLoop()
         self.drain_wait = drain_wait
         self.drain_poll = drain_poll
@@ -325,7 +326,7 @@ class Pool:
         """The supervisor of ``key``, made on first use (building nothing)."""
         entry = self._entries.get(key)
         if entry is None:
-            entry = _Entry(self._build_supervisor(key), last_used_at=self._clock())
+            entry = _Entry(self._build_supervisor(key), last_used_at=self._clock.wall())
             if entry.supervisor.owned is None:  # RD9: a sweep spares every engine of ours
                 entry.supervisor.owned = self.live_pids
             self._entries[key] = entry
@@ -372,7 +373,7 @@ class Pool:
 
     def snapshot(self) -> list[EntryView]:
         """PP16: every known engine, sorted by key."""
-        now = self._clock()
+        now = self._clock.wall()
         views = []
         for key in sorted(self._entries):
             entry = self._entries[key]
@@ -443,7 +444,7 @@ class Pool:
                 yield port
         finally:
             entry.in_use -= 1
-            entry.last_used_at = self._clock()
+            entry.last_used_at = self._clock.wall()
 
     async def ensure(self, key: str, cause: str = "request") -> int:
         """PP1: ``key``'s engine running (built once however many ask); return its port."""
@@ -461,7 +462,7 @@ class Pool:
         """
         self.supervisor(key)
         entry = self._entries[key]
-        now = self._clock()
+        now = self._clock.wall()
         touched = touch(self._as_policy(key, entry, 0), now)
         entry.hits, entry.last_used_at = touched.hits, now
         entry.waiting += 1  # until handed out: the caller increments in_use with no await
@@ -559,10 +560,10 @@ class Pool:
             return None
         if type(wanted) is not int or wanted < 0:  # no byte count: a broken plugin, whose
             return None  # start the supervisor refuses and records; nothing is evicted for it
-        search = RoomSearch(key, wanted, anyio.current_time() + self.drain_wait)
+        search = RoomSearch(key, wanted, self._clock.monotonic() + self.drain_wait)
         while True:
             short, held = await self._io.run(self._shortfall, key, wanted)
-            now = self._clock()
+            now = self._clock.wall()
             standing = [
                 Standing(
                     self._as_policy(k, e, held.get(k, 0), queued=True),
@@ -580,12 +581,12 @@ class Pool:
                 standing,
                 now,
                 policy=self.eviction,
-                patience_now=anyio.current_time(),
+                patience_now=self._clock.monotonic(),
             )
             if step.action == "fit":
                 return None
             if step.action == "wait":
-                await anyio.sleep(self.drain_poll)  # PP4: wait for them, then look again
+                await self._clock.sleep(self.drain_poll)  # PP4: wait for them, then look again
                 continue
             assert step.plan is not None  # noqa: S101 - refuse and unload carry their plan
             decision = {**step.plan.decision, "observed": _observed(step.candidates)}  # PM14
@@ -654,11 +655,11 @@ class Pool:
         entry.draining = True
         entry.drained = anyio.Event()
         try:
-            started = self._clock()
+            started = self._clock.wall()
             await self._record(PoolDrainStarted(started, key, for_key, wait))
             while True:
                 busy = self._busy(key, entry, queued=False)
-                now = self._clock()
+                now = self._clock.wall()
                 verdict = drain_verdict(busy=busy, started_at=started, now=now, wait=wait)
                 waited = float(verdict.decision["waited"])
                 exact = {**verdict.decision, "started_at": started, "now": now}  # PM14
@@ -666,7 +667,7 @@ class Pool:
                     # PP18: everyone who asked for for_key left while this drained: the warm
                     # engine stays, and nothing is started for nobody
                     await self._record(
-                        PoolDrainEnded(self._clock(), key, "abandoned", waited, exact)
+                        PoolDrainEnded(self._clock.wall(), key, "abandoned", waited, exact)
                     )
                     raise StartAbandonedError(
                         f"{for_key}: not started: everyone who asked for it left while {key} "
@@ -675,22 +676,26 @@ class Pool:
                 if verdict.action == "evict":
                     if entry.supervisor.state not in _UP:
                         await self._record(
-                            PoolDrainEnded(self._clock(), key, "gone", waited, exact)
+                            PoolDrainEnded(self._clock.wall(), key, "gone", waited, exact)
                         )
                         return False
                     await self._tell_stopping(entry.supervisor)
                     await entry.supervisor.stop(StopReason.EVICTED, {**why, "drain": exact})
-                    await self._record(PoolDrainEnded(self._clock(), key, "evicted", waited, exact))
+                    await self._record(
+                        PoolDrainEnded(self._clock.wall(), key, "evicted", waited, exact)
+                    )
                     return True
                 if verdict.action == "busy":
-                    await self._record(PoolDrainEnded(self._clock(), key, "busy", waited, exact))
+                    await self._record(
+                        PoolDrainEnded(self._clock.wall(), key, "busy", waited, exact)
+                    )
                     raise EngineBusyError(
                         f"{key} is busy and did not drain within {wait:g} s; not evicting it"
                         + (f" for {for_key}" if for_key else "")
                         + ": it stays resident. Retry when its requests end"
                     )
                 self._tell_drain(DrainProgress(key, for_key, waited, wait))
-                await anyio.sleep(self.drain_poll)
+                await self._clock.sleep(self.drain_poll)
         finally:
             entry.draining = False
             entry.drained.set()
@@ -816,10 +821,10 @@ class Pool:
         while not self._closed:
             for key in sorted(self.pinned):
                 await self._raise_pinned(key)
-            await anyio.sleep(self.pin_interval)
+            await self._clock.sleep(self.pin_interval)
 
     async def _raise_pinned(self, key: str) -> None:
-        now = anyio.current_time()
+        now = self._clock.monotonic()
         next_try, backoff = self._pin_retry.get(key, (0.0, 0.0))
         if now < next_try:
             return
@@ -829,7 +834,11 @@ class Pool:
             if sup.state in (*_UP, EngineState.STOPPING) or entry.flight or entry.draining:
                 return
             retry_at = sup.engine.retry_at
-            if sup.state == EngineState.FATAL and retry_at is not None and self._clock() < retry_at:
+            if (
+                sup.state == EngineState.FATAL
+                and retry_at is not None
+                and self._clock.wall() < retry_at
+            ):
                 return  # locked out: the budget says when
             await self.ensure(key, cause="pinned")
         except anyio.get_cancelled_exc_class():
@@ -839,7 +848,7 @@ class Pool:
             # tried again later and later (up to a minute): a pin that cannot start does not
             # fill the log with the same refusal every second
             backoff = min(max(backoff * 2, PIN_BACKOFF_MIN, self.pin_interval), PIN_BACKOFF_MAX)
-            self._pin_retry[key] = (anyio.current_time() + backoff, backoff)
+            self._pin_retry[key] = (self._clock.monotonic() + backoff, backoff)
             if self._pin_trouble.get(key) != message:
                 self._pin_trouble[key] = message
                 log.error("hostler: pinned %s: %s", key, message)  # noqa: TRY400

@@ -8,21 +8,22 @@ Callers wrap the work that needs one of the engine's slots::
 Which queued request gets a freed slot is decided by the pure rules of
 :mod:`hostler.policies.queue` (starvation bound, lanes, ambient gate, affinity); each decision
 is recorded (``queue.dispatched``) with its inputs. Cancelling the waiting caller (anyio
-cancellation) takes it out of the line without using a slot. Time comes from an injected
-``clock``; waits on time (the wait notice, the timeout, the ambient re-check) go through an
-injected ``sleep``, so tests can run minutes of queue time in milliseconds.
+cancellation) takes it out of the line without using a slot. Time comes from the injected
+:class:`~hostler.clock.Clock`: its wall time stamps the events, its sleeps are the waits on
+time (the wait notice, the timeout, the ambient re-check), so a test with
+:class:`hostler.testing.VirtualClock` runs minutes of queue time in milliseconds.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Literal
 
 import anyio
 
+from hostler.clock import SYSTEM_CLOCK, ClockLike, as_clock
 from hostler.errors import QueueCancelledError, QueueTimeoutError
 from hostler.events.base import Event
 from hostler.events.queue import (
@@ -55,8 +56,6 @@ from hostler.policies.queue import (
 
 __all__ = ["ActiveRequest", "QueueSummary", "QueuedRequest", "RequestQueue", "Ticket"]
 
-Clock = Callable[[], float]
-Sleep = Callable[[float], Awaitable[None]]
 Record = Callable[[Event], None]
 _Outcome = Literal["granted", "cancelled", "timeout"]
 
@@ -209,8 +208,7 @@ class RequestQueue:
         quiet_window: Q5's quiet window in seconds (0 or less: ambient work is never held).
         max_wait: Q4's starvation bound in seconds.
         affinity_window: How long an ended run still counts for affinity (seconds).
-        clock: Seconds, monotonic (injected in tests).
-        sleep: Waits that many seconds of ``clock`` time (injected with a fake clock).
+        clock: The clock: wall time for the events, sleeps for the waits on time.
         record: Receives every queue event (``queue.*``), e.g. to append it to the log.
 
     Raises:
@@ -228,8 +226,7 @@ class RequestQueue:
         quiet_window: float = AMBIENT_QUIET,
         max_wait: float = MAX_WAIT,
         affinity_window: float = AFFINITY_WINDOW,
-        clock: Clock = time.monotonic,
-        sleep: Sleep = anyio.sleep,
+        clock: ClockLike = SYSTEM_CLOCK,
         record: Record | None = None,
     ) -> None:
         self.engine = engine
@@ -239,14 +236,13 @@ class RequestQueue:
         self.quiet_window = quiet_window
         self.max_wait = max_wait
         self.affinity_window = affinity_window
-        self._clock = clock
-        self._sleep = sleep
+        self._clock = as_clock(clock)
         self._record = record
         self._next_id = 1
         self._pending: dict[int, Ticket] = {}
         self._running: dict[int, Ticket] = {}
         self._recent: tuple[RecentRun, ...] = ()
-        self._last_activity = clock()  # Q1: the quiet clock starts at construction
+        self._last_activity = self._clock.wall()  # Q1: the quiet clock starts at construction
         self._wake: anyio.Event | None = None
         self._exit_ahead: dict[int, int] = {}  # Q10 at the moment a request timed out
 
@@ -337,7 +333,7 @@ class RequestQueue:
     ) -> Ticket:
         if lane not in ("interactive", "background"):
             raise ValueError(f"a request's lane is interactive or background, not {lane!r}")
-        now = self._clock()
+        now = self._clock.wall()
         if not ambient:
             self._last_activity = now  # Q2: a non-ambient arrival is activity
         ticket = Ticket(
@@ -389,13 +385,13 @@ class RequestQueue:
             )
 
     async def _notice(self, ticket: Ticket, on_wait: Callable[[int], None]) -> None:
-        await self._sleep(WAIT_NOTICE)
+        await self._clock.sleep(WAIT_NOTICE)
         ahead = self.ahead_of(ticket.id)
         if ahead is not None:
             on_wait(ahead)
 
     async def _expire(self, ticket: Ticket, limit: float) -> None:
-        await self._sleep(max(limit, 0.0))
+        await self._clock.sleep(max(limit, 0.0))
         if ticket._outcome is None:
             self._exit_ahead[ticket.id] = self.ahead_of(ticket.id) or 0
             self._leave(ticket, "timeout")
@@ -409,7 +405,7 @@ class RequestQueue:
                     self._wake = anyio.Event()
                 await self._wake.wait()
             else:
-                await self._sleep(delay)
+                await self._clock.sleep(delay)
                 self._drain()
 
     def _ambient_delay(self, ticket: Ticket) -> float | None:
@@ -422,7 +418,7 @@ class RequestQueue:
             running=len(self._running),
             non_ambient_running=sum(1 for t in self._running.values() if not t.ambient),
             non_ambient_pending=non_ambient_pending,
-            quiet_for=self._clock() - self._last_activity,
+            quiet_for=self._clock.wall() - self._last_activity,
             quiet_window=self.quiet_window,
         )
 
@@ -440,7 +436,7 @@ class RequestQueue:
 
     def _drain(self) -> None:
         while self._pending and len(self._running) < self._caps.width:
-            now = self._clock()
+            now = self._clock.wall()
             self._recent = prune_recent(
                 self._recent, now, window=self.affinity_window, cap=RECENT_CAP
             )
@@ -494,7 +490,7 @@ class RequestQueue:
             return
         ticket._released = True
         self._running.pop(ticket.id, None)
-        now = self._clock()
+        now = self._clock.wall()
         if not ticket.ambient:
             self._last_activity = now
         self._recent = prune_recent(
@@ -514,7 +510,7 @@ class RequestQueue:
     def _leave(self, ticket: Ticket, why: Literal["cancelled", "aborted", "timeout"]) -> None:
         self._pending.pop(ticket.id, None)
         ticket._outcome = "cancelled" if why == "aborted" else why
-        now = self._clock()
+        now = self._clock.wall()
         self._emit(
             QueueCancelled(
                 self.engine,
@@ -552,7 +548,9 @@ class RequestQueue:
         for ticket_id, order in orders.items():
             self._pending[ticket_id].order = order
         other = next(i for i in orders if i != request_id)
-        self._emit(QueueMoved(self.engine, request_id, direction, other, round(self._clock(), 6)))
+        self._emit(
+            QueueMoved(self.engine, request_id, direction, other, round(self._clock.wall(), 6))
+        )
         self._drain()
         return True
 
@@ -612,7 +610,7 @@ class RequestQueue:
 
     def describe(self) -> QueueSummary:
         """Q9: what runs, what waits and why, now."""
-        now = self._clock()
+        now = self._clock.wall()
         gate = self._gate_open(now)
         active = tuple(
             ActiveRequest(
@@ -658,7 +656,7 @@ class RequestQueue:
     # -- helpers -------------------------------------------------------------------------
 
     def _waited(self, ticket: Ticket) -> float:
-        return max(self._clock() - ticket.enqueued_at, 0.0)
+        return max(self._clock.wall() - ticket.enqueued_at, 0.0)
 
     def _ahead_at_exit(self, ticket: Ticket) -> int:
         return self._exit_ahead.pop(ticket.id, 0)

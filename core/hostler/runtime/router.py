@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
 
 from hostler.capacity.keys import make_key, parse_key
+from hostler.clock import ClockLike, as_clock
 from hostler.drivers.offloop import OffLoop
 from hostler.errors import HostlerError
 from hostler.events.router import ROUTER_STREAM, SessionBound
@@ -32,15 +32,15 @@ class Router:
 
     Args:
         pool: The pool that builds and holds the engines.
-        clock: Wall-clock seconds (injected in tests).
+        clock: The clock (wall time for the binding records).
         offloop: Where log writes run.
     """
 
     def __init__(
-        self, pool: Pool, *, clock: Callable[[], float] = time.time, offloop: OffLoop | None = None
+        self, pool: Pool, *, clock: ClockLike = time.time, offloop: OffLoop | None = None
     ) -> None:
         self.pool = pool
-        self._clock = clock
+        self._clock = as_clock(clock)
         self._io = offloop or OffLoop()
         self._bound: dict[str, str] = {}
 
@@ -147,7 +147,7 @@ class Router:
             return  # nothing new to record
         self._bound[session] = key
         tally = {k: (counts or Counter()).get(k, 0) for k in (running or [key])}
-        event = SessionBound(self._clock(), session, key, how, tally)
+        event = SessionBound(self._clock.wall(), session, key, how, tally)
         store = self.pool.store
         try:
             await self._io.run(lambda: store.append(ROUTER_STREAM, [event], expected_version=None))

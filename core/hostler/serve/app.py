@@ -16,7 +16,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -73,6 +72,7 @@ def make_app(
     upstream = upstream or PooledUpstream()
 
     guard = Guard(token, public, open_routes=open_routes)
+    clock = runtime.clock
 
     def authorized(request: Request, *, changes_state: bool) -> Response | None:
         return guard.check(request, changes_state=changes_state)
@@ -140,7 +140,7 @@ def make_app(
                 "sessions": dict(status.sessions),
                 "ledger": status.ledger,
                 "closed": status.closed,
-                "now": time.time(),
+                "now": clock.wall(),
                 "last_seq": last_seq,
             }
         )
@@ -171,7 +171,7 @@ def make_app(
         Route("/api/queues", queues, methods=["GET"]),
         Route(OPENAPI_PATH, openapi, methods=["GET"]),
         *operator_routes(runtime, guard, models),
-        *dashboard_routes(runtime.store, runtime.ledger_log, guard),
+        *dashboard_routes(runtime.store, runtime.ledger_log, guard, clock),
     ]
 
     @contextlib.asynccontextmanager
@@ -352,4 +352,4 @@ async def _tail(runtime: Runtime, after: int) -> AsyncIterator[bytes]:
             yield f"id: {record.seq}\nevent: {record.type}\ndata: {data}\n\n".encode()
             after = record.seq
         if len(page) < TAIL_PAGE:
-            await anyio.sleep(TAIL_POLL)
+            await runtime.clock.sleep(TAIL_POLL)

@@ -11,7 +11,6 @@ the server, nor its access log) and sends it as a bearer header (PM34).
 from __future__ import annotations
 
 import io
-import time
 from collections.abc import Callable
 from functools import cache
 from importlib.resources import files
@@ -21,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from hostler.clock import Clock
 from hostler.errors import HostlerError
 from hostler.serve.errors import error_response, hostler_error_response
 from hostler.serve.operator import Guard, is_number
@@ -102,12 +102,12 @@ def timeline_svg(
 
 
 def dashboard_routes(
-    store: EventStore, ledger: Callable[[], EventStore | None], guard: Guard
+    store: EventStore, ledger: Callable[[], EventStore | None], guard: Guard, clock: Clock
 ) -> list[Route]:
     """The page (open: it holds nothing), its assets, and the guarded timeline route.
 
     ``store`` is the daemon's log; ``ledger()`` the host ledger's when it is another one
-    (asked for when a timeline is drawn).
+    (asked for when a timeline is drawn); ``clock`` says when "now" is.
     """
 
     def asset(path: str) -> Route:
@@ -136,7 +136,7 @@ def dashboard_routes(
         try:
             svg = await anyio.to_thread.run_sync(
                 lambda: timeline_svg(
-                    store, ledger(), minutes=minutes, now=time.time(), title=title
+                    store, ledger(), minutes=minutes, now=clock.wall(), title=title
                 ),
                 limiter=limiter,
             )

@@ -10,7 +10,6 @@ fixture; it works as well outside pytest.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -24,6 +23,7 @@ from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.errors import UsageError
 from hostler.plugin import EngineAdapter, LaunchSpec
 from hostler.store.log import EventStore
+from hostler.testing.clock import FakeClock
 
 __all__ = ["FAST_POLICY", "HOST_MEMORY", "FakeClock", "Harness"]
 
@@ -31,36 +31,6 @@ __all__ = ["FAST_POLICY", "HOST_MEMORY", "FakeClock", "Harness"]
 HOST_MEMORY = 64 * 2**30
 #: Supervisor timings for tests: a quick watch, no idle stop, a short stop grace.
 FAST_POLICY = SupervisorPolicy(watch_interval=0.05, idle_timeout=0, stop_grace=1.0)
-
-
-class FakeClock:
-    """A wall clock that moves only when told: pass it wherever hostler takes a ``clock``.
-
-    Args:
-        start: The first reading (seconds since the epoch).
-    """
-
-    def __init__(self, start: float = 1_800_000_000.0) -> None:
-        if not math.isfinite(start):
-            raise UsageError(f"a clock starts at a finite time, not {start!r}")
-        self.now = float(start)
-
-    def __call__(self) -> float:
-        """The current reading."""
-        return self.now
-
-    def advance(self, seconds: float) -> float:
-        """Move forward by ``seconds`` (never backward, always finite); returns the new reading."""
-        if not math.isfinite(seconds) or not math.isfinite(self.now + seconds):
-            raise UsageError(f"a clock moves by a finite number of seconds, not {seconds!r}")
-        if seconds < 0:
-            raise UsageError(f"a clock does not go back ({seconds} s)")
-        self.now += seconds
-        return self.now
-
-    def set(self, when: float) -> None:
-        """Jump to ``when`` (never backward)."""
-        self.advance(when - self.now)
 
 
 class Harness:
