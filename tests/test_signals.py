@@ -44,6 +44,7 @@ from hostler.engines.process import (
 )
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy, free_port
 from hostler.errors import EngineStartError
+from hostler.machines.watch import ProbeHealth, StopForHealth
 from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec
 from hostler.probes.host import boot_id
 from hostler.replay import commit
@@ -259,7 +260,10 @@ async def test_a_reused_pid_is_never_signalled(
         assert f"pid {stranger.pid}" in stopped["detail"]
         assert sup.state == "stopped"
     elif path == "health-restart":
-        await sup._health_check(child)  # the stranger does not answer on the engine's port
+        # the stranger does not answer on the engine's port: one failed probe is the last
+        (stop,) = await sup._carry_out(ProbeHealth(), child)
+        assert isinstance(stop, StopForHealth) and stop.reason == "health-restart"
+        assert await sup._carry_out(stop, child) == []
         types = [t for t, _ in stream(store)]
         assert types[-4:] == [
             "engine.stop_requested",

@@ -82,6 +82,28 @@ from hostler.errors import (
 )
 from hostler.events.offload import OffloadDegraded, offload_stream
 from hostler.machines.engine import Engine, EngineState, StopReason
+from hostler.machines.watch import (
+    BecameReady,
+    EngineWatch,
+    FinishStop,
+    HealthProbed,
+    Now,
+    PressureRead,
+    ProbeHealth,
+    ReadLines,
+    ReadPressure,
+    RecordCrash,
+    RequestBegan,
+    RequestEnded,
+    RotateLog,
+    StartAsked,
+    StopForHealth,
+    StopIdle,
+    Ticked,
+    WatchBegan,
+    WatchEffect,
+    WatchObservation,
+)
 from hostler.paths import private_dir
 from hostler.plugin import (
     EngineAdapter,
@@ -97,9 +119,6 @@ from hostler.plugin import (
 from hostler.pluginhost import answer_problem, ask_adapter, describe_exception, plugin_fault
 from hostler.policies.supervision import (
     SupervisionPolicy,
-    decide_health,
-    decide_idle,
-    decide_pressure,
     decide_start,
 )
 from hostler.probes.nvml import NvmlProbe
@@ -265,23 +284,25 @@ class Supervisor:
         self.engine = load(store, Engine, key)
         self._child: _Child | None = None
         self._lock = anyio.Lock()
-        self._in_flight = 0
-        self.last_used = self._clock.wall()
-        self._health_failures = 0
+        self._pressure = pressure
+        self._watch = EngineWatch(
+            self.rules,
+            health_interval=self.policy.health_interval,
+            log_check_interval=self.policy.log_check_interval,
+            pressure=pressure is not None,
+            now=self._now(),
+        )
         self._abort_reason: str | None = None
         #: the readiness wait in flight (a probe or the pause between two), which a stop
         #: cancels at once: a hanging probe never delays a stop (RD1)
         self._waiting: anyio.CancelScope | None = None
         self._build = "unknown"
         self.ledger = ledger
-        self._pressure = pressure
         self._probe = probe
         self._io = offloop or OffLoop()
-        self._next_health = 0.0
         self.health = health or LogHealth(store.name)
         self._next_flush = 0.0
         self._writing = anyio.Lock()  # fire-and-commit and flushes, one at a time
-        self._next_log_check = 0.0
         self._rotate_trouble: str | None = None
 
     # -- the facts others read ------------------------------------------------------------------
@@ -328,7 +349,18 @@ class Supervisor:
     @property
     def busy(self) -> bool:
         """Requests are in flight."""
-        return self._in_flight > 0
+        return self._watch.busy
+
+    @property
+    def last_used(self) -> float:
+        """When the engine was last used (wall time): a request's start or end, or a start."""
+        return self._watch.last_used
+
+    def _now(self) -> Now:
+        return Now(self._clock.wall(), self._clock.monotonic())
+
+    def _observe(self, observation: WatchObservation) -> list[WatchEffect]:
+        return self._watch.handle(observation, self._now())
 
     @property
     def progress(self) -> Progress | None:
@@ -445,15 +477,13 @@ class Supervisor:
     async def request(self) -> AsyncIterator[int]:
         """Hold the engine for one request: started if needed, never idle-stopped meanwhile."""
         port = await self.ensure_running()
-        if self._in_flight == 0 and self._child is not None:
+        if not self.busy and self._child is not None:
             self._child.progress = None  # PG1: a new job; the last one's progress is over
-        self._in_flight += 1
-        self.last_used = self._clock.wall()
+        self._observe(RequestBegan())
         try:
             yield port
         finally:
-            self._in_flight -= 1
-            self.last_used = self._clock.wall()
+            self._observe(RequestEnded())
 
     def price(self) -> Launch:
         """The next start's launch, priced now (blocking: run it off the event loop).
@@ -489,7 +519,7 @@ class Supervisor:
         ``launch`` is the first start's launch as the caller priced it (the pool, which made
         room for its bytes); None: priced here. A retry down the ladder prices again.
         """
-        self.last_used = self._clock.wall()
+        self._observe(StartAsked())
         async with self._lock:
             self._swept = False
             while True:
@@ -950,7 +980,7 @@ class Supervisor:
                 continue  # a stop came meanwhile: it wins over whatever the probe said
             if ready:
                 child.reached_ready = True
-                self._health_failures = 0
+                self._observe(BecameReady())
                 await self._fire("ready")
                 return
             if self._clock.monotonic() >= deadline:
@@ -1141,7 +1171,7 @@ class Supervisor:
         A step that cannot be recorded (the log's disk is full, say) is not acted on and is
         tried again at the next tick; it never ends the watch, so the engine keeps an owner.
         """
-        self._next_health = self._clock.monotonic() + self.policy.health_interval
+        self._observe(WatchBegan())
         complained: str | None = None
         while True:
             await self._clock.sleep(self.policy.watch_interval)
@@ -1158,33 +1188,50 @@ class Supervisor:
         child = self._child
         if child is None or self._lock.locked():
             return
-        if self.state == EngineState.STOPPING:
-            async with self._lock:
-                if self._child is child:
-                    await self._stop_locked(StopReason.USER)
-            return
-        if self.state == EngineState.RUNNING and not self._alive(child):
-            async with self._lock:
-                if self._child is child and not child.expected_stop:
-                    self._read_lines(child, final=True)
-                    await self._record_crash(child)
-            return
-        if self.state != EngineState.RUNNING:
-            return
+        effects = self._observe(Ticked(self.state, self._alive(child)))
         try:
-            self._read_lines(child)
-            if self._clock.monotonic() >= self._next_log_check:
-                self._next_log_check = self._clock.monotonic() + self.policy.log_check_interval
-                if await self._rotate_log():
-                    self._read_lines(child)  # what it wrote meanwhile, from the rotated copy
-            if self._clock.monotonic() >= self._next_health:
-                self._next_health = self._clock.monotonic() + self.policy.health_interval
-                await self._health_check(child)
-            await self._idle_check()
+            while effects:
+                effect, *rest = effects
+                effects = [*await self._carry_out(effect, child), *rest]
         except PluginError as exc:
             async with self._lock:
                 if self._child is child:
                     await self._fail(exc)
+
+    async def _carry_out(self, effect: WatchEffect, child: _Child) -> list[WatchEffect]:
+        """Do one of the watch's effects; the effects its answer leads to."""
+        match effect:
+            case FinishStop():
+                async with self._lock:
+                    if self._child is child:
+                        await self._stop_locked(StopReason.USER)
+            case RecordCrash():
+                async with self._lock:
+                    if self._child is child and not child.expected_stop:
+                        with contextlib.suppress(PluginError):  # costs the panic, not the crash
+                            self._read_lines(child, final=True)
+                        await self._record_crash(child)
+            case ReadLines():
+                self._read_lines(child)
+            case RotateLog():
+                if await self._rotate_log():
+                    self._read_lines(child)  # what it wrote meanwhile, from the rotated copy
+            case ProbeHealth():
+                return self._observe(HealthProbed(await self._probe_health(child)))
+            case ReadPressure():
+                pressure = self._pressure
+                under = pressure is not None and await self._io.run(pressure)
+                return self._observe(PressureRead(under))
+            case StopIdle(reason, decision):
+                async with self._lock:
+                    if self.state == EngineState.RUNNING and not self.busy:
+                        await self._stop_locked(reason, decision)
+            case StopForHealth(reason, decision):
+                async with self._lock:
+                    await self._stop_locked(reason, decision)
+                with contextlib.suppress(HostlerError):
+                    await self.start_when_recordable(cause="health-restart")
+        return []
 
     async def kill_unrecorded(self) -> bool:
         """Stop the process group without recording it: for a shutdown whose log is broken.
@@ -1236,46 +1283,17 @@ class Supervisor:
             return child.process.poll() is None
         return leader_alive(child.identity, child.pidfd)
 
-    async def _health_check(self, child: _Child) -> None:
+    async def _probe_health(self, child: _Child) -> bool:
+        """Whether the engine answers its readiness path as ready now."""
         try:
             status = await probe_status(
                 child.identity.port, self.adapter.readiness_path, wait=2, clock=self._clock
             )
         except ValueError as exc:  # a readiness_path set on the instance, past the class check
             raise self._plugin_fault(f"has a readiness_path that cannot be sent: {exc}") from exc
-        healthy = status is not None and self._ask(
+        return status is not None and self._ask(
             "is_ready", self.adapter.is_ready, status, returns=bool
         )
-        verdict = decide_health(self.rules, self._health_failures, healthy, self._clock.wall())
-        self._health_failures = verdict.failures
-        if verdict.stop is None:
-            return
-        async with self._lock:
-            await self._stop_locked(verdict.stop.reason, verdict.stop.decision)
-        with contextlib.suppress(HostlerError):
-            await self.start_when_recordable(cause="health-restart")
-
-    async def _idle_check(self) -> None:
-        now = self._clock.wall()
-        unused_for = now - self.last_used
-        if self._pressure is not None and not self.busy and unused_for >= self.rules.pressure_idle:
-            under = await self._io.run(self._pressure)
-            stop = decide_pressure(
-                self.rules, now=now, last_used=self.last_used, busy=self.busy, under_pressure=under
-            )
-            if stop is not None:
-                await self._stop_if_idle(stop.reason, stop.decision)
-                return
-        stop = decide_idle(self.rules, now=now, last_used=self.last_used, busy=self.busy)
-        if stop is not None:
-            await self._stop_if_idle(stop.reason, stop.decision)
-        elif self.busy and 0 < self.rules.idle_timeout <= now - self.last_used:
-            self.last_used = now  # busy through the window: defer a whole window (SP4)
-
-    async def _stop_if_idle(self, reason: str, decision: dict[str, Any]) -> None:
-        async with self._lock:
-            if self.state == EngineState.RUNNING and not self.busy:
-                await self._stop_locked(reason, decision)
 
     # -- adoption ------------------------------------------------------------------------------
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import hostler
 from hostler.capacity.budget import HostMemory, compute_budget
+from hostler.clock import ClockLike, as_clock
 from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.errors import UsageError
@@ -42,7 +43,8 @@ class Harness:
         adapters: The adapter of each engine name.
         models: The model path of each model name; a name not given gets a small placeholder
             file under ``models/`` (enough for the fake engine).
-        clock: The supervisors' and runtime's wall clock.
+        clock: The supervisors' and runtime's clock (a wall-time callable: a system clock with
+            that wall).
         policy: Supervisor timings (default :data:`FAST_POLICY`).
         budget: The ledger's budget in bytes (None: derived from :data:`HOST_MEMORY`).
     """
@@ -54,7 +56,7 @@ class Harness:
         adapters: Mapping[str, EngineAdapter],
         *,
         models: Mapping[str, Path] | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: ClockLike = time.time,
         policy: SupervisorPolicy = FAST_POLICY,
         budget: int | None = None,
     ) -> None:
@@ -62,7 +64,7 @@ class Harness:
         self.store = store
         self.adapters = dict(adapters)
         self.models = dict(models or {})
-        self.clock = clock
+        self.clock = as_clock(clock)
         self.policy = policy
         #: Launch spec fields set per engine key (``options``, ``extra_args``, ``ctx_per_slot``).
         self.launch: dict[str, dict[str, Any]] = {}

@@ -10,7 +10,8 @@ Fixtures:
 
 - ``hostler_data_dir``: an empty data directory (under ``tmp_path``).
 - ``hostler_store``: an owner :class:`~hostler.EventStore` on a fresh SQLite file in it.
-- ``fake_clock``: a :class:`~hostler.testing.harness.FakeClock` (moves only when advanced).
+- ``fake_clock``: a :class:`~hostler.testing.clock.FakeClock` (wall time moves when advanced).
+- ``virtual_clock``: a :class:`~hostler.testing.clock.VirtualClock` (all time, timers too).
 - ``fake_behaviour``: the :class:`~hostler.testing.fake_engine.Behaviour` of ``fake_engine``
   (override it, or parametrize it indirectly, to script the engine).
 - ``fake_engine``: a :class:`~hostler.testing.fake_engine.FakeEngineAdapter` with it.
@@ -40,6 +41,7 @@ from hostler.engines.supervisor import SupervisorPolicy
 from hostler.errors import UsageError
 from hostler.plugin import EngineAdapter
 from hostler.store.log import EventStore
+from hostler.testing.clock import VirtualClock
 from hostler.testing.fake_engine import Behaviour, FakeEngineAdapter
 from hostler.testing.harness import FAST_POLICY, FakeClock, Harness
 
@@ -76,6 +78,12 @@ def hostler_store(hostler_data_dir: Path) -> Iterator[EventStore]:
 def fake_clock() -> FakeClock:
     """A clock that moves only when the test calls ``advance``."""
     return FakeClock()
+
+
+@pytest.fixture
+def virtual_clock() -> VirtualClock:
+    """A clock whose wall, monotonic time, sleeps and timeouts move only when advanced."""
+    return VirtualClock()
 
 
 @pytest.fixture
