@@ -123,12 +123,12 @@ def test_use_restarts_the_idle_window_and_a_busy_engine_puts_it_off_a_whole_wind
     assert len(stops(settled(w, 400.0))) == 1
     w = watch()
     w.handle(RequestBegan(), at(10))
-    assert w.busy and w.in_flight == 1
+    assert (w.busy, w.in_flight) == (True, 1)
     assert stops(settled(w, 309.9)) == [] and w.last_used == T0 + 10.0
     assert stops(settled(w, 310.0)) == []  # busy: never idle-stopped
     assert w.last_used == T0 + 310.0  # SP4: busy through the window, put off a whole window
     w.handle(RequestEnded(), at(320))
-    assert not w.busy and w.last_used == T0 + 320.0
+    assert (w.busy, w.last_used) == (False, T0 + 320.0)
     assert stops(settled(w, 619.9)) == []
     assert len(stops(settled(w, 620.0))) == 1
 

@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 import anyio
 import psutil
 
-from hostler.capacity.offload import OffloadPlan, next_oom_plan
+from hostler.capacity.offload import OffloadPlan
 from hostler.clock import ClockLike, as_clock
 from hostler.drivers.host_ledger import HostLedger
 from hostler.drivers.loghealth import LogHealth
@@ -82,6 +82,22 @@ from hostler.errors import (
 )
 from hostler.events.offload import OffloadDegraded, offload_stream
 from hostler.machines.engine import Engine, EngineState, StopReason
+from hostler.machines.start import (
+    AskSweep,
+    AttemptBegan,
+    EnsureBegan,
+    GiveUp,
+    Launched,
+    RecordDegrade,
+    Recorded,
+    Retry,
+    StartEnded,
+    StartFailed,
+    StartTries,
+    Sweep,
+    SweepAnswered,
+    Swept,
+)
 from hostler.machines.watch import (
     BecameReady,
     EngineWatch,
@@ -259,19 +275,12 @@ class Supervisor:
         elif spec is not None or footprint is not None:
             raise TypeError("a Supervisor takes a launcher or a spec and footprint, not both")
         self.key = key
-        self.offload = offload
-        self._offload_pinned = offload_pinned
+        self._tries = StartTries(offload=offload, pinned=offload_pinned)
         #: RD9: the live engine pids of every supervisor of this daemon (never swept); None:
         #: not known, so no stray is ever swept. A pool sets it for the supervisors it makes.
         self.owned = owned
         #: RD9, IN3: the live daemon other than this one that pays for a launch token, if any.
         self.held_by_other = held_by_other
-        self._launched_argv: list[str] = []
-        self._swept = False  # RD9: one sweep and one retry per ensure_running
-        self._retry_cause = "oom-retry"
-        self._ended_before_ready = False  # RD9: the last start exited or panicked, unready
-        self._launched_offload: OffloadPlan | None = None
-        self._start_panic: str | None = None
         self.adapter = adapter
         #: one launch per start: its bytes and its spec made together (price once)
         self._launcher: Launcher = launcher
@@ -345,6 +354,11 @@ class Supervisor:
     def log_path(self) -> Path:
         """The engine's output file."""
         return self.run_dir / "engine.log"
+
+    @property
+    def offload(self) -> OffloadPlan | None:
+        """The offload plan every start uses instead of its spec's own (L13; None: the spec's)."""
+        return self._tries.offload
 
     @property
     def busy(self) -> bool:
@@ -521,17 +535,18 @@ class Supervisor:
         """
         self._observe(StartAsked())
         async with self._lock:
-            self._swept = False
+            self._tries.handle(EnsureBegan(can_sweep=self.owned is not None))
             while True:
-                port = await self._attempt(cause, on_reserved, launch)
-                if port is not None:
-                    return port
-                cause, launch = self._retry_cause, None
+                outcome = await self._attempt(cause, on_reserved, launch)
+                if isinstance(outcome, int):
+                    return outcome
+                cause, launch = outcome.cause, None
 
     async def _attempt(
         self, cause: str, on_reserved: Callable[[], None] | None, launch: Launch | None
-    ) -> int | None:
-        """One start (under the lock): the port, or None when L13 says to try the next plan."""
+    ) -> int | Retry:
+        """One start (under the lock): the port, or the retry the start's failure leads to."""
+        self._tries.handle(AttemptBegan())
         if self.state == EngineState.RUNNING and self._child is not None:
             return self._child.identity.port
         if self.health.corrupt is not None:
@@ -563,29 +578,37 @@ class Supervisor:
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 await self._abandon(exc)
-            if await self._degrade(exc):
-                self._retry_cause = "oom-retry"
-                return None
-            if await self._resweep(exc):
-                self._retry_cause = "resweep-retry"
-                return None
-            raise
+            retry = await self._after_failed_start(exc)
+            if retry is None:
+                raise
+            return retry
         await self._learn(reserved or 0)
         return port
 
-    async def _degrade(self, exc: BaseException) -> bool:
-        """L13: after a start that died of GPU out-of-memory, step down the offload ladder.
+    async def _after_failed_start(self, exc: BaseException) -> Retry | None:
+        """Carry out what the tries say follows a failed start: the retry, or None."""
+        start_error = isinstance(exc, EngineStartError)
+        message = exc.message if isinstance(exc, HostlerError) else ""
+        effects = self._tries.handle(StartFailed(start_error, message))
+        while effects:
+            match effects[0]:
+                case Retry() as retry:
+                    return retry
+                case GiveUp():
+                    return None
+                case RecordDegrade() as degrade:
+                    effects = self._tries.handle(Recorded(await self._record_degrade(degrade)))
+                case AskSweep(message):
+                    effects = self._tries.handle(SweepAnswered(await self._sweep_wanted(message)))
+                case Sweep(argv):
+                    effects = self._tries.handle(Swept(await self._sweep(argv)))
+        return None
 
-        Returns whether there is a next plan to try (recorded first: unrecorded, not taken).
-        """
-        launched, panic = self._launched_offload, self._start_panic
-        if not isinstance(exc, EngineStartError) or launched is None or panic is None:
-            return False
-        plan = next_oom_plan(launched, panic, pinned=self._offload_pinned)
-        if plan is None:
-            return False
+    async def _record_degrade(self, degrade: RecordDegrade) -> bool:
+        """L13: record ``offload.degraded`` before the next plan is tried; whether it was."""
+        launched, plan = degrade.launched, degrade.plan
         event = OffloadDegraded(
-            self._clock.wall(), self.key, panic, _plan_dict(launched), _plan_dict(plan)
+            self._clock.wall(), self.key, degrade.panic, _plan_dict(launched), _plan_dict(plan)
         )
         store = self.store
         try:
@@ -600,49 +623,46 @@ class Supervisor:
             launched.kind,
             plan.kind,
         )
-        self.offload = plan  # kept for its later starts too
         return True
 
-    async def _resweep(self, exc: BaseException) -> bool:
-        """RD9 (SV10a): after a start that ended before ready, sweep stale strays once.
+    async def _sweep_wanted(self, message: str) -> bool:
+        """RD9 (SV10a): whether the adapter says this failure may be a stale engine's.
 
-        Asks the adapter whether the failure may be a stale engine's; when it says so, stops
-        this data directory's unowned strays named by the launch's binary or model
-        (:func:`hostler.engines.resweep.sweep_strays`). Returns whether to try once more: only
-        when the sweep stopped something, once per :meth:`ensure_running`, and only when the
-        engines this daemon owns are known (``owned``).
+        A raising adapter fails the engine (SG3).
         """
-        if self._swept or self.owned is None or not self._launched_argv:
-            return False
-        if not isinstance(exc, EngineStartError) or not self._ended_before_ready:
-            return False
         try:
-            wanted = self._ask(
+            return self._ask(
                 "on_exited_before_ready",
                 self.adapter.on_exited_before_ready,
-                exc.message,
+                message,
                 returns=bool,
             )
         except PluginError as fault:  # SG3: the crash is recorded; the engine fails too
             with anyio.CancelScope(shield=True):
                 await self._fail(fault)
             raise
-        if not wanted:
-            return False
-        self._swept = True
+
+    async def _sweep(self, argv: tuple[str, ...]) -> int:
+        """RD9: stop this data directory's unowned strays named by the launch; how many.
+
+        The strays are named by the launch's binary or model
+        (:func:`hostler.engines.resweep.sweep_strays`).
+        """
+        owned = self.owned
+        if owned is None:
+            return 0
         swept = await sweep_strays(
             self.token_prefix,
-            owned=self.owned(),
-            anchors=anchors_of(self._launched_argv),
+            owned=owned(),
+            anchors=anchors_of(argv),
             held_by_other=self.held_by_other,
             offloop=self._io,
             clock=self._clock,
         )
-        if not swept:
-            return False
-        pids = ", ".join(str(stray.pid) for stray in swept)
-        log.warning("hostler: %s: retrying after stopping stray engine(s) %s", self.key, pids)
-        return True
+        if swept:
+            pids = ", ".join(str(stray.pid) for stray in swept)
+            log.warning("hostler: %s: retrying after stopping stray engine(s) %s", self.key, pids)
+        return len(swept)
 
     async def start_when_recordable(self, cause: str, *, retry_every: float = 1.0) -> int:
         """:meth:`ensure_running`, tried again while the log cannot record the start (SF2).
@@ -789,7 +809,6 @@ class Supervisor:
             spec = dataclasses.replace(spec, reserved_bytes=reserved)
         if self.offload is not None:  # a degraded plan (L13) outlives the start that chose it
             spec = dataclasses.replace(spec, offload=self.offload)
-        self._launched_offload, self._start_panic = spec.offload, None
         self._ended_before_ready = False
         try:  # RD2: absolute, and a file or a directory as the adapter says
             model: object = self._plugin("validate_model", self.adapter.validate_model, spec.model)
@@ -819,7 +838,7 @@ class Supervisor:
         command = self._ask(
             "build_command", launch_command, self.adapter, spec, returns=LaunchCommand
         )
-        self._launched_argv = list(command.argv)
+        self._tries.handle(Launched(spec.offload, tuple(command.argv)))
         self._build = self._ask("build_identity", self.adapter.build_identity, command, returns=str)
         linked = self._linked_run_dir()
         if linked is not None:  # planted: rotation would cut files wherever it points
@@ -1012,8 +1031,8 @@ class Supervisor:
             # records its own exit status, not the SIGTERM we would otherwise race it with.
             await self._await_own_exit(child, self.policy.panic_exit_wait)
         self._read_lines(child, final=True)
-        self._start_panic = child.panic.kind if child.panic is not None else None
-        self._ended_before_ready = not timed_out
+        panic = child.panic.kind if child.panic is not None else None
+        self._tries.handle(StartEnded(panic, timed_out=timed_out))
         if child.panic is not None:
             reason = child.panic.line
         elif timed_out:
