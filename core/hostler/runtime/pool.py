@@ -68,6 +68,7 @@ from hostler.events.pool import (
     PoolRoomPlanned,
 )
 from hostler.machines.engine import EngineState, StopReason
+from hostler.machines.pins import PinKeeper, pin_blocked
 from hostler.plugin import Progress
 from hostler.policies.eviction import DEFAULT_EVICTION_POLICY, EvictionPolicy
 from hostler.policies.pool import (
@@ -86,9 +87,6 @@ log = logging.getLogger(__name__)
 
 #: How often a draining victim is looked at (seconds; the seed's 500 ms).
 DRAIN_POLL = 0.5
-#: The first and the longest wait between two tries of a pinned engine that cannot start.
-PIN_BACKOFF_MIN = 1.0
-PIN_BACKOFF_MAX = 60.0
 #: The most replicas one model may be reconciled to (a typo, not a wish, past it).
 MAX_REPLICAS = 64
 
@@ -221,10 +219,9 @@ class Pool:
         # the task group's scope would cancel the caller's own block, entered in its task
         self._scopes: set[anyio.CancelScope] = set()
         self._closed = False
-        self._pin_trouble: dict[str, str] = {}
         self._drain_listeners: list[Callable[[DrainProgress], None]] = []
         self._protected: set[str] = set()  # replicas a reconcile is building
-        self._pin_retry: dict[str, tuple[float, float]] = {}  # key: (next try, backoff)
+        self._pins = PinKeeper(pin_interval)  # PP17: the pins' retries and their trouble
 
     # -- lifetime ------------------------------------------------------------------------------
 
@@ -824,37 +821,30 @@ class Pool:
             await self._clock.sleep(self.pin_interval)
 
     async def _raise_pinned(self, key: str) -> None:
-        now = self._clock.monotonic()
-        next_try, backoff = self._pin_retry.get(key, (0.0, 0.0))
-        if now < next_try:
+        if not self._pins.due(key, self._clock.monotonic()):
             return
         try:
             sup = self.supervisor(key)
             entry = self._entries[key]
-            if sup.state in (*_UP, EngineState.STOPPING) or entry.flight or entry.draining:
+            blocked = pin_blocked(
+                up=sup.state in _UP,
+                stopping=sup.state == EngineState.STOPPING,
+                starting=entry.flight is not None,
+                draining=entry.draining,
+                locked_until=sup.engine.retry_at if sup.state == EngineState.FATAL else None,
+                now=self._clock.wall(),
+            )
+            if blocked:
                 return
-            retry_at = sup.engine.retry_at
-            if (
-                sup.state == EngineState.FATAL
-                and retry_at is not None
-                and self._clock.wall() < retry_at
-            ):
-                return  # locked out: the budget says when
             await self.ensure(key, cause="pinned")
         except anyio.get_cancelled_exc_class():
             raise
         except Exception as exc:  # noqa: BLE001 - one pinned engine never ends the pool
             message = exc.message if isinstance(exc, HostlerError) else repr(exc)[:300]
-            # tried again later and later (up to a minute): a pin that cannot start does not
-            # fill the log with the same refusal every second
-            backoff = min(max(backoff * 2, PIN_BACKOFF_MIN, self.pin_interval), PIN_BACKOFF_MAX)
-            self._pin_retry[key] = (self._clock.monotonic() + backoff, backoff)
-            if self._pin_trouble.get(key) != message:
-                self._pin_trouble[key] = message
+            if self._pins.failed(key, message, self._clock.monotonic()).say:
                 log.error("hostler: pinned %s: %s", key, message)  # noqa: TRY400
         else:
-            self._pin_retry.pop(key, None)
-            self._pin_trouble.pop(key, None)
+            self._pins.succeeded(key)
 
 
 def _checked_targets(targets: Mapping[str, int]) -> dict[str, int]:
