@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from hostler import EventStore
+from hostler.clock import SYSTEM_CLOCK
 from hostler.events.ledger import LedgerReserved
 from hostler.serve.app import make_app
 from hostler.serve.dashboard import (
@@ -37,7 +38,9 @@ def store(tmp_path: Path) -> Iterator[EventStore]:
 
 def client(store: EventStore, *, public: bool = False) -> httpx.AsyncClient:
     # the runtime as the routes see it: its log, and no ledger log of another file
-    runtime = SimpleNamespace(store=store, ledger_log=lambda: None, on_stopping=lambda _: None)
+    runtime = SimpleNamespace(
+        store=store, ledger_log=lambda: None, on_stopping=lambda _: None, clock=SYSTEM_CLOCK
+    )
     app = make_app(runtime, {}, token=TOKEN, public=public)  # type: ignore[arg-type]
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1")
 

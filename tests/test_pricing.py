@@ -172,6 +172,24 @@ def test_the_llamacpp_adapter_names_what_its_cpu_backend_repacks(tmp_path: Path)
     assert repacked_types("x86_64", {"no-repack": True}) == frozenset()
     assert repacked_types("x86_64", {"repack": False}) == frozenset()
     assert repacked_types("riscv64") == frozenset()
+    # an AMX CPU: the AMX buffer's types too (F16 and its quantized kernels), nothing without
+    # both flags, nothing with the extra buffers turned off, nothing off x86-64
+    amx = {"avx2", "amx_int8", "avx512_vnni"}
+    assert repacked_types("x86_64", cpu_flags=amx) == {
+        "q4_0",
+        "q4_k",
+        "iq4_nl",
+        "mxfp4",
+        "q4_1",
+        "q8_0",
+        "q5_k",
+        "q6_k",
+        "iq4_xs",
+        "f16",
+    }
+    assert repacked_types("x86_64", cpu_flags={"amx_int8"}) == repacked_types("x86_64")
+    assert repacked_types("x86_64", {"no-repack": True}, cpu_flags=amx) == frozenset()
+    assert repacked_types("aarch64", cpu_flags=amx) == frozenset()
     wheel = _binary(tmp_path / "wheel", "libggml-vulkan.so")
     adapter = LlamaCppAdapter(wheel, repack_types={"Q4_0"})
     geometry = ModelGeometry(

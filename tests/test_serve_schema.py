@@ -38,6 +38,7 @@ from starlette.routing import Route
 from starlette.types import Message
 
 import hostler
+from hostler.clock import SYSTEM_CLOCK
 from hostler.engines.price import LaunchRequest, PricedLaunch
 from hostler.errors import UnknownEngineError
 from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec
@@ -171,7 +172,9 @@ def client(base_url: str) -> Iterator[httpx.Client]:
 
 def test_the_schema_lists_exactly_the_apps_routes() -> None:
     # the routes are only listed, never called
-    unused = SimpleNamespace(store=None, ledger_log=lambda: None, on_stopping=lambda _: None)
+    unused = SimpleNamespace(
+        store=None, ledger_log=lambda: None, on_stopping=lambda _: None, clock=SYSTEM_CLOCK
+    )
     app = make_app(unused, MODELS, token=TOKEN)  # type: ignore[arg-type]
     served = set()
     for route in app.routes:
@@ -373,7 +376,9 @@ def test_head_of_the_event_tail_ends_and_frees_the_connection(client: httpx.Clie
 async def test_a_client_that_leaves_before_its_body_is_read_is_not_a_bug(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    idle = SimpleNamespace(store=None, ledger_log=lambda: None, on_stopping=lambda _: None)
+    idle = SimpleNamespace(
+        store=None, ledger_log=lambda: None, on_stopping=lambda _: None, clock=SYSTEM_CLOCK
+    )
     app = make_app(idle, MODELS, token=TOKEN)  # type: ignore[arg-type]
     scope = {
         "type": "http",
@@ -435,7 +440,7 @@ class Broken(SimpleNamespace):
 async def test_a_bug_is_one_line_in_openai_shape_and_logged(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    app = make_app(Broken(store=None), MODELS, token=TOKEN)  # type: ignore[arg-type]
+    app = make_app(Broken(store=None, clock=SYSTEM_CLOCK), MODELS, token=TOKEN)  # type: ignore[arg-type]
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as local:
         answer = await local.get("/api/engines")

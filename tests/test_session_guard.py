@@ -240,6 +240,14 @@ def _inner_run(tmp_path: Path, mode: str) -> Iterator[subprocess.Popen[bytes]]:
         run.stdout.close()
 
 
+def _command_line(process: psutil.Process) -> str:
+    """Its command line; "" for one that ended since it was listed (a child of the run may)."""
+    try:
+        return " ".join(process.cmdline())
+    except psutil.NoSuchProcess:
+        return ""
+
+
 def _leaked(run: subprocess.Popen[bytes]) -> tuple[list[psutil.Process], psutil.Process]:
     """The inner test's leftover family, and the inner run's watchdog, once it has leaked."""
     lines = _read_until(run, lambda lines: any(x.startswith("LEAKED") for x in lines), "LEAKED")
@@ -249,7 +257,7 @@ def _leaked(run: subprocess.Popen[bytes]) -> tuple[list[psutil.Process], psutil.
     watchdogs = [
         process
         for process in psutil.Process(run.pid).children()
-        if "_session_sweep.py" in " ".join(process.cmdline())
+        if "_session_sweep.py" in _command_line(process)
     ]
     assert len(watchdogs) == 1, watchdogs
     outer = tokens(dict(os.environ))

@@ -42,6 +42,7 @@ from hostler.engines.process import (
     spawn_engine,
     terminate_group,
 )
+from hostler.engines.runner import OsProcess
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy, free_port
 from hostler.errors import EngineStartError
 from hostler.machines.watch import ProbeHealth, StopForHealth
@@ -203,8 +204,9 @@ async def test_an_adopted_engine_whose_identity_matches_is_stopped(
     baseline = open_fds()  # the log is open by now
     sup.adopt(identity)
     child = sup._child
-    assert child is not None and child.pidfd is not None
-    assert child.pidfd.held == (mode == "pidfd")
+    assert child is not None and isinstance(child.proc, OsProcess)
+    pidfd = child.proc.pidfd
+    assert pidfd.held == (mode == "pidfd")
     assert open_fds() == baseline + (1 if mode == "pidfd" else 0)
     await sup.stop()
     assert not alive(engine.pid)
@@ -311,8 +313,9 @@ async def test_a_spawned_engine_s_pidfd_is_held_for_its_life_then_closed(
     baseline = open_fds()
     await sup.ensure_running()
     child = sup._child
-    assert child is not None and child.pidfd is not None
-    assert child.pidfd.held == (mode == "pidfd")
+    assert child is not None and isinstance(child.proc, OsProcess)
+    pidfd = child.proc.pidfd
+    assert pidfd.held == (mode == "pidfd")
     assert open_fds() == baseline + (1 if mode == "pidfd" else 0)
     pid = child.identity.pid
     if end == "stop":
@@ -328,7 +331,7 @@ async def test_a_spawned_engine_s_pidfd_is_held_for_its_life_then_closed(
             tasks.cancel_scope.cancel()
         assert sup.state == "backoff"
     assert not alive(pid)
-    assert child.pidfd.fd is None
+    assert pidfd.fd is None
     assert open_fds() == baseline
 
 

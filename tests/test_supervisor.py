@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from hostler import Engine, EventStore, load
+from hostler.engines.runner import OsProcess
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.errors import EngineBinaryError, EngineStartError, RestartBudgetError
 from hostler.machines.engine import EngineCrashed, EngineFailed, StopReason
@@ -278,8 +279,9 @@ async def test_a_log_left_running_is_settled_before_a_fresh_start(
     pid = first.pid
     assert pid is not None
     os.kill(pid, signal.SIGKILL)  # dies unwatched: the log still says running
-    assert first._child is not None and first._child.process is not None
-    first._child.process.wait()  # reap it, as the dead daemon's parent would
+    assert first._child is not None and isinstance(first._child.proc, OsProcess)
+    assert first._child.proc.popen is not None
+    first._child.proc.popen.wait()  # reap it, as the dead daemon's parent would
     second = make(store, tiny, tmp_path)
     assert second.state == "running"
     async with second.request():

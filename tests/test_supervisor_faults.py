@@ -26,7 +26,7 @@ from hostler.capacity.learning import CALIBRATION_STREAM
 from hostler.capacity.units import GIB, MIB
 from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
 from hostler.engines import process as process_module
-from hostler.engines import supervisor as supervisor_module
+from hostler.engines import runner as runner_module
 from hostler.engines.process import Termination
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.errors import EngineStartError, PluginError, RestartBudgetError, StoreError
@@ -159,7 +159,7 @@ async def test_a_stop_that_cannot_kill_the_group_keeps_its_reservation(
     async def unkillable(pgid: int, **_kwargs: object) -> Termination:
         return Termination(None, None, False, f"process group {pgid} is still alive after KILL")
 
-    monkeypatch.setattr(supervisor_module, "terminate_group", unkillable)
+    monkeypatch.setattr(runner_module, "terminate_group", unkillable)
     await sup.stop()
     assert sup.state == "stopping"
     assert [t for t, _ in stream(store)][-2:] == ["engine.stop_requested", "engine.stop_failed"]
@@ -168,7 +168,7 @@ async def test_a_stop_that_cannot_kill_the_group_keeps_its_reservation(
     assert held is not None and held.pid == pid  # memory in use is never freed on paper
     with pytest.raises(EngineStartError, match="still does not exit after KILL"):
         await sup.ensure_running()  # never a second copy beside it
-    monkeypatch.setattr(supervisor_module, "terminate_group", real)
+    monkeypatch.setattr(runner_module, "terminate_group", real)
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(sup.watch)  # retries the stop
         with anyio.fail_after(15):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 from collections.abc import Collection, Mapping
@@ -32,6 +33,7 @@ __all__ = [
     "REPACKED_TYPES",
     "LlamaCppAdapter",
     "build_metadata",
+    "host_cpu_flags",
     "merge_flags",
     "planned_offload",
     "repacked_types",
@@ -83,6 +85,14 @@ REPACKED_TYPES: Mapping[str, frozenset[str]] = {
     "x86_64": frozenset({"q4_0", "q4_k", "iq4_nl", "mxfp4"}),
     "amd64": frozenset({"q4_0", "q4_k", "iq4_nl", "mxfp4"}),
 }
+#: Tensor types whose 2-D matrix weights the CPU backend's AMX buffer takes a converted copy
+#: of, on an x86-64 CPU with AMX (``ggml-cpu/amx``: the types its kernels handle, and F16).
+#: Measured here: a tiny F16 model on a Xeon with ``amx_int8`` reports an ``AMX model buffer``
+#: the size of its matrix weights beside the mapped file. A portable build without the AMX
+#: kernels makes no such copy: then the price is high, never low, until launches correct it.
+AMX_TYPES = frozenset({"q4_0", "q4_1", "q8_0", "q4_k", "q5_k", "q6_k", "iq4_xs", "f16"})
+#: The CPU flags (``/proc/cpuinfo``) under which llama.cpp uses its AMX buffer.
+AMX_FLAGS = frozenset({"amx_int8", "avx512_vnni"})
 _NO_REPACK = {"--no-repack", "-nr"}
 
 
@@ -99,13 +109,35 @@ def repacked_types(
     machine: str,
     extra_args: Mapping[str, str | int | float | bool] | None = None,
     configured: Collection[str] | None = None,
+    cpu_flags: Collection[str] = (),
 ) -> frozenset[str]:
-    """What the CPU backend repacks on ``machine`` (or as ``configured``), unless turned off."""
+    """What the CPU backend copies on ``machine`` (or as ``configured``), unless turned off.
+
+    The repack buffer's types, and on a CPU with :data:`AMX_FLAGS` the AMX buffer's too
+    (``--no-repack`` turns both off: llama.cpp then uses no extra buffer at all).
+    """
     if _repack_off(extra_args or {}):
         return frozenset()
     if configured is not None:
         return frozenset(kind.lower() for kind in configured)
-    return REPACKED_TYPES.get(machine.lower(), frozenset())
+    repacked = REPACKED_TYPES.get(machine.lower(), frozenset())
+    if repacked and set(cpu_flags) >= AMX_FLAGS:
+        return repacked | AMX_TYPES
+    return repacked
+
+
+@functools.cache
+def host_cpu_flags() -> frozenset[str]:
+    """This host's CPU flags (the first ``flags`` line of ``/proc/cpuinfo``; none elsewhere)."""
+    try:
+        with Path("/proc/cpuinfo").open(encoding="ascii", errors="replace") as info:
+            for line in info:
+                name, _, value = line.partition(":")
+                if name.strip() == "flags":
+                    return frozenset(value.split())
+    except OSError:
+        pass
+    return frozenset()
 
 
 def planned_offload(plan: OffloadPlan | None) -> Planned:
@@ -196,7 +228,9 @@ class LlamaCppAdapter(EngineAdapter):
 
     def repack_types(self, spec: LaunchSpec) -> frozenset[str]:
         """Tensor types the CPU backend will repack for this launch (see ``REPACKED_TYPES``)."""
-        return repacked_types(platform.machine(), spec.extra_args, self._repack)
+        return repacked_types(
+            platform.machine(), spec.extra_args, self._repack, cpu_flags=host_cpu_flags()
+        )
 
     def estimate_footprint(self, geometry: ModelGeometry, spec: LaunchSpec) -> int:
         """The llama-server footprint estimate at its peak.

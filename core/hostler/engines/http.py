@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
 
 import anyio
 
 from hostler.clock import SYSTEM_CLOCK, Clock
 
 __all__ = [
+    "HTTP_TRANSPORT",
     "MAX_PROBE_BODY",
     "PROBE_METHODS",
+    "EngineTransport",
+    "HttpTransport",
+    "Probe",
     "header_value_problem",
     "probe_path_problem",
     "probe_response",
@@ -164,3 +170,56 @@ def _unchunk(data: bytes) -> bytes:
         out += data[:size]
         data = data[size + 2 :]
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """One probe request to an engine on the loopback interface."""
+
+    port: int
+    path: str
+    method: str = "GET"
+    body: bytes | None = None
+    content_type: str = "application/json"
+
+
+class EngineTransport(ABC):
+    """The seam through which a supervisor asks its engine's readiness and health.
+
+    :data:`HTTP_TRANSPORT` sends real HTTP over loopback;
+    :class:`hostler.testing.FakeTransport` answers from a test's handler (httpx's
+    ``MockTransport``: a fake behind the real interface).
+    """
+
+    @abstractmethod
+    async def probe(
+        self, probe: Probe, *, wait: float, clock: Clock, with_body: bool = True
+    ) -> tuple[int, bytes] | None:
+        """``(status, body)`` of the probe, or None when nothing answered within ``wait``.
+
+        Raises:
+            ValueError: The request cannot be sent as it is (see :func:`probe_path_problem`).
+        """
+
+
+class HttpTransport(EngineTransport):
+    """Real HTTP/1.1 over loopback (:func:`probe_response`)."""
+
+    async def probe(
+        self, probe: Probe, *, wait: float, clock: Clock, with_body: bool = True
+    ) -> tuple[int, bytes] | None:
+        """:func:`probe_response`."""
+        return await probe_response(
+            probe.port,
+            probe.path,
+            method=probe.method,
+            body=probe.body,
+            content_type=probe.content_type,
+            wait=wait,
+            with_body=with_body,
+            clock=clock,
+        )
+
+
+#: Real HTTP: every supervisor's transport unless one is handed in.
+HTTP_TRANSPORT = HttpTransport()

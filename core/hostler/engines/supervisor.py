@@ -33,7 +33,6 @@ import os
 import re
 import secrets
 import socket
-import subprocess
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Coroutine
@@ -51,7 +50,7 @@ from hostler.drivers.host_ledger import HostLedger
 from hostler.drivers.loghealth import LogHealth
 from hostler.drivers.measure import LaunchFacts, record_launch
 from hostler.drivers.offloop import OffLoop
-from hostler.engines.http import probe_response, probe_status
+from hostler.engines.http import HTTP_TRANSPORT, EngineTransport, Probe
 from hostler.engines.launcher import FixedLauncher, Launch, Launcher
 from hostler.engines.logs import (
     DEFAULT_LOG_KEEP,
@@ -63,12 +62,9 @@ from hostler.engines.process import (
     Pidfd,
     ProcessIdentity,
     Termination,
-    leader_alive,
-    open_verified,
-    spawn_engine,
-    terminate_group,
 )
 from hostler.engines.resweep import anchors_of, sweep_strays
+from hostler.engines.runner import OS_RUNNER, EngineProcess, ProcessRunner
 from hostler.errors import (
     CapacityDeniedError,
     ConcurrencyError,
@@ -201,8 +197,7 @@ def free_port() -> int:
 
 @dataclass
 class _Child:
-    identity: ProcessIdentity
-    process: subprocess.Popen[bytes] | None  # None when adopted from an earlier daemon
+    proc: EngineProcess  # spawned, or adopted from an earlier daemon
     log: LogFollower
     started: float
     spec: LaunchSpec | None = None  # None when adopted
@@ -210,11 +205,19 @@ class _Child:
     reached_ready: bool = False
     expected_stop: bool = False
     lines: deque[str] = field(default_factory=lambda: deque(maxlen=200))
-    pidfd: Pidfd | None = None  # held for the engine's life, closed when it is dropped (SG4)
     ready_line: re.Pattern[str] | None = None  # RD1: the line readiness waits for, if any
     saw_ready_line: bool = False
     progress: Progress | None = None  # PG1: the last progress line of the current job
     startup_timeout: float = 180.0  # RD7: what this start was given to become ready
+
+    @property
+    def identity(self) -> ProcessIdentity:
+        """Who the process is."""
+        return self.proc.identity
+
+    @identity.setter
+    def identity(self, identity: ProcessIdentity) -> None:
+        self.proc.identity = identity
 
 
 class Supervisor:
@@ -243,6 +246,8 @@ class Supervisor:
         offload: A GPU offload plan every start uses instead of the spec's own (None: the
             spec's); set by the OOM ladder (L13) once a start died of GPU out-of-memory.
         offload_pinned: The operator pinned every offload setting: no ladder.
+        runner: Spawns, adopts and stops the engine's process (default: real processes).
+        transport: Asks the engine's HTTP readiness and health (default: real HTTP).
     """
 
     def __init__(
@@ -267,6 +272,8 @@ class Supervisor:
         owned: Callable[[], Collection[int]] | None = None,
         held_by_other: Callable[[str], str | None] | None = None,
         launcher: Launcher | None = None,
+        runner: ProcessRunner = OS_RUNNER,
+        transport: EngineTransport = HTTP_TRANSPORT,
     ) -> None:
         if launcher is None:
             if spec is None:
@@ -275,6 +282,8 @@ class Supervisor:
         elif spec is not None or footprint is not None:
             raise TypeError("a Supervisor takes a launcher or a spec and footprint, not both")
         self.key = key
+        self._runner = runner
+        self._transport = transport
         self._tries = StartTries(offload=offload, pinned=offload_pinned)
         #: RD9: the live engine pids of every supervisor of this daemon (never swept); None:
         #: not known, so no stray is ever swept. A pool sets it for the supervisors it makes.
@@ -852,7 +861,7 @@ class Supervisor:
         await self._rotate_log()  # an earlier run's output may have filled it
         follower = LogFollower(self.log_path)
         try:
-            process, identity, pidfd = spawn_engine(
+            proc = self._runner.spawn(
                 command.argv,
                 command.env,
                 log_path=self.log_path,
@@ -864,7 +873,8 @@ class Supervisor:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             message = f"{self.key}: cannot run {command.argv[0]} ({reason})"
             raise EngineStartError(message) from exc
-        child = _Child(identity, process, follower, self._clock.wall(), spec, pidfd=pidfd)
+        identity = proc.identity
+        child = _Child(proc, follower, self._clock.wall(), spec)
         child.startup_timeout = timeout
         if probe.ready_line is not None:
             child.ready_line = re.compile(probe.ready_line)
@@ -915,11 +925,7 @@ class Supervisor:
         signalled and counts as gone (the Termination's ``detail`` says why).
         """
         child.expected_stop = True
-        ended = await terminate_group(
-            child.identity.pid,
-            identity=child.identity,
-            child=child.process,
-            pidfd=child.pidfd,
+        ended = await child.proc.terminate(
             grace=grace,
             second_grace=second_grace,
             kill_wait=self.policy.kill_wait,
@@ -931,8 +937,7 @@ class Supervisor:
 
     def _drop(self, child: _Child) -> None:
         """Forget a child that is done with: its pidfd closed, no longer ours to watch."""
-        if child.pidfd is not None:
-            child.pidfd.close()
+        child.proc.close()
         if self._child is child:
             self._child = None
 
@@ -957,12 +962,10 @@ class Supervisor:
             return True
         left = deadline - self._clock.monotonic()
         try:
-            answer = await probe_response(
-                child.identity.port,
-                probe.path,
-                method=probe.method,
-                body=probe.body,
-                content_type=probe.content_type,
+            answer = await self._transport.probe(
+                Probe(
+                    child.identity.port, probe.path, probe.method, probe.body, probe.content_type
+                ),
                 wait=min(probe.wait, max(left, _LAST_PROBE)),
                 clock=self._clock,
             )
@@ -991,7 +994,7 @@ class Supervisor:
                 await self._stop_locked(reason)
                 raise EngineStartError(f"{self.key}: start aborted: stop requested ({reason})")
             self._read_lines(child)
-            exited = child.process is not None and child.process.poll() is not None
+            exited = child.proc.exit_status() is not None
             if (child.panic is not None and child.panic.fatal_at_startup) or exited:
                 await self._startup_failed(child, exited=exited)
             ready = await self._interruptible(self._probe_ready(child, probe, deadline))
@@ -1041,8 +1044,7 @@ class Supervisor:
             lines = [line.strip() for line in child.lines if line.strip()]
             errors = [line for line in lines if "error" in line.lower()]
             last = errors[0] if errors else (lines[-1] if lines else "")
-            code, sig = _exit_status(child.process)
-            reason = f"exited ({_describe_exit(code, sig)}) before becoming ready" + (
+            reason = f"exited ({_describe_exit(child.proc)}) before becoming ready" + (
                 f": {last.strip()}" if last else ""
             )
         await self._record_crash(child)
@@ -1053,11 +1055,10 @@ class Supervisor:
 
         An adopted engine is not our child (no exit status to wait for): False at once.
         """
-        process = child.process
-        if process is None:
+        if not child.proc.own:
             return False
         deadline = self._clock.monotonic() + within
-        while process.poll() is None:
+        while child.proc.exit_status() is None:
             if self._clock.monotonic() >= deadline:
                 return False
             await self._clock.sleep(0.01)
@@ -1083,7 +1084,8 @@ class Supervisor:
     async def _record_crash(self, child: _Child) -> None:
         """The leader died unasked: make sure its group is gone too, record, then release."""
         ended = await self._terminate(child, grace=0.2, second_grace=0.2)
-        code, sig = _exit_status(child.process)
+        status = child.proc.exit_status()
+        code, sig = (status.code, status.signal) if status is not None else (None, None)
         self._drop(child)
         with anyio.CancelScope(shield=True):  # gone: its record and its bytes, whatever comes
             if self.state in (EngineState.STARTING, EngineState.RUNNING):
@@ -1174,9 +1176,9 @@ class Supervisor:
         """
         child = self._child
         alive = (EngineState.STARTING, EngineState.RUNNING)
-        if child is None or child.process is None or child.expected_stop:
+        if child is None or not child.proc.own or child.expected_stop:
             return
-        if self.state not in alive or child.process.poll() is None:
+        if self.state not in alive or child.proc.exit_status() is None:
             return
         with contextlib.suppress(PluginError):  # a broken classify_line costs the panic only
             self._read_lines(child, final=True)
@@ -1298,20 +1300,21 @@ class Supervisor:
 
     def _alive(self, child: _Child) -> bool:
         """Whether the leader still runs; a pid now another process's reads as dead (SG4)."""
-        if child.process is not None:
-            return child.process.poll() is None
-        return leader_alive(child.identity, child.pidfd)
+        return child.proc.alive()
 
     async def _probe_health(self, child: _Child) -> bool:
         """Whether the engine answers its readiness path as ready now."""
         try:
-            status = await probe_status(
-                child.identity.port, self.adapter.readiness_path, wait=2, clock=self._clock
+            answer = await self._transport.probe(
+                Probe(child.identity.port, self.adapter.readiness_path),
+                wait=2,
+                clock=self._clock,
+                with_body=False,
             )
         except ValueError as exc:  # a readiness_path set on the instance, past the class check
             raise self._plugin_fault(f"has a readiness_path that cannot be sent: {exc}") from exc
-        return status is not None and self._ask(
-            "is_ready", self.adapter.is_ready, status, returns=bool
+        return answer is not None and self._ask(
+            "is_ready", self.adapter.is_ready, answer[0], returns=bool
         )
 
     # -- adoption ------------------------------------------------------------------------------
@@ -1325,13 +1328,10 @@ class Supervisor:
         identity checked again; a process that no longer matches is held without a pidfd,
         reads as dead to the watcher and is never signalled.
         """
-        if pidfd is None:
-            pidfd, _why = open_verified(identity)
-        if self._child is not None and self._child.pidfd is not None:
-            self._child.pidfd.close()
-        self._child = _Child(
-            identity, None, LogFollower(self.log_path), self._clock.wall(), pidfd=pidfd
-        )
+        if self._child is not None:
+            self._child.proc.close()
+        proc = self._runner.adopt(identity, pidfd)
+        self._child = _Child(proc, LogFollower(self.log_path), self._clock.wall())
         self._child.reached_ready = True
 
 
@@ -1339,16 +1339,6 @@ def _plan_dict(plan: OffloadPlan) -> dict[str, Any]:
     return {"kind": str(plan.kind), "n_cpu_moe": plan.n_cpu_moe, "reason": plan.reason}
 
 
-def _exit_status(process: subprocess.Popen[bytes] | None) -> tuple[int | None, int | None]:
-    if process is None:
-        return None, None
-    code = process.poll()
-    if code is None:
-        return None, None
-    return (None, -code) if code < 0 else (code, None)
-
-
-def _describe_exit(code: int | None, sig: int | None) -> str:
-    if sig is not None:
-        return f"signal {sig}"
-    return f"exit code {code}" if code is not None else "exit status unknown"
+def _describe_exit(proc: EngineProcess) -> str:
+    status = proc.exit_status()
+    return status.describe() if status is not None else "exit status unknown"
