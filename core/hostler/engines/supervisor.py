@@ -26,7 +26,6 @@ What it guarantees (docs/rules.md, SG1–SG4):
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import logging
 import os
@@ -50,7 +49,9 @@ from hostler.drivers.host_ledger import HostLedger
 from hostler.drivers.loghealth import LogHealth
 from hostler.drivers.measure import LaunchFacts, record_launch
 from hostler.drivers.offloop import OffLoop
+from hostler.engines.guard import AdapterGuard
 from hostler.engines.http import HTTP_TRANSPORT, EngineTransport, Probe
+from hostler.engines.journal import EngineJournal
 from hostler.engines.launcher import FixedLauncher, Launch, Launcher
 from hostler.engines.logs import (
     DEFAULT_LOG_KEEP,
@@ -128,14 +129,14 @@ from hostler.plugin import (
     launch_command,
     timing_problem,
 )
-from hostler.pluginhost import answer_problem, ask_adapter, describe_exception, plugin_fault
+from hostler.pluginhost import answer_problem
 from hostler.policies.supervision import (
     SupervisionPolicy,
     decide_start,
 )
 from hostler.probes.nvml import NvmlProbe
 from hostler.probes.process import measure_process
-from hostler.replay import commit, load
+from hostler.replay import load
 from hostler.store.log import EventStore
 
 __all__ = ["Supervisor", "SupervisorPolicy"]
@@ -291,6 +292,7 @@ class Supervisor:
         #: RD9, IN3: the live daemon other than this one that pays for a launch token, if any.
         self.held_by_other = held_by_other
         self.adapter = adapter
+        self._guard = AdapterGuard(key, adapter)
         #: one launch per start: its bytes and its spec made together (price once)
         self._launcher: Launcher = launcher
         self.store = store
@@ -299,7 +301,12 @@ class Supervisor:
         self.policy = policy or SupervisorPolicy()
         self.rules = self.policy.rules
         self._clock = as_clock(clock)
-        self.engine = load(store, Engine, key)
+        self._io = offloop or OffLoop()
+        self.health = health or LogHealth(store.name)
+        self._journal = EngineJournal(
+            key, load(store, Engine, key), store, clock=self._clock, offloop=self._io,
+            health=self.health,
+        )  # fmt: skip
         self._child: _Child | None = None
         self._lock = anyio.Lock()
         self._pressure = pressure
@@ -317,13 +324,14 @@ class Supervisor:
         self._build = "unknown"
         self.ledger = ledger
         self._probe = probe
-        self._io = offloop or OffLoop()
-        self.health = health or LogHealth(store.name)
-        self._next_flush = 0.0
-        self._writing = anyio.Lock()  # fire-and-commit and flushes, one at a time
         self._rotate_trouble: str | None = None
 
     # -- the facts others read ------------------------------------------------------------------
+
+    @property
+    def engine(self) -> Engine:
+        """The engine's lifecycle machine, as its events say."""
+        return self._journal.engine
 
     @property
     def state(self) -> str:
@@ -356,7 +364,7 @@ class Supervisor:
             return self.policy.startup_timeout
         problem = timing_problem(self.adapter)
         if problem is not None:
-            raise self._plugin_fault(f"has a bad timing: {problem}")
+            raise self._guard.fault(f"has a bad timing: {problem}")
         return float(self.adapter.startup_timeout)
 
     @property
@@ -392,107 +400,12 @@ class Supervisor:
             return None
         return self._child.progress
 
-    async def _fire(self, trigger: str, **observation: object) -> None:
-        """Record an observation (SF1): what happened is kept even when the log refuses it.
-
-        A write that fails leaves the event pending in the machine, to be written by the
-        next write or :meth:`flush`; the caller goes on (the crash happened, the process is
-        gone, whether or not the log takes it now).
-        """
-        async with self._writing:
-            self.engine.fire(trigger, at=self._clock.wall(), **observation)
-            # while the log refuses writes, the watcher's once-a-second retry takes it (SF4: a
-            # shutdown never waits on a lock once per event)
-            await self._flush_locked(force=self.health.ok)
-
-    async def _decide(self, trigger: str, **observation: object) -> None:
-        """Record a decision before acting on it (SF2): unrecorded, it is not taken.
-
-        Held under the write lock from firing to the verdict, so no concurrent flush can
-        write a decision that is then withdrawn.
-
-        Raises:
-            StoreError: The log refused it; the machine is as it was, nothing is to be done.
-        """
-        async with self._writing:
-            before = copy.deepcopy(self.engine.snapshot())
-            event = self.engine.fire(trigger, at=self._clock.wall(), **observation)
-            await self._flush_locked(force=True, withdrawable=1)
-            if event in self.engine.pending:
-                self.engine.pending.remove(event)
-                self.engine.restore(before)
-                raise StoreError(
-                    f"{self.key}: {trigger!r} not done: the event log cannot record it "
-                    f"({self.health.error})"
-                )
-
     async def flush(self, *, force: bool = False) -> bool:
-        """Write the machine's pending events; whether none are left pending.
+        """Write the engine's pending events; whether none are left pending (SF1).
 
         While the log fails, tries at most once a second unless ``force``.
         """
-        async with self._writing:
-            return await self._flush_locked(force=force)
-
-    async def _flush_locked(self, *, force: bool, withdrawable: int = 0) -> bool:
-        # one write at a time per machine: an event fired while a commit of the pending list
-        # is in flight would be cleared with it, unwritten
-        if not self.engine.pending:
-            return True
-        now = self._clock.monotonic()
-        if not force and now < self._next_flush:
-            return False
-        waiting = len(self.engine.pending)
-        try:
-            await self._io.run(self._commit)
-        except ConcurrencyError:
-            raise  # another writer in our stream: a bug or a copied data directory
-        except StoreError as exc:
-            self._next_flush = now + 1.0
-            # a decision withdrawn on failure never waited: it is not counted as delayed
-            self.health.failed(exc, self._clock.wall(), pending=waiting - withdrawable)
-            return False
-        self.health.wrote(self._clock.wall(), delayed=waiting - 1)
-        return True
-
-    def _commit(self) -> None:
-        commit(self.store, self.engine, metadata={"actor": "supervisor"})
-
-    def _plugin(self, what: str, func: Callable[..., T], *args: object) -> T:
-        """Ask the adapter; a raise that is not a HostlerError is the plugin's bug (SG3)."""
-        try:
-            return func(*args)
-        except HostlerError:
-            raise
-        except BaseException as exc:  # sys.exit(), KeyboardInterrupt... from plugin code: its bug
-            raise self._plugin_fault(f"raised {describe_exception(exc)} in {what}") from exc
-
-    def _ask(self, what: str, func: Callable[..., object], *args: object, returns: type[T]) -> T:
-        """:meth:`_plugin`, and its answer checked to be a ``returns`` (SG3).
-
-        A hook that answers with the wrong type (a str for a verdict, an accidental coroutine)
-        is the plugin's error like a raise, never taken at its truthiness nor read later as
-        something it is not. Every hook the supervisor calls is asked through here
-        (:func:`hostler.pluginhost.ask_adapter`, as pricing asks, with the engine key first).
-        """
-        answer: T = ask_adapter(
-            self.adapter, what, func, *args, returns=returns, prefix=f"{self.key}: "
-        )
-        return answer
-
-    def _ask_maybe(
-        self, what: str, func: Callable[..., object], *args: object, returns: type[T]
-    ) -> T | None:
-        """:meth:`_ask` for a hook whose answer may also be None (``progress``, a panic)."""
-        answer: T | None = ask_adapter(
-            self.adapter, what, func, *args, returns=returns, optional=True,
-            prefix=f"{self.key}: ",
-        )  # fmt: skip
-        return answer
-
-    def _plugin_fault(self, what: str) -> PluginError:
-        fault = plugin_fault(self.adapter.engine_type, type(self.adapter), what)
-        return PluginError(f"{self.key}: {fault.message}")
+        return await self._journal.flush(force=force)
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -514,7 +427,7 @@ class Supervisor:
         The pool makes room for exactly these bytes and hands the same launch to
         :meth:`ensure_running`; ``hostler preview`` through the daemon shows this price.
         """
-        return self._plugin("estimate_footprint", self._launcher.price)
+        return self._guard.call("estimate_footprint", self._launcher.price)
 
     async def ensure_running(
         self,
@@ -567,7 +480,7 @@ class Supervisor:
         await self._settle_unknown()
         self._check_lockout()
         if self.state == EngineState.FATAL:
-            await self._decide("reset", cause="new request after a failure")
+            await self._journal.decide("reset", cause="new request after a failure")
         await self._check_budget(cause)
         token = f"{self.token_prefix}:{secrets.token_hex(8)}"
         try:
@@ -577,7 +490,7 @@ class Supervisor:
         except CapacityDeniedError:
             raise  # recorded in the ledger's log, with its inputs; not the engine's fault
         except HostlerError as exc:
-            await self._fire("start", cause=cause)
+            await self._journal.observe("start", cause=cause)
             await self._fail(exc)
             raise
         if on_reserved is not None:
@@ -640,7 +553,7 @@ class Supervisor:
         A raising adapter fails the engine (SG3).
         """
         try:
-            return self._ask(
+            return self._guard.ask(
                 "on_exited_before_ready",
                 self.adapter.on_exited_before_ready,
                 message,
@@ -699,8 +612,8 @@ class Supervisor:
                 return
             if self.state not in (EngineState.STOPPED, EngineState.BACKOFF):
                 return
-            await self._fire("start", cause=cause)
-            await self._fire("failed", error=exc.message, retry_at=None)
+            await self._journal.observe("start", cause=cause)
+            await self._journal.observe("failed", error=exc.message, retry_at=None)
 
     async def _check_budget(self, cause: str) -> None:
         """SP1: refuse (recorded, with the start times counted) past the restart budget."""
@@ -709,8 +622,8 @@ class Supervisor:
             return
         if self.state in (EngineState.STOPPED, EngineState.BACKOFF):
             # record the refusal on the way through starting, as the machine requires
-            await self._fire("start", cause=cause)
-        await self._fire(
+            await self._journal.observe("start", cause=cause)
+        await self._journal.observe(
             "failed", error=verdict.error, retry_at=verdict.retry_at, decision=verdict.decision
         )
         self._check_lockout()
@@ -728,7 +641,7 @@ class Supervisor:
         if problem is None and isinstance(raw, int) and raw < 0:
             problem = f"returned {raw}"
         if problem is not None or not isinstance(raw, int):
-            raise self._plugin_fault(f"{problem} from estimate_footprint, not a byte count")
+            raise self._guard.fault(f"{problem} from estimate_footprint, not a byte count")
         estimate = raw
         decision = await self._io.run_patiently(
             lambda: self.ledger.reserve(self.key, estimate, token=token)  # type: ignore[union-attr]
@@ -758,7 +671,7 @@ class Supervisor:
         spec = child.spec
         model: object = spec.model.name
         with contextlib.suppress(HostlerError):  # a raising plugin costs the lesson, not the start
-            model = self._ask(
+            model = self._guard.ask(
                 "model_identity", self.adapter.model_identity, spec.model, returns=str
             )
         facts = LaunchFacts(
@@ -782,8 +695,8 @@ class Supervisor:
         alive = (EngineState.STARTING, EngineState.RUNNING, EngineState.STOPPING)
         if self._child is None and self.state in (*alive, EngineState.ADOPTING):
             if self.state != EngineState.ADOPTING:
-                await self._fire("begin_adoption", daemon_pid=os.getpid())
-            await self._fire("lost", cause="no live process is known to this supervisor")
+                await self._journal.observe("begin_adoption", daemon_pid=os.getpid())
+            await self._journal.observe("lost", cause="no live process is known to this supervisor")
 
     async def _finish_failed_stop(self) -> None:
         """A group that outlived an earlier stop: try again; refuse to start a second one."""
@@ -813,14 +726,15 @@ class Supervisor:
         The priced launch's spec, with the bytes the ledger reserved (RD8), the offload plan the L13
         ladder chose, and the model as the adapter validated it (RD2).
         """
-        spec = self._ask("the launch spec", launch.spec, port, returns=LaunchSpec)
+        spec = self._guard.ask("the launch spec", launch.spec, port, returns=LaunchSpec)
         if reserved is not None:  # RD8: what the ledger holds for this launch, to the byte
             spec = dataclasses.replace(spec, reserved_bytes=reserved)
         if self.offload is not None:  # a degraded plan (L13) outlives the start that chose it
             spec = dataclasses.replace(spec, offload=self.offload)
-        self._ended_before_ready = False
         try:  # RD2: absolute, and a file or a directory as the adapter says
-            model: object = self._plugin("validate_model", self.adapter.validate_model, spec.model)
+            model: object = self._guard.call(
+                "validate_model", self.adapter.validate_model, spec.model
+            )
         except HostlerError as exc:
             path = spec.model.absolute()
             if isinstance(exc, ModelFileError) and not path.exists():
@@ -832,23 +746,25 @@ class Supervisor:
         if isinstance(model, Path) and not model.is_absolute():
             problem = f"returned {repr(model)[:60]}"
         if problem is not None or not isinstance(model, Path):
-            raise self._plugin_fault(f"{problem} from validate_model")
+            raise self._guard.fault(f"{problem} from validate_model")
         return dataclasses.replace(spec, model=model)
 
     async def _start(
         self, cause: str, token: str, launch: Launch, reserved: int | None = None
     ) -> int:
-        await self._decide("start", cause=cause)  # SF2: no start without its record
+        await self._journal.decide("start", cause=cause)  # SF2: no start without its record
         timeout = self.startup_timeout  # RD7: a bad adapter timing fails before any spawn
         port = free_port()
         spec = self._launch_spec(port, launch, reserved)
-        probe = self._ask("readiness", self.adapter.readiness, spec, returns=ReadinessProbe)
+        probe = self._guard.ask("readiness", self.adapter.readiness, spec, returns=ReadinessProbe)
         # RD5: the adapter's argv, then the operator's extra_args (unless it places them)
-        command = self._ask(
+        command = self._guard.ask(
             "build_command", launch_command, self.adapter, spec, returns=LaunchCommand
         )
         self._tries.handle(Launched(spec.offload, tuple(command.argv)))
-        self._build = self._ask("build_identity", self.adapter.build_identity, command, returns=str)
+        self._build = self._guard.ask(
+            "build_identity", self.adapter.build_identity, command, returns=str
+        )
         linked = self._linked_run_dir()
         if linked is not None:  # planted: rotation would cut files wherever it points
             raise EngineStartError(
@@ -880,7 +796,7 @@ class Supervisor:
             child.ready_line = re.compile(probe.ready_line)
         self._child = child
         # Recorded before ensure_running can return: a daemon killed from here on finds it.
-        await self._fire(
+        await self._journal.observe(
             "spawned",
             pid=identity.pid,
             create_time=identity.create_time,
@@ -970,13 +886,13 @@ class Supervisor:
                 clock=self._clock,
             )
         except ValueError as exc:  # a probe altered after it was checked: cannot be sent
-            raise self._plugin_fault(f"gave a readiness probe that cannot be sent: {exc}") from exc
+            raise self._guard.fault(f"gave a readiness probe that cannot be sent: {exc}") from exc
         if answer is None:
             return False
         status, body = answer
         if probe.expect_json is not None and not json_fields_match(body, probe.expect_json):
             return False
-        return self._ask(
+        return self._guard.ask(
             "is_ready_response", self.adapter.is_ready_response, status, body, returns=bool
         )
 
@@ -1003,7 +919,7 @@ class Supervisor:
             if ready:
                 child.reached_ready = True
                 self._observe(BecameReady())
-                await self._fire("ready")
+                await self._journal.observe("ready")
                 return
             if self._clock.monotonic() >= deadline:
                 await self._startup_failed(child, exited=False, timed_out=True)
@@ -1070,10 +986,10 @@ class Supervisor:
             child.lines.append(line)
             if child.ready_line is not None and child.ready_line.search(line):
                 child.saw_ready_line = True
-            step = self._ask_maybe("progress", self.adapter.progress, line, returns=Progress)
+            step = self._guard.ask_maybe("progress", self.adapter.progress, line, returns=Progress)
             if step is not None:
                 child.progress = step
-            panic = self._ask_maybe(
+            panic = self._guard.ask_maybe(
                 "classify_line", self.adapter.classify_line, line, returns=Panic
             )
             if panic is not None and (
@@ -1092,7 +1008,7 @@ class Supervisor:
                 panic_kind = child.panic.kind if child.panic else None
                 if panic_kind is None and sig == 4:
                     panic_kind = "illegal-instruction"
-                await self._fire(
+                await self._journal.observe(
                     "crashed",
                     exit_code=code,
                     signal=sig,
@@ -1138,7 +1054,7 @@ class Supervisor:
     async def _stop_locked(
         self, reason: str, decision: dict[str, Any] | None = None, *, unrecorded_ok: bool = False
     ) -> None:
-        record = self._fire if unrecorded_ok else self._decide
+        record = self._journal.observe if unrecorded_ok else self._journal.decide
         await self._crashed_before_stop()
         if self.state == EngineState.BACKOFF:
             await record("stop", reason=reason, decision=decision)
@@ -1153,12 +1069,14 @@ class Supervisor:
         if child is not None:
             ended = await self._terminate(child, grace=self.policy.stop_grace)
             if not ended.gone:
-                await self._fire("stop_failed", pid=child.identity.pid, detail=ended.detail)
+                await self._journal.observe(
+                    "stop_failed", pid=child.identity.pid, detail=ended.detail
+                )
                 return  # still ours, still held: memory in use is never freed on paper
             code, sig, detail = ended.exit_code, ended.signal, ended.detail
             self._drop(child)
         with anyio.CancelScope(shield=True):  # the process is gone: record it and free its bytes
-            await self._fire("exited", exit_code=code, signal=sig, detail=detail)
+            await self._journal.observe("exited", exit_code=code, signal=sig, detail=detail)
             await self._release()
 
     async def _crashed_before_stop(self) -> None:
@@ -1269,7 +1187,7 @@ class Supervisor:
         The reservation goes back only once no process holds it (SG2).
         """
         ended = await self._kill_child()
-        await self._fire("failed", error=exc.message, retry_at=None)
+        await self._journal.observe("failed", error=exc.message, retry_at=None)
         if ended is None or ended.gone:
             await self._release()
 
@@ -1312,8 +1230,8 @@ class Supervisor:
                 with_body=False,
             )
         except ValueError as exc:  # a readiness_path set on the instance, past the class check
-            raise self._plugin_fault(f"has a readiness_path that cannot be sent: {exc}") from exc
-        return answer is not None and self._ask(
+            raise self._guard.fault(f"has a readiness_path that cannot be sent: {exc}") from exc
+        return answer is not None and self._guard.ask(
             "is_ready", self.adapter.is_ready, answer[0], returns=bool
         )
 
