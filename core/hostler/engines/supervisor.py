@@ -33,22 +33,21 @@ import re
 import secrets
 import socket
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
-import psutil
 
 from hostler.capacity.offload import OffloadPlan
 from hostler.clock import ClockLike, as_clock
 from hostler.drivers.host_ledger import HostLedger
 from hostler.drivers.loghealth import LogHealth
-from hostler.drivers.measure import LaunchFacts, record_launch
 from hostler.drivers.offloop import OffLoop
+from hostler.engines.account import EngineAccount
+from hostler.engines.child import EngineChild
 from hostler.engines.guard import AdapterGuard
 from hostler.engines.http import HTTP_TRANSPORT, EngineTransport, Probe
 from hostler.engines.journal import EngineJournal
@@ -65,7 +64,7 @@ from hostler.engines.process import (
     Termination,
 )
 from hostler.engines.resweep import anchors_of, sweep_strays
-from hostler.engines.runner import OS_RUNNER, EngineProcess, ProcessRunner
+from hostler.engines.runner import OS_RUNNER, ProcessRunner
 from hostler.errors import (
     CapacityDeniedError,
     ConcurrencyError,
@@ -122,7 +121,6 @@ from hostler.plugin import (
     EngineAdapter,
     LaunchCommand,
     LaunchSpec,
-    Panic,
     Progress,
     ReadinessProbe,
     json_fields_match,
@@ -135,7 +133,6 @@ from hostler.policies.supervision import (
     decide_start,
 )
 from hostler.probes.nvml import NvmlProbe
-from hostler.probes.process import measure_process
 from hostler.replay import load
 from hostler.store.log import EventStore
 
@@ -194,31 +191,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-@dataclass
-class _Child:
-    proc: EngineProcess  # spawned, or adopted from an earlier daemon
-    log: LogFollower
-    started: float
-    spec: LaunchSpec | None = None  # None when adopted
-    panic: Panic | None = None
-    reached_ready: bool = False
-    expected_stop: bool = False
-    lines: deque[str] = field(default_factory=lambda: deque(maxlen=200))
-    ready_line: re.Pattern[str] | None = None  # RD1: the line readiness waits for, if any
-    saw_ready_line: bool = False
-    progress: Progress | None = None  # PG1: the last progress line of the current job
-    startup_timeout: float = 180.0  # RD7: what this start was given to become ready
-
-    @property
-    def identity(self) -> ProcessIdentity:
-        """Who the process is."""
-        return self.proc.identity
-
-    @identity.setter
-    def identity(self, identity: ProcessIdentity) -> None:
-        self.proc.identity = identity
 
 
 class Supervisor:
@@ -307,7 +279,7 @@ class Supervisor:
             key, load(store, Engine, key), store, clock=self._clock, offloop=self._io,
             health=self.health,
         )  # fmt: skip
-        self._child: _Child | None = None
+        self._child: EngineChild | None = None
         self._lock = anyio.Lock()
         self._pressure = pressure
         self._watch = EngineWatch(
@@ -322,8 +294,7 @@ class Supervisor:
         #: cancels at once: a hanging probe never delays a stop (RD1)
         self._waiting: anyio.CancelScope | None = None
         self._build = "unknown"
-        self.ledger = ledger
-        self._probe = probe
+        self._account = EngineAccount(key, ledger, self._guard, self._io, probe)
         self._rotate_trouble: str | None = None
 
     # -- the facts others read ------------------------------------------------------------------
@@ -486,7 +457,7 @@ class Supervisor:
         try:
             if launch is None:  # pricing reads the model, the ledger and the calibration
                 launch = await self._io.run(self.price)
-            reserved = await self._reserve(token, launch)
+            reserved = await self._account.reserve(token, launch)
         except CapacityDeniedError:
             raise  # recorded in the ledger's log, with its inputs; not the engine's fault
         except HostlerError as exc:
@@ -628,64 +599,10 @@ class Supervisor:
         )
         self._check_lockout()
 
-    async def _reserve(self, token: str, launch: Launch) -> int | None:
-        """Hold the launch's bytes in the host ledger before it starts.
-
-        Returns what the ledger holds for it (None: no accounting).
-        """
-        raw: object = launch.reserved_bytes
-        if self.ledger is None or raw is None:
-            return None
-        # a plugin's NaN, None, True or -5 is no byte count
-        problem = answer_problem(raw, int)
-        if problem is None and isinstance(raw, int) and raw < 0:
-            problem = f"returned {raw}"
-        if problem is not None or not isinstance(raw, int):
-            raise self._guard.fault(f"{problem} from estimate_footprint, not a byte count")
-        estimate = raw
-        decision = await self._io.run_patiently(
-            lambda: self.ledger.reserve(self.key, estimate, token=token)  # type: ignore[union-attr]
-        )
-        if not decision.granted:
-            raise CapacityDeniedError(f"{self.key}: {decision.reason}")
-        return estimate
-
-    async def _release(self, cause: str = "released") -> None:
-        """Give the reservation back, or leave it owed and retried (OW7), never dropped."""
-        if self.ledger is not None:
-            ledger = self.ledger
-            await self._io.run(lambda: ledger.release_or_owe(self.key, cause=cause))
-
     async def _learn(self, estimate: int) -> None:
-        """Measure the ready engine (RAM and GPU); the ledger holds the truth, estimates learn."""
         child = self._child
-        if self.ledger is None or child is None or child.spec is None:
-            return
-        if not estimate:  # priced at nothing: the ledger must still hold what it really uses
-            ledger, probe, pid = self.ledger, self._probe, child.identity.pid
-            with contextlib.suppress(HostlerError, psutil.Error, OSError):
-                await self._io.run(
-                    lambda: ledger.record_measured(self.key, measure_process(pid, probe).total)
-                )
-            return
-        spec = child.spec
-        model: object = spec.model.name
-        with contextlib.suppress(HostlerError):  # a raising plugin costs the lesson, not the start
-            model = self._guard.ask(
-                "model_identity", self.adapter.model_identity, spec.model, returns=str
-            )
-        facts = LaunchFacts(
-            engine_key=self.key,
-            model=str(model),
-            build=self._build,
-            kv_type=spec.kv_type or "f16",
-            ctx_total=spec.ctx_per_slot * spec.slots,
-            slots=spec.slots,
-            estimated=estimate,
-        )
-        ledger, probe, pid = self.ledger, self._probe, child.identity.pid
-        with contextlib.suppress(HostlerError, psutil.Error):
-            await self._io.run(lambda: record_launch(ledger, facts, pid, probe=probe))
+        if child is not None and child.spec is not None:
+            await self._account.learn(child.spec, child.identity.pid, estimate, self._build)
 
     async def _settle_unknown(self) -> None:
         """Record as lost a process the log believes up but this supervisor does not hold.
@@ -790,7 +707,7 @@ class Supervisor:
             message = f"{self.key}: cannot run {command.argv[0]} ({reason})"
             raise EngineStartError(message) from exc
         identity = proc.identity
-        child = _Child(proc, follower, self._clock.wall(), spec)
+        child = EngineChild(proc, follower, self._clock.wall(), spec)
         child.startup_timeout = timeout
         if probe.ready_line is not None:
             child.ready_line = re.compile(probe.ready_line)
@@ -805,15 +722,7 @@ class Supervisor:
             argv_fingerprint=identity.argv_fingerprint,
             port=identity.port,
         )
-        if self.ledger is not None:
-            ledger = self.ledger
-            try:
-                await self._io.run_patiently(
-                    lambda: ledger.bind(self.key, identity.pid, identity.create_time)
-                )
-            except StoreError as exc:
-                # the reservation still names the launch token, which finds the engine (OW2)
-                log.warning("hostler: %s: ledger bind not recorded (%s)", self.key, exc.message)
+        await self._account.bind(identity)
         await self._await_ready(child, probe)
         return port
 
@@ -822,7 +731,7 @@ class Supervisor:
         if self.state != EngineState.STARTING:
             # already settled (crash, refusal or abort recorded); free what no process holds
             if self._child is None:
-                await self._release()
+                await self._account.release()
             return
         if isinstance(exc, HostlerError):
             await self._fail(exc)
@@ -832,7 +741,7 @@ class Supervisor:
         await self._stop_locked(reason, {"cause": why[:500]})
 
     async def _terminate(
-        self, child: _Child, *, grace: float, second_grace: float = 1.0
+        self, child: EngineChild, *, grace: float, second_grace: float = 1.0
     ) -> Termination:
         """TERM, TERM, KILL the child's group, re-checked before each signal (SG4).
 
@@ -851,7 +760,7 @@ class Supervisor:
             log.warning("hostler: %s: not signalled: %s", self.key, ended.detail)
         return ended
 
-    def _drop(self, child: _Child) -> None:
+    def _drop(self, child: EngineChild) -> None:
         """Forget a child that is done with: its pidfd closed, no longer ours to watch."""
         child.proc.close()
         if self._child is child:
@@ -866,7 +775,9 @@ class Supervisor:
             self._drop(child)
         return ended
 
-    async def _probe_ready(self, child: _Child, probe: ReadinessProbe, deadline: float) -> bool:
+    async def _probe_ready(
+        self, child: EngineChild, probe: ReadinessProbe, deadline: float
+    ) -> bool:
         """RD1: whether every part of the adapter's readiness probe passes now.
 
         The request waits for the probe's ``wait``, but never past the start's ``deadline``
@@ -896,7 +807,7 @@ class Supervisor:
             "is_ready_response", self.adapter.is_ready_response, status, body, returns=bool
         )
 
-    async def _await_ready(self, child: _Child, probe: ReadinessProbe) -> None:
+    async def _await_ready(self, child: EngineChild, probe: ReadinessProbe) -> None:
         """Poll until the engine is ready (RD1), or fail the start.
 
         ``startup_timeout`` bounds the whole wait, a probe in flight included; a stop asked
@@ -943,7 +854,7 @@ class Supervisor:
         return None
 
     async def _startup_failed(
-        self, child: _Child, *, exited: bool, timed_out: bool = False
+        self, child: EngineChild, *, exited: bool, timed_out: bool = False
     ) -> None:
         if not exited and child.panic is not None:
             # SG5: an engine that logged its own death is let to finish dying, so the crash
@@ -952,21 +863,11 @@ class Supervisor:
         self._read_lines(child, final=True)
         panic = child.panic.kind if child.panic is not None else None
         self._tries.handle(StartEnded(panic, timed_out=timed_out))
-        if child.panic is not None:
-            reason = child.panic.line
-        elif timed_out:
-            reason = f"did not become ready within {child.startup_timeout:g} s"
-        else:
-            lines = [line.strip() for line in child.lines if line.strip()]
-            errors = [line for line in lines if "error" in line.lower()]
-            last = errors[0] if errors else (lines[-1] if lines else "")
-            reason = f"exited ({_describe_exit(child.proc)}) before becoming ready" + (
-                f": {last.strip()}" if last else ""
-            )
+        reason = child.failure_reason(timed_out=timed_out)
         await self._record_crash(child)
         raise EngineStartError(f"{self.key}: {reason}")
 
-    async def _await_own_exit(self, child: _Child, within: float) -> bool:
+    async def _await_own_exit(self, child: EngineChild, within: float) -> bool:
         """Whether our own child exits by itself within ``within`` seconds (polled, 10 ms).
 
         An adopted engine is not our child (no exit status to wait for): False at once.
@@ -980,24 +881,10 @@ class Supervisor:
             await self._clock.sleep(0.01)
         return True
 
-    def _read_lines(self, child: _Child, *, final: bool = False) -> None:
-        lines = child.log.flush() if final else child.log.new_lines()
-        for line in lines:
-            child.lines.append(line)
-            if child.ready_line is not None and child.ready_line.search(line):
-                child.saw_ready_line = True
-            step = self._guard.ask_maybe("progress", self.adapter.progress, line, returns=Progress)
-            if step is not None:
-                child.progress = step
-            panic = self._guard.ask_maybe(
-                "classify_line", self.adapter.classify_line, line, returns=Panic
-            )
-            if panic is not None and (
-                child.panic is None or panic.priority >= child.panic.priority
-            ):
-                child.panic = panic
+    def _read_lines(self, child: EngineChild, *, final: bool = False) -> None:
+        child.read_lines(self._guard, final=final)
 
-    async def _record_crash(self, child: _Child) -> None:
+    async def _record_crash(self, child: EngineChild) -> None:
         """The leader died unasked: make sure its group is gone too, record, then release."""
         ended = await self._terminate(child, grace=0.2, second_grace=0.2)
         status = child.proc.exit_status()
@@ -1020,7 +907,7 @@ class Supervisor:
                     output_tail=child.log.tail(),
                 )
             if ended.gone:
-                await self._release()
+                await self._account.release()
 
     # -- stopping ----------------------------------------------------------------------------
 
@@ -1077,7 +964,7 @@ class Supervisor:
             self._drop(child)
         with anyio.CancelScope(shield=True):  # the process is gone: record it and free its bytes
             await self._journal.observe("exited", exit_code=code, signal=sig, detail=detail)
-            await self._release()
+            await self._account.release()
 
     async def _crashed_before_stop(self) -> None:
         """SG7: an engine that died on its own before a stop is recorded as crashed first.
@@ -1137,7 +1024,7 @@ class Supervisor:
                 if self._child is child:
                     await self._fail(exc)
 
-    async def _carry_out(self, effect: WatchEffect, child: _Child) -> list[WatchEffect]:
+    async def _carry_out(self, effect: WatchEffect, child: EngineChild) -> list[WatchEffect]:
         """Do one of the watch's effects; the effects its answer leads to."""
         match effect:
             case FinishStop():
@@ -1189,7 +1076,7 @@ class Supervisor:
         ended = await self._kill_child()
         await self._journal.observe("failed", error=exc.message, retry_at=None)
         if ended is None or ended.gone:
-            await self._release()
+            await self._account.release()
 
     def _linked_run_dir(self) -> Path | None:
         """The run directory or its parent when either is a symbolic link, else None."""
@@ -1216,11 +1103,11 @@ class Supervisor:
         self._rotate_trouble = None
         return rotated
 
-    def _alive(self, child: _Child) -> bool:
+    def _alive(self, child: EngineChild) -> bool:
         """Whether the leader still runs; a pid now another process's reads as dead (SG4)."""
         return child.proc.alive()
 
-    async def _probe_health(self, child: _Child) -> bool:
+    async def _probe_health(self, child: EngineChild) -> bool:
         """Whether the engine answers its readiness path as ready now."""
         try:
             answer = await self._transport.probe(
@@ -1249,14 +1136,9 @@ class Supervisor:
         if self._child is not None:
             self._child.proc.close()
         proc = self._runner.adopt(identity, pidfd)
-        self._child = _Child(proc, LogFollower(self.log_path), self._clock.wall())
+        self._child = EngineChild(proc, LogFollower(self.log_path), self._clock.wall())
         self._child.reached_ready = True
 
 
 def _plan_dict(plan: OffloadPlan) -> dict[str, Any]:
     return {"kind": str(plan.kind), "n_cpu_moe": plan.n_cpu_moe, "reason": plan.reason}
-
-
-def _describe_exit(proc: EngineProcess) -> str:
-    status = proc.exit_status()
-    return status.describe() if status is not None else "exit status unknown"
