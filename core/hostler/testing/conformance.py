@@ -60,6 +60,7 @@ from hostler.capacity.budget import HostMemory, compute_budget
 from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
 from hostler.engines.process import token_holders
 from hostler.engines.reconcile import reconcile
+from hostler.engines.runner import OsProcess
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.machines.engine import Engine
 from hostler.plugin import (
@@ -516,8 +517,9 @@ def _orphan(dead: Supervisor) -> threading.Thread:
     waits for it, so that it leaves no zombie behind for the adopter to mistake for alive.
     """
     child = getattr(dead, "_child", None)
-    process = getattr(child, "process", None)
-    reaper = threading.Thread(target=process.wait if process else lambda: None, daemon=True)
+    proc = getattr(child, "proc", None)
+    popen = proc.popen if isinstance(proc, OsProcess) else None  # our child, to be reaped
+    reaper = threading.Thread(target=popen.wait if popen else lambda: None, daemon=True)
     reaper.start()
     return reaper
 
