@@ -37,7 +37,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Coro
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import anyio
 
@@ -78,6 +78,19 @@ from hostler.errors import (
 )
 from hostler.events.offload import OffloadDegraded, offload_stream
 from hostler.machines.engine import Engine, EngineState, StopReason
+from hostler.machines.readiness import (
+    AbortStart,
+    Answered,
+    BecomeReady,
+    FailStart,
+    Look,
+    Looked,
+    Pause,
+    Paused,
+    ReadinessObservation,
+    ReadinessWait,
+    SendProbe,
+)
 from hostler.machines.start import (
     AskSweep,
     AttemptBegan,
@@ -141,10 +154,6 @@ __all__ = ["Supervisor", "SupervisorPolicy"]
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-#: The least a readiness probe is given, even at its start's deadline (seconds): the last
-#: poll still gets an answer from an engine that is ready by then.
-_LAST_PROBE = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -775,25 +784,15 @@ class Supervisor:
             self._drop(child)
         return ended
 
-    async def _probe_ready(
-        self, child: EngineChild, probe: ReadinessProbe, deadline: float
-    ) -> bool:
-        """RD1: whether every part of the adapter's readiness probe passes now.
-
-        The request waits for the probe's ``wait``, but never past the start's ``deadline``
-        (the event loop's clock): a probe that hangs cannot stretch the startup timeout.
-        """
-        if child.ready_line is not None and not child.saw_ready_line:
-            return False
-        if probe.path is None:
-            return True
-        left = deadline - self._clock.monotonic()
+    async def _probe_ready(self, child: EngineChild, probe: ReadinessProbe, wait: float) -> bool:
+        """RD1: whether the adapter's readiness probe passes now (waiting at most ``wait``)."""
+        assert probe.path is not None  # noqa: S101 - the wait sends no probe without a path
         try:
             answer = await self._transport.probe(
                 Probe(
                     child.identity.port, probe.path, probe.method, probe.body, probe.content_type
                 ),
-                wait=min(probe.wait, max(left, _LAST_PROBE)),
+                wait=wait,
                 clock=self._clock,
             )
         except ValueError as exc:  # a probe altered after it was checked: cannot be sent
@@ -808,33 +807,54 @@ class Supervisor:
         )
 
     async def _await_ready(self, child: EngineChild, probe: ReadinessProbe) -> None:
-        """Poll until the engine is ready (RD1), or fail the start.
+        """Carry out the readiness wait (RD1, :mod:`hostler.machines.readiness`) to its end.
 
         ``startup_timeout`` bounds the whole wait, a probe in flight included; a stop asked
         meanwhile cancels the probe or pause in flight at once (:meth:`_interruptible`) and
         the engine is stopped here, under the lock the start holds.
         """
-        deadline = self._clock.monotonic() + child.startup_timeout
+        wait = ReadinessWait(
+            began=self._clock.monotonic(),
+            timeout=child.startup_timeout,
+            poll=self.policy.readiness_poll,
+            probe_wait=probe.wait,
+            has_probe=probe.path is not None,
+        )
+        effects = wait.start()
         while True:
-            if self._abort_reason is not None:
-                reason, self._abort_reason = self._abort_reason, None
-                await self._stop_locked(reason)
-                raise EngineStartError(f"{self.key}: start aborted: stop requested ({reason})")
-            self._read_lines(child)
-            exited = child.proc.exit_status() is not None
-            if (child.panic is not None and child.panic.fatal_at_startup) or exited:
-                await self._startup_failed(child, exited=exited)
-            ready = await self._interruptible(self._probe_ready(child, probe, deadline))
-            if self._stop_asked():
-                continue  # a stop came meanwhile: it wins over whatever the probe said
-            if ready:
-                child.reached_ready = True
-                self._observe(BecameReady())
-                await self._journal.observe("ready")
-                return
-            if self._clock.monotonic() >= deadline:
-                await self._startup_failed(child, exited=False, timed_out=True)
-            await self._interruptible(self._clock.sleep(self.policy.readiness_poll))
+            seen: ReadinessObservation
+            match effects[0]:
+                case Look():
+                    seen = self._look(child)
+                case SendProbe(within):
+                    ready = await self._interruptible(self._probe_ready(child, probe, within))
+                    seen = Answered(bool(ready), interrupted=self._stop_asked())
+                case Pause(seconds):
+                    await self._interruptible(self._clock.sleep(seconds))
+                    seen = Paused()
+                case AbortStart(reason):
+                    self._abort_reason = None
+                    await self._stop_locked(reason)
+                    raise EngineStartError(f"{self.key}: start aborted: stop requested ({reason})")
+                case FailStart(exited, timed_out):
+                    await self._startup_failed(child, exited=exited, timed_out=timed_out)
+                case BecomeReady():
+                    child.reached_ready = True
+                    self._observe(BecameReady())
+                    await self._journal.observe("ready")
+                    return
+            effects = wait.handle(seen, self._clock.monotonic())
+
+    def _look(self, child: EngineChild) -> Looked:
+        """What a look at the starting engine sees (its new lines read first)."""
+        if self._abort_reason is not None:
+            return Looked(abort=self._abort_reason)
+        self._read_lines(child)
+        return Looked(
+            exited=child.proc.exit_status() is not None,
+            fatal=child.panic is not None and child.panic.fatal_at_startup,
+            line_pending=child.ready_line is not None and not child.saw_ready_line,
+        )
 
     def _stop_asked(self) -> bool:
         """Whether a stop has asked the start in progress to abort (read after each await)."""
@@ -855,7 +875,7 @@ class Supervisor:
 
     async def _startup_failed(
         self, child: EngineChild, *, exited: bool, timed_out: bool = False
-    ) -> None:
+    ) -> NoReturn:
         if not exited and child.panic is not None:
             # SG5: an engine that logged its own death is let to finish dying, so the crash
             # records its own exit status, not the SIGTERM we would otherwise race it with.
