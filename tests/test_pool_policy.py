@@ -10,6 +10,7 @@ from hostler.policies.pool import (
     POLICY_VERSION,
     PoolEntry,
     demand,
+    drain_step,
     drain_verdict,
     pick_replica,
     plan_make_room,
@@ -304,3 +305,27 @@ def test_a_start_that_cannot_fit_even_with_everything_gone_unloads_nothing() -> 
     assert (step.action, step.evict, step.drain) == ("refuse", (), None)
     assert step.plan is not None and not step.plan.reachable
     assert "hostler may unload hold only 0.10 GiB" in step.refusal
+
+
+def test_a_drain_step_asks_pp18_first_then_pp5_and_a_gone_victim_is_no_eviction() -> None:
+    look = {"started_at": 100.0, "wait": 30.0}
+    step = drain_step(busy=True, up=True, wanted=False, now=101.0, **look)
+    assert (step.action, step.outcome, step.waited) == ("abandon", "abandoned", 1.0)
+    assert drain_step(busy=False, up=False, wanted=True, now=101.0, **look).outcome == "gone"
+    evict = drain_step(busy=False, up=True, wanted=True, now=102.5, **look)
+    assert (evict.action, evict.outcome) == ("evict", "evicted")
+    assert evict.decision == {
+        "policy": "pool",
+        "version": 1,
+        "rule": "PP5",
+        "busy": False,
+        "waited": 2.5,
+        "drain_wait": 30.0,
+        "started_at": 100.0,
+        "now": 102.5,
+    }
+    assert drain_step(busy=True, up=True, wanted=True, now=130.0, **look).action == "wait"
+    busy = drain_step(busy=True, up=True, wanted=True, now=130.001, **look)
+    assert (busy.action, busy.outcome) == ("busy", "busy")
+    # a busy victim that went meanwhile still waits for PP5: only an idle one is "gone"
+    assert drain_step(busy=True, up=False, wanted=True, now=101.0, **look).action == "wait"

@@ -3,7 +3,8 @@
 The pool (a driver, to come) keeps one entry per resident engine: its bytes in the ledger, when
 it served, the requests of the last minute, whether work runs or waits on it, whether it is
 draining. When a new engine needs room it asks :func:`plan_make_room`; while a busy victim
-drains it asks :func:`drain_verdict`; to place a new session it asks :func:`pick_replica`.
+drains it asks :func:`drain_step` (PP5's :func:`drain_verdict`, then PP18); to place a new
+session it asks :func:`pick_replica`.
 Every answer carries the policy's name and version and every input it used — the candidates
 considered with their demand figures — so the log explains each eviction and a post-mortem
 can re-derive it. Nothing here reads a clock: ``now`` is an observation.
@@ -25,10 +26,13 @@ __all__ = [
     "DRAIN_WAIT",
     "POLICY_NAME",
     "POLICY_VERSION",
+    "DrainAction",
+    "DrainStep",
     "DrainVerdict",
     "MakeRoom",
     "PoolEntry",
     "demand",
+    "drain_step",
     "drain_verdict",
     "pick_replica",
     "plan_make_room",
@@ -182,6 +186,58 @@ def drain_verdict(
         "drain_wait": limit,
     }
     return DrainVerdict(action, decision)
+
+
+#: What a drain does after one look: leave it (nobody wants the engine it made room for),
+#: nothing (the victim is already gone), evict it, give up (still busy past the bound) or wait.
+DrainAction = Literal["abandon", "gone", "evict", "busy", "wait"]
+_DRAIN_OUTCOMES: dict[DrainAction, str] = {
+    "abandon": "abandoned",
+    "gone": "gone",
+    "evict": "evicted",
+    "busy": "busy",
+    "wait": "wait",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class DrainStep:
+    """One look at a draining victim: what to do, how long it has drained, and why (PM14)."""
+
+    action: DrainAction
+    waited: float
+    decision: dict[str, Any]
+
+    @property
+    def outcome(self) -> str:
+        """How the drain ended, as ``pool.drain_ended`` records it (``wait``: it goes on)."""
+        return _DRAIN_OUTCOMES[self.action]
+
+
+def drain_step(
+    *,
+    busy: bool,
+    up: bool,
+    wanted: bool,
+    started_at: float,
+    now: float,
+    wait: float = DRAIN_WAIT,
+) -> DrainStep:
+    """PP5 and PP18, in the order a drain asks them, for one look at its victim.
+
+    ``wanted``: someone still waits for the engine the drain makes room for (always true for
+    an operator's unload, which makes room for nobody); ``up``: the victim still runs. Nobody
+    waiting any more ends the drain first (PP18: the warm engine keeps serving, nothing is
+    started for nobody); then PP5's verdict, an idle victim that already went being ``gone``.
+    """
+    verdict = drain_verdict(busy=busy, started_at=started_at, now=now, wait=wait)
+    decision = {**verdict.decision, "started_at": started_at, "now": now}
+    waited = float(verdict.decision["waited"])
+    if not wanted:
+        return DrainStep("abandon", waited, decision)
+    if verdict.action == "evict" and not up:
+        return DrainStep("gone", waited, decision)
+    return DrainStep(verdict.action, waited, decision)
 
 
 def pick_replica(replicas: Sequence[PoolEntry], sessions: Mapping[str, int]) -> str | None:

@@ -75,7 +75,7 @@ from hostler.policies.pool import (
     DRAIN_WAIT,
     PoolEntry,
     demand,
-    drain_verdict,
+    drain_step,
     touch,
 )
 from hostler.policies.room import RoomSearch, Standing, room_step, start_share
@@ -655,44 +655,39 @@ class Pool:
             started = self._clock.wall()
             await self._record(PoolDrainStarted(started, key, for_key, wait))
             while True:
-                busy = self._busy(key, entry, queued=False)
-                now = self._clock.wall()
-                verdict = drain_verdict(busy=busy, started_at=started, now=now, wait=wait)
-                waited = float(verdict.decision["waited"])
-                exact = {**verdict.decision, "started_at": started, "now": now}  # PM14
-                if for_key is not None and not self._wanted(for_key):
+                step = drain_step(
+                    busy=self._busy(key, entry, queued=False),
+                    up=entry.supervisor.state in _UP,
+                    wanted=for_key is None or self._wanted(for_key),
+                    started_at=started,
+                    now=self._clock.wall(),
+                    wait=wait,
+                )
+                exact, waited = step.decision, step.waited
+                if step.action == "wait":
+                    self._tell_drain(DrainProgress(key, for_key, waited, wait))
+                    await self._clock.sleep(self.drain_poll)
+                    continue
+                if step.action == "evict":
+                    await self._tell_stopping(entry.supervisor)
+                    await entry.supervisor.stop(StopReason.EVICTED, {**why, "drain": exact})
+                await self._record(
+                    PoolDrainEnded(self._clock.wall(), key, step.outcome, waited, exact)
+                )
+                if step.action == "abandon":
                     # PP18: everyone who asked for for_key left while this drained: the warm
                     # engine stays, and nothing is started for nobody
-                    await self._record(
-                        PoolDrainEnded(self._clock.wall(), key, "abandoned", waited, exact)
-                    )
                     raise StartAbandonedError(
                         f"{for_key}: not started: everyone who asked for it left while {key} "
                         "drained; it keeps serving"
                     )
-                if verdict.action == "evict":
-                    if entry.supervisor.state not in _UP:
-                        await self._record(
-                            PoolDrainEnded(self._clock.wall(), key, "gone", waited, exact)
-                        )
-                        return False
-                    await self._tell_stopping(entry.supervisor)
-                    await entry.supervisor.stop(StopReason.EVICTED, {**why, "drain": exact})
-                    await self._record(
-                        PoolDrainEnded(self._clock.wall(), key, "evicted", waited, exact)
-                    )
-                    return True
-                if verdict.action == "busy":
-                    await self._record(
-                        PoolDrainEnded(self._clock.wall(), key, "busy", waited, exact)
-                    )
+                if step.action == "busy":
                     raise EngineBusyError(
                         f"{key} is busy and did not drain within {wait:g} s; not evicting it"
                         + (f" for {for_key}" if for_key else "")
                         + ": it stays resident. Retry when its requests end"
                     )
-                self._tell_drain(DrainProgress(key, for_key, waited, wait))
-                await self._clock.sleep(self.drain_poll)
+                return step.action == "evict"
         finally:
             entry.draining = False
             entry.drained.set()
