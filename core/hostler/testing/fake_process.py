@@ -23,6 +23,7 @@ import signal
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from hostler.capacity.ledger import Held
 from hostler.clock import Clock
 from hostler.engines.http import EngineTransport, Probe, probe_path_problem
 from hostler.engines.process import Pidfd, ProcessIdentity, Termination, argv_fingerprint
@@ -212,6 +213,10 @@ class FakeRunner(ProcessRunner):
             adopted.ended = ExitStatus(None, None)
         self.processes.append(adopted)
         return adopted
+
+    def holds(self, held: Held) -> bool:
+        """Whether the process a ledger reservation names still runs (the ledger's question)."""
+        return any(p.identity.pid == held.pid and p.own and p.alive() for p in self.processes)
 
     def on_port(self, port: int) -> FakeProcess | None:
         """The live process listening on ``port``, if any."""

@@ -20,11 +20,14 @@ import hostler
 from hostler.capacity.budget import HostMemory, compute_budget
 from hostler.clock import ClockLike, as_clock
 from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
+from hostler.engines.http import HTTP_TRANSPORT, EngineTransport
+from hostler.engines.runner import OS_RUNNER, ProcessRunner
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.errors import UsageError
 from hostler.plugin import EngineAdapter, LaunchSpec
 from hostler.store.log import EventStore
 from hostler.testing.clock import FakeClock
+from hostler.testing.fake_process import FakeRunner
 
 __all__ = ["FAST_POLICY", "HOST_MEMORY", "FakeClock", "Harness"]
 
@@ -47,6 +50,10 @@ class Harness:
             that wall).
         policy: Supervisor timings (default :data:`FAST_POLICY`).
         budget: The ledger's budget in bytes (None: derived from :data:`HOST_MEMORY`).
+        runner: How the supervisors run their engines' processes (default: real processes);
+            with a :class:`~hostler.testing.fake_process.FakeRunner`, the ledger asks it too
+            whether a reservation's process still runs.
+        transport: How the supervisors probe their engines (default: real HTTP).
     """
 
     def __init__(
@@ -59,6 +66,8 @@ class Harness:
         clock: ClockLike = time.time,
         policy: SupervisorPolicy = FAST_POLICY,
         budget: int | None = None,
+        runner: ProcessRunner = OS_RUNNER,
+        transport: EngineTransport = HTTP_TRANSPORT,
     ) -> None:
         self.data_dir = data_dir
         self.store = store
@@ -66,6 +75,8 @@ class Harness:
         self.models = dict(models or {})
         self.clock = as_clock(clock)
         self.policy = policy
+        self.runner = runner
+        self.transport = transport
         #: Launch spec fields set per engine key (``options``, ``extra_args``, ``ctx_per_slot``).
         self.launch: dict[str, dict[str, Any]] = {}
         self.token_prefix = f"hostler-testing-{os.getpid()}-{data_dir.name}"
@@ -73,6 +84,7 @@ class Harness:
             store,
             OwnerIdentity.current("hostler-testing"),
             lambda: compute_budget(HostMemory(HOST_MEMORY)),
+            engine_alive=runner.holds if isinstance(runner, FakeRunner) else None,
         )
         if budget is not None:
             self.ledger.set_budget(budget)
@@ -129,6 +141,8 @@ class Harness:
             clock=self.clock,
             ledger=self.ledger,
             footprint=lambda: self.price(key),
+            runner=self.runner,
+            transport=self.transport,
         )
 
     def runtime(self, **options: Any) -> hostler.Runtime:
