@@ -56,7 +56,6 @@ from hostler.engines.logs import (
     DEFAULT_LOG_KEEP,
     DEFAULT_LOG_MAX_BYTES,
     LogFollower,
-    rotate_log,
 )
 from hostler.engines.process import (
     Pidfd,
@@ -64,6 +63,7 @@ from hostler.engines.process import (
     Termination,
 )
 from hostler.engines.resweep import anchors_of, sweep_strays
+from hostler.engines.rundir import RunDir
 from hostler.engines.runner import OS_RUNNER, ProcessRunner
 from hostler.errors import (
     CapacityDeniedError,
@@ -129,7 +129,6 @@ from hostler.machines.watch import (
     WatchEffect,
     WatchObservation,
 )
-from hostler.paths import private_dir
 from hostler.plugin import (
     EngineAdapter,
     LaunchCommand,
@@ -283,6 +282,13 @@ class Supervisor:
         self.rules = self.policy.rules
         self._clock = as_clock(clock)
         self._io = offloop or OffLoop()
+        self._run_dir = RunDir(
+            key,
+            run_dir,
+            max_bytes=self.policy.log_max_bytes,
+            keep=self.policy.log_keep,
+            offloop=self._io,
+        )
         self.health = health or LogHealth(store.name)
         self._journal = EngineJournal(
             key, load(store, Engine, key), store, clock=self._clock, offloop=self._io,
@@ -304,7 +310,6 @@ class Supervisor:
         self._waiting: anyio.CancelScope | None = None
         self._build = "unknown"
         self._account = EngineAccount(key, ledger, self._guard, self._io, probe)
-        self._rotate_trouble: str | None = None
 
     # -- the facts others read ------------------------------------------------------------------
 
@@ -350,7 +355,7 @@ class Supervisor:
     @property
     def log_path(self) -> Path:
         """The engine's output file."""
-        return self.run_dir / "engine.log"
+        return self._run_dir.log_path
 
     @property
     def offload(self) -> OffloadPlan | None:
@@ -691,16 +696,8 @@ class Supervisor:
         self._build = self._guard.ask(
             "build_identity", self.adapter.build_identity, command, returns=str
         )
-        linked = self._linked_run_dir()
-        if linked is not None:  # planted: rotation would cut files wherever it points
-            raise EngineStartError(
-                f"{self.key}: {linked} is a symbolic link; hostler keeps an engine's log and "
-                "work files only in a directory of its own: remove the link"
-            )
-        private_dir(self.run_dir)
-        if spec.work_dir is not None:
-            private_dir(spec.work_dir)
-        await self._rotate_log()  # an earlier run's output may have filled it
+        self._run_dir.prepare(spec.work_dir)
+        await self._run_dir.rotate()  # an earlier run's output may have filled it
         follower = LogFollower(self.log_path)
         try:
             proc = self._runner.spawn(
@@ -1060,7 +1057,7 @@ class Supervisor:
             case ReadLines():
                 self._read_lines(child)
             case RotateLog():
-                if await self._rotate_log():
+                if await self._run_dir.rotate():
                     self._read_lines(child)  # what it wrote meanwhile, from the rotated copy
             case ProbeHealth():
                 return self._observe(HealthProbed(await self._probe_health(child)))
@@ -1097,31 +1094,6 @@ class Supervisor:
         await self._journal.observe("failed", error=exc.message, retry_at=None)
         if ended is None or ended.gone:
             await self._account.release()
-
-    def _linked_run_dir(self) -> Path | None:
-        """The run directory or its parent when either is a symbolic link, else None."""
-        return next((d for d in (self.run_dir.parent, self.run_dir) if d.is_symlink()), None)
-
-    async def _rotate_log(self) -> bool:
-        """Cap ``engine.log`` (copy-then-truncate, off the loop); whether it rotated.
-
-        A log that cannot be rotated (a full disk, say) is left to grow, and that is said once
-        per distinct error; it never stops the engine or the watch.
-        """
-        path, policy = self.log_path, self.policy
-        if self._linked_run_dir() is not None:
-            return False  # never cut files wherever a planted link points
-        try:
-            rotated = await self._io.run(
-                lambda: rotate_log(path, max_bytes=policy.log_max_bytes, keep=policy.log_keep)
-            )
-        except OSError as exc:
-            if str(exc) != self._rotate_trouble:
-                self._rotate_trouble = str(exc)
-                log.warning("hostler: %s: cannot rotate %s: %s", self.key, path, exc)
-            return False
-        self._rotate_trouble = None
-        return rotated
 
     def _alive(self, child: EngineChild) -> bool:
         """Whether the leader still runs; a pid now another process's reads as dead (SG4)."""
