@@ -7,11 +7,12 @@ later fold can continue from the snapshot (PM3). Nothing here does I/O or reads 
 
 What each part is folded from (PM4):
 
-- engines: the ``engine/KEY`` streams (state, pid, port), the ledger's ``reserved`` /
-  ``measured`` / ``released`` for the bytes reserved and measured;
-- reservations: the ledger (``reserved``, ``adopted``, ``carried`` hold; ``released`` frees);
-- budget: the last figures a ledger decision recorded, the operator's ``budget_set`` and
-  ``spillover_set``;
+- engines: the ``engine/KEY`` streams (state, pid, port); the bytes reserved and measured
+  are those of the key's reservation;
+- reservations and budget: the host ledger's own state
+  (:class:`~hostler.capacity.ledger.LedgerState`, folded by its ``apply`` as the daemon folds
+  it): what each reservation holds, the last decision's limits, the operator's
+  ``budget_set`` and ``spillover_set``;
 - leases: the ``lease/ID`` streams, kept while waiting or held;
 - queues: ``queue.*`` per engine (waiting and running request ids); a ``daemon.started``
   empties them, since an earlier daemon's requests died with it;
@@ -25,6 +26,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+
+from hostler.capacity.ledger import Decided, Held, LedgerState
+from hostler.events.base import UnknownEvent, decode, event_class
+from hostler.events.fold import fold_step
+from hostler.events.ledger import LedgerDenied
 
 __all__ = ["FOLDS", "STATE_SCHEMA", "RuntimeState", "fold_rows"]
 
@@ -44,11 +50,9 @@ class RuntimeState:
         engines: Per engine key: ``state``, ``pid``, ``port``, ``reserved`` and ``measured``
             bytes (None when none), ``since`` (seq of its last state change). Stopped engines
             stay listed with their last state.
-        reservations: Per engine key: ``owner``, ``bytes`` held, ``measured`` (None until
-            measured).
-        budget: ``budget``, ``ceiling``, ``enforced`` (from the last ledger decision),
-            ``explicit`` (the operator's budget; None: automatic) and ``spillover`` (True,
-            False or None: automatic).
+        ledger: The host ledger's state (``reservations`` and ``budget`` are its views):
+            ``explicit`` is the operator's budget (None: automatic), ``spillover`` True, False
+            or None (automatic).
         leases: Per lease id, while waiting or held: ``slot``, ``holder``, ``state``,
             ``granted_at``, ``expires_at`` (epoch seconds).
         queues: Per engine key: ``waiting`` and ``running`` request ids, in arrival order.
@@ -59,20 +63,35 @@ class RuntimeState:
     last_seq: int = 0
     events: int = 0
     engines: dict[str, dict[str, Any]] = field(default_factory=dict)
-    reservations: dict[str, dict[str, Any]] = field(default_factory=dict)
-    budget: dict[str, Any] = field(
-        default_factory=lambda: {
-            "budget": None,
-            "ceiling": None,
-            "enforced": None,
-            "explicit": None,
-            "spillover": None,
-        }
-    )
+    ledger: LedgerState = field(default_factory=LedgerState)
     leases: dict[str, dict[str, Any]] = field(default_factory=dict)
     queues: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     sessions: dict[str, str] = field(default_factory=dict)
     unreadable: list[int] = field(default_factory=list)
+
+    @property
+    def reservations(self) -> dict[str, dict[str, Any]]:
+        """Per engine key: ``owner``, ``bytes`` held, ``measured`` (None until measured)."""
+        return {
+            key: {"owner": held.owner, "bytes": held.bytes, "measured": held.measured}
+            for key, held in _by_key(self.ledger).items()
+        }
+
+    @property
+    def budget(self) -> dict[str, Any]:
+        """The budget in force: the last decision's figures, the operator's settings.
+
+        ``budget``, ``ceiling`` and ``enforced`` as the last ledger decision recorded them;
+        ``explicit`` (the operator's budget) and ``spillover`` (None: automatic).
+        """
+        decided = self.ledger.decided
+        return {
+            "budget": None if decided is None else decided.budget,
+            "ceiling": None if decided is None else decided.ceiling,
+            "enforced": None if decided is None else decided.enforced,
+            "explicit": self.ledger.explicit_budget,
+            "spillover": self.ledger.spillover,
+        }
 
     @property
     def resident(self) -> dict[str, dict[str, Any]]:
@@ -82,7 +101,7 @@ class RuntimeState:
     @property
     def committed(self) -> int:
         """Bytes every reservation holds together."""
-        return sum(int(r["bytes"]) for r in self.reservations.values())
+        return self.ledger.committed
 
     def to_json(self) -> dict[str, Any]:
         """A JSON object holding everything (``schema`` included), for snapshots and ``--json``."""
@@ -93,6 +112,7 @@ class RuntimeState:
             "engines": self.engines,
             "reservations": self.reservations,
             "budget": self.budget,
+            "ledger": _ledger_to_json(self.ledger),
             "leases": self.leases,
             "queues": self.queues,
             "sessions": self.sessions,
@@ -113,8 +133,7 @@ class RuntimeState:
                 last_seq=_whole(data["last_seq"]),
                 events=_whole(data["events"]),
                 engines=_objects(data["engines"]),
-                reservations=_objects(data["reservations"]),
-                budget=dict(data["budget"]),
+                ledger=_ledger_from_json(data["ledger"]),
                 leases=_objects(data["leases"]),
                 queues={
                     str(k): {"waiting": list(v["waiting"]), "running": list(v["running"])}
@@ -123,7 +142,7 @@ class RuntimeState:
                 sessions={str(k): str(v) for k, v in data["sessions"].items()},
                 unreadable=[_whole(s) for s in data["unreadable"]],
             )
-        except (KeyError, TypeError, AttributeError) as exc:
+        except (KeyError, TypeError, AttributeError, msgspec.ValidationError) as exc:
             raise ValueError(f"a runtime state with a missing or bad field: {exc}") from None
         return state
 
@@ -132,6 +151,32 @@ def _whole(value: Any) -> int:
     if type(value) is not int:
         raise ValueError(f"{value!r} is not a whole number")
     return value
+
+
+def _ledger_to_json(ledger: LedgerState) -> dict[str, Any]:
+    return {
+        "reservations": [msgspec.to_builtins(held) for held in ledger.reservations.values()],
+        "explicit_budget": ledger.explicit_budget,
+        "spillover": ledger.spillover,
+        "version": ledger.version,
+        "decided": None if ledger.decided is None else msgspec.to_builtins(ledger.decided),
+    }
+
+
+def _ledger_from_json(data: Any) -> LedgerState:
+    helds = [msgspec.convert(item, Held) for item in data["reservations"]]
+    return LedgerState(
+        {held.slot: held for held in helds},
+        msgspec.convert(data["explicit_budget"], int | None),
+        msgspec.convert(data["spillover"], bool | None),
+        _whole(data["version"]),
+        msgspec.convert(data["decided"], Decided | None),
+    )
+
+
+def _by_key(ledger: LedgerState) -> dict[str, Held]:
+    """Each key's reservation (of the owner that took it last, when two hold one: OW1)."""
+    return {held.key: held for held in ledger.reservations.values()}
 
 
 def _objects(value: Any) -> dict[str, dict[str, Any]]:
@@ -181,56 +226,24 @@ def _on_adopted(state: RuntimeState, seq: int, stream: str, p: dict[str, Any]) -
     state.engines[stream[7:]]["pid"] = _int(p["pid"])
 
 
-def _on_reserved(state: RuntimeState, _seq: int, _stream: str, p: dict[str, Any]) -> None:
-    key = _text(p["key"])
-    state.reservations[key] = {"owner": p["owner"], "bytes": _int(p["bytes"]), "measured": None}
-    _engine(state, key)["reserved"] = p["bytes"]
-    _engine(state, key)["measured"] = None
-    _limits(state, p)
-
-
-def _on_held(state: RuntimeState, _seq: int, _stream: str, p: dict[str, Any]) -> None:
-    """ledger.adopted / ledger.carried: the bytes are held for their (new) owner."""
-    key = _text(p["key"])
-    state.reservations[key] = {"owner": p["owner"], "bytes": _int(p["bytes"]), "measured": None}
-    _engine(state, key)["reserved"] = p["bytes"]
-    if "budget" in p:
-        state.budget["budget"] = p["budget"]
-
-
-def _on_measured(state: RuntimeState, _seq: int, _stream: str, p: dict[str, Any]) -> None:
-    key = _text(p["key"])
-    held = state.reservations.get(key)
-    if held is not None:
-        held["bytes"] = _int(p["bytes"])
-        held["measured"] = p["bytes"]
-    _engine(state, key)["measured"] = p["bytes"]
-
-
-def _on_released(state: RuntimeState, _seq: int, _stream: str, p: dict[str, Any]) -> None:
-    key = _text(p["key"])
-    state.reservations.pop(key, None)
-    engine = _engine(state, key)
-    engine["reserved"] = engine["measured"] = None
-
-
-def _on_denied(state: RuntimeState, _seq: int, _stream: str, p: dict[str, Any]) -> None:
-    _limits(state, p)
-
-
-def _limits(state: RuntimeState, p: dict[str, Any]) -> None:
-    state.budget["budget"] = _int(p["budget"])
-    state.budget["ceiling"] = p.get("ceiling")
-    if "enforced" in p:
-        state.budget["enforced"] = p["enforced"]
-
-
-def _on_budget_set(state: RuntimeState, _seq: int, _stream: str, p: dict[str, Any]) -> None:
-    state.budget["explicit"] = p["budget"]
-
-
-def _on_spillover_set(state: RuntimeState, _seq: int, _stream: str, p: dict[str, Any]) -> None:
-    state.budget["spillover"] = p["allowed"]
+def _ledger_row(state: RuntimeState, row: Sequence[Any]) -> None:
+    """Fold one ledger row into the ledger's state (listed unreadable when it does not fit)."""
+    version, schema, raw = row[2], row[4], row[5]
+    try:
+        payload = _object(raw if isinstance(raw, dict) else _DECODE.decode(raw))
+    except (msgspec.DecodeError, TypeError, RecursionError):
+        payload = None
+    event = None if payload is None or type(schema) is not int else decode(row[3], schema, payload)
+    if event is None or event.__class__ is UnknownEvent or type(version) is not int:
+        state.unreadable.append(row[0])
+        return
+    fold_step(state.ledger, version, event)
+    key = getattr(event, "key", None)
+    if isinstance(key, str) and not isinstance(event, LedgerDenied):  # a denial holds nothing
+        engine = _engine(state, key)
+        held = _by_key(state.ledger).get(key)
+        engine["reserved"] = None if held is None else held.reserved
+        engine["measured"] = None if held is None else held.measured
 
 
 def _on_lease_requested(state: RuntimeState, _seq: int, stream: str, p: dict[str, Any]) -> None:
@@ -339,14 +352,6 @@ FOLDS: dict[str, Fold] = {
     **dict.fromkeys(_ENGINE_TYPES, _on_engine),
     "engine.spawned": _on_spawned,
     "engine.adopted": _on_adopted,
-    "ledger.reserved": _on_reserved,
-    "ledger.adopted": _on_held,
-    "ledger.carried": _on_held,
-    "ledger.measured": _on_measured,
-    "ledger.released": _on_released,
-    "ledger.denied": _on_denied,
-    "ledger.budget_set": _on_budget_set,
-    "ledger.spillover_set": _on_spillover_set,
     "lease.requested": _on_lease_requested,
     "lease.granted": _on_lease_granted,
     "lease.released": _on_lease_ended,
@@ -372,20 +377,22 @@ def fold_rows(state: RuntimeState, rows: Iterable[Sequence[Any]]) -> RuntimeStat
     ``unreadable`` and skipped, never stopping the fold. Returns ``state``.
     """
     folds = FOLDS
-    decode = _DECODE.decode
+    json_decode = _DECODE.decode
     for row in rows:
         seq, stream, type_name, raw = row[0], row[1], row[3], row[5]
         state.last_seq = seq
         state.events += 1
         fold = folds.get(type_name)
         if fold is None:
+            if type_name.startswith("ledger.") and event_class(type_name) is not None:
+                _ledger_row(state, row)
             continue
         prefix = _STREAM_PREFIX.get(type_name.partition(".")[0])
         if prefix is not None and not (isinstance(stream, str) and stream.startswith(prefix)):
             state.unreadable.append(seq)
             continue
         try:
-            payload = raw if isinstance(raw, dict) else decode(raw)
+            payload = raw if isinstance(raw, dict) else json_decode(raw)
             fold(state, seq, stream, _object(payload))
         except (msgspec.DecodeError, TypeError, KeyError, ValueError, AttributeError):
             state.unreadable.append(seq)
