@@ -188,6 +188,10 @@ class LedgerState:
             event.key, event.bytes, event.owner, event.token, event.pid, event.create_time
         )
 
+    def by_key(self) -> dict[str, Held]:
+        """Each engine key's reservation (of the owner that took it last, when two hold one)."""
+        return {held.key: held for held in self.reservations.values()}
+
     def owners(self) -> set[str]:
         """Every owner holding something."""
         return {h.owner for h in self.reservations.values()}

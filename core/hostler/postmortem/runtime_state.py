@@ -74,7 +74,7 @@ class RuntimeState:
         """Per engine key: ``owner``, ``bytes`` held, ``measured`` (None until measured)."""
         return {
             key: {"owner": held.owner, "bytes": held.bytes, "measured": held.measured}
-            for key, held in _by_key(self.ledger).items()
+            for key, held in self.ledger.by_key().items()
         }
 
     @property
@@ -174,11 +174,6 @@ def _ledger_from_json(data: Any) -> LedgerState:
     )
 
 
-def _by_key(ledger: LedgerState) -> dict[str, Held]:
-    """Each key's reservation (of the owner that took it last, when two hold one: OW1)."""
-    return {held.key: held for held in ledger.reservations.values()}
-
-
 def _objects(value: Any) -> dict[str, dict[str, Any]]:
     if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
         raise ValueError("expected an object of objects")
@@ -241,7 +236,7 @@ def _ledger_row(state: RuntimeState, row: Sequence[Any]) -> None:
     key = getattr(event, "key", None)
     if isinstance(key, str) and not isinstance(event, LedgerDenied):  # a denial holds nothing
         engine = _engine(state, key)
-        held = _by_key(state.ledger).get(key)
+        held = state.ledger.by_key().get(key)
         engine["reserved"] = None if held is None else held.reserved
         engine["measured"] = None if held is None else held.measured
 
