@@ -7,13 +7,14 @@ later fold can continue from the snapshot (PM3). Nothing here does I/O or reads 
 
 What each part is folded from (PM4):
 
-- engines: the ``engine/KEY`` streams (state, pid, port); the bytes reserved and measured
-  are those of the key's reservation;
+- engines and leases: the lifecycle models replay folds (:class:`~hostler.replay.WorldFold`,
+  the one fold of the ``engine/KEY`` and ``lease/ID`` streams): state, pid and port of each
+  engine, each lease while waiting or held; an engine's bytes reserved and measured are
+  those of its key's reservation;
 - reservations and budget: the host ledger's own state
   (:class:`~hostler.capacity.ledger.LedgerState`, folded by its ``apply`` as the daemon folds
   it): what each reservation holds, the last decision's limits, the operator's
   ``budget_set`` and ``spillover_set``;
-- leases: the ``lease/ID`` streams, kept while waiting or held;
 - queues: ``queue.*`` per engine (waiting and running request ids); a ``daemon.started``
   empties them, since an earlier daemon's requests died with it;
 - sessions: ``router.bound``, the engine each session was last bound to.
@@ -31,6 +32,8 @@ from hostler.capacity.ledger import Decided, Held, LedgerState
 from hostler.events.base import UnknownEvent, decode, event_class
 from hostler.events.fold import fold_step
 from hostler.events.ledger import LedgerDenied
+from hostler.machines import Engine, Lease
+from hostler.replay import Folded, World, WorldFold
 
 __all__ = ["FOLDS", "STATE_SCHEMA", "RuntimeState", "fold_rows"]
 
@@ -58,6 +61,8 @@ class RuntimeState:
         queues: Per engine key: ``waiting`` and ``running`` request ids, in arrival order.
         sessions: Session id to the engine key it was last bound to.
         unreadable: Seqs of rows of a folded type whose payload did not fit (skipped).
+        world: The lifecycle models the engines and leases are views of (not part of the
+            JSON form: a snapshot keeps it beside the state).
     """
 
     last_seq: int = 0
@@ -68,6 +73,7 @@ class RuntimeState:
     queues: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     sessions: dict[str, str] = field(default_factory=dict)
     unreadable: list[int] = field(default_factory=list)
+    world: World = field(default_factory=World, compare=False, repr=False)
 
     @property
     def reservations(self) -> dict[str, dict[str, Any]]:
@@ -199,26 +205,26 @@ def _engine(state: RuntimeState, key: str) -> dict[str, Any]:
     return found
 
 
-def _on_engine(state: RuntimeState, seq: int, stream: str, p: dict[str, Any]) -> None:
-    engine = _engine(state, stream[7:])
-    to_state = p["to_state"]
-    if not isinstance(to_state, str):
-        raise TypeError("to_state is not text")
-    if to_state != engine["state"]:
-        engine["state"], engine["since"] = to_state, seq
-    if to_state not in _UP:
-        engine["pid"] = engine["port"] = None
+def _on_engine(state: RuntimeState, seq: int, model: Engine) -> None:
+    engine = _engine(state, model.key)
+    if model.state != engine["state"]:
+        engine["state"], engine["since"] = model.state, seq
+    up = model.state in _UP and model.pid is not None
+    engine["pid"] = model.pid if up else None
+    engine["port"] = (model.identity or {}).get("port") if up else None
 
 
-def _on_spawned(state: RuntimeState, seq: int, stream: str, p: dict[str, Any]) -> None:
-    _on_engine(state, seq, stream, p)
-    engine = state.engines[stream[7:]]
-    engine["pid"], engine["port"] = _int(p["pid"]), _int(p["port"])
-
-
-def _on_adopted(state: RuntimeState, seq: int, stream: str, p: dict[str, Any]) -> None:
-    _on_engine(state, seq, stream, p)
-    state.engines[stream[7:]]["pid"] = _int(p["pid"])
+def _on_lease(state: RuntimeState, _seq: int, model: Lease) -> None:
+    if model.state not in _OPEN:
+        state.leases.pop(model.key, None)
+        return
+    state.leases[model.key] = {
+        "slot": model.slot,
+        "holder": model.holder,
+        "state": model.state,
+        "granted_at": model.granted_at,
+        "expires_at": model.expires_at,
+    }
 
 
 def _ledger_row(state: RuntimeState, row: Sequence[Any]) -> None:
@@ -239,26 +245,6 @@ def _ledger_row(state: RuntimeState, row: Sequence[Any]) -> None:
         held = state.ledger.by_key().get(key)
         engine["reserved"] = None if held is None else held.reserved
         engine["measured"] = None if held is None else held.measured
-
-
-def _on_lease_requested(state: RuntimeState, _seq: int, stream: str, p: dict[str, Any]) -> None:
-    state.leases[stream[6:]] = {
-        "slot": p["slot"],
-        "holder": p["holder"],
-        "state": "waiting",
-        "granted_at": None,
-        "expires_at": None,
-    }
-
-
-def _on_lease_granted(state: RuntimeState, _seq: int, stream: str, p: dict[str, Any]) -> None:
-    lease = state.leases.get(stream[6:])
-    if lease is not None:
-        lease.update(state="held", granted_at=p["at"], expires_at=p["expires_at"])
-
-
-def _on_lease_ended(state: RuntimeState, _seq: int, stream: str, _p: dict[str, Any]) -> None:
-    state.leases.pop(stream[6:], None)
 
 
 def _queue(state: RuntimeState, p: dict[str, Any]) -> tuple[dict[str, list[int]], int]:
@@ -329,28 +315,9 @@ def _int(value: Any) -> int:
     return value
 
 
-_ENGINE_TYPES = (
-    "engine.start_requested",
-    "engine.ready",
-    "engine.stop_requested",
-    "engine.stop_failed",
-    "engine.stopped",
-    "engine.crashed",
-    "engine.failed",
-    "engine.reset",
-    "engine.adoption_started",
-    "engine.lost",
-)
-
-#: The fold of each event type the runtime state reads; every other type is passed over.
+#: The fold of each event type of no lifecycle that the runtime state reads (the ledger's
+#: go to its state, the lifecycles' to the world); every other type is passed over.
 FOLDS: dict[str, Fold] = {
-    **dict.fromkeys(_ENGINE_TYPES, _on_engine),
-    "engine.spawned": _on_spawned,
-    "engine.adopted": _on_adopted,
-    "lease.requested": _on_lease_requested,
-    "lease.granted": _on_lease_granted,
-    "lease.released": _on_lease_ended,
-    "lease.broken": _on_lease_ended,
     "queue.enqueued": _on_enqueued,
     "queue.dispatched": _on_dispatched,
     "queue.released": _on_request_ended,
@@ -360,7 +327,15 @@ FOLDS: dict[str, Fold] = {
     "router.bound": _on_bound,
 }
 
-_STREAM_PREFIX = {"engine": "engine/", "lease": "lease/"}
+_OPEN = frozenset({"waiting", "held"})
+_VIEWS: dict[type[Any], Callable[[RuntimeState, int, Any], None]] = {
+    Engine: _on_engine,
+    Lease: _on_lease,
+}
+#: The lifecycle each engine and lease event type belongs to.
+_LIFECYCLE_OF: dict[str, type[Any]] = {
+    cls.TYPE: model for model in _VIEWS for cls in model.SPEC.event_types
+}
 _DECODE = msgspec.json.Decoder()
 
 
@@ -373,18 +348,22 @@ def fold_rows(state: RuntimeState, rows: Iterable[Sequence[Any]]) -> RuntimeStat
     """
     folds = FOLDS
     json_decode = _DECODE.decode
+    row_of_world = WorldFold(state.world).row
     for row in rows:
         seq, stream, type_name, raw = row[0], row[1], row[3], row[5]
         state.last_seq = seq
         state.events += 1
+        folded = row_of_world(seq, stream, row[2], type_name, row[4], raw)
+        if folded is not Folded.OTHER:
+            _lifecycle_row(state, row, folded)
+            continue
+        if type_name in _LIFECYCLE_OF:  # a lifecycle's event on a stream of none
+            state.unreadable.append(seq)
+            continue
         fold = folds.get(type_name)
         if fold is None:
             if type_name.startswith("ledger.") and event_class(type_name) is not None:
                 _ledger_row(state, row)
-            continue
-        prefix = _STREAM_PREFIX.get(type_name.partition(".")[0])
-        if prefix is not None and not (isinstance(stream, str) and stream.startswith(prefix)):
-            state.unreadable.append(seq)
             continue
         try:
             payload = raw if isinstance(raw, dict) else json_decode(raw)
@@ -394,3 +373,16 @@ def fold_rows(state: RuntimeState, rows: Iterable[Sequence[Any]]) -> RuntimeStat
         except RecursionError:  # nested past the decoder's depth
             state.unreadable.append(seq)
     return state
+
+
+def _lifecycle_row(state: RuntimeState, row: Sequence[Any], folded: Folded) -> None:
+    """Refresh the view of the engine or lease whose row the world just folded."""
+    seq, stream = row[0], row[1]
+    lifecycle = _LIFECYCLE_OF.get(row[3])
+    if lifecycle is None:
+        return  # of another lifecycle, or of none: not the runtime's
+    prefix = lifecycle.STREAM_PREFIX
+    if folded is not Folded.APPLIED or not stream.startswith(prefix):
+        state.unreadable.append(seq)
+        return
+    _VIEWS[lifecycle](state, seq, state.world.models[lifecycle][stream.removeprefix(prefix)])
