@@ -31,6 +31,7 @@ from hostler.cli.ps import PS_HEADERS, ps_rows
 from hostler.cli.remote_capacity import BUDGET_HEADERS, bytes_argument, spillover_argument
 from hostler.cli.tables import duration, size
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
+from hostler.events.ledger import LedgerMeasured, LedgerReleased, LedgerReserved
 from hostler.plugin import LaunchSpec
 from hostler.runtime.details import LedgerFold, reason_of
 from hostler.serve.app import make_app
@@ -183,16 +184,16 @@ def test_reasons_name_the_decision() -> None:
 
 def test_the_ledger_fold_keeps_reserved_and_measured_per_key_of_its_owner() -> None:
     fold = LedgerFold("me")
-    fold.apply("ledger.reserved", {"key": "a", "bytes": 100, "owner": "me"})
-    fold.apply("ledger.reserved", {"key": "b", "bytes": 7, "owner": "other"})
+    fold.apply(LedgerReserved("a", 100, "me", 0, 0, 1000, 1000, True))
+    fold.apply(LedgerReserved("b", 7, "other", 0, 100, 1000, 1000, True))
     assert {k: (v.reserved, v.measured) for k, v in fold.rows.items()} == {"a": (100, None)}
-    fold.apply("ledger.measured", {"key": "a", "bytes": 60, "owner": "me", "estimated": 100})
+    fold.apply(LedgerMeasured("a", 60, "me", 100))
     assert (fold.rows["a"].reserved, fold.rows["a"].measured) == (100, 60)
-    fold.apply("ledger.measured", {"key": "c", "bytes": 5, "owner": "me", "estimated": 9})
+    fold.apply(LedgerMeasured("c", 5, "me", 9))
     assert (fold.rows["c"].reserved, fold.rows["c"].measured) == (9, 5)
-    fold.apply("ledger.reserved", {"key": "a", "bytes": 120, "owner": "me"})
+    fold.apply(LedgerReserved("a", 120, "me", 60, 7, 1000, 1000, True))
     assert (fold.rows["a"].reserved, fold.rows["a"].measured) == (120, None)
-    fold.apply("ledger.released", {"key": "a", "bytes": 120, "owner": "me"})
+    fold.apply(LedgerReleased("a", 120, "me", "released"))
     assert "a" not in fold.rows
 
 

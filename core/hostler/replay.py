@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import IntEnum
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
@@ -29,7 +30,7 @@ from hostler.machines import (
 if TYPE_CHECKING:  # the store is handed in: replay itself loads no I/O library
     from hostler.store.log import AppendResult, EventStore
 
-__all__ = ["World", "commit", "load", "replay"]
+__all__ = ["Folded", "World", "WorldFold", "commit", "load", "replay"]
 
 M = TypeVar("M", bound=LifecycleModel)
 
@@ -110,37 +111,78 @@ def replay(
     stop a replay.
     """
     world = World() if world is None else world
-    step = fold_step
-    unknown = world.unknown
-    # Per stream: its model and the event classes its lifecycle folds (None: no lifecycle).
-    streams: dict[str, tuple[LifecycleModel, frozenset[type[Event]]] | None] = {}
-    # Per (type, schema version): a typed decoder from the payload's JSON text, or None.
-    decoders: dict[tuple[str, int], Callable[[Any], Any] | None] = {}
+    row = WorldFold(world).row
     for page in store.read_rows(after_seq=after_seq, until_seq=until_seq, until=until):
         for seq, stream_id, version, type_name, schema_version, raw in page:
-            target = streams.get(stream_id, _UNSEEN)
-            if target is _UNSEEN:
-                target = streams[stream_id] = _model_for(world, stream_id)
-            if target is None:
-                world.other += 1
-                continue
-            key = (type_name, schema_version)
-            typed = decoders.get(key, _UNSEEN)
-            if typed is _UNSEEN:
-                typed = decoders[key] = _typed(type_name, schema_version)
-            event = None if typed is None else _fast_event(typed, raw)
-            if event is None:
-                # an old schema to upcast, an unknown type, a misfit, a damaged row: slow path
-                event = _slow_event(type_name, schema_version, version, raw)
-            if isinstance(event, str) or version.__class__ is not int:
-                _damaged(world, target[0], seq, version, event)
-            elif not step(target[0], version, event, target[1]):
-                unknown.append(seq)
-        world.last_seq = page[-1][0]
-        world.events += len(page)
+            row(seq, stream_id, version, type_name, schema_version, raw)
         if on_page is not None:
             on_page(page)
     return world
+
+
+class Folded(IntEnum):
+    """What :meth:`WorldFold.row` did with a row."""
+
+    APPLIED = 0  # folded into its stream's model
+    SKIPPED = 1  # of a lifecycle stream, not folded (listed in ``World.unknown``)
+    DAMAGED = 2  # unreadable (listed in ``World.damaged``)
+    OTHER = 3  # of a stream of no lifecycle (counted in ``World.other``)
+
+
+# module constants: an enum member's lookup through its class costs on every row
+_APPLIED, _SKIPPED, _DAMAGED, _OTHER = Folded.APPLIED, Folded.SKIPPED, Folded.DAMAGED, Folded.OTHER
+
+
+class WorldFold:
+    """Folds raw log rows, one at a time and in seq order, into a :class:`World`.
+
+    The one fold of the lifecycle streams: :func:`replay` pages the log through it, and the
+    post-mortem's runtime state (:func:`hostler.postmortem.runtime_state.fold_rows`) folds its
+    rows through it too. It keeps, per stream, its model and, per (type, schema version), a
+    typed decoder.
+    """
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        # Per stream: its model and the event classes its lifecycle folds (None: no lifecycle).
+        self._streams: dict[str, tuple[LifecycleModel, frozenset[type[Event]]] | None] = {}
+        # Per (type, schema version): a typed decoder from the payload's JSON text, or None.
+        self._decoders: dict[tuple[str, int], Callable[[Any], Any] | None] = {}
+
+    def row(  # noqa: PLR0917 - a row's columns, in the order read_rows gives them
+        self,
+        seq: int,
+        stream_id: str,
+        version: Any,
+        type_name: str,
+        schema_version: Any,
+        raw: Any,
+    ) -> Folded:
+        """Fold one row ``(seq, stream_id, version, type, schema_version, payload)``."""
+        world = self.world
+        world.last_seq = seq
+        world.events += 1
+        target = self._streams.get(stream_id, _UNSEEN)
+        if target is _UNSEEN:
+            target = self._streams[stream_id] = _model_for(world, stream_id)
+        if target is None:
+            world.other += 1
+            return _OTHER
+        key = (type_name, schema_version)
+        typed = self._decoders.get(key, _UNSEEN)
+        if typed is _UNSEEN:
+            typed = self._decoders[key] = _typed(type_name, schema_version)
+        event = None if typed is None else _fast_event(typed, raw)
+        if event is None:
+            # an old schema to upcast, an unknown type, a misfit, a damaged row: slow path
+            event = _slow_event(type_name, schema_version, version, raw)
+        if isinstance(event, str) or version.__class__ is not int:
+            _damaged(world, target[0], seq, version, event)
+            return _DAMAGED
+        if not fold_step(target[0], version, event, target[1]):
+            world.unknown.append(seq)
+            return _SKIPPED
+        return _APPLIED
 
 
 _UNSEEN: Any = object()

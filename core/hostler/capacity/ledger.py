@@ -31,6 +31,7 @@ from hostler.events.ledger import (
 
 __all__ = [
     "ENFORCE_MINIMUM",
+    "Decided",
     "Held",
     "LedgerLimits",
     "LedgerState",
@@ -56,6 +57,9 @@ class Held:
 
     ``token`` is the launch token of the engine process it pays for; ``pid`` and
     ``create_time`` that process once it exists (OW2: it outlives its owner while it runs).
+    ``measured`` is the engine's measured footprint once ready (it then replaces ``bytes``);
+    ``admitted`` the bytes it was admitted with, when they differ from ``bytes`` (None: the
+    same).
     """
 
     key: str
@@ -64,11 +68,31 @@ class Held:
     token: str | None = None
     pid: int | None = None
     create_time: float | None = None
+    measured: int | None = None
+    admitted: int | None = None
 
     @property
     def slot(self) -> tuple[str, str]:
         """Where it is filed: (owner, key)."""
         return (self.owner, self.key)
+
+    @property
+    def reserved(self) -> int:
+        """The bytes it was admitted with (before any measurement replaced them)."""
+        return self.bytes if self.admitted is None else self.admitted
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """The limits the ledger's last decision recorded (a reserve, a denial, an adoption).
+
+    ``ceiling`` and ``enforced`` are None until a decision that records them (an adoption
+    records only the budget; a denial no ``enforced``).
+    """
+
+    budget: int
+    ceiling: int | None = None
+    enforced: bool | None = None
 
 
 @dataclass
@@ -80,12 +104,14 @@ class LedgerState:
         explicit_budget: An operator's budget in bytes, or None for the automatic one.
         spillover: An operator's RAM-spillover choice, or None for the automatic one.
         version: The ledger stream's version this state reflects.
+        decided: The limits of the last decision recorded, or None before any.
     """
 
     reservations: dict[tuple[str, str], Held] = field(default_factory=dict)
     explicit_budget: int | None = None
     spillover: bool | None = None
     version: int = 0
+    decided: Decided | None = None
 
     @property
     def committed(self) -> int:
@@ -116,13 +142,20 @@ class LedgerState:
                 prior.pid if keep and prior else None,
                 prior.create_time if keep and prior else None,
             )
+            self.decided = Decided(event.budget, event.ceiling, event.enforced)
         elif isinstance(event, LedgerMeasured):
             prior = self.reservations.get((event.owner, event.key))
             if prior is not None:
-                self.reservations[prior.slot] = replace(prior, bytes=event.bytes)
+                self.reservations[prior.slot] = replace(
+                    prior, bytes=event.bytes, measured=event.bytes, admitted=prior.reserved
+                )
             else:
                 self.reservations[(event.owner, event.key)] = Held(
-                    event.key, event.bytes, event.owner
+                    event.key,
+                    event.bytes,
+                    event.owner,
+                    measured=event.bytes,
+                    admitted=event.estimated,
                 )
         elif isinstance(event, LedgerBound):
             prior = self.reservations.get((event.owner, event.key))
@@ -130,22 +163,34 @@ class LedgerState:
                 self.reservations[prior.slot] = replace(
                     prior, pid=event.pid, create_time=event.create_time
                 )
-        elif isinstance(event, LedgerAdopted):
-            if event.from_owner is not None:
-                self.reservations.pop((event.from_owner, event.key), None)
-            self.reservations[(event.owner, event.key)] = Held(
-                event.key, event.bytes, event.owner, event.token, event.pid, event.create_time
-            )
-        elif isinstance(event, LedgerCarried):
-            self.reservations[(event.owner, event.key)] = Held(
-                event.key, event.bytes, event.owner, event.token, event.pid, event.create_time
-            )
+        elif isinstance(event, LedgerAdopted | LedgerCarried):
+            self._hold(event)
         elif isinstance(event, LedgerReleased):
             self.reservations.pop((event.owner, event.key), None)
+        elif isinstance(event, LedgerDenied):
+            held = self.decided
+            self.decided = Decided(event.budget, event.ceiling, held.enforced if held else None)
         elif isinstance(event, LedgerBudgetSet):
             self.explicit_budget = event.budget
         elif isinstance(event, LedgerSpilloverSet):
             self.spillover = event.allowed
+
+    def _hold(self, event: LedgerAdopted | LedgerCarried) -> None:
+        """OW3/OW6: the bytes of a running engine held for their (new) owner, unmeasured."""
+        if isinstance(event, LedgerAdopted):
+            if event.from_owner is not None:
+                self.reservations.pop((event.from_owner, event.key), None)
+            held = self.decided
+            self.decided = Decided(
+                event.budget, held.ceiling if held else None, held.enforced if held else None
+            )
+        self.reservations[(event.owner, event.key)] = Held(
+            event.key, event.bytes, event.owner, event.token, event.pid, event.create_time
+        )
+
+    def by_key(self) -> dict[str, Held]:
+        """Each engine key's reservation (of the owner that took it last, when two hold one)."""
+        return {held.key: held for held in self.reservations.values()}
 
     def owners(self) -> set[str]:
         """Every owner holding something."""
@@ -154,7 +199,11 @@ class LedgerState:
     def copy(self) -> LedgerState:
         """An independent copy (for trial decisions)."""
         return LedgerState(
-            dict(self.reservations), self.explicit_budget, self.spillover, self.version
+            dict(self.reservations),
+            self.explicit_budget,
+            self.spillover,
+            self.version,
+            self.decided,
         )
 
 

@@ -7,12 +7,14 @@ later fold can continue from the snapshot (PM3). Nothing here does I/O or reads 
 
 What each part is folded from (PM4):
 
-- engines: the ``engine/KEY`` streams (state, pid, port), the ledger's ``reserved`` /
-  ``measured`` / ``released`` for the bytes reserved and measured;
-- reservations: the ledger (``reserved``, ``adopted``, ``carried`` hold; ``released`` frees);
-- budget: the last figures a ledger decision recorded, the operator's ``budget_set`` and
-  ``spillover_set``;
-- leases: the ``lease/ID`` streams, kept while waiting or held;
+- engines and leases: the lifecycle models replay folds (:class:`~hostler.replay.WorldFold`,
+  the one fold of the ``engine/KEY`` and ``lease/ID`` streams): state, pid and port of each
+  engine, each lease while waiting or held; an engine's bytes reserved and measured are
+  those of its key's reservation;
+- reservations and budget: the host ledger's own state
+  (:class:`~hostler.capacity.ledger.LedgerState`, folded by its ``apply`` as the daemon folds
+  it): what each reservation holds, the last decision's limits, the operator's
+  ``budget_set`` and ``spillover_set``;
 - queues: ``queue.*`` per engine (waiting and running request ids); a ``daemon.started``
   empties them, since an earlier daemon's requests died with it;
 - sessions: ``router.bound``, the engine each session was last bound to.
@@ -25,6 +27,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+
+from hostler.capacity.ledger import Decided, Held, LedgerState
+from hostler.events.base import UnknownEvent, decode, event_class
+from hostler.events.fold import fold_step
+from hostler.events.ledger import LedgerDenied
+from hostler.machines import Engine, Lease
+from hostler.replay import Folded, World, WorldFold
 
 __all__ = ["FOLDS", "STATE_SCHEMA", "RuntimeState", "fold_rows"]
 
@@ -44,35 +53,51 @@ class RuntimeState:
         engines: Per engine key: ``state``, ``pid``, ``port``, ``reserved`` and ``measured``
             bytes (None when none), ``since`` (seq of its last state change). Stopped engines
             stay listed with their last state.
-        reservations: Per engine key: ``owner``, ``bytes`` held, ``measured`` (None until
-            measured).
-        budget: ``budget``, ``ceiling``, ``enforced`` (from the last ledger decision),
-            ``explicit`` (the operator's budget; None: automatic) and ``spillover`` (True,
-            False or None: automatic).
+        ledger: The host ledger's state (``reservations`` and ``budget`` are its views):
+            ``explicit`` is the operator's budget (None: automatic), ``spillover`` True, False
+            or None (automatic).
         leases: Per lease id, while waiting or held: ``slot``, ``holder``, ``state``,
             ``granted_at``, ``expires_at`` (epoch seconds).
         queues: Per engine key: ``waiting`` and ``running`` request ids, in arrival order.
         sessions: Session id to the engine key it was last bound to.
         unreadable: Seqs of rows of a folded type whose payload did not fit (skipped).
+        world: The lifecycle models the engines and leases are views of (not part of the
+            JSON form: a snapshot keeps it beside the state).
     """
 
     last_seq: int = 0
     events: int = 0
     engines: dict[str, dict[str, Any]] = field(default_factory=dict)
-    reservations: dict[str, dict[str, Any]] = field(default_factory=dict)
-    budget: dict[str, Any] = field(
-        default_factory=lambda: {
-            "budget": None,
-            "ceiling": None,
-            "enforced": None,
-            "explicit": None,
-            "spillover": None,
-        }
-    )
+    ledger: LedgerState = field(default_factory=LedgerState)
     leases: dict[str, dict[str, Any]] = field(default_factory=dict)
     queues: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     sessions: dict[str, str] = field(default_factory=dict)
     unreadable: list[int] = field(default_factory=list)
+    world: World = field(default_factory=World, compare=False, repr=False)
+
+    @property
+    def reservations(self) -> dict[str, dict[str, Any]]:
+        """Per engine key: ``owner``, ``bytes`` held, ``measured`` (None until measured)."""
+        return {
+            key: {"owner": held.owner, "bytes": held.bytes, "measured": held.measured}
+            for key, held in self.ledger.by_key().items()
+        }
+
+    @property
+    def budget(self) -> dict[str, Any]:
+        """The budget in force: the last decision's figures, the operator's settings.
+
+        ``budget``, ``ceiling`` and ``enforced`` as the last ledger decision recorded them;
+        ``explicit`` (the operator's budget) and ``spillover`` (None: automatic).
+        """
+        decided = self.ledger.decided
+        return {
+            "budget": None if decided is None else decided.budget,
+            "ceiling": None if decided is None else decided.ceiling,
+            "enforced": None if decided is None else decided.enforced,
+            "explicit": self.ledger.explicit_budget,
+            "spillover": self.ledger.spillover,
+        }
 
     @property
     def resident(self) -> dict[str, dict[str, Any]]:
@@ -82,7 +107,7 @@ class RuntimeState:
     @property
     def committed(self) -> int:
         """Bytes every reservation holds together."""
-        return sum(int(r["bytes"]) for r in self.reservations.values())
+        return self.ledger.committed
 
     def to_json(self) -> dict[str, Any]:
         """A JSON object holding everything (``schema`` included), for snapshots and ``--json``."""
@@ -93,6 +118,7 @@ class RuntimeState:
             "engines": self.engines,
             "reservations": self.reservations,
             "budget": self.budget,
+            "ledger": _ledger_to_json(self.ledger),
             "leases": self.leases,
             "queues": self.queues,
             "sessions": self.sessions,
@@ -113,8 +139,7 @@ class RuntimeState:
                 last_seq=_whole(data["last_seq"]),
                 events=_whole(data["events"]),
                 engines=_objects(data["engines"]),
-                reservations=_objects(data["reservations"]),
-                budget=dict(data["budget"]),
+                ledger=_ledger_from_json(data["ledger"]),
                 leases=_objects(data["leases"]),
                 queues={
                     str(k): {"waiting": list(v["waiting"]), "running": list(v["running"])}
@@ -123,7 +148,7 @@ class RuntimeState:
                 sessions={str(k): str(v) for k, v in data["sessions"].items()},
                 unreadable=[_whole(s) for s in data["unreadable"]],
             )
-        except (KeyError, TypeError, AttributeError) as exc:
+        except (KeyError, TypeError, AttributeError, msgspec.ValidationError) as exc:
             raise ValueError(f"a runtime state with a missing or bad field: {exc}") from None
         return state
 
@@ -132,6 +157,27 @@ def _whole(value: Any) -> int:
     if type(value) is not int:
         raise ValueError(f"{value!r} is not a whole number")
     return value
+
+
+def _ledger_to_json(ledger: LedgerState) -> dict[str, Any]:
+    return {
+        "reservations": [msgspec.to_builtins(held) for held in ledger.reservations.values()],
+        "explicit_budget": ledger.explicit_budget,
+        "spillover": ledger.spillover,
+        "version": ledger.version,
+        "decided": None if ledger.decided is None else msgspec.to_builtins(ledger.decided),
+    }
+
+
+def _ledger_from_json(data: Any) -> LedgerState:
+    helds = [msgspec.convert(item, Held) for item in data["reservations"]]
+    return LedgerState(
+        {held.slot: held for held in helds},
+        msgspec.convert(data["explicit_budget"], int | None),
+        msgspec.convert(data["spillover"], bool | None),
+        _whole(data["version"]),
+        msgspec.convert(data["decided"], Decided | None),
+    )
 
 
 def _objects(value: Any) -> dict[str, dict[str, Any]]:
@@ -159,98 +205,46 @@ def _engine(state: RuntimeState, key: str) -> dict[str, Any]:
     return found
 
 
-def _on_engine(state: RuntimeState, seq: int, stream: str, p: dict[str, Any]) -> None:
-    engine = _engine(state, stream[7:])
-    to_state = p["to_state"]
-    if not isinstance(to_state, str):
-        raise TypeError("to_state is not text")
-    if to_state != engine["state"]:
-        engine["state"], engine["since"] = to_state, seq
-    if to_state not in _UP:
-        engine["pid"] = engine["port"] = None
+def _on_engine(state: RuntimeState, seq: int, model: Engine) -> None:
+    engine = _engine(state, model.key)
+    if model.state != engine["state"]:
+        engine["state"], engine["since"] = model.state, seq
+    up = model.state in _UP and model.pid is not None
+    engine["pid"] = model.pid if up else None
+    engine["port"] = (model.identity or {}).get("port") if up else None
 
 
-def _on_spawned(state: RuntimeState, seq: int, stream: str, p: dict[str, Any]) -> None:
-    _on_engine(state, seq, stream, p)
-    engine = state.engines[stream[7:]]
-    engine["pid"], engine["port"] = _int(p["pid"]), _int(p["port"])
-
-
-def _on_adopted(state: RuntimeState, seq: int, stream: str, p: dict[str, Any]) -> None:
-    _on_engine(state, seq, stream, p)
-    state.engines[stream[7:]]["pid"] = _int(p["pid"])
-
-
-def _on_reserved(state: RuntimeState, _seq: int, _stream: str, p: dict[str, Any]) -> None:
-    key = _text(p["key"])
-    state.reservations[key] = {"owner": p["owner"], "bytes": _int(p["bytes"]), "measured": None}
-    _engine(state, key)["reserved"] = p["bytes"]
-    _engine(state, key)["measured"] = None
-    _limits(state, p)
-
-
-def _on_held(state: RuntimeState, _seq: int, _stream: str, p: dict[str, Any]) -> None:
-    """ledger.adopted / ledger.carried: the bytes are held for their (new) owner."""
-    key = _text(p["key"])
-    state.reservations[key] = {"owner": p["owner"], "bytes": _int(p["bytes"]), "measured": None}
-    _engine(state, key)["reserved"] = p["bytes"]
-    if "budget" in p:
-        state.budget["budget"] = p["budget"]
-
-
-def _on_measured(state: RuntimeState, _seq: int, _stream: str, p: dict[str, Any]) -> None:
-    key = _text(p["key"])
-    held = state.reservations.get(key)
-    if held is not None:
-        held["bytes"] = _int(p["bytes"])
-        held["measured"] = p["bytes"]
-    _engine(state, key)["measured"] = p["bytes"]
-
-
-def _on_released(state: RuntimeState, _seq: int, _stream: str, p: dict[str, Any]) -> None:
-    key = _text(p["key"])
-    state.reservations.pop(key, None)
-    engine = _engine(state, key)
-    engine["reserved"] = engine["measured"] = None
-
-
-def _on_denied(state: RuntimeState, _seq: int, _stream: str, p: dict[str, Any]) -> None:
-    _limits(state, p)
-
-
-def _limits(state: RuntimeState, p: dict[str, Any]) -> None:
-    state.budget["budget"] = _int(p["budget"])
-    state.budget["ceiling"] = p.get("ceiling")
-    if "enforced" in p:
-        state.budget["enforced"] = p["enforced"]
-
-
-def _on_budget_set(state: RuntimeState, _seq: int, _stream: str, p: dict[str, Any]) -> None:
-    state.budget["explicit"] = p["budget"]
-
-
-def _on_spillover_set(state: RuntimeState, _seq: int, _stream: str, p: dict[str, Any]) -> None:
-    state.budget["spillover"] = p["allowed"]
-
-
-def _on_lease_requested(state: RuntimeState, _seq: int, stream: str, p: dict[str, Any]) -> None:
-    state.leases[stream[6:]] = {
-        "slot": p["slot"],
-        "holder": p["holder"],
-        "state": "waiting",
-        "granted_at": None,
-        "expires_at": None,
+def _on_lease(state: RuntimeState, _seq: int, model: Lease) -> None:
+    if model.state not in _OPEN:
+        state.leases.pop(model.key, None)
+        return
+    state.leases[model.key] = {
+        "slot": model.slot,
+        "holder": model.holder,
+        "state": model.state,
+        "granted_at": model.granted_at,
+        "expires_at": model.expires_at,
     }
 
 
-def _on_lease_granted(state: RuntimeState, _seq: int, stream: str, p: dict[str, Any]) -> None:
-    lease = state.leases.get(stream[6:])
-    if lease is not None:
-        lease.update(state="held", granted_at=p["at"], expires_at=p["expires_at"])
-
-
-def _on_lease_ended(state: RuntimeState, _seq: int, stream: str, _p: dict[str, Any]) -> None:
-    state.leases.pop(stream[6:], None)
+def _ledger_row(state: RuntimeState, row: Sequence[Any]) -> None:
+    """Fold one ledger row into the ledger's state (listed unreadable when it does not fit)."""
+    version, schema, raw = row[2], row[4], row[5]
+    try:
+        payload = _object(raw if isinstance(raw, dict) else _DECODE.decode(raw))
+    except (msgspec.DecodeError, TypeError, RecursionError):
+        payload = None
+    event = None if payload is None or type(schema) is not int else decode(row[3], schema, payload)
+    if event is None or event.__class__ is UnknownEvent or type(version) is not int:
+        state.unreadable.append(row[0])
+        return
+    fold_step(state.ledger, version, event)
+    key = getattr(event, "key", None)
+    if isinstance(key, str) and not isinstance(event, LedgerDenied):  # a denial holds nothing
+        engine = _engine(state, key)
+        held = state.ledger.by_key().get(key)
+        engine["reserved"] = None if held is None else held.reserved
+        engine["measured"] = None if held is None else held.measured
 
 
 def _queue(state: RuntimeState, p: dict[str, Any]) -> tuple[dict[str, list[int]], int]:
@@ -321,36 +315,9 @@ def _int(value: Any) -> int:
     return value
 
 
-_ENGINE_TYPES = (
-    "engine.start_requested",
-    "engine.ready",
-    "engine.stop_requested",
-    "engine.stop_failed",
-    "engine.stopped",
-    "engine.crashed",
-    "engine.failed",
-    "engine.reset",
-    "engine.adoption_started",
-    "engine.lost",
-)
-
-#: The fold of each event type the runtime state reads; every other type is passed over.
+#: The fold of each event type of no lifecycle that the runtime state reads (the ledger's
+#: go to its state, the lifecycles' to the world); every other type is passed over.
 FOLDS: dict[str, Fold] = {
-    **dict.fromkeys(_ENGINE_TYPES, _on_engine),
-    "engine.spawned": _on_spawned,
-    "engine.adopted": _on_adopted,
-    "ledger.reserved": _on_reserved,
-    "ledger.adopted": _on_held,
-    "ledger.carried": _on_held,
-    "ledger.measured": _on_measured,
-    "ledger.released": _on_released,
-    "ledger.denied": _on_denied,
-    "ledger.budget_set": _on_budget_set,
-    "ledger.spillover_set": _on_spillover_set,
-    "lease.requested": _on_lease_requested,
-    "lease.granted": _on_lease_granted,
-    "lease.released": _on_lease_ended,
-    "lease.broken": _on_lease_ended,
     "queue.enqueued": _on_enqueued,
     "queue.dispatched": _on_dispatched,
     "queue.released": _on_request_ended,
@@ -360,7 +327,15 @@ FOLDS: dict[str, Fold] = {
     "router.bound": _on_bound,
 }
 
-_STREAM_PREFIX = {"engine": "engine/", "lease": "lease/"}
+_OPEN = frozenset({"waiting", "held"})
+_VIEWS: dict[type[Any], Callable[[RuntimeState, int, Any], None]] = {
+    Engine: _on_engine,
+    Lease: _on_lease,
+}
+#: The lifecycle each engine and lease event type belongs to.
+_LIFECYCLE_OF: dict[str, type[Any]] = {
+    cls.TYPE: model for model in _VIEWS for cls in model.SPEC.event_types
+}
 _DECODE = msgspec.json.Decoder()
 
 
@@ -372,23 +347,42 @@ def fold_rows(state: RuntimeState, rows: Iterable[Sequence[Any]]) -> RuntimeStat
     ``unreadable`` and skipped, never stopping the fold. Returns ``state``.
     """
     folds = FOLDS
-    decode = _DECODE.decode
+    json_decode = _DECODE.decode
+    row_of_world = WorldFold(state.world).row
     for row in rows:
         seq, stream, type_name, raw = row[0], row[1], row[3], row[5]
         state.last_seq = seq
         state.events += 1
-        fold = folds.get(type_name)
-        if fold is None:
+        folded = row_of_world(seq, stream, row[2], type_name, row[4], raw)
+        if folded is not Folded.OTHER:
+            _lifecycle_row(state, row, folded)
             continue
-        prefix = _STREAM_PREFIX.get(type_name.partition(".")[0])
-        if prefix is not None and not (isinstance(stream, str) and stream.startswith(prefix)):
+        if type_name in _LIFECYCLE_OF:  # a lifecycle's event on a stream of none
             state.unreadable.append(seq)
             continue
+        fold = folds.get(type_name)
+        if fold is None:
+            if type_name.startswith("ledger.") and event_class(type_name) is not None:
+                _ledger_row(state, row)
+            continue
         try:
-            payload = raw if isinstance(raw, dict) else decode(raw)
+            payload = raw if isinstance(raw, dict) else json_decode(raw)
             fold(state, seq, stream, _object(payload))
         except (msgspec.DecodeError, TypeError, KeyError, ValueError, AttributeError):
             state.unreadable.append(seq)
         except RecursionError:  # nested past the decoder's depth
             state.unreadable.append(seq)
     return state
+
+
+def _lifecycle_row(state: RuntimeState, row: Sequence[Any], folded: Folded) -> None:
+    """Refresh the view of the engine or lease whose row the world just folded."""
+    seq, stream = row[0], row[1]
+    lifecycle = _LIFECYCLE_OF.get(row[3])
+    if lifecycle is None:
+        return  # of another lifecycle, or of none: not the runtime's
+    prefix = lifecycle.STREAM_PREFIX
+    if folded is not Folded.APPLIED or not stream.startswith(prefix):
+        state.unreadable.append(seq)
+        return
+    _VIEWS[lifecycle](state, seq, state.world.models[lifecycle][stream.removeprefix(prefix)])

@@ -33,7 +33,7 @@ import msgspec
 from hostler._version import __version__
 from hostler.machines import LIFECYCLES
 from hostler.postmortem.runtime_state import STATE_SCHEMA, RuntimeState, fold_rows
-from hostler.replay import World, replay
+from hostler.replay import World
 from hostler.store.log import EventStore, format_time
 
 __all__ = [
@@ -254,6 +254,7 @@ def _decode(body: bytes, seq: int) -> tuple[World, RuntimeState] | None:
         return None
     if world.last_seq != seq or state.last_seq != seq:
         return None
+    state.world = world
     return world, state
 
 
@@ -324,25 +325,27 @@ def as_of(
         raise ValueError("snapshots are taken every 1 event or more")
     loaded = None if cache is None else cache.load(store, seq if seq is not None else 2**62)
     if loaded is None:
-        world, state, resumed = World(), RuntimeState(), 0
+        state, resumed = RuntimeState(), 0
     else:
-        world, state = loaded
-        resumed = world.last_seq
+        state = loaded[1]
+        resumed = state.last_seq
+    world = state.world  # the state's engines and leases are views of it: one fold of both
     saved = 0
     log_end = store.last_seq() if cache is not None else 0
 
-    def ride(page: Any) -> None:
-        fold_rows(state, page)
+    def fold_to(until_seq: int | None) -> None:
+        for page in store.read_rows(after_seq=world.last_seq, until_seq=until_seq):
+            fold_rows(state, page)
 
     point = world.last_seq
     while True:
         stop = (point // every + 1) * every
         last = world.last_seq
         if cache is not None and stop <= log_end and (seq is None or stop <= seq):
-            replay(store, until_seq=stop, world=world, after_seq=last, on_page=ride)
+            fold_to(stop)
             if world.last_seq > last and cache.save(store, world, state):
                 saved += 1
             point = stop
             continue
-        replay(store, until_seq=seq, world=world, after_seq=last, on_page=ride)
+        fold_to(seq)
         return AsOf(world, state, resumed, saved)

@@ -5,11 +5,10 @@ turns one into a picture; ``hostler timeline`` and the dashboard read the log an
 
 What each series is made of (PM30 in docs/rules.md):
 
-- *reserved*, per engine key: the bytes its reservation was admitted with —
-  ``ledger.reserved``, ``ledger.adopted`` and ``ledger.carried`` set it, ``ledger.released``
-  drops it to zero.
-- *measured*, per engine key: the footprint measured once the engine was ready
-  (``ledger.measured``); zero again when its reservation is released.
+- *reserved*, per engine key: the bytes its reservation was admitted with, and *measured* the
+  footprint measured once the engine was ready: both as the host ledger's own state holds
+  them (:class:`~hostler.capacity.ledger.LedgerState`, folded as the daemon folds it) after
+  each ledger event; zero while the key holds nothing.
 - *budget*: ``ledger.budget_set`` (an explicit figure), and the budget every
   ``ledger.reserved``, ``ledger.denied`` and ``ledger.adopted`` decision was taken against
   (so an automatic budget appears as it was used).
@@ -34,13 +33,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from hostler.capacity.ledger import LedgerState
+from hostler.events.base import UnknownEvent
 from hostler.events.ledger import (
+    LEDGER_STREAM,
     LedgerAdopted,
     LedgerBudgetSet,
-    LedgerCarried,
     LedgerDenied,
-    LedgerMeasured,
-    LedgerReleased,
     LedgerReserved,
 )
 from hostler.machines.engine import (
@@ -205,13 +204,19 @@ class _Fold:
     damaged: list[tuple[int, str]] = field(default_factory=list)
     first: float | None = None
     last: float | None = None
+    ledger: LedgerState = field(default_factory=LedgerState)
 
-    def set(self, series: dict[str, list[Step]], key: str, step: Step) -> None:
+    def sample(self, key: str, at: float, seq: int) -> None:
+        """Step ``key``'s series to what the ledger's state now holds for it."""
         if key not in self.engines:
             self.engines.append(key)
-            self.reserved.setdefault(key, [])
-            self.measured.setdefault(key, [])
-        _put(series.setdefault(key, []), step)
+        held = self.ledger.by_key().get(key)
+        reserved = 0 if held is None else held.reserved
+        measured = 0 if held is None or held.measured is None else held.measured
+        for series, value in ((self.reserved, reserved), (self.measured, measured)):
+            steps = series.setdefault(key, [])
+            if (steps[-1].value if steps else 0) != value:
+                _put(steps, Step(at, seq, value))
 
 
 def _put(steps: list[Step], step: Step) -> None:
@@ -243,15 +248,13 @@ def _unload_label(decision: dict[str, Any] | None) -> str:
 
 def _fold_one(fold: _Fold, record: RecordedEvent, at: float) -> None:  # noqa: PLR0912
     event, seq = record.event, record.seq
-    if isinstance(event, LedgerReserved | LedgerAdopted | LedgerCarried):
-        fold.set(fold.reserved, event.key, Step(at, seq, event.bytes))
-        if not isinstance(event, LedgerCarried):
-            _put(fold.budget, Step(at, seq, event.budget))
-    elif isinstance(event, LedgerReleased):
-        fold.set(fold.reserved, event.key, Step(at, seq, 0))
-        fold.set(fold.measured, event.key, Step(at, seq, 0))
-    elif isinstance(event, LedgerMeasured):
-        fold.set(fold.measured, event.key, Step(at, seq, event.bytes))
+    if record.stream_id == LEDGER_STREAM and not isinstance(event, UnknownEvent):
+        fold.ledger.apply(event)
+        key = getattr(event, "key", None)
+        if isinstance(key, str) and not isinstance(event, LedgerDenied):  # a denial holds nothing
+            fold.sample(key, at, seq)
+    if isinstance(event, LedgerReserved | LedgerAdopted):
+        _put(fold.budget, Step(at, seq, event.budget))
     elif isinstance(event, LedgerBudgetSet):
         if event.budget is not None:
             _put(fold.budget, Step(at, seq, event.budget))

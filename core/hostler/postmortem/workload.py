@@ -1,8 +1,9 @@
 """What a recorded log asked of hostler, as a pure :class:`Workload` the what-if replays (PM20).
 
 :func:`workload_from` reads recorded rows (anything with ``seq``, ``stream_id``, ``type``,
-``payload``, ``recorded_at`` and ``damage``, as :class:`hostler.store.log.RecordedEvent` has) and
-keeps what the simulator needs:
+``recorded_at``, ``damage`` and the decoded ``event``, as :class:`hostler.store.log.RecordedEvent`
+has: the log's payloads are read by the one decoder, never again here) and keeps what the
+simulator needs:
 
 - the requests, from each engine's queue stream: when each arrived (the queue's clock), its
   engine key, session, lane, and how long it held its slot once it had run
@@ -24,16 +25,34 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from hostler.machines.engine import made_room
+from hostler.events.base import Event, UnknownEvent, event_class
+from hostler.events.ledger import (
+    LedgerBudgetSet,
+    LedgerDenied,
+    LedgerMeasured,
+    LedgerReserved,
+    LedgerSpilloverSet,
+)
+from hostler.events.pool import PoolRoomPlanned
+from hostler.events.queue import QueueCancelled, QueueDispatched, QueueEnqueued, QueueReleased
+from hostler.machines.base import TransitionEvent
+from hostler.machines.engine import (
+    EngineCrashed,
+    EngineReady,
+    EngineStartRequested,
+    EngineStopped,
+    EngineStopRequested,
+)
 from hostler.policies.eviction import DEFAULT_EVICTION_POLICY
 
 __all__ = [
     "FLUSH_LAG",
+    "EventRow",
     "LogRow",
     "Model",
     "Outside",
@@ -80,6 +99,15 @@ class LogRow(Protocol):
     @property
     def damage(self) -> str:
         """Why it could not be read; empty for a sound row."""
+        ...
+
+
+class EventRow(LogRow, Protocol):
+    """A recorded row with its decoded event, as the workload reads it."""
+
+    @property
+    def event(self) -> Event | UnknownEvent:
+        """The event as decoded (an :class:`~hostler.events.base.UnknownEvent` when it misfits)."""
         ...
 
 
@@ -245,11 +273,6 @@ def _count(payload: Mapping[str, Any], name: str) -> int | None:
     return value if type(value) is int and value >= 0 else None
 
 
-def _text(payload: Mapping[str, Any], name: str) -> str | None:
-    value = payload.get(name)
-    return value if isinstance(value, str) else None
-
-
 @dataclass
 class _Queued:
     at: float
@@ -302,77 +325,77 @@ class _Fold:
         self.skipped[why] = self.skipped.get(why, 0) + 1
 
 
-def workload_from(rows: Iterable[LogRow]) -> Workload:
-    """PM20: the workload a log records (rows in seq order)."""
+def workload_from(rows: Iterable[EventRow]) -> Workload:
+    """PM20: the workload a log records (rows in seq order, each with its decoded event)."""
     fold = _Fold()
     for row in rows:
         if row.damage:
             fold.skip("damaged")
             continue
-        handler = _HANDLERS.get(row.type)
+        event = row.event
+        handler = _HANDLERS.get(event.__class__)
         if handler is None:
+            if event.__class__ is UnknownEvent and event_class(row.type) in _HANDLERS:
+                fold.skip(f"{row.type} without the fields it needs")  # a payload that misfits
             continue
-        if not handler(fold, row, row.payload):
+        if not handler(fold, row, event):
             fold.skip(f"{row.type} without the fields it needs")
     return _assemble(fold)
 
 
-def _on_enqueued(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
-    key, ident, at = _text(p, "engine"), _count(p, "id"), number(p, "at")
-    lane = _text(p, "lane")
-    if key is None or ident is None or at is None or lane not in ("interactive", "background"):
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _on_enqueued(fold: _Fold, row: EventRow, e: QueueEnqueued) -> bool:
+    at = _finite(e.at)
+    if e.id < 0 or at is None or e.lane not in ("interactive", "background"):
         return False
     _saw_queue_time(fold, row, at)
-    item = _Queued(
-        at, key, _text(p, "session_id"), lane, _text(p, "group"), p.get("ambient") is True
-    )
+    item = _Queued(at, e.engine, e.session_id, e.lane, e.group, e.ambient is True)
     fold.queued.append(item)
-    fold.open_queue[(key, ident)] = item
+    fold.open_queue[(e.engine, e.id)] = item
     return True
 
 
-def _on_dispatched(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
-    key, ident, at = _text(p, "engine"), _count(p, "id"), number(p, "at")
-    if key is None or ident is None or at is None:
+def _on_dispatched(fold: _Fold, row: EventRow, e: QueueDispatched) -> bool:
+    at = _finite(e.at)
+    if e.id < 0 or at is None:
         return False
     _saw_queue_time(fold, row, at)
-    item = fold.open_queue.get((key, ident))
+    item = fold.open_queue.get((e.engine, e.id))
     if item is not None:
         item.dispatched = at
-    decision = p.get("decision")
-    if isinstance(decision, dict):
-        cap = _count(decision, "interactive_cap")
-        if cap is not None and cap > 0:
-            fold.slots[key] = cap
+    cap = _count(e.decision, "interactive_cap")
+    if cap is not None and cap > 0:
+        fold.slots[e.engine] = cap
     return True
 
 
-def _on_released(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
-    key, ident, ran = _text(p, "engine"), _count(p, "id"), number(p, "ran_for")
-    at = number(p, "at")
-    if key is None or ident is None or ran is None or at is None:
+def _on_released(fold: _Fold, row: EventRow, e: QueueReleased) -> bool:
+    at, ran = _finite(e.at), _finite(e.ran_for)
+    if e.id < 0 or ran is None or at is None:
         return False
     _saw_queue_time(fold, row, at)
-    item = fold.open_queue.pop((key, ident), None)
+    item = fold.open_queue.pop((e.engine, e.id), None)
     if item is not None:
         item.ran_for = max(ran, 0.0)
         item.released = at
     return True
 
 
-def _on_cancelled(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
-    key, ident, waited = _text(p, "engine"), _count(p, "id"), number(p, "waited")
-    at = number(p, "at")
-    if key is None or ident is None or waited is None or at is None:
+def _on_cancelled(fold: _Fold, row: EventRow, e: QueueCancelled) -> bool:
+    at, waited = _finite(e.at), _finite(e.waited)
+    if e.id < 0 or waited is None or at is None:
         return False
     _saw_queue_time(fold, row, at)
-    item = fold.open_queue.pop((key, ident), None)
+    item = fold.open_queue.pop((e.engine, e.id), None)
     if item is not None:
         item.gave_up = max(waited, 0.0)
     return True
 
 
-def _saw_queue_time(fold: _Fold, row: LogRow, at: float) -> None:
+def _saw_queue_time(fold: _Fold, row: EventRow, at: float) -> None:
     try:
         stamp = row.recorded_at.timestamp()
     except (AttributeError, OverflowError, OSError, ValueError):
@@ -380,16 +403,22 @@ def _saw_queue_time(fold: _Fold, row: LogRow, at: float) -> None:
     fold.lag = min(fold.lag, stamp - at)
 
 
-def _engine_key(row: LogRow) -> str | None:
+def _engine_key(row: EventRow) -> str | None:
     stream = row.stream_id
     return stream.removeprefix("engine/") if stream.startswith("engine/") else None
 
 
-def _on_start(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
-    key, at = _engine_key(row), number(p, "at")
-    if key is None or at is None:
+def _engine_at(row: EventRow, e: TransitionEvent) -> tuple[str, float] | None:
+    key, at = _engine_key(row), _finite(e.at)
+    return None if key is None or at is None else (key, at)
+
+
+def _on_start(fold: _Fold, row: EventRow, e: EngineStartRequested) -> bool:
+    found = _engine_at(row, e)
+    if found is None:
         return False
-    if p.get("cause") == "pinned":
+    key, at = found
+    if e.cause == "pinned":
         fold.pinned.add(key)
     planned = fold.planned.pop(key, None)
     begin = planned if planned is not None and planned <= at else at
@@ -397,121 +426,115 @@ def _on_start(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
     return True
 
 
-def _on_ready(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
-    key, at = _engine_key(row), number(p, "at")
-    if key is None or at is None:
+def _on_ready(fold: _Fold, row: EventRow, e: EngineReady) -> bool:
+    found = _engine_at(row, e)
+    if found is None:
         return False
-    starts = fold.starts.get(key)
+    starts = fold.starts.get(found[0])
     if starts and starts[-1].ready is None:
-        starts[-1].ready = at
+        starts[-1].ready = found[1]
     return True
 
 
-def _on_stop_requested(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
-    key, at = _engine_key(row), number(p, "at")
-    if key is None or at is None:
+def _on_stop_requested(fold: _Fold, row: EventRow, e: EngineStopRequested) -> bool:
+    found = _engine_at(row, e)
+    if found is None:
         return False
-    reason = p.get("reason")
-    if reason == "evicted":
+    key, at = found
+    if e.reason == "evicted":
         fold.stopping[key] = at
-    if reason == "user" or (reason == "evicted" and not made_room(reason, p.get("decision"))):
+    if e.reason == "user" or (e.reason == "evicted" and not e.made_room):
         # asked for (an operator's unload, a lease's swap, a retire, a reconcile), not chosen
         # to make room: the replay does it when it happened
         fold.outside.append(Outside(at, key, "unloaded"))
     return True
 
 
-def _on_crashed(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
-    key, at = _engine_key(row), number(p, "at")
-    if key is None or at is None:
+def _on_crashed(fold: _Fold, row: EventRow, e: EngineCrashed) -> bool:
+    found = _engine_at(row, e)
+    if found is None:
         return False
-    if p.get("reached_ready") is not False:  # a start that failed is the start's own outcome
-        fold.outside.append(Outside(at, key, "crashed"))
+    if e.reached_ready is not False:  # a start that failed is the start's own outcome
+        fold.outside.append(Outside(found[1], found[0], "crashed"))
     return True
 
 
-def _on_stopped(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
-    key, at = _engine_key(row), number(p, "at")
-    if key is None or at is None:
+def _on_stopped(fold: _Fold, row: EventRow, e: EngineStopped) -> bool:
+    found = _engine_at(row, e)
+    if found is None:
         return False
+    key, at = found
     began = fold.stopping.pop(key, None)
     if began is not None:
         fold.stops.setdefault(key, []).append(max(at - began, 0.0))
     return True
 
 
-def _on_reserved(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
-    key, size = _text(p, "key"), _count(p, "bytes")
-    budget, ceiling = _count(p, "budget"), _count(p, "ceiling")
-    if key is None or size is None or budget is None or ceiling is None:
+def _on_reserved(fold: _Fold, row: EventRow, e: LedgerReserved | LedgerDenied) -> bool:
+    if e.bytes < 0 or e.budget < 0 or e.ceiling < 0:
         return False
-    if row.type == "ledger.reserved":
-        fold.reserve[key] = size
+    if isinstance(e, LedgerReserved):
+        fold.reserve[e.key] = e.bytes
     else:
-        fold.planned.pop(key, None)  # a refused start: its room plan starts nothing
+        fold.planned.pop(e.key, None)  # a refused start: its room plan starts nothing
         # what it asked is its price until a start of it is reserved: never priced at 0
-        fold.reserve.setdefault(key, size)
-    fold.budgets.append(budget)
-    fold.budget_points.append((row.recorded_at.timestamp(), budget))
-    fold.ceiling = ceiling
+        fold.reserve.setdefault(e.key, e.bytes)
+    fold.budgets.append(e.budget)
+    fold.budget_points.append((row.recorded_at.timestamp(), e.budget))
+    fold.ceiling = e.ceiling
     return True
 
 
-def _on_measured(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
-    key, size = _text(p, "key"), _count(p, "bytes")
-    if key is None or size is None:
+def _on_measured(fold: _Fold, _row: EventRow, e: LedgerMeasured) -> bool:
+    if e.bytes < 0:
         return False
-    fold.measured[key] = size
+    fold.measured[e.key] = e.bytes
     return True
 
 
-def _on_budget_set(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
-    budget = p.get("budget")
-    if budget is not None and (type(budget) is not int or budget < 0):
+def _on_budget_set(fold: _Fold, row: EventRow, e: LedgerBudgetSet) -> bool:
+    if e.budget is not None and e.budget < 0:
         return False
     # what it came to (a floor, the automatic budget) is what the next decision enforced
     fold.budget_points.append((row.recorded_at.timestamp(), None))
-    if budget is None:
+    if e.budget is None:
         return True  # back to automatic: the next decision says what that is
-    fold.budgets.append(budget)
+    fold.budgets.append(e.budget)
     return True
 
 
-def _on_spillover_set(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
-    allowed = p.get("allowed")
-    if allowed is not None and type(allowed) is not bool:
+def _on_spillover_set(fold: _Fold, _row: EventRow, e: LedgerSpilloverSet) -> bool:
+    fold.spillover = e.allowed
+    return True
+
+
+def _on_room_planned(fold: _Fold, _row: EventRow, e: PoolRoomPlanned) -> bool:
+    at = _finite(e.at)
+    if at is None:
         return False
-    fold.spillover = allowed
+    fold.planned.setdefault(e.for_key, at)
+    eviction = e.decision.get("eviction")
+    if isinstance(eviction, str):
+        fold.policy = eviction
     return True
 
 
-def _on_room_planned(fold: _Fold, row: LogRow, p: Mapping[str, Any]) -> bool:
-    key, at = _text(p, "for_key"), number(p, "at")
-    if key is None or at is None:
-        return False
-    fold.planned.setdefault(key, at)
-    decision = p.get("decision")
-    if isinstance(decision, dict) and isinstance(decision.get("eviction"), str):
-        fold.policy = decision["eviction"]
-    return True
-
-
-_HANDLERS = {
-    "queue.enqueued": _on_enqueued,
-    "queue.dispatched": _on_dispatched,
-    "queue.released": _on_released,
-    "queue.cancelled": _on_cancelled,
-    "engine.start_requested": _on_start,
-    "engine.ready": _on_ready,
-    "engine.stop_requested": _on_stop_requested,
-    "engine.stopped": _on_stopped,
-    "engine.crashed": _on_crashed,
-    "ledger.reserved": _on_reserved,
-    "ledger.denied": _on_reserved,
-    "ledger.measured": _on_measured,
-    "ledger.budget_set": _on_budget_set,
-    "ledger.spillover_set": _on_spillover_set,
-    "pool.room_planned": _on_room_planned,
+_HANDLERS: dict[type[Any], Callable[[_Fold, EventRow, Any], bool]] = {
+    QueueEnqueued: _on_enqueued,
+    QueueDispatched: _on_dispatched,
+    QueueReleased: _on_released,
+    QueueCancelled: _on_cancelled,
+    EngineStartRequested: _on_start,
+    EngineReady: _on_ready,
+    EngineStopRequested: _on_stop_requested,
+    EngineStopped: _on_stopped,
+    EngineCrashed: _on_crashed,
+    LedgerReserved: _on_reserved,
+    LedgerDenied: _on_reserved,
+    LedgerMeasured: _on_measured,
+    LedgerBudgetSet: _on_budget_set,
+    LedgerSpilloverSet: _on_spillover_set,
+    PoolRoomPlanned: _on_room_planned,
 }
 
 

@@ -5,7 +5,8 @@ engine measured once ready.
 
 Both are read from the logs (the engine's own stream, the ledger's stream), never guessed:
 :func:`last_reason` turns an engine's latest lifecycle decision into one short phrase, and
-:class:`LedgerFold` keeps, incrementally, the reserved and measured bytes of one owner's keys.
+:class:`LedgerFold` projects the host ledger's folded state onto one owner's keys: reserved
+and measured bytes.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hostler.events.ledger import LEDGER_STREAM
+from hostler.capacity.ledger import LedgerState
+from hostler.drivers.host_ledger import catch_up
+from hostler.events.base import Event
 from hostler.store.log import EventStore
 
 __all__ = ["REASON_TYPES", "EngineBytes", "LedgerFold", "last_reason", "reason_of"]
@@ -32,8 +35,6 @@ REASON_TYPES = (
 
 #: The longest reason phrase (an engine's error text is cut there).
 REASON_MAX = 120
-
-_LEDGER_TYPES = ("ledger.reserved", "ledger.measured", "ledger.released")
 
 
 def _stopped(payload: Mapping[str, Any]) -> str:
@@ -89,34 +90,29 @@ class EngineBytes:
 class LedgerFold:
     """Reserved and measured bytes per key of one ledger owner, read incrementally.
 
-    Each :meth:`read` reads only the ledger events written since the last one, so a ``ps``
-    against a long-lived host stays cheap.
+    A projection of the host ledger's own state (:class:`~hostler.capacity.ledger.LedgerState`,
+    caught up as the ledger catches up): each :meth:`read` folds only the ledger events written
+    since the last one, so a ``ps`` against a long-lived host stays cheap.
     """
 
     def __init__(self, owner: str) -> None:
         self.owner = owner
-        self.after = 0
-        self.rows: dict[str, EngineBytes] = {}
+        self.state = LedgerState()
 
     def read(self, store: EventStore) -> dict[str, EngineBytes]:
         """Fold what is new in ``store``'s ledger stream; every key's bytes (blocking)."""
-        for record in store.read_all(
-            after_seq=self.after, streams=[LEDGER_STREAM], types=_LEDGER_TYPES
-        ):
-            self.after = record.seq
-            self.apply(record.type, record.payload)
-        return dict(self.rows)
+        catch_up(store, self.state)
+        return self.rows
 
-    def apply(self, event_type: str, payload: Mapping[str, Any]) -> None:
-        """Fold one ledger event (another owner's are ignored)."""
-        if payload.get("owner") != self.owner:
-            return
-        key = str(payload.get("key"))
-        if event_type == "ledger.reserved":
-            self.rows[key] = EngineBytes(int(payload["bytes"]), None)
-        elif event_type == "ledger.measured":
-            prior = self.rows.get(key)
-            reserved = prior.reserved if prior else int(payload.get("estimated") or 0)
-            self.rows[key] = EngineBytes(reserved, int(payload["bytes"]))
-        elif event_type == "ledger.released":
-            self.rows.pop(key, None)
+    def apply(self, event: Event) -> None:
+        """Fold one ledger event (another owner's only change the shared ledger)."""
+        self.state.apply(event)
+
+    @property
+    def rows(self) -> dict[str, EngineBytes]:
+        """Each of the owner's keys: the bytes it was admitted with, and those measured."""
+        return {
+            held.key: EngineBytes(held.reserved, held.measured)
+            for held in self.state.reservations.values()
+            if held.owner == self.owner
+        }

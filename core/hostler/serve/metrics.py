@@ -17,6 +17,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from hostler.events.pool import PoolDrainEnded
+from hostler.events.queue import QueueDispatched
+from hostler.machines.engine import EngineCrashed, EngineStartRequested, EngineStopRequested
+from hostler.machines.lease import LeaseGranted, LeaseRequested
 from hostler.runtime.facade import Runtime, RuntimeStatus
 from hostler.runtime.queue import QueueSummary
 from hostler.store.log import EventStore
@@ -68,29 +72,27 @@ class Metrics:
             return await anyio.to_thread.run_sync(self._render, status, queues, details)
 
     def _fold(self) -> None:
+        """Count what the log recorded since the last scrape (its events as decoded, typed)."""
         for record in self.store.read_all(after_seq=self._seq, types=_COUNTED):
-            payload: dict[str, Any] = record.payload
-            engine = record.stream_id.removeprefix("engine/")
-            if record.type == "engine.stop_requested":
-                self._stops[str(payload.get("reason"))] += 1
-            elif record.type == "engine.crashed":
-                self._crashes[engine] += 1
-            elif record.type == "engine.start_requested":
-                self._starts[str(payload.get("cause"))] += 1
-            elif record.type == "queue.dispatched":
+            event = record.event
+            if isinstance(event, EngineStopRequested):
+                self._stops[str(event.reason)] += 1
+            elif isinstance(event, EngineCrashed):
+                self._crashes[record.stream_id.removeprefix("engine/")] += 1
+            elif isinstance(event, EngineStartRequested):
+                self._starts[str(event.cause)] += 1
+            elif isinstance(event, QueueDispatched):
                 self._dispatched += 1
-                waited = payload.get("waited")
-                self._queue_wait += float(waited) if isinstance(waited, int | float) else 0.0
-            elif record.type == "lease.requested":
-                self._lease_asked[record.stream_id] = float(payload.get("at") or 0.0)
-            elif record.type == "lease.granted":
+                self._queue_wait += event.waited
+            elif isinstance(event, LeaseRequested):
+                self._lease_asked[record.stream_id] = event.at
+            elif isinstance(event, LeaseGranted):
                 self._leases += 1
                 asked = self._lease_asked.pop(record.stream_id, None)
-                granted = payload.get("at")
-                if asked is not None and isinstance(granted, int | float):
-                    self._lease_wait += max(0.0, float(granted) - asked)
-            elif record.type == "pool.drain_ended":
-                self._drains[str(payload.get("outcome"))] += 1
+                if asked is not None:
+                    self._lease_wait += max(0.0, event.at - asked)
+            elif isinstance(event, PoolDrainEnded):
+                self._drains[event.outcome] += 1
             self._seq = max(self._seq, record.seq)
 
     def _render(
