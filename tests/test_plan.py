@@ -291,3 +291,21 @@ def test_an_engines_own_kv_types_bound_the_choice_and_the_gemma_trade() -> None:
     assert caught.value.message == (
         "kv_type 'q8_0': engine 'mlx' supports f16 only; set one of them or leave kv_type unset"
     )
+
+
+def test_a_launch_that_cannot_fit_beside_the_others_keeps_its_slots_for_making_room() -> None:
+    """Found by bench/control_plane.py: a swap launched B with ``--parallel 1``, not its 16.
+
+    Planned while A was still resident, B's minimum window did not fit even at one slot, so the
+    ladder had shed its slots to 1; making room then evicted A, and B started with the shed
+    plan. A launch that needs room made is priced as asked (C6: at the minimum window), its
+    slot count kept: what making room frees is for the launch the operator configured.
+    """
+    crowded = state_from([LedgerReserved("llamacpp:a:0", 17 * GIB, "d", 0, 0, 0, 0, True)])
+    for slots in (16, 2):  # configured (a tier's count is still capped beside the others)
+        p = plan(state=crowded, model="b", slots=slots)
+        alone = plan(model="b", slots=slots)
+        assert not p.admitted and alone.admitted  # room must be made; alone it fits
+        assert p.slots == alone.slots == 2  # 16 shed to the 2 that fit alone, never to 1
+        assert p.context_window == 65536  # priced at the minimum window (C6)
+        assert p.reserved_bytes == p.weights_bytes + 2 * p.kv.at(65536)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from hostler.capacity.budget import BudgetKind, CapacityBudget
 from hostler.capacity.context import (
     ContextRequirement,
+    LadderResult,
     host_floor,
     llama_requirement,
     plan_adaptive_growth,
@@ -237,6 +238,52 @@ def _offload(
     return plan
 
 
+def _ladder(
+    requirement: ContextRequirement,
+    slots: int,
+    line: KvLinear,
+    *,
+    weights: int,
+    limits: LedgerLimits,
+    reasons: list[str],
+    committed_other: int,
+    free_ram: int | None,
+    vram: int,
+) -> LadderResult:
+    """C6's ladder beside the others; for a launch room must be made for, its slots alone.
+
+    Room will be made for a launch that does not fit beside the others, so its slot count is
+    the one it keeps on its own, never the count shed to squeeze beside engines that are about
+    to be evicted (one slot, not sixteen).
+    """
+
+    def walk(others: int, ram: int | None) -> LadderResult:
+        return plan_ctx_for_memory(
+            requested=requirement.requested,
+            minimum=requirement.minimum,
+            slots=slots,
+            kv_per_token=line.per_token,
+            weights_resident=weights + round_half_up(line.fixed * slots),
+            budget=limits.budget,
+            committed_other=others,
+            free_ram=ram,
+            vram=vram,
+        )
+
+    ladder = walk(committed_other, free_ram)
+    when = ""
+    if not ladder.minimum_satisfied and committed_other > 0:
+        alone = walk(0, None)
+        if alone.minimum_satisfied:
+            ladder, when = replace(ladder, slots=alone.slots), " once room is made"
+    if ladder.slots < slots and (ladder.minimum_satisfied or when):
+        reasons.append(
+            f"shed slots {slots} → {ladder.slots} so each keeps at least "
+            f"{requirement.minimum} tokens{when or ' (concurrency goes before context)'}"
+        )
+    return ladder
+
+
 def plan_llama(
     request: PlanRequest,
     geometry: ModelGeometry,
@@ -322,22 +369,17 @@ def plan_llama(
     reasons.append(
         f"slots: {slots} ({'configured' if request.slots else f'tier {tier}, ceiling {ceiling}'})"
     )
-    ladder = plan_ctx_for_memory(
-        requested=requirement.requested,
-        minimum=requirement.minimum,
-        slots=slots,
-        kv_per_token=line.per_token,
-        weights_resident=weights + round_half_up(line.fixed * slots),
-        budget=limits.budget,
+    ladder = _ladder(
+        requirement,
+        slots,
+        line,
+        weights=weights,
+        limits=limits,
+        reasons=reasons,
         committed_other=committed_other,
         free_ram=free_ram,
         vram=auto.vram if discrete else 0,
     )
-    if ladder.minimum_satisfied and ladder.slots < slots:
-        reasons.append(
-            f"shed slots {slots} → {ladder.slots} so each keeps at least "
-            f"{requirement.minimum} tokens (concurrency goes before context)"
-        )
     # C6: a launch below its minimum window is never planned — priced at the minimum, the
     # shortfall is what making room must free (the shrunk window would "fit" and crash).
     ctx = ladder.ctx if ladder.minimum_satisfied else requirement.minimum
