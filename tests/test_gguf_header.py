@@ -699,3 +699,34 @@ def test_preview_refuses_4294967295_layers_in_under_2_s(
         f"hostler: error [model.unreadable]: {path}: llama.block_count: 4294967295 is out of "
         "range: expected 1 to 4096\n"
     )
+
+
+def test_a_model_is_parsed_once_per_version_of_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bench/control_plane.py: every start re-read a 49k-token header (0.1 CPU-s a swap)."""
+    import hostler.capacity.gguf_header as header
+
+    path = write_gguf(tmp_path / "llama.gguf", "llama", llama, vocab=1000)
+    parsed: list[Path] = []
+    real = header.read_metadata
+
+    def counted(file: Path) -> dict[str, Any]:
+        parsed.append(file)
+        return real(file)
+
+    monkeypatch.setattr(header, "read_metadata", counted)
+    first = read_geometry(path)
+    assert read_geometry(path) is first and len(parsed) == 1  # the same file: not again
+
+    def fewer_layers(writer: gguf.GGUFWriter) -> None:
+        llama(writer)
+        writer.add_block_count(16)
+
+    stamp = path.stat().st_mtime_ns
+    write_gguf(path, "llama", fewer_layers, vocab=1000)  # same size, rewritten in place
+    os.utime(path, ns=(stamp, stamp))  # even within one tick of the file system's clock
+    assert read_geometry(path).block_count == 16 and len(parsed) == 2
+    path.unlink()
+    with pytest.raises(ModelFileError):
+        read_geometry(path)  # gone: said as before, never an old answer

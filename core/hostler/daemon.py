@@ -24,6 +24,9 @@ from typing import Any, TypeVar
 import anyio
 import psutil
 
+# the GGUF reader (and the gguf package it imports: ~0.2 s) loads with the daemon, not while
+# the first cold request waits for its engine's price
+import hostler.capacity.gguf_header  # noqa: F401
 from hostler._version import __version__
 from hostler.capacity.budget import CapacityBudget
 from hostler.capacity.keys import parse_key
