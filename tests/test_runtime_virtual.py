@@ -14,7 +14,9 @@ from pathlib import Path
 
 import anyio
 import pytest
+from anyio.abc import TaskGroup
 
+from hostler import Runtime
 from hostler.errors import EngineBusyError
 from hostler.store.log import EventStore
 from hostler.testing.clock import VirtualClock
@@ -67,6 +69,20 @@ def timeline(store: EventStore, *types: str) -> list[tuple[str, str, float]]:
     ]
 
 
+async def hold(
+    runtime: Runtime, key: str, let_go: anyio.Event, tasks: TaskGroup, clock: VirtualClock
+) -> None:
+    """A request on ``key`` that runs until ``let_go``; returns once its engine runs."""
+
+    async def long_request() -> None:
+        async with runtime.request(key):
+            await let_go.wait()
+
+    tasks.start_soon(long_request)
+    while runtime.supervisor(key).state != "running":
+        await clock.sleep(1.0)
+
+
 async def test_a_request_for_another_model_swaps_in_virtual_time(
     harness: Harness, store: EventStore, clock: VirtualClock
 ) -> None:
@@ -95,15 +111,8 @@ async def test_a_busy_victim_is_drained_then_evicted_when_its_request_ends(
 ) -> None:
     async with harness.runtime(drain_wait=120.0) as runtime:
         let_go = anyio.Event()
-
-        async def long_request() -> None:
-            async with runtime.request(A):
-                await let_go.wait()
-
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(long_request)
-            while runtime.supervisor(A).state != "running":
-                await clock.sleep(1.0)
+            await hold(runtime, A, let_go, tasks, clock)
 
             released: list[float] = []
 
@@ -130,15 +139,8 @@ async def test_a_victim_busy_past_the_drain_bound_stays_and_the_start_is_refused
 ) -> None:
     async with harness.runtime(drain_wait=20.0) as runtime:
         let_go = anyio.Event()
-
-        async def long_request() -> None:
-            async with runtime.request(A):
-                await let_go.wait()
-
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(long_request)
-            while runtime.supervisor(A).state != "running":
-                await clock.sleep(1.0)
+            await hold(runtime, A, let_go, tasks, clock)
             began = clock.monotonic()
             with pytest.raises(EngineBusyError, match="did not drain within 20 s"):
                 async with runtime.request(B):

@@ -19,14 +19,13 @@ import collections
 import heapq
 import itertools
 import math
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractContextManager, asynccontextmanager
 from types import TracebackType
 
 import anyio
 
-from hostler.clock import Clock
+from hostler.clock import Clock, SystemClock
 from hostler.errors import UsageError
 
 __all__ = ["FakeClock", "VirtualClock"]
@@ -49,31 +48,20 @@ def _checked_step(now: float, seconds: float) -> float:
     return now + seconds
 
 
-class FakeClock(Clock):
-    """A wall clock that moves only when told; waits stay real.
+class FakeClock(SystemClock):
+    """A wall clock that moves only when told; monotonic time, sleeps and timeouts stay real.
 
     Args:
         start: The first wall reading (seconds since the epoch).
     """
 
     def __init__(self, start: float = DEFAULT_START) -> None:
+        super().__init__(self.wall)
         self.now = _finite_start(start)
 
     def wall(self) -> float:
         """The current reading."""
         return self.now
-
-    def monotonic(self) -> float:
-        """The machine's monotonic time (waits are real)."""
-        return time.monotonic()
-
-    async def sleep(self, seconds: float) -> None:
-        """A real sleep."""
-        await anyio.sleep(max(seconds, 0.0))
-
-    def move_on_after(self, seconds: float) -> AbstractContextManager[anyio.CancelScope, bool]:
-        """A real timeout."""
-        return anyio.move_on_after(seconds)
 
     def advance(self, seconds: float) -> float:
         """Move forward by ``seconds`` (never backward, always finite); returns the new reading."""
