@@ -17,7 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from hostler.capacity.ledger import Held
 from hostler.clock import Clock
+from hostler.drivers.host_ledger import engine_alive
 from hostler.engines.process import (
     Pidfd,
     ProcessIdentity,
@@ -99,6 +101,10 @@ class ProcessRunner(ABC):
             OSError: The executable could not be started.
             ValueError: A NUL in the argv or the environment.
         """
+
+    @abstractmethod
+    def holds(self, held: Held) -> bool:
+        """Whether the process a ledger reservation names still runs (the ledger's OW2 question)."""
 
     @abstractmethod
     def adopt(self, identity: ProcessIdentity, pidfd: Pidfd | None = None) -> EngineProcess:
@@ -183,6 +189,10 @@ class OsRunner(ProcessRunner):
             argv, env, log_path=log_path, launch_token=launch_token, port=port, cwd=cwd
         )
         return OsProcess(identity, popen, pidfd)
+
+    def holds(self, held: Held) -> bool:
+        """:func:`hostler.drivers.host_ledger.engine_alive`: by pid and start time, or token."""
+        return engine_alive(held)
 
     def adopt(self, identity: ProcessIdentity, pidfd: Pidfd | None = None) -> OsProcess:
         """Hold it through ``pidfd``, or one opened (and the identity re-checked) now."""

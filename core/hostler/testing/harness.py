@@ -27,7 +27,6 @@ from hostler.errors import UsageError
 from hostler.plugin import EngineAdapter, LaunchSpec
 from hostler.store.log import EventStore
 from hostler.testing.clock import FakeClock
-from hostler.testing.fake_process import FakeRunner
 
 __all__ = ["FAST_POLICY", "HOST_MEMORY", "FakeClock", "Harness"]
 
@@ -51,8 +50,7 @@ class Harness:
         policy: Supervisor timings (default :data:`FAST_POLICY`).
         budget: The ledger's budget in bytes (None: derived from :data:`HOST_MEMORY`).
         runner: How the supervisors run their engines' processes (default: real processes);
-            with a :class:`~hostler.testing.fake_process.FakeRunner`, the ledger asks it too
-            whether a reservation's process still runs.
+            the ledger asks it too whether a reservation's process still runs.
         transport: How the supervisors probe their engines (default: real HTTP).
     """
 
@@ -84,7 +82,7 @@ class Harness:
             store,
             OwnerIdentity.current("hostler-testing"),
             lambda: compute_budget(HostMemory(HOST_MEMORY)),
-            engine_alive=runner.holds if isinstance(runner, FakeRunner) else None,
+            engine_alive=runner.holds,
         )
         if budget is not None:
             self.ledger.set_budget(budget)
