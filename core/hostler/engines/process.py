@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import anyio
 import anyio.to_thread
@@ -29,12 +30,27 @@ import psutil
 
 from hostler.clock import SYSTEM_CLOCK, Clock
 from hostler.errors import EngineStartError
+from hostler.machines.stop import (
+    CheckGroup,
+    GroupChecked,
+    GroupLooked,
+    LookAtGroup,
+    PauseStop,
+    SignalGroup,
+    Signalled,
+    StopEnded,
+    StopEscalation,
+    StopObservation,
+    StopPaused,
+    StopTimings,
+)
 from hostler.probes.host import boot_id
 
 __all__ = [
     "LAUNCH_TOKEN_ENV",
     "SHEBANG_WORDS",
     "USE_PIDFD",
+    "GroupOps",
     "Pidfd",
     "ProcessIdentity",
     "Termination",
@@ -46,6 +62,7 @@ __all__ = [
     "leader_alive",
     "open_engine_log",
     "open_verified",
+    "run_stop",
     "spawn_engine",
     "terminate_group",
     "token_holders",
@@ -448,6 +465,69 @@ class Termination:
     detail: str = ""
 
 
+class GroupOps(Protocol):
+    """What carrying out a :class:`~hostler.machines.stop.StopEscalation` needs of a group."""
+
+    async def signal_if_ours(self, signum: int) -> tuple[bool, str]:
+        """Re-check the group, then signal it; whether it did, and why not (SG4)."""
+
+    def gone(self) -> bool:
+        """Whether the group is gone (our own child reaped first)."""
+
+    async def still_ours(self) -> tuple[bool, str]:
+        """Whether the group is still the engine's, and why not (SG4)."""
+
+
+async def run_stop(ops: GroupOps, group: int, timings: StopTimings, clock: Clock) -> StopEnded:
+    """Carry out one stop's escalation (:class:`~hostler.machines.stop.StopEscalation`)."""
+    escalation = StopEscalation(group, timings)
+    effects = escalation.start()
+    while True:
+        seen: StopObservation
+        match effects[0]:
+            case StopEnded() as ended:
+                return ended
+            case SignalGroup(signum):
+                sent, why = await ops.signal_if_ours(signum)
+                seen = Signalled(sent, why)
+            case LookAtGroup():
+                seen = GroupLooked(ops.gone())
+            case PauseStop(seconds):
+                await clock.sleep(seconds)
+                seen = StopPaused()
+            case CheckGroup():
+                ours, why = await ops.still_ours()
+                seen = GroupChecked(ours, why)
+        effects = escalation.handle(seen, clock.monotonic())
+
+
+@dataclass(frozen=True, slots=True)
+class _OsGroup:
+    """A real process group, checked through its pidfd, unreaped child or identity."""
+
+    pgid: int
+    identity: ProcessIdentity
+    child: subprocess.Popen[bytes] | None
+    pidfd: Pidfd | None
+
+    async def signal_if_ours(self, signum: int) -> tuple[bool, str]:
+        if self.child is not None:
+            self.child.poll()
+        return await anyio.to_thread.run_sync(
+            _signal_if_ours, self.pgid, signum, self.identity, self.child, self.pidfd
+        )
+
+    def gone(self) -> bool:
+        if self.child is not None:
+            self.child.poll()
+        return not group_alive(self.pgid)
+
+    async def still_ours(self) -> tuple[bool, str]:
+        return await anyio.to_thread.run_sync(
+            lambda: group_is_ours(self.pgid, self.identity, child=self.child, pidfd=self.pidfd)
+        )
+
+
 async def terminate_group(
     pgid: int,
     *,
@@ -463,40 +543,15 @@ async def terminate_group(
 
     TERM the group and wait ``grace``; TERM again (llama-server hangs on the first one while a
     request is in flight, and ends at the second), wait ``second_grace``; then KILL and wait
-    ``kill_wait``. Immediately before every signal the group is re-checked
-    (:func:`group_is_ours`: the pidfd, the unreaped child or the recorded identity, the
-    launch token of a leaderless group's members): a group that is not the engine's any more
-    is never signalled, and counts as gone, with why in ``detail`` when its pid or group id
-    now names another process (SG4).
+    ``kill_wait`` (:class:`~hostler.machines.stop.StopEscalation`). Immediately before every
+    signal the group is re-checked (:func:`group_is_ours`: the pidfd, the unreaped child or the
+    recorded identity, the launch token of a leaderless group's members): a group that is not
+    the engine's any more is never signalled, and counts as gone, with why in ``detail`` when
+    its pid or group id now names another process (SG4).
     """
-    steps = ((signal.SIGTERM, grace), (signal.SIGTERM, second_grace), (signal.SIGKILL, kill_wait))
-    for signum, wait in steps:
-        if child is not None:
-            child.poll()
-        signalled, why = await anyio.to_thread.run_sync(
-            _signal_if_ours, pgid, signum, identity, child, pidfd
-        )
-        if not signalled:
-            return _status(child, gone=True, detail=why)
-        deadline = clock.monotonic() + wait
-        pause = 0.001  # an engine that exits at once is seen at once; then every 20 ms
-        while clock.monotonic() < deadline:
-            if child is not None:
-                child.poll()
-            if not group_alive(pgid):
-                return _status(child, gone=True)
-            await clock.sleep(pause)
-            pause = min(pause * 2, 0.02)
-    if child is not None:
-        child.poll()
-    if not group_alive(pgid):
-        return _status(child, gone=True)
-    ours, why = await anyio.to_thread.run_sync(
-        lambda: group_is_ours(pgid, identity, child=child, pidfd=pidfd)
-    )
-    if not ours:
-        return _status(child, gone=True, detail=why)
-    return _status(child, gone=False, detail=f"process group {pgid} is still alive after KILL")
+    timings = StopTimings(grace, second_grace, kill_wait)
+    ended = await run_stop(_OsGroup(pgid, identity, child, pidfd), pgid, timings, clock)
+    return _status(child, gone=ended.gone, detail=ended.detail)
 
 
 def _status(child: subprocess.Popen[bytes] | None, *, gone: bool, detail: str = "") -> Termination:

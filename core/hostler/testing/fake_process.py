@@ -26,8 +26,15 @@ from pathlib import Path
 from hostler.capacity.ledger import Held
 from hostler.clock import Clock
 from hostler.engines.http import EngineTransport, Probe, probe_path_problem
-from hostler.engines.process import Pidfd, ProcessIdentity, Termination, argv_fingerprint
+from hostler.engines.process import (
+    Pidfd,
+    ProcessIdentity,
+    Termination,
+    argv_fingerprint,
+    run_stop,
+)
 from hostler.engines.runner import EngineProcess, ExitStatus, ProcessRunner
+from hostler.machines.stop import StopTimings
 
 __all__ = ["FAKE_PID_BASE", "FakeProcess", "FakeRunner", "FakeTransport"]
 
@@ -107,30 +114,39 @@ class FakeProcess(EngineProcess):
     async def terminate(
         self, *, grace: float, second_grace: float, kill_wait: float, clock: Clock
     ) -> Termination:
-        """TERM (``grace``), TERM (``second_grace``), KILL (``kill_wait``), on ``clock``."""
-        for signum, wait in (
-            (signal.SIGTERM, grace),
-            (signal.SIGTERM, second_grace),
-            (signal.SIGKILL, kill_wait),
-        ):
-            if self.ended is not None:
-                return self._termination()
-            self.signals.append(signum)
-            if self.unkillable:
-                pass  # stuck in the kernel: no signal ends it
-            elif signum == signal.SIGTERM and self.ignores_term <= 0:
-                self.ended = ExitStatus(None, signal.SIGTERM)
-            elif signum == signal.SIGTERM:
-                self.ignores_term -= 1
-            else:
-                self.ended = ExitStatus(None, signal.SIGKILL)
-            if self.ended is None:
-                await clock.sleep(wait)
-        if self.ended is None:
-            return Termination(
-                None, None, False, f"process group {self.identity.pid} is still alive after KILL"
-            )
+        """TERM (``grace``), TERM (``second_grace``), KILL (``kill_wait``), on ``clock``.
+
+        The same escalation the real runner carries out (:func:`~hostler.engines.process.
+        run_stop`); only the process's answers to the signals are scripted here.
+        """
+        timings = StopTimings(grace, second_grace, kill_wait)
+        ended = await run_stop(self, self.identity.pid, timings, clock)
+        if not ended.gone:
+            return Termination(None, None, False, ended.detail)
         return self._termination()
+
+    async def signal_if_ours(self, signum: int) -> tuple[bool, str]:
+        """Take ``signum`` as this process's script says; a process that ended takes none."""
+        if self.ended is not None:
+            return False, ""
+        self.signals.append(signum)
+        if self.unkillable:
+            pass  # stuck in the kernel: no signal ends it
+        elif signum == signal.SIGTERM and self.ignores_term <= 0:
+            self.ended = ExitStatus(None, signal.SIGTERM)
+        elif signum == signal.SIGTERM:
+            self.ignores_term -= 1
+        else:
+            self.ended = ExitStatus(None, signal.SIGKILL)
+        return True, ""
+
+    def gone(self) -> bool:
+        """Whether it has ended."""
+        return self.ended is not None
+
+    async def still_ours(self) -> tuple[bool, str]:
+        """A fake process is always its engine's own."""
+        return True, ""
 
     def _termination(self) -> Termination:
         status = self.exit_status()
