@@ -263,9 +263,9 @@ async def test_a_reused_pid_is_never_signalled(
         assert sup.state == "stopped"
     elif path == "health-restart":
         # the stranger does not answer on the engine's port: one failed probe is the last
-        (stop,) = await sup._carry_out(ProbeHealth(), child)
+        (stop,) = await sup._watcher.carry_out(ProbeHealth(), child)
         assert isinstance(stop, StopForHealth) and stop.reason == "health-restart"
-        assert await sup._carry_out(stop, child) == []
+        assert await sup._watcher.carry_out(stop, child) == []
         types = [t for t, _ in stream(store)]
         assert types[-4:] == [
             "engine.stop_requested",

@@ -8,6 +8,7 @@ starts, and an event loop that waited on SQLite.
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import sys
 import threading
@@ -30,7 +31,7 @@ from hostler.engines import runner as runner_module
 from hostler.engines.process import Termination
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.errors import EngineStartError, PluginError, RestartBudgetError, StoreError
-from hostler.plugin import LaunchCommand, LaunchSpec, Panic
+from hostler.plugin import LaunchCommand, LaunchSpec, Panic, ReadinessProbe
 from hostler.probes.nvml import open_nvml
 from hostler.testing.tiny_gguf import write_tiny_llama
 from hostler_llamacpp import LlamaCppAdapter
@@ -53,16 +54,28 @@ def ledger(tmp_path: Path) -> Any:
 
 
 class NeverReady(LlamaCppAdapter):
-    """The real llama-server, probed on a path it answers 404 on: it loads forever."""
+    """The real llama-server, probed on a path it answers 404 on: it loads forever (until healed)."""
 
-    readiness_path = "/no-such-path"
+    healed = False
+
+    def readiness(self, spec: LaunchSpec) -> ReadinessProbe:
+        probe = super().readiness(spec)
+        return probe if self.healed else dataclasses.replace(probe, path="/no-such-path")
+
+    def heal(self) -> None:
+        """From now on, probe where the engine answers (a plugin that can tell ready)."""
+        self.healed = True
 
 
 class RaisesInBuild(LlamaCppAdapter):
-    """A plugin with a bug in build_command."""
+    """A plugin with a bug in build_command (until it is fixed)."""
+
+    fixed = False
 
     def build_command(self, spec: LaunchSpec) -> LaunchCommand:
-        raise KeyError("n_gpu_layers")
+        if not self.fixed:
+            raise KeyError("n_gpu_layers")
+        return super().build_command(spec)
 
 
 class RaisesOnLines(LlamaCppAdapter):
@@ -111,7 +124,8 @@ async def test_a_cancelled_start_kills_the_group_and_the_next_request_works(
     store: EventStore, tiny: Path, tmp_path: Path, ledger: HostLedger
 ) -> None:
     """Break 2: cancelling ensure_running left the process running in ``starting``."""
-    sup = make(store, tiny, tmp_path, adapter=NeverReady(), ledger=ledger)
+    adapter = NeverReady()
+    sup = make(store, tiny, tmp_path, adapter=adapter, ledger=ledger)
     with anyio.move_on_after(10) as scope:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(sup.ensure_running)
@@ -135,7 +149,7 @@ async def test_a_cancelled_start_kills_the_group_and_the_next_request_works(
     assert stream(store)[2][1]["decision"] == {"cause": "cancelled"}
     assert ledger.refresh().committed == 0  # released once the group was gone
     # not stuck: the next request (with a plugin that can tell ready) starts it
-    sup.adapter = LlamaCppAdapter()
+    adapter.heal()
     async with sup.request() as port:
         assert port == sup.port
     await sup.stop()
@@ -183,7 +197,8 @@ async def test_a_plugin_that_raises_fails_that_engine_naming_the_plugin(
     store: EventStore, tiny: Path, tmp_path: Path, ledger: HostLedger
 ) -> None:
     """Break 5: a KeyError in build_command left the log at ``starting``, no failure event."""
-    sup = make(store, tiny, tmp_path, adapter=RaisesInBuild(), ledger=ledger)
+    plugin = RaisesInBuild()
+    sup = make(store, tiny, tmp_path, adapter=plugin, ledger=ledger)
     with pytest.raises(PluginError, match=r"RaisesInBuild\) raised KeyError: 'n_gpu_layers'"):
         await sup.ensure_running()
     assert sup.state == "fatal"
@@ -193,7 +208,7 @@ async def test_a_plugin_that_raises_fails_that_engine_naming_the_plugin(
     assert "in build_command" in failed[1]["error"]
     assert ledger.refresh().committed == 0
     # a fixed plugin starts it again
-    sup.adapter = LlamaCppAdapter()
+    plugin.fixed = True
     await sup.ensure_running()
     await sup.stop()
 
