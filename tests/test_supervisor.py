@@ -147,10 +147,11 @@ async def test_a_corrupt_model_fails_readiness_at_once_with_the_engines_own_line
     bad = tmp_path / "corrupt.gguf"
     bad.write_bytes(b"GGUF" + b"\0" * 4096)
     sup = make(store, bad, tmp_path, startup_timeout=120)
-    started = time.monotonic()
     with pytest.raises(EngineStartError) as caught:
         await sup.ensure_running()
-    assert time.monotonic() - started < 10  # not the 120 s timeout
+    # ended by the engine's own line, not by the 120 s timeout (no wall-clock bound: a loaded
+    # machine must not fail this)
+    assert "did not become ready within" not in str(caught.value)
     assert "gguf" in str(caught.value).lower()
     assert caught.value.code == "engine.start-failed"
     crash = [r.event for r in store.read_stream(f"engine/{KEY}") if r.type == "engine.crashed"][-1]
