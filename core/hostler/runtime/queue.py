@@ -65,11 +65,10 @@ class Ticket:
     """A request's place in the queue, then its slot; :meth:`release` gives the slot back."""
 
     __slots__ = (
-        "_ahead_at_exit",
         "_done",
+        "_left",
         "_outcome",
         "_queue",
-        "_waited",
         "affinity",
         "ambient",
         "enqueued_at",
@@ -95,8 +94,7 @@ class Ticket:
         self.label = arrival.label
         self.started_at: float | None = None
         self._outcome: _Outcome | None = None
-        self._waited = 0.0  # how long it waited, once it left the queue without running
-        self._ahead_at_exit = 0  # Q10 as it left the queue without running
+        self._left: Dismiss | None = None  # how it left the queue without running, if it did
         self._done = anyio.Event()
 
     @property
@@ -287,10 +285,11 @@ class RequestQueue:
             elif ticket._outcome is None:
                 self._observe(Left(ticket.id, "aborted"))  # Q2: an abort consumes no slot
             raise
-        if ticket._outcome == "cancelled":
-            raise QueueCancelledError(self.engine, ticket.id, ticket._waited)
-        if ticket._outcome == "timeout":
-            raise QueueTimeoutError(self.engine, ticket.id, ticket._waited, ticket._ahead_at_exit)
+        left = ticket._left
+        if left is not None and left.outcome == "cancelled":
+            raise QueueCancelledError(self.engine, ticket.id, left.waited)
+        if left is not None:
+            raise QueueTimeoutError(self.engine, ticket.id, left.waited, left.ahead)
 
     async def _notice(self, ticket: Ticket, on_wait: Callable[[int], None]) -> None:
         await self._clock.sleep(WAIT_NOTICE)
@@ -332,11 +331,10 @@ class RequestQueue:
                     ticket._outcome = "granted"
                     ticket.started_at = at
                     ticket._done.set()
-                case Dismiss(request_id, outcome, waited, ahead):
+                case Dismiss(request_id, outcome):
                     ticket = self._tickets.pop(request_id)
                     ticket._outcome = outcome
-                    ticket._waited = waited
-                    ticket._ahead_at_exit = ahead
+                    ticket._left = effect
                     ticket._done.set()
                 case WakeAmbient():
                     if self._wake is not None:
