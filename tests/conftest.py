@@ -43,7 +43,7 @@ def store(log_path: Path, request: pytest.FixtureRequest) -> Iterator[EventStore
     writer (the one other databases use) is run on the same file to keep both honest.
     """
     with EventStore.open(log_path, owner=True) as opened:
-        opened._use_core_writer = request.param == "core-writer"
+        opened._appender._use_core_writer = request.param == "core-writer"
         yield opened
 
 

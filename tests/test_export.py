@@ -251,7 +251,7 @@ def test_export_pages_through_the_log(
                 [EngineFailed("a", "b", 1.0, "e", None, None)],
                 expected_version=0,
             )
-    monkeypatch.setattr("hostler.store.log._PAGE", 3)  # seven rows: pages of 3, 3 and 1
+    monkeypatch.setattr("hostler.store.reader._PAGE", 3)  # seven rows: pages of 3, 3 and 1
     status, out, _ = _hostler(capsysbinary, "export", str(source))
     lines = [json.loads(line) for line in out.splitlines()]
     assert status == 0 and [line["seq"] for line in lines[1:-1]] == list(range(1, 8))
