@@ -154,3 +154,8 @@ def engine_processes(prefix: str) -> list[int]:
         if with_token.startswith(prefix) and proc.is_running():
             found.append(proc.info["pid"])
     return found
+
+
+def held(world: World) -> list[str]:
+    """The keys the ledger holds a reservation for, sorted."""
+    return sorted(h.key for h in world.ledger.refresh().reservations.values())

@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from hostler import Event, event_type, upcaster
+from hostler import Event, EventStore, event_type, upcaster
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -117,3 +117,36 @@ def run_cli(
         env=env,
         cwd=cwd,
     )
+
+
+def cli_env(tmp_path: Path) -> dict[str, str]:
+    """A private HOME and data directory for one CLI run (never the user's)."""
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    return {
+        "HOME": str(home),
+        "HOSTLER_HOME": str(home / "data"),
+        "XDG_DATA_HOME": str(home / "xdg"),
+        "HOSTLER_LEDGER": str(home / "ledger.db"),
+    }
+
+
+def assert_one_line_error(done: subprocess.CompletedProcess[str]) -> None:
+    """Promise 9: a refused input is ONE line `hostler: error [...]`, never a traceback."""
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.returncode not in (0, None), done.stdout[-500:]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("hostler: error"), done.stderr[-2000:]
+
+
+def notes_log(path: Path, notes: int = 6) -> Path:
+    """``notes`` rows, the third on an engine's stream (a stream ``state`` folds)."""
+    with EventStore.open(path) as store:
+        for n in range(notes):
+            stream = "engine/llamacpp:m:0" if n == 2 else f"test/{n}"
+            store.append(stream, [Note(f"n{n}")], expected_version=0)
+    return path
+
+
+#: A JSON object nested deeper than the log's reader follows.
+DEEP = '{"d":' + "[" * 1000 + "]" * 1000 + "}"

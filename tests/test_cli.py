@@ -13,6 +13,7 @@ import pytest
 
 import hostler
 from hostler import Engine, EventStore, commit
+from hostler.cli import main
 
 from _support import REPO, Note, run_cli
 
@@ -187,3 +188,17 @@ def test_python_dash_m_hostler_is_the_cli() -> None:
     assert wrong.returncode == 2
     assert wrong.stderr.startswith("hostler: error [usage.invalid]: ")
     assert len(wrong.stderr.strip().splitlines()) == 1
+
+
+def test_an_interrupt_while_a_command_loads_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: a KeyboardInterrupt traceback when Ctrl-C came while the command's module loaded."""
+    import importlib
+
+    def interrupted(name: str) -> object:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importlib, "import_module", interrupted)
+    assert main(["state"]) == 130
+    assert capsys.readouterr().err == "hostler: interrupted\n"

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import http.server
 import json
 import select
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -39,6 +41,7 @@ from hostler.serve.server import HttpServer
 
 from _fake_engine import BallastEngine
 from _pools import BALLAST_MIB, PRICE, World, world_at
+from _support import run_cli
 
 TOKEN = "k" * 43
 MODELS = {"alpha": "llamacpp:alpha", "beta": "llamacpp:beta", "gamma": "llamacpp:gamma"}
@@ -634,3 +637,151 @@ def test_the_token_comes_from_the_flag_then_hostler_token_then_the_file(
     assert "e" * 31 not in refused.value.message  # a secret is never echoed
     monkeypatch.setenv("HOSTLER_TOKEN", "")  # empty counts as unset
     assert token_of(args) == "f" * 40
+
+
+_GARBAGE = {
+    "a JSON list": b"[1, 2, 3]",
+    "nulls": b'{"engines": null, "queues": null, "data": null}',
+    "wrong types": b'{"engines": ["x"], "sessions": {}, "ledger": {}, "now": "x", "last_seq": "y"}',
+    "engines without fields": b'{"engines": [{"key": 5}], "now": 1, "last_seq": 1, "data": [5]}',
+}
+
+
+@contextlib.contextmanager
+def garbage_daemon(body: bytes) -> Iterator[str]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def answer(self) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = do_PUT = do_DELETE = answer
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+#: (command, garbage) pairs that print a traceback today (the rest answer in one line)
+_TRACEBACKS = [
+    (("ps",), "a JSON list"),
+    (("ps",), "engines without fields"),
+    (("ps",), "nulls"),
+    (("ps",), "wrong types"),
+    (("models",), "a JSON list"),
+    (("models",), "engines without fields"),
+    (("events",), "a JSON list"),
+    (("events",), "wrong types"),
+    (("load", "alpha"), "a JSON list"),
+    (("load", "alpha"), "engines without fields"),
+    (("load", "alpha"), "nulls"),
+    (("load", "alpha"), "wrong types"),
+    (("unload", "llamacpp:alpha:0"), "a JSON list"),
+    (("unload", "llamacpp:alpha:0"), "engines without fields"),
+    (("unload", "llamacpp:alpha:0"), "nulls"),
+    (("unload", "llamacpp:alpha:0"), "wrong types"),
+    (("preview", "alpha"), "a JSON list"),
+    (("preview", "alpha"), "engines without fields"),
+    (("preview", "alpha"), "wrong types"),
+]
+
+
+@pytest.mark.parametrize(
+    ("command", "garbage"), _TRACEBACKS, ids=lambda v: " ".join(v) if isinstance(v, tuple) else v
+)
+def test_the_cli_against_a_daemon_that_answers_garbage_is_one_line(
+    tmp_path: Path, garbage: str, command: tuple[str, ...]
+) -> None:
+    """Promised: "a mistake is one line naming the cause, never a traceback" (README), and for
+    the client commands "A daemon that is not there is one line, exit 1; so is an error answer"
+    (docs/serve.md).
+
+    Instead: a daemon (or anything else on the port) that answers 200 with JSON of the wrong
+    shape makes ``hostler ps`` / ``models`` / ``events`` / ``load`` / ``unload`` / ``preview``
+    print a Python traceback, e.g. ``AttributeError: 'list' object has no attribute 'get'``
+    (cli/ps.py line 62), ``KeyError: 'model'`` (cli/load.py line 152), ``ValueError: invalid
+    literal for int() with base 10: 'y'`` (cli/remote_events.py line 49).
+    """
+    with garbage_daemon(_GARBAGE[garbage]) as url:
+        result = run_cli(
+            *command,
+            "--url",
+            url,
+            "--token",
+            "x" * 40,
+            env={"HOSTLER_HOME": str(tmp_path)},
+            timeout=30,
+        )
+    assert "Traceback" not in result.stderr, result.stderr[-600:]
+
+
+def test_budget_set_against_garbage_does_not_report_success(tmp_path: Path) -> None:
+    """Promised: ``hostler budget --set`` changes the budget live and an error answer is one line,
+    exit 1 (docs/serve.md).
+
+    Instead: against a daemon whose answer is not a budget (``{"engines": null, ...}``) it
+    exits 0 and prints ``budget     - (automatic; automatic would be -)`` as if the change took.
+    """
+    with garbage_daemon(_GARBAGE["nulls"]) as url:
+        result = run_cli(
+            "budget",
+            "--set",
+            "2G",
+            "--url",
+            url,
+            "--token",
+            "x" * 40,
+            env={"HOSTLER_HOME": str(tmp_path)},
+            timeout=30,
+        )
+    assert result.returncode != 0, result.stdout
+
+
+def test_the_cli_does_not_hand_the_local_token_to_any_url(tmp_path: Path) -> None:
+    """Promised: the token guards this machine's daemon; it is "stored 0600" and "the token's
+    value is never echoed" (docs/serve.md) — a secret that stays with the daemon it belongs to.
+
+    Instead: every client command reads ``DATA_DIR/token`` and sends it as ``Authorization:
+    Bearer <token>`` to whatever ``--url`` / ``$HOSTLER_URL`` names, even for a read
+    (``hostler ps``, which needs no token on loopback) and over plain ``http://`` to another
+    host. A mistyped or planted ``HOSTLER_URL`` hands the local daemon's secret to a stranger.
+    """
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    secret = "s" * 43
+    (data / "token").write_text(secret + "\n")
+    seen: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("authorization", ""))
+            body = b'{"engines": [], "sessions": {}, "ledger": {}, "now": 1, "last_seq": 0}'
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.2", 0), Handler)  # "another host"
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.2:{server.server_address[1]}"
+        run_cli("ps", "--url", url, "--data-dir", str(data), timeout=30)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert seen, "the CLI never called"
+    assert not any(secret in header for header in seen), seen

@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from hostler import Engine, EventStore, commit, replay
+from hostler.cli import main
 from hostler.testing.tiny_gguf import write_tiny_llama
 
-from _support import Note, run_cli
+from _support import DEEP, Note, run_cli
+from _support import notes_log as _log
 
 BAD = [
     (["events", "--since", "1000000000d"], "out of range"),
@@ -646,3 +648,44 @@ def test_a_malformed_device_safety_setting_stops_the_daemon_before_anything(
         if expected:
             assert result.stderr.endswith(f"{expected}\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hostler.toml"]  # nothing made
+
+
+def _tamper(path: Path, sql: str, *args: object) -> None:
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TRIGGER IF EXISTS events_no_update")
+        db.execute(sql, args)
+
+
+def test_a_row_nested_past_the_decoders_depth_is_a_damaged_row_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    """Was: RecursionError tracebacks in events, explain, replay, whatif, timeline, export."""
+    path = _log(tmp_path / "events.db")
+    _tamper(path, "UPDATE events SET payload = ? WHERE seq = 3", DEEP)
+    with EventStore.open(path) as store:
+        rows = list(store.read_all())
+    assert [r.damage for r in rows] == ["", "", "payload nests too deep to read", "", "", ""]
+    for argv in (
+        ["events", "--db", str(path)],
+        ["state", "--db", str(path)],
+        ["replay", "--verify", str(path)],
+        ["whatif", str(path)],
+        ["timeline", str(path), "-o", str(tmp_path / "t.svg")],
+        ["export", str(path), "-o", str(tmp_path / "e.jsonl")],
+    ):
+        done = run_cli(*argv)
+        assert "Traceback" not in done.stderr, argv
+        assert f"{path}: seq 3: payload nests too deep to read" in done.stderr, argv
+
+
+def test_numbers_in_other_scripts_digits_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: `--slots ٣` (Arabic-Indic three) and `KEY#٣` were read as 3."""
+    path = _log(tmp_path / "events.db")
+    with pytest.raises(SystemExit) as exited:
+        main(["whatif", str(path), "--slots", "٣"])
+    assert exited.value.code == 2
+    assert "'٣' is not a whole number" in capsys.readouterr().err
+    assert main(["explain", "llamacpp:m:0#٣", "--db", str(path)]) == 2
+    assert "nothing in this log matches 'llamacpp:m:0#٣'" in capsys.readouterr().err

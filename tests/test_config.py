@@ -465,3 +465,28 @@ def test_the_new_sections_and_their_defaults(tmp_path: Path) -> None:
     config.write_text("[budget]\nbytes = 1048576\nspillover = false\n")
     edge = load_config(config)
     assert (edge.budget_bytes, edge.spillover) == (1048576, False)
+
+
+def test_a_models_extra_args_win_per_flag_however_the_key_is_spelled(tmp_path: Path) -> None:
+    """RD5: the model's extra_args win per key over engine_defaults', `no-mmap` being `--no-mmap`.
+
+    A key without dashes gets `--`, so `no-mmap` and `--no-mmap` name the same flag. Today
+    hostler.config._engines_of merges the two tables by the key as written, so a model's
+    `no-mmap = false` (leave the flag out) sits beside the defaults' `"--no-mmap" = true` and
+    the engine is still launched with `--no-mmap`: the model's setting silently loses.
+    """
+    from hostler.config import load_config
+    from hostler.plugin import extra_args_argv
+
+    (tmp_path / "m.gguf").write_bytes(b"weights")
+    config = tmp_path / "hostler.toml"
+    config.write_text(
+        "[engine_defaults.llamacpp]\n"
+        'extra_args = { "--no-mmap" = true }\n\n'
+        "[[models]]\n"
+        'id = "m"\n'
+        'path = "m.gguf"\n'
+        'extra_args = { "no-mmap" = false }\n'
+    )
+    engine = load_config(config, data_dir=tmp_path / "data").engines[0]
+    assert "--no-mmap" not in extra_args_argv(engine.extra_args), engine.extra_args

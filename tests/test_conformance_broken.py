@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
+from hostler.testing import conformance
 from hostler.testing.conformance import AdapterConformance
 
 pytest_plugins = ["pytester"]
@@ -243,3 +248,116 @@ def test_the_suite_fails_each_broken_adapter_at_the_rule_it_breaks(
     checks = [name for name in dir(AdapterConformance) if name.startswith("test_")]
     assert len(checks) >= 17
     assert outcomes["passed"] == len(EXPECTED) * len(checks) - tests
+
+
+WIDE_OPEN_PLUGIN = """
+from pathlib import Path
+
+from hostler.plugin import LaunchCommand, hookimpl
+from hostler.testing.fake_engine import SERVER, FakeEngineAdapter
+
+#: the fake engine, listening on every interface: its launch names no address at all
+EVERYWHERE = Path(__file__).with_name("wide_server.py")
+TEXT = SERVER.read_text().replace('("127.0.0.1", port)', '("0.0.0.0", port)')
+assert '("0.0.0.0", port)' in TEXT
+EVERYWHERE.write_text(TEXT)
+
+
+class Everywhere(FakeEngineAdapter):
+    engine_type = "everywhere"
+
+    def build_command(self, spec):
+        command = super().build_command(spec)
+        argv = list(command.argv)
+        argv[1] = str(EVERYWHERE)
+        return LaunchCommand(argv, dict(command.env))
+
+
+@hookimpl
+def register_engines(register):
+    register(Everywhere)
+"""
+
+
+WIDE_OPEN_SUITE = """
+import pytest
+
+import wide_plugin
+from hostler.testing.conformance import AdapterConformance
+
+
+class TestEverywhere(AdapterConformance):
+    stop_grace = 1.0
+    startup_timeout = 10.0
+
+    @pytest.fixture
+    def adapter(self):
+        return wide_plugin.Everywhere()
+
+    @pytest.fixture
+    def model(self, tmp_path):
+        path = tmp_path / "weights.bin"
+        path.write_bytes(b"x" * 64)
+        return path
+
+    @pytest.fixture
+    def plugin_module(self):
+        return wide_plugin
+"""
+
+
+def test_the_conformance_suite_fails_an_engine_that_listens_on_every_interface(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An engine reachable from the network fails the suite ("Engines bind 127.0.0.1").
+
+    The adapter's engine (the fake engine, bound to 0.0.0.0 — as many servers do when no
+    --host is given) names no address in its launch. Today every check passes:
+    AdapterConformance.test_binds_loopback_only (hostler.testing.conformance) only parses
+    IP literals in argv/env text (so no flag, `--host 0`, `--host localhost.` or
+    `0.0.0.0:PORT` all pass), and the live checks never look at the socket the real
+    engine listens on. Expected: the live start checks the listening sockets of the engine's
+    process group and fails a non-loopback one.
+    """
+    pytester.makepyfile(wide_plugin=WIDE_OPEN_PLUGIN, test_suite=WIDE_OPEN_SUITE)
+    path = os.environ.get("PYTHONPATH", "")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(pytester.path), path) if p))
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-k", "loopback or live_start", timeout=300
+    )
+    outcomes = result.parseoutcomes()
+    ran = outcomes.get("passed", 0) + outcomes.get("failed", 0)
+    assert ran == 2, "\n".join(result.outlines[-30:])  # both checks ran, for real
+    assert outcomes.get("failed", 0) >= 1, "the suite passed an engine listening on 0.0.0.0"
+
+
+UDP_ENGINE = """
+import socket, time
+udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+udp.bind(("0.0.0.0", 0))
+print("bound", flush=True)
+time.sleep(60)
+"""
+
+
+def test_the_loopback_check_sees_a_udp_socket_bound_to_every_interface(tmp_path: Path) -> None:
+    """An engine with a UDP socket on 0.0.0.0 is reachable beyond loopback: the suite says so.
+
+    The conformance suite's live check promises that the engine binds 127.0.0.1 only. Today
+    hostler.testing.conformance._listening_beyond_loopback keeps only sockets whose status is
+    LISTEN, which a UDP socket never has (psutil reports CONN_NONE), so an engine that takes
+    datagrams from the whole network passes.
+    """
+    script = tmp_path / "udp_engine.py"
+    script.write_text(UDP_ENGINE)
+    engine = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert engine.stdout is not None and engine.stdout.readline().strip() == "bound"
+        time.sleep(0.1)
+        wide = conformance._listening_beyond_loopback([engine.pid])
+        assert wide, "a UDP socket on 0.0.0.0 was not reported"
+    finally:
+        engine.kill()
+        engine.wait()
+        if engine.stdout is not None:
+            engine.stdout.close()

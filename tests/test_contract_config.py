@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import signal
+import subprocess
 import textwrap
 import urllib.request
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ import pytest
 from hostler.cli import main
 from hostler.config import load_config
 from hostler.daemon import check_engine_options
-from hostler.errors import UsageError
+from hostler.errors import PluginError, UsageError
 from hostler.machines.engine import Engine
 from hostler.plugin import (
     ENGINE_NAME_MAX,
@@ -33,6 +34,7 @@ from hostler.testing.tiny_gguf import write_tiny_llama
 from hostler.testing.tiny_mlx import write_tiny_mlx
 
 from _daemons import count, engines, kill_leftovers, served_port, start_daemon, wait_for
+from _support import assert_one_line_error, cli_env, run_cli
 
 TOY = textwrap.dedent(
     """
@@ -454,3 +456,109 @@ def test_engine_defaults_options_are_checked_even_when_no_model_uses_them(
         f"hostler: {config}: engine_defaults.mxl.options: no loaded plugin provides engine "
         "'mxl'; unused"
     ]
+
+
+def daemon_refuses(tmp_path: Path, toml: str) -> subprocess.CompletedProcess[str]:
+    """`hostler daemon --config` on ``toml``; it must refuse it (one line) within 10 s."""
+    from hostler.testing.tiny_mlx import write_tiny_mlx
+
+    write_tiny_mlx(tmp_path / "tiny")
+    config = tmp_path / "hostler.toml"
+    config.write_text(toml)
+    args = ("daemon", "--config", str(config), "--data-dir", str(tmp_path / "data"))
+    try:
+        done = run_cli(*args, env=cli_env(tmp_path), timeout=10)
+    except subprocess.TimeoutExpired:
+        pytest.fail("hostler daemon accepted the config and ran (killed after 10 s)")
+    assert_one_line_error(done)
+    return done
+
+
+MLX_MODEL = """
+[[models]]
+id = "m"
+engine = "mlx"
+path = "tiny"
+autostart = false
+"""
+
+
+def test_an_unknown_option_in_engine_defaults_stops_the_daemon_even_with_no_model_of_it(
+    tmp_path: Path,
+) -> None:
+    """`[engine_defaults.sdcpp.options] bogus = 1` is an unknown key: one line, no start.
+
+    daemon.md: engine_defaults options are "checked against its adapter's schema when the
+    daemon starts"; reference.md: "an unknown key or a wrong type stops the daemon". Today
+    hostler.daemon.check_engine_options checks only the options merged into a configured
+    model, so a typo in the defaults of an engine no model uses yet (or of a misspelled
+    engine, `[engine_defaults.mxl]`) is silently ignored and the daemon runs.
+    """
+    done = daemon_refuses(tmp_path, "[engine_defaults.sdcpp.options]\nbogus = 1\n" + MLX_MODEL)
+    assert "bogus" in done.stderr
+
+
+@pytest.mark.parametrize("flag", ["", "-", "--"], ids=["empty", "dash", "dashdash"])
+def test_an_extra_args_key_that_is_no_flag_is_refused_where_the_config_is_read(
+    tmp_path: Path, flag: str
+) -> None:
+    """extra_args keys are flag names; `"" = "x"` would become argv `-- x` (end of options).
+
+    The one rule (extra_args_argv, hostler.plugin) turns a key `""` into `--` and `-`/`--`
+    are used as written, so the engine's own parser sees "end of options" and the value as
+    a positional: the start fails later, inside the engine, not at the edge. Today the
+    config's _arguments validator (hostler.config) checks only NUL and finite floats.
+    """
+    daemon_refuses(tmp_path, MLX_MODEL + f'extra_args = {{ "{flag}" = "x" }}\n')
+
+
+BAD_SCHEMA_PLUGIN = """
+from hostler.plugin import hookimpl
+from hostler.testing.fake_engine import FakeEngineAdapter
+
+
+class BadSchema(FakeEngineAdapter):
+    engine_type = "badschema"
+    options_schema = {"temperature": "float"}  # a type's name, not a type
+
+
+@hookimpl
+def register_engines(register):
+    register(BadSchema)
+"""
+
+
+def test_a_plugin_whose_options_schema_is_not_types_fails_alone_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`options_schema = {"temperature": "float"}` disables that plugin, or is one line.
+
+    Either PluginHost refuses the plugin when it registers (plugin.failed naming
+    options_schema), or checking a config against it is a one-line UsageError/PluginError.
+    Today the plugin loads "ok" (hostler.pluginhost.PluginHost._check never looks at
+    options_schema) and hostler.daemon.check_engine_options -> hostler.plugin._fits raises a
+    raw TypeError ("isinstance() arg 2 must be a type...") for the operator's valid config.
+    """
+    from importlib.metadata import EntryPoint
+
+    from hostler.config import EngineConfig
+    from hostler.daemon import check_engine_options
+    from hostler.errors import UsageError
+    from hostler.pluginhost import PluginHost
+
+    (tmp_path / "badschema_plugin.py").write_text(BAD_SCHEMA_PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    point = EntryPoint("badschema", "badschema_plugin", "hostler")
+    host = PluginHost(entry_points_source=lambda: [point]).load()
+    if host.plugins["badschema"].status != "ok":
+        return  # refused where it registered: the plugin fails alone
+    engine = EngineConfig(
+        key="badschema:m:0", model=tmp_path / "m.bin", options={"temperature": 0.5}
+    )
+    try:
+        check_engine_options([engine], host)
+    except (UsageError, PluginError):
+        return
+    except Exception as exc:
+        pytest.fail(f"{type(exc).__name__}: {exc}")
+    pytest.fail("a schema of type names was used to accept the options")

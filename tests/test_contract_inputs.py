@@ -6,10 +6,13 @@ argparse engine's), the per-model slot limit (S8, M6) through the real ``hostler
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -32,7 +35,7 @@ from hostler_llamacpp.binary import find_llama_server
 from hostler_mlx import MlxAdapter
 from hostler_mlx.geometry import geometry_from_config
 
-from _support import run_cli
+from _support import assert_one_line_error, cli_env, run_cli
 
 # --- RD5: keys ---------------------------------------------------------------------------------
 
@@ -284,3 +287,95 @@ def test_llama_cpp_reads_an_operators_parallel_within_bounds(parallel: str, slot
     )
     made = LlamaCppAdapter().cache_adapter(spec)
     assert isinstance(made, LlamaCacheAdapter) and made.slots == slots
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+DIGITS = "1" * 5000  # more digits than Python converts by default (sys.get_int_max_str_digits)
+
+
+@pytest.mark.parametrize(
+    ("variable", "engine", "where"),
+    [
+        ("HOSTLER_MIN_CONTEXT_TOKENS", "llamacpp", "hostler.capacity.overrides.parse_tokens"),
+        (
+            "HOSTLER_LLAMA_GROWTH_CEILING_TOKENS",
+            "llamacpp",
+            "hostler.capacity.overrides.parse_tokens",
+        ),
+        ("HOSTLER_DS4_KV_DISK_MB", "ds4", "hostler_ds4.settings._int"),
+    ],
+)
+def test_a_whole_number_setting_of_5000_digits_is_one_line(
+    tmp_path: Path, variable: str, engine: str, where: str
+) -> None:
+    """An environment setting of 5000 digits is refused in one line like any absurd value.
+
+    Each checks its text with a digits regex and then calls int(), which raises ValueError
+    ("Exceeds the limit (4300 digits) for integer string conversion") past Python's limit;
+    nothing catches it, so `hostler preview` (and the daemon) print a traceback. A value of
+    40 digits already gets the proper one line ("absurdly large"). Cause: see `where`.
+    """
+    from hostler.testing.tiny_gguf import write_tiny_llama
+
+    model = write_tiny_llama(tmp_path / "tiny.gguf")
+    env = {**cli_env(tmp_path), variable: DIGITS}
+    done = run_cli("preview", "--engine", engine, str(model), env=env)
+    assert_one_line_error(done)
+    assert variable in done.stderr, where
+
+
+@pytest.mark.parametrize(
+    ("options", "extra_args"),
+    [({}, {"chat-template": "-x"}), ({"chat_template": "-x"}, {})],
+    ids=["extra_args", "options"],
+)
+def test_a_value_that_starts_with_a_dash_reaches_the_engine_as_a_value(
+    tmp_path: Path, options: dict[str, object], extra_args: dict[str, str]
+) -> None:
+    """`chat-template = "-x"` is the flag's value, not a new flag, for the real engine.
+
+    The one rule (hostler.plugin.extra_args_argv) and MLX's option flags
+    (hostler_mlx.adapter.mlx_argv) spell a value as a separate token, `--chat-template -x`;
+    argparse (mlx_lm.server's parser) takes `-x` for an option and the engine exits at once
+    with "argument --chat-template: expected one argument". `--chat-template=-x` would carry
+    it. Run for real: the launch hostler would run, the real mlx_lm.server's parser.
+    """
+    from hostler.plugin import launch_command
+    from hostler.testing.tiny_mlx import write_tiny_mlx
+
+    folder = write_tiny_mlx(tmp_path / "tiny")
+    spec = LaunchSpec(
+        "mlx:m:0",
+        Path(folder),
+        free_port(),
+        ctx_per_slot=256,
+        options=options,
+        extra_args=extra_args,
+    )
+    argv = launch_command(MlxAdapter(), spec).argv
+    # the real server, with a model that is not there: it parses its argv, then fails to load
+    assert argv[4:6] == ["--model", str(folder)]
+    argv = [*argv[:4], "--model", str(tmp_path / "absent"), *argv[6:]]
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    try:
+        while process.poll() is None and time.monotonic() < deadline:
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", spec.port), timeout=0.2),
+            ):
+                return  # parsed, and listening (it loads lazily): the value held
+            time.sleep(0.1)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        _out, err = process.communicate()
+    assert process.returncode is not None
+    assert "expected one argument" not in err, err[-600:]

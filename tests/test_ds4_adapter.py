@@ -42,6 +42,8 @@ from hostler_ds4 import Ds4Adapter
 from hostler_ds4.adapter import find_ds4_server
 from hostler_ds4.fake_server import lock_path
 
+from _support import assert_one_line_error, cli_env, run_cli
+
 GIB = 1024**3
 KEY = "ds4:flash:0"
 
@@ -654,3 +656,22 @@ async def test_the_sweep_spares_owned_engines_and_other_daemons(rig: Rig) -> Non
         assert not alive(ours)
     finally:
         kill(ours)
+
+
+def test_ds4_is_planned_and_previewed_with_one_slot(tmp_path: Path) -> None:
+    """ds4 serves one request at a time: its plan has one slot, and --slots 3 is refused.
+
+    README: "Strictly serial: one slot, one request at a time; slots above 1 is refused."
+    Today `hostler preview --engine ds4 MODEL` plans 2 slots ("--parallel 2"), and
+    `--slots 3` is planned as 3 slots: the planner (hostler.engines.price.price_engine) has
+    no way to hear that an adapter is serial, so the preview/admission plan disagrees with
+    the launch.
+    """
+    from hostler.testing.tiny_gguf import write_tiny_llama
+
+    model = write_tiny_llama(tmp_path / "tiny.gguf")
+    done = run_cli("preview", "--engine", "ds4", "--json", str(model), env=cli_env(tmp_path))
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert json.loads(done.stdout)["slots"] == 1
+    three = run_cli("preview", "--engine", "ds4", "--slots", "3", str(model), env=cli_env(tmp_path))
+    assert_one_line_error(three)

@@ -1,13 +1,21 @@
-"""The export file's lines (PM40, PM44): built, and checked at the edge, without a log."""
+"""The export file's lines (PM40, PM44): built, and checked at the edge.
+
+Most cases need no log; the last ones import a small exported log through ``hostler import``
+(a line nested too deep, a time written another way, a seq past 2**53).
+"""
 
 from __future__ import annotations
 
 import json
+import sqlite3
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from hostler import EventStore
+from hostler.cli import main
 from hostler.errors import ExportFormatError
 from hostler.events.base import UnknownEvent
 from hostler.postmortem.exchange import (
@@ -25,6 +33,9 @@ from hostler.postmortem.exchange import (
 )
 from hostler.postmortem.redact import Redaction, Redactor
 from hostler.store.log import RecordedEvent
+
+from _support import DEEP
+from _support import notes_log as _log
 
 AT = "2026-12-01T02:23:11.653128Z"
 
@@ -249,3 +260,66 @@ def test_row_lines_of_sound_and_damaged_rows() -> None:
         '{"session":"<session:1>"}'
     )
     assert json.loads(stored_json(plain))["raw"] is True
+
+
+def test_an_import_line_nested_too_deep_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _log(tmp_path / "events.db")
+    assert main(["export", str(path), "-o", str(tmp_path / "e.jsonl")]) == 0
+    lines = (tmp_path / "e.jsonl").read_text().splitlines()
+    row = json.loads(lines[3])
+    lines[3] = json.dumps(row)[:-1] + ', "deep": ' + DEEP + "}"
+    (tmp_path / "deep.jsonl").write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    target = tmp_path / "new.db"
+    assert main(["import", str(tmp_path / "deep.jsonl"), "--db", str(target)]) == 1
+    assert capsys.readouterr().err == (
+        "hostler: error [export.format]: line 4: nests too deep to read; nothing was imported\n"
+    )
+    assert not target.exists()
+
+
+def _exported(tmp_path: Path) -> list[dict[str, object]]:
+    path = _log(tmp_path / "events.db")
+    assert main(["export", str(path), "-o", str(tmp_path / "e.jsonl")]) == 0
+    return [json.loads(line) for line in (tmp_path / "e.jsonl").read_text().splitlines()]
+
+
+def _import(tmp_path: Path, lines: list[dict[str, object]], name: str) -> int:
+    source = tmp_path / f"{name}.jsonl"
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return main(["import", str(source), "--db", str(tmp_path / f"{name}.db")])
+
+
+def test_an_imported_time_is_stored_as_the_log_stores_every_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: `T` written as a space (or an offset) was stored as given; --since then missed it."""
+    lines = _exported(tmp_path)
+    original = str(lines[3]["recorded_at"])
+    lines[3]["recorded_at"] = original.replace("T", " ")
+    lines[4]["recorded_at"] = "2030-01-01T05:00:00+05:00"
+    assert _import(tmp_path, lines, "times") == 0
+    with EventStore.open(tmp_path / "times.db") as store:
+        stored = {r.seq: r for r in store.read_all()}
+        assert [r.seq for r in store.read_all(since=stored[3].recorded_at)] == [3, 4, 5, 6]
+    with sqlite3.connect(tmp_path / "times.db") as db:
+        texts = dict(db.execute("SELECT seq, recorded_at FROM events WHERE seq IN (3, 4)"))
+    assert texts == {3: original, 4: "2030-01-01T00:00:00.000000Z"}
+    capsys.readouterr()
+
+
+def test_an_import_refuses_a_seq_past_2_to_the_53(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: a last seq of 2**63 - 1 imported, and the log refused every append after it."""
+    lines = _exported(tmp_path)
+    lines[-2]["seq"] = 2**53
+    assert _import(tmp_path, lines, "edge") == 0  # the bound itself is taken
+    lines[-2]["seq"] = 2**53 + 1
+    capsys.readouterr()
+    assert _import(tmp_path, lines, "past") == 1
+    err = capsys.readouterr().err
+    assert "seq 9007199254740993 is not a whole number from 1 to 9007199254740992" in err
+    assert not (tmp_path / "past.db").exists()

@@ -25,6 +25,7 @@ from hostler.store.log import EventStore
 
 from _fake_engine import BallastEngine
 from _pools import BALLAST_MIB, World, work, world_at
+from _support import notes_log as _log
 from _support import run_cli
 
 # -- a log recorded by a real runtime ------------------------------------------------------
@@ -612,3 +613,70 @@ def test_export_of_a_missing_log_is_one_line(
     assert err.startswith("hostler: error [store.error]: ") and "no event log here" in err
     assert not (tmp_path / "none.db").exists()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_import_removes_a_snapshot_cache_left_at_its_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: a redacted import at a path whose old log had a cache was answered from that cache."""
+    path = _log(tmp_path / "events.db")
+    assert main(["export", str(path), "-o", str(tmp_path / "e.jsonl")]) == 0
+    target = tmp_path / "new.db"
+    stale = tmp_path / "new.db.snapshots"
+    stale.write_bytes(b"a cache of another log")
+    assert main(["import", str(tmp_path / "e.jsonl"), "--db", str(target)]) == 0
+    assert not stale.exists()
+    capsys.readouterr()
+
+
+def _small_files(limit: int = 33_000) -> None:
+    """In the child: files may grow to ``limit`` bytes (EFBIG past it, as on a full disk).
+
+    The log's shared-memory file (32 KiB) still fits; the export and the picture do not.
+    """
+    import resource
+    import signal
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+def test_a_full_disk_is_one_line_and_leaves_no_half_file(tmp_path: Path) -> None:
+    """Was: an OSError traceback (stdout), usage.invalid (export -o), a half PNG (timeline)."""
+    import subprocess
+    import sys
+
+    path = _log(tmp_path / "events.db", notes=600)
+    base = [sys.executable, "-c", "import sys; from hostler.cli import main; sys.exit(main())"]
+    with Path("/dev/full").open("wb") as full:
+        to_full = subprocess.run(
+            [*base, "export", str(path)],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+        )
+    assert to_full.returncode == 1
+    assert to_full.stderr.endswith(
+        "hostler: error [output.failed]: standard output: cannot write (No space left on device)\n"
+    )
+    for argv, made in (
+        (["export", str(path), "-o", str(tmp_path / "e.jsonl")], tmp_path / "e.jsonl"),
+        (
+            ["timeline", str(path), "-o", str(tmp_path / "t.png"), "--width", "2400"],
+            tmp_path / "t.png",
+        ),
+    ):
+        done = subprocess.run(
+            [*base, *argv],
+            preexec_fn=_small_files,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 1, done.stderr
+        last = done.stderr.splitlines()[-1]
+        assert last.startswith("hostler: error [output.failed]: ") and "File too large" in last
+        assert "Traceback" not in done.stderr
+        assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp file
+        assert not made.exists()

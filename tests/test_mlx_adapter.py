@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -30,6 +32,8 @@ from hostler_mlx.pricing import (
     geometry_known,
     weights_resident,
 )
+
+from _support import assert_one_line_error, cli_env, run_cli
 
 MIB = 1024**2
 LLAMA = {
@@ -327,3 +331,118 @@ def test_config_json_up_to_4_mib(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(text + " " * (4 * MIB + 1 - len(text)))
     with pytest.raises(ModelFileError, match="larger than 4194304 bytes"):
         read_mlx_model(tmp_path)
+
+
+GIB = 2**30
+
+
+def mlx_folder(tmp_path: Path, name: str, config: str | None) -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    if config is not None:
+        (folder / "config.json").write_text(config)
+    (folder / "model.safetensors").write_bytes(b"\0" * 1024)
+    return folder
+
+
+def test_a_deeply_nested_mlx_config_json_is_one_line_not_a_recursion_error(
+    tmp_path: Path,
+) -> None:
+    """A 400 KiB config.json of nested arrays is a bad model, refused in one line.
+
+    Today json.loads raises RecursionError, which read_config (hostler_mlx.geometry) does not
+    catch (it catches ValueError/UnicodeDecodeError only): validate_model raises a raw
+    RecursionError and `hostler preview --engine mlx` prints a traceback.
+    """
+    depth = 200_000
+    folder = mlx_folder(tmp_path, "nested", '{"a": ' + "[" * depth + "]" * depth + "}")
+    with pytest.raises(ModelFileError):
+        MlxAdapter().validate_model(folder)
+    done = run_cli("preview", "--engine", "mlx", "--standalone", str(folder), env=cli_env(tmp_path))
+    assert_one_line_error(done)
+
+
+def test_an_mlx_config_json_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """config.json as a named pipe: refused at once in one line, as a FIFO model file is.
+
+    Today read_config (hostler_mlx.geometry) checks only st_size (0 for a FIFO) and then
+    read_bytes() blocks forever: `hostler preview --engine mlx DIR` hangs (and so does
+    validate_model at daemon start, for every engine configured after it).
+    """
+    folder = mlx_folder(tmp_path, "piped", None)
+    os.mkfifo(folder / "config.json")
+    try:
+        done = run_cli(
+            "preview", "--engine", "mlx", "--standalone", str(folder),
+            env=cli_env(tmp_path), timeout=15,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail("hostler preview blocked for 15 s reading a FIFO config.json")
+    assert_one_line_error(done)
+    assert "fifo" in done.stderr.lower() or "named pipe" in done.stderr.lower()
+
+
+QWEN_LIKE = {
+    "model_type": "qwen3",
+    "hidden_size": 1024,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "max_position_embeddings": 131072,
+    "vocab_size": 151936,
+}
+
+
+def preview_json(tmp_path: Path, folder: Path, *args: str, budget_gb: int) -> dict[str, object]:
+    env = {**cli_env(tmp_path), "HOSTLER_CAPACITY_BUDGET_GB": str(budget_gb)}
+    done = run_cli("preview", "--engine", "mlx", "--json", *args, str(folder), env=env)
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def test_an_mlx_model_that_fits_at_f16_is_admitted_and_planned_at_f16(tmp_path: Path) -> None:
+    """MLX holds its KV at f16 (M5); the plan sizes the window at f16, so what fits is admitted.
+
+    A 28-layer model (f16 KV 112 KiB/token) with 300 MiB of weights under a 12 GiB budget:
+    `hostler preview --engine mlx --kv f16` admits it at a 79,872-token window (9.8 GiB).
+    Today the planner (hostler.engines.price.price_engine -> the llama.cpp KV trade) offers
+    MLX q8_0, sizes the window with q8_0's half price (131,072 tokens), then prices that
+    window with MlxAdapter.estimate_footprint, which is f16 (15.3 GiB): the launch is
+    REFUSED under every budget where the native window does not fit, though a smaller window
+    at f16 would. `hostler preview` also shows "KV q8_0" and a q8_0 per-token price for an
+    engine that cannot quantize its cache.
+    """
+    folder = mlx_folder(tmp_path, "qwen-like", json.dumps(QWEN_LIKE))
+    os.truncate(folder / "model.safetensors", 300 * 2**20)
+    plan = preview_json(tmp_path, folder, budget_gb=12)
+    assert plan["kv_type"] == "f16", plan
+    assert plan["admitted"] is True, plan["denial"]
+    assert isinstance(plan["reserved_bytes"], int) and plan["reserved_bytes"] <= 12 * GIB
+
+
+def test_an_mlx_model_of_unknown_geometry_is_planned_serial(tmp_path: Path) -> None:
+    """M6: unknown geometry -> one slot; the plan, the price and the argv agree on serial.
+
+    Today MlxAdapter.build_command launches `--decode-concurrency 1`, and estimate_mlx prices
+    one slot, but the planner still plans several (3 under a 32 GiB budget: `hostler preview`
+    shows "--parallel 3", and the runtime counts 3 slots for an engine that serves one
+    request at a time).
+    """
+    folder = mlx_folder(tmp_path, "unknown", json.dumps({"model_type": "llama"}))
+    os.truncate(folder / "model.safetensors", 300 * 2**20)
+    plan = preview_json(tmp_path, folder, budget_gb=32)
+    assert plan["slots"] == 1, plan
+
+
+DEEP_BODY = b'{"a":' + b"[" * 30000 + b"]" * 30000 + b"}"  # 60 KiB: inside the 64 KiB read
+
+
+def test_the_mlx_readiness_judges_a_deeply_nested_body_not_ready() -> None:
+    """MlxAdapter.is_ready_response(200, <60 KiB of nested arrays>) is False, not an error.
+
+    Today it raises RecursionError (hostler_mlx.adapter.MlxAdapter.is_ready_response catches
+    ValueError/UnicodeDecodeError only); under the supervisor that turns an engine's odd
+    answer into "the 'mlx' engine plugin raised RecursionError" and fails the engine.
+    """
+    assert MlxAdapter().is_ready_response(200, DEEP_BODY) is False

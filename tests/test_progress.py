@@ -114,3 +114,17 @@ async def test_a_progress_hook_answering_nonsense_is_the_plugins_fault(tmp_path:
             await sup.ensure_running()
         assert sup.pid is None
         assert [r.type for r in store.read_stream(f"engine/{KEY}")][-1] == "engine.failed"
+
+
+def test_a_progress_unit_with_control_characters_is_refused() -> None:
+    """Progress.unit is shown raw by `hostler ps`: one with control characters is refused.
+
+    PG1: a bar that is out of range is no progress, and `hostler ps` prints
+    ``state done/total unit``. Today Progress.__post_init__ checks only the unit's length,
+    so a unit read from an engine's line (``"\\x1b[2J"``, ``"step\\n"``) reaches the
+    operator's terminal through hostler.cli.ps._state, clearing the screen or breaking the
+    table, where request_model, option names and the rest are held to isprintable().
+    """
+    for unit in ("\x1b[2J", "step\n", "\r\x07"):
+        with pytest.raises(ValueError, match=r"(?i)unit"):
+            Progress(1, 2, unit)

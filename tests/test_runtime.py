@@ -2,32 +2,42 @@
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 import hostler
-from hostler.errors import QueueCancelledError, RuntimeClosedError, UsageError
+from hostler.errors import QueueCancelledError, RuntimeClosedError, UnknownEngineError, UsageError
 from hostler.events.router import ROUTER_STREAM
+from hostler.policies.cache import CacheEntry
 from hostler.runtime.arbiter import GpuArbiter
 from hostler.runtime.pool import DrainProgress
 
 from _fake_engine import BallastEngine
-from _pools import World, work, world_at
+from _pools import World, engine_processes, held, work, world_leaving_nothing
 
 pytestmark = pytest.mark.anyio
+
+A, B = "ballast:a:0", "ballast:b:0"
 
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[World]:
-    with world_at(tmp_path) as made:
+    with world_leaving_nothing(tmp_path) as made:
         yield made
 
 
-def runtime(world: World, mib: int = 10, **options: object) -> hostler.Runtime:
-    engine = BallastEngine(world.tmp_path, mib)
+def runtime(
+    world: World, mib: int = 10, engine: BallastEngine | None = None, **options: object
+) -> hostler.Runtime:
+    """A runtime over ``engine`` (by default a ballast engine of ``mib`` MiB)."""
+    engine = engine or BallastEngine(world.tmp_path, mib)
     return hostler.Runtime(
         world.store,
         world.supervisor_factory(engine),
@@ -194,3 +204,286 @@ async def test_requests_queue_with_positions_cancel_and_are_recorded(world: Worl
     kinds = [r.type for r in world.store.read_stream(f"queue/{key}")]
     assert kinds.count("queue.enqueued") == 3 and "queue.cancelled" in kinds
     assert kinds.count("queue.dispatched") == 2
+
+
+async def test_use_after_close_starts_nothing(world: World) -> None:
+    async with hostler.Runtime(
+        world.store,
+        world.supervisor_factory(BallastEngine(world.tmp_path, 10)),
+        ledger=world.ledger,
+    ) as rt:
+        await rt.one_shot("ballast", "m")
+        await rt.close()
+        await rt.close()
+        for call in (
+            lambda: rt.bind("ballast", "m", "s"),
+            lambda: rt.one_shot("ballast", "m"),
+            lambda: rt.reconcile({"ballast:m": 1}),
+        ):
+            with pytest.raises(RuntimeClosedError):
+                await call()
+        with pytest.raises(RuntimeClosedError):
+            async with rt.request("ballast:m:0"):
+                pass
+        assert await rt.unload("ballast:m:0") is False
+        assert await rt.release_idle() == []
+        assert engine_processes(world.token) == []
+    assert engine_processes(world.token) == []
+    assert held(world) == []
+
+
+async def test_runtime_close_during_a_build_and_a_stream(world: World) -> None:
+    (world.tmp_path / "slow").mkdir()
+    slow = BallastEngine(world.tmp_path / "slow", 10, load_seconds=30)
+    fast = BallastEngine(world.tmp_path, 10)
+    build_fast, build_slow = world.supervisor_factory(fast), world.supervisor_factory(slow)
+    rt = hostler.Runtime(
+        world.store,
+        lambda key: build_slow(key) if key == B else build_fast(key),
+        ledger=world.ledger,
+    )
+    async with rt:
+        key = await rt.bind("ballast", "a", "s1")
+        async with anyio.create_task_group() as tg:
+
+            async def streaming() -> None:
+                with contextlib.suppress(BaseException):
+                    async with rt.request(key) as port:
+                        await anyio.to_thread.run_sync(work, port, 30.0, abandon_on_cancel=True)
+
+            async def building() -> None:
+                with pytest.raises(RuntimeClosedError):
+                    await rt.bind("ballast", "b", "s2")
+
+            tg.start_soon(streaming)
+            tg.start_soon(building)
+            with anyio.fail_after(10):
+                while rt.pool.supervisor(B).pid is None:
+                    await anyio.sleep(0.05)
+            await rt.close()
+            assert engine_processes(world.token) == []
+            tg.cancel_scope.cancel()
+    assert engine_processes(world.token) == []
+    assert held(world) == []
+    assert [r for r, _ in world.stops(A)] == ["shutdown"]
+    assert [r for r, _ in world.stops(B)] == ["start-cancelled"]
+
+
+async def test_router_weird_session_ids(world: World) -> None:
+    async with hostler.Runtime(
+        world.store,
+        world.supervisor_factory(BallastEngine(world.tmp_path, 10)),
+        ledger=world.ledger,
+    ) as rt:
+        await rt.reconcile({"ballast:m": 2})
+        weird = ["", "\x00", "x" * 100_000, "ballast:m:1", "😀\n'; drop table events;--"]
+        keys = [await rt.bind("ballast", "m", s) for s in weird]
+        assert sorted(set(keys)) == ["ballast:m:0", "ballast:m:1"]
+        for s, k in zip(weird, keys, strict=True):
+            assert await rt.bind("ballast", "m", s) == k
+        # a persisted prior key beyond the replicas reconcile keeps
+        assert await rt.bind("ballast", "m", "z", prior_key="ballast:m:0") == "ballast:m:0"
+    assert engine_processes(world.token) == []
+    assert held(world) == []
+
+
+async def test_cancelling_an_unload_as_the_engine_exits_still_frees_its_reservation(
+    world: World,
+) -> None:
+    """The ledger never holds memory for an engine that is gone: a caller of ``unload`` that is
+    cancelled (a client hanging up) once the engine's exit is recorded must not leave the
+    reservation held with no process (the pool neither retries nor owes the release)."""
+    async with hostler.Runtime(
+        world.store,
+        world.supervisor_factory(BallastEngine(world.tmp_path, 10)),
+        ledger=world.ledger,
+    ) as rt:
+        await rt.pool.ensure(A)
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+
+                async def cancel_once_exited() -> None:
+                    while rt.pool.supervisor(A).state != "stopped":  # exit recorded
+                        await anyio.lowlevel.checkpoint()
+                    scope.cancel()
+
+                tg.start_soon(cancel_once_exited)
+                await rt.unload(A)
+        await anyio.sleep(1.5)  # the watchers' ticks: anything owed would be settled
+        assert rt.pool.supervisor(A).pid is None and engine_processes(world.token) == []
+        during = held(world)
+    assert engine_processes(world.token) == []
+    assert (during, held(world)) == ([], []), "the ledger holds memory for an engine that exited"
+
+
+KEY = "ballast:m:0"
+
+
+def idle(rt: hostler.Runtime) -> bool:
+    return all(s.running == 0 and not s.pending for s in rt.queues().values())
+
+
+def rejecting(world: World) -> Any:
+    """A build that knows only ``ballast:`` keys, as the daemon's knows only its engines."""
+    good = world.supervisor_factory(BallastEngine(world.tmp_path, 10))
+
+    def build(key: str) -> Any:
+        if not key.startswith("ballast:"):
+            raise UnknownEngineError(f"no engine is configured for {key[:40]!r}")
+        return good(key)
+
+    return build
+
+
+async def test_close_inside_the_runtime_block_does_not_leak_a_cancellation(world: World) -> None:
+    # PP8/NR3: close() is the documented way to stop; the block around it must still end normally.
+    async with runtime(world) as rt:
+        await rt.one_shot("ballast", "m")
+        await rt.close()
+        await (
+            anyio.lowlevel.checkpoint()
+        )  # observed: CancelledError from the pool's own cancel scope
+    assert engine_processes(world.token) == []
+
+
+async def test_close_from_a_task_inside_the_block_ends_the_block_normally(world: World) -> None:
+    ended = False
+    async with runtime(world) as rt:
+        await rt.one_shot("ballast", "m")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(rt.close)
+            tg.start_soon(rt.close)  # two concurrent closes
+    ended = True  # observed: a bare CancelledError escapes `async with rt` instead
+    assert ended and engine_processes(world.token) == [] and held(world) == []
+
+
+async def test_move_with_a_non_string_direction_is_a_usage_error(world: World) -> None:
+    async with runtime(world) as rt:
+        await rt.one_shot("ballast", "m")
+        with pytest.raises(UsageError, match="up or down"):  # observed: TypeError (slicing None)
+            rt.move(KEY, 1, None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("limit", [float("nan"), "3"])
+async def test_a_malformed_queue_timeout_is_refused_as_a_usage_error(
+    world: World, limit: Any
+) -> None:
+    async with runtime(world) as rt:
+        await rt.one_shot("ballast", "m")
+        async with anyio.create_task_group() as tg:
+
+            async def hold() -> None:
+                async with rt.request(KEY) as port:
+                    await anyio.to_thread.run_sync(work, port, 1.0)
+
+            tg.start_soon(hold)
+            await anyio.sleep(0.2)
+            # observed: ExceptionGroup([ValueError|TypeError]) from the queue's helper task,
+            # while the same value on an idle engine is silently accepted
+            with pytest.raises(UsageError):
+                async with rt.request(KEY, queue_timeout=limit):
+                    pass
+        assert idle(rt)
+
+
+async def test_an_on_wait_callback_that_raises_does_not_kill_the_request(world: World) -> None:
+    # Like the pool's drain listeners: a caller's progress display never breaks the work.
+    def show(_ahead: int) -> None:
+        raise RuntimeError("the progress display broke")
+
+    ran = []
+    async with runtime(world) as rt:
+        await rt.one_shot("ballast", "m")
+        async with anyio.create_task_group() as tg:
+
+            async def hold() -> None:
+                async with rt.request(KEY) as port:
+                    await anyio.to_thread.run_sync(work, port, 0.8)
+
+            tg.start_soon(hold)
+            await anyio.sleep(0.1)
+            async with rt.request(KEY, on_wait=show):  # observed: ExceptionGroup(RuntimeError)
+                ran.append(True)
+        assert ran and idle(rt)
+
+
+async def test_requests_for_unknown_keys_leave_no_queue_behind(world: World) -> None:
+    rt = hostler.Runtime(
+        world.store,
+        rejecting(world),
+        ledger=world.ledger,
+    )
+    async with rt:
+        for i in range(100):
+            with pytest.raises(UnknownEngineError):
+                async with rt.request(f"nope:x:{i}"):
+                    pass
+        assert rt.pool.engine_keys() == []
+        # observed: 100 phantom queues (and gates, and their event streams) kept forever
+        assert rt.queues() == {} and len(rt._gates) == 0
+
+
+async def test_a_running_engine_has_a_queue_summary_with_its_live_width(world: World) -> None:
+    async with runtime(world) as rt:
+        key = await rt.bind("ballast", "m", "s1")
+        view = rt.engine_status(key)
+        assert view is not None and view.state == "running"
+        summary = rt.queues().get(key)  # PP14: each engine's summary; observed: {}
+        assert summary is not None and summary.width == 2 and summary.running == 0
+
+
+async def test_one_bad_stream_does_not_drop_other_engines_queue_events(world: World) -> None:
+    long_key = "x" * 195  # `queue/<key>` is past the store's 200-character stream ids
+    rt = hostler.Runtime(
+        world.store,
+        rejecting(world),
+        ledger=world.ledger,
+    )
+    async with rt:
+        await rt.one_shot("ballast", "m")
+        for _ in range(3):
+            with pytest.raises(UnknownEngineError):
+                async with rt.request(long_key):
+                    pass
+            async with rt.request(KEY):
+                pass
+            await anyio.sleep(0.6)  # one writer batch per round
+    kinds = [r.type for r in world.store.read_stream(f"queue/{KEY}")]
+    # observed: the whole batch after the failing stream is dropped with one warning
+    assert kinds.count("queue.enqueued") == 3 and kinds.count("queue.released") == 3
+
+
+class _ReportingCache:
+    """A cache adapter that reports one session cached by its own process."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.evicted: list[str] = []
+
+    def request_extras(self, session_id: str) -> dict[str, Any]:
+        return {"id_slot": 0}
+
+    async def evict(self, ids: Any) -> None:
+        self.evicted.extend(ids)
+
+    async def report_usage(self) -> list[CacheEntry]:
+        return [CacheEntry(f"s-{self.port}", 10, 10 * 102400, time.time(), "normal", None)]
+
+
+class _CachingBallast(BallastEngine):
+    def cache_adapter(self, spec: Any) -> _ReportingCache:
+        return _ReportingCache(spec.port)
+
+
+async def test_an_unloaded_engine_keeps_no_cache_entries(world: World) -> None:
+    async with runtime(world, engine=_CachingBallast(world.tmp_path, 10)) as rt:
+        await rt.one_shot("ballast", "m")
+        async with rt.request(KEY):
+            pass
+        await rt.cache.reconcile_once()
+        stats = rt.cache_stats(KEY)
+        assert stats is not None and stats.entries == 1
+        assert await rt.unload(KEY)  # the process, and its KV cache, are gone
+        stats = rt.cache_stats(KEY)
+        # observed: the dead process's adapter stays registered: 1 entry, 1000 KiB "cached"
+        assert stats is None or stats.entries == 0

@@ -27,7 +27,7 @@ from hostler.capacity.budget import HostMemory, compute_budget
 from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
 from hostler.engines.http import probe_response
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
-from hostler.errors import PluginError
+from hostler.errors import EngineStartError, PluginError
 from hostler.events.calibration import CALIBRATION_STREAM
 from hostler.plugin import (
     EngineAdapter,
@@ -522,3 +522,327 @@ def test_an_abort_the_failed_start_never_read_does_not_abort_the_next_start(
     raised, port = anyio.run(main)
     assert raised is None, repr(raised)
     assert port is not None
+
+
+def start_with_probe(tmp_path: Path, make_probe: object) -> BaseException | None:
+    """Start the scripted engine with the probe ``make_probe()`` builds; what the start raised."""
+    model = tmp_path / "model.bin"
+    model.write_bytes(b"weights")
+
+    class Probed(contract.Scripted):
+        def readiness(self, spec: LaunchSpec) -> ReadinessProbe:
+            return make_probe()  # type: ignore[operator,no-any-return]
+
+    async def main() -> BaseException | None:
+        with EventStore.open(tmp_path / "events.db", owner=True) as store:
+            sup = contract.supervisor(
+                store, Probed(tmp_path, load=0.1), model, tmp_path / "work", startup_timeout=5.0
+            )
+            try:
+                await sup.ensure_running()
+            except BaseException as exc:
+                assert sup.pid is None, "a failed start left its engine running"
+                return exc
+            finally:
+                await sup.stop()
+            return None
+
+    return anyio.run(main)
+
+
+def test_a_non_ascii_probe_path_fails_where_it_is_made(tmp_path: Path) -> None:
+    """A probe path HTTP cannot carry is the plugin's error, never a stray exception.
+
+    readiness.md: "An invalid probe fails where the adapter builds it: ValueError ...". Either
+    ReadinessProbe refuses the path (ValueError), or the start fails as the plugin's error
+    (PluginError / EngineStartError naming it) with nothing left running. Today
+    ReadinessProbe.__post_init__ (hostler.plugin) checks only the leading '/': a non-ASCII
+    path escapes Supervisor.ensure_running as a raw UnicodeEncodeError from
+    hostler.engines.http.probe_response (`.encode("ascii")` of the request line). (A CR/LF
+    or space in the path is also accepted and written verbatim into the request line.)
+    """
+    path = "/h\u00e9alth"
+    try:
+        ReadinessProbe(path=path)
+    except ValueError:
+        return  # refused where it is made: the documented behaviour
+    raised = start_with_probe(tmp_path, lambda: ReadinessProbe(path=path))
+    assert isinstance(raised, PluginError | EngineStartError), repr(raised)
+
+
+def test_a_probe_method_other_than_get_or_post_fails_where_it_is_made() -> None:
+    """`method` is GET or POST (readiness.md); anything else is a ValueError at construction.
+
+    Today ReadinessProbe.__post_init__ (hostler.plugin) never looks at `method`: a
+    Literal["GET", "POST"] is not enforced at run time, so `method="DELETE"` or a method
+    holding CR/LF is accepted and sent to the engine as the request line.
+    """
+    for method in ("DELETE", "GET /other HTTP/1.1\r\nX: y\r\n\r\nGET", "get"):
+        with pytest.raises(ValueError, match=r"(?i)method"):
+            ReadinessProbe(path="/health", method=method)  # type: ignore[arg-type]
+
+
+def start_adapter(tmp_path: Path, adapter_class: type[contract.Scripted]) -> BaseException | None:
+    """Start ``adapter_class`` (a scripted engine) under the real supervisor; what it raised."""
+    model = tmp_path / "model.bin"
+    model.write_bytes(b"weights")
+
+    async def main() -> BaseException | None:
+        with EventStore.open(tmp_path / "events.db", owner=True) as store:
+            sup = contract.supervisor(
+                store, adapter_class(tmp_path, load=0.3), model, tmp_path / "work",
+                startup_timeout=5.0,
+            )  # fmt: skip
+            try:
+                await sup.ensure_running()
+            except BaseException as exc:
+                return exc
+            finally:
+                await sup.stop()
+            return None
+
+    return anyio.run(main)
+
+
+def test_a_classify_line_hook_that_returns_junk_is_the_plugins_error(tmp_path: Path) -> None:
+    """classify_line returning a non-Panic fails the start as a PluginError naming the hook.
+
+    A readiness() that returns junk is already a PluginError naming the plugin
+    (test_contract.py), and so is a classify_line that raises. Today a classify_line that
+    *returns* junk (a str) escapes the supervisor as a raw AttributeError ("'str' object has
+    no attribute 'fatal_at_startup'", hostler.engines.supervisor reading the line), not the
+    plugin's error.
+    """
+
+    class Junk(contract.Scripted):
+        def classify_line(self, line: str) -> object:  # type: ignore[override]
+            return "fatal"
+
+    raised = start_adapter(tmp_path, Junk)
+    assert isinstance(raised, PluginError), repr(raised)
+    assert "classify_line" in str(raised)
+
+
+def test_an_is_ready_response_hook_that_returns_junk_is_the_plugins_error(
+    tmp_path: Path,
+) -> None:
+    """is_ready_response must return a bool; anything else is the plugin's error, not 'ready'.
+
+    Today the supervisor takes any truthy return as ready: an is_ready_response that returns
+    the string "no" (or a dict, or a coroutine from an accidental `async def`) declares the
+    engine ready while it is still loading, where a junk readiness() return is refused as a
+    PluginError.
+    """
+
+    class Junk(contract.Scripted):
+        def is_ready_response(self, status: int, body: bytes) -> bool:
+            return "no"  # type: ignore[return-value]
+
+    raised = start_adapter(tmp_path, Junk)
+    assert isinstance(raised, PluginError), repr(raised)
+
+
+def test_an_engine_that_died_before_its_stop_is_recorded_as_crashed_not_stopped(
+    tmp_path: Path,
+) -> None:
+    """An engine SIGKILLed from outside, then stopped (an eviction) before the watch looked.
+
+    Found with sd-cpp: kill sd-server mid-image; the render's client gets RemoteDisconnected,
+    the `image` lease is released (good), the waiting chat's GA1 eviction then stops the
+    already-dead sd-server 12 ms later, and the log says `engine.stop_requested
+    reason=evicted` + `engine.stopped signal=9`: the crash is never recorded (no
+    engine.crashed, no output tail, nothing for `hostler explain` or the restart budget).
+    Cause: Supervisor._stop_locked (hostler.engines.supervisor) signals and reaps without
+    asking whether the process had already exited, and records its status as the stop's.
+    Expected: the death it did not cause is recorded as a crash (engine.crashed with
+    signal 9), whatever stop was asked afterwards.
+    """
+    model = tmp_path / "model.bin"
+    model.write_bytes(b"weights")
+
+    async def main() -> list[str]:
+        with EventStore.open(tmp_path / "events.db", owner=True) as store:
+            sup = contract.supervisor(
+                store, contract.Scripted(tmp_path, load=0.0), model, tmp_path / "work",
+                watch_interval=30.0,
+            )  # fmt: skip
+            await sup.ensure_running()
+            pid = sup.pid
+            assert pid is not None
+            os.kill(pid, 9)  # the engine dies on its own (OOM killer, a bug, an operator)
+            await anyio.sleep(0.3)  # it is dead; the watch has not looked yet
+            await sup.stop("evicted", {"rule": "GA1"})
+            return [r.type for r in store.read_all() if r.stream_id == f"engine/{sup.key}"]
+
+    types = anyio.run(main)
+    assert "engine.crashed" in types, types
+
+
+DEEP_ENGINE = """
+import http.server, sys
+port = int(sys.argv[1])
+BODY = b'{"a":' + b"[" * 30000 + b"]" * 30000 + b"}"
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(BODY)))
+        self.end_headers()
+        self.wfile.write(BODY)
+    def log_message(self, *args):
+        pass
+print("listening", flush=True)
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+def test_a_deeply_nested_readiness_body_is_not_ready_not_a_recursion_error(
+    tmp_path: Path,
+) -> None:
+    """An engine whose /health answers 200 with 60 KiB of nested arrays is simply not ready.
+
+    With `ReadinessProbe(path="/health", expect_json={"status": "ok"})` the start must time
+    out ("did not become ready within 3 s"), as for any body without the field. Today
+    hostler.plugin.json_fields_match catches only ValueError/UnicodeDecodeError around
+    json.loads, so the engine's body raises RecursionError straight out of
+    Supervisor.ensure_running in 0.06 s: an engine's HTTP body crashes hostler's own code.
+    """
+    script = tmp_path / "deep_engine.py"
+    script.write_text(DEEP_ENGINE)
+    model = tmp_path / "model.bin"
+    model.write_bytes(b"weights")
+
+    class Deep(contract.Scripted):
+        def build_command(self, spec: LaunchSpec) -> LaunchCommand:
+            return LaunchCommand([sys.executable, str(script), str(spec.port), str(spec.model)])
+
+        def readiness(self, spec: LaunchSpec) -> ReadinessProbe:
+            return ReadinessProbe(path="/health", expect_json={"status": "ok"})
+
+    async def main() -> BaseException | None:
+        with EventStore.open(tmp_path / "events.db", owner=True) as store:
+            sup = contract.supervisor(
+                store, Deep(tmp_path), model, tmp_path / "work", startup_timeout=3.0
+            )
+            try:
+                await sup.ensure_running()
+            except BaseException as exc:
+                return exc
+            finally:
+                await sup.stop()
+            return None
+
+    raised = anyio.run(main)
+    assert isinstance(raised, EngineStartError), repr(raised)
+    assert "did not become ready" in str(raised)
+
+
+class Hanging(FakeEngineAdapter):
+    """The fake engine, probed on its /busy/60 endpoint: it accepts, then answers a minute later."""
+
+    engine_type = "hanging"
+
+    def readiness(self, spec: LaunchSpec) -> ReadinessProbe:
+        return ReadinessProbe(path="/busy/60", wait=15)
+
+
+def test_a_hanging_probe_does_not_stretch_the_start_timeout(tmp_path: Path) -> None:
+    """The start's timeout bounds the whole wait, a probe in flight included.
+
+    readiness.md: "After 180 s without readiness the start fails with `did not become ready
+    within 180 s`". With startup_timeout=2 and a probe `wait=15` on an engine that accepts
+    and never answers, today the start fails after ~15 s with the message "did not become
+    ready within 2 s": the supervisor checks its deadline only between probes, and
+    hostler.engines.http.probe_response runs for its full `wait` (up to 600 s).
+    """
+    model = tmp_path / "model.bin"
+    model.write_bytes(b"weights")
+
+    async def main() -> tuple[BaseException | None, float]:
+        with EventStore.open(tmp_path / "events.db", owner=True) as store:
+            sup = contract.supervisor(
+                store, Hanging(), model, tmp_path / "work", startup_timeout=2.0
+            )
+            began = time.monotonic()
+            try:
+                await sup.ensure_running()
+            except BaseException as exc:
+                return exc, time.monotonic() - began
+            finally:
+                await sup.stop()
+            return None, time.monotonic() - began
+
+    raised, took = anyio.run(main)
+    assert isinstance(raised, EngineStartError), repr(raised)
+    assert took < 6.0, f"a 2 s start timeout ended after {took:.1f} s"
+
+
+def test_a_stop_during_a_hanging_probe_ends_the_engine_promptly(tmp_path: Path) -> None:
+    """A stop asked while the start waits on a hanging probe ends the engine in seconds.
+
+    README: "SIGTERM stops every engine within 2 s whatever lock is held". Today
+    Supervisor.stop() only sets an abort flag read "at its next readiness poll", which comes
+    after the probe in flight times out: the stop takes the probe's `wait` (~14 s here; up to
+    600 s for a legal probe), the engine running all along.
+    """
+    model = tmp_path / "model.bin"
+    model.write_bytes(b"weights")
+
+    async def main() -> float:
+        with EventStore.open(tmp_path / "events.db", owner=True) as store:
+            sup = contract.supervisor(
+                store, Hanging(), model, tmp_path / "work", startup_timeout=120.0
+            )
+
+            async def start() -> None:
+                with pytest.raises(EngineStartError):
+                    await sup.ensure_running()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(start)
+                await anyio.sleep(1.5)  # the first probe is in flight
+                began = time.monotonic()
+                await sup.stop()
+                took = time.monotonic() - began
+            assert sup.pid is None
+            return took
+
+    took = anyio.run(main)
+    assert took < 5.0, f"the stop took {took:.1f} s"
+
+
+def test_a_probe_whose_expect_json_is_no_mapping_is_the_plugins_error(tmp_path: Path) -> None:
+    """A readiness probe whose expect_json is not a mapping fails as the plugin's error.
+
+    SG3: a readiness answer that is not one becomes PluginError naming the plugin; RD1: a
+    probe that cannot be used fails where it is made (ValueError). Today ReadinessProbe
+    accepts ``expect_json="ready"`` and the supervisor's json_fields_match
+    (hostler.plugin.json_fields_match, called from Supervisor._probe_ready outside _ask)
+    raises a raw AttributeError ("'str' object has no attribute 'items'") out of
+    ensure_running: neither a ValueError where it is made nor the plugin's error.
+    """
+    try:
+        probe = ReadinessProbe(path="/health", expect_json="ready")  # type: ignore[arg-type]
+    except ValueError:
+        return  # refused where it is made: the promise holds
+
+    class Liar(contract.Scripted):
+        def readiness(self, spec):  # type: ignore[no-untyped-def]
+            return probe
+
+    raised = start_adapter(tmp_path, Liar)
+    assert isinstance(raised, PluginError), repr(raised)
+
+
+def test_a_probe_wait_that_is_no_number_of_seconds_fails_where_it_is_made() -> None:
+    """ReadinessProbe.wait must be a number of seconds: a bool or a str fails as ValueError.
+
+    RD7 says of every timing that "a bool, NaN or infinity is no number of seconds", and RD1
+    that a probe that cannot be used fails where it is made (ValueError). Today
+    ``wait=True`` is accepted as one second and ``wait="1"`` raises a TypeError of Python's
+    own wording ("'<' not supported between instances of 'int' and 'str'") from
+    ReadinessProbe.__post_init__ (hostler.plugin).
+    """
+    for wait in (True, "1"):
+        with pytest.raises(ValueError, match=r"(?i)wait"):
+            ReadinessProbe(path="/health", wait=wait)  # type: ignore[arg-type]

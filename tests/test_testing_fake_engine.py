@@ -314,3 +314,29 @@ class TestTheFakeClockDrivesTheIdleTimer:
                     await anyio.sleep(0.05)
             tg.cancel_scope.cancel()
         assert load(hostler_harness.store, Engine, KEY).stop_reason == "idle"
+
+
+@pytest.mark.parametrize(
+    "move",
+    [
+        lambda clock: clock.set(float("nan")),
+        lambda clock: clock.advance(float("nan")),
+        lambda clock: clock.advance(float("inf")),
+    ],
+    ids=["set-nan", "advance-nan", "advance-inf"],
+)
+def test_the_fake_clock_refuses_a_time_that_is_not_a_time(move: object) -> None:
+    """FakeClock takes finite times only: NaN or infinity raise UsageError, like a step back.
+
+    testing.md: "It never goes back: a negative step raises UsageError". Today
+    FakeClock.set / advance (hostler.testing.harness) compare with `<`, which NaN passes,
+    so `clock.set(nan)` is accepted and the clock reads NaN from then on (every idle and
+    health decision under it then compares false); `advance(inf)` is accepted too.
+    """
+    from hostler.errors import UsageError
+    from hostler.testing.harness import FakeClock
+
+    clock = FakeClock()
+    with pytest.raises(UsageError):
+        move(clock)  # type: ignore[operator]
+    assert clock() == 1_800_000_000.0
