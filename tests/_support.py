@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,7 +85,9 @@ def run_python(
 ) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter of this environment (a new process).
 
-    ``env`` is laid over this process's environment.
+    ``env`` is laid over this process's environment, less ``COLUMNS`` and ``LINES``: the size of
+    whatever terminal ran the tests (pytest-xdist's workers set 80 columns) must not change a
+    table the test reads; a test that wants a width sets it in ``env``.
 
     ``obey_file_modes`` makes a root caller's child obey permission bits, as a normal user's
     would, so tests of unwritable paths mean the same as root and as a user.
@@ -97,8 +100,12 @@ def run_python(
         timeout=timeout,
         check=False,
         cwd=cwd or REPO / "tests",
-        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **(env or {})},
+        env={**_untermed(os.environ), "PYTHONDONTWRITEBYTECODE": "1", **(env or {})},
     )
+
+
+def _untermed(environ: Mapping[str, str]) -> dict[str, str]:
+    return {name: value for name, value in environ.items() if name not in ("COLUMNS", "LINES")}
 
 
 def run_cli(

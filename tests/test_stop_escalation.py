@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import signal
-
 from hostler.machines.stop import (
     FIRST_PAUSE,
     LONGEST_PAUSE,
@@ -21,22 +19,23 @@ from hostler.machines.stop import (
     StopTimings,
 )
 
+TERM, KILL = False, True  # SignalGroup.kill
 TIMINGS = StopTimings(grace=2.0, second_grace=1.0, kill_wait=5.0)
 
 
 def _run(
     escalation: StopEscalation, *, ends_at: float | None, ours: bool = True
-) -> tuple[StopEnded, list[tuple[float, int]]]:
+) -> tuple[StopEnded, list[tuple[float, bool]]]:
     """Carry the escalation out on a group that ends at ``ends_at`` (None: never)."""
     now = 0.0
-    signals: list[tuple[float, int]] = []
+    signals: list[tuple[float, bool]] = []
     effects: list[StopEffect] = escalation.start()
     for _ in range(10_000):
         match effects:
             case [StopEnded() as ended]:
                 return ended, signals
-            case [SignalGroup(signum)]:
-                signals.append((round(now, 3), signum))
+            case [SignalGroup(kill)]:
+                signals.append((round(now, 3), kill))
                 effects = escalation.handle(Signalled(sent=True), now)
             case [LookAtGroup()]:
                 gone = ends_at is not None and now >= ends_at
@@ -55,20 +54,20 @@ def _run(
 def test_an_engine_that_ends_at_the_first_term_gets_one_signal() -> None:
     ended, signals = _run(StopEscalation(42, TIMINGS), ends_at=0.0)
     assert ended == StopEnded(gone=True, detail="")
-    assert signals == [(0.0, signal.SIGTERM)]
+    assert signals == [(0.0, TERM)]
 
 
 def test_an_engine_that_hangs_on_the_first_term_gets_the_second_after_the_grace() -> None:
     ended, signals = _run(StopEscalation(42, TIMINGS), ends_at=2.5)
     assert ended.gone
-    assert [signum for _, signum in signals] == [signal.SIGTERM, signal.SIGTERM]
+    assert [kill for _, kill in signals] == [TERM, TERM]
     assert signals[1][0] == 2.0
 
 
 def test_a_group_that_ignores_term_is_killed_after_both_graces() -> None:
     ended, signals = _run(StopEscalation(42, TIMINGS), ends_at=3.2)
     assert ended.gone
-    assert [signum for _, signum in signals] == [signal.SIGTERM, signal.SIGTERM, signal.SIGKILL]
+    assert [kill for _, kill in signals] == [TERM, TERM, KILL]
     assert signals[2][0] == 3.0
 
 
@@ -85,7 +84,7 @@ def test_a_group_that_outlives_kill_but_is_not_ours_any_more_counts_as_gone() ->
 
 def test_a_group_that_is_not_the_engines_is_never_signalled() -> None:
     escalation = StopEscalation(42, TIMINGS)
-    assert escalation.start() == [SignalGroup(signal.SIGTERM)]
+    assert escalation.start() == [SignalGroup(TERM)]
     effects = escalation.handle(Signalled(sent=False, why="pid 42 is now bash"), 0.0)
     assert effects == [StopEnded(gone=True, detail="pid 42 is now bash")]
     assert escalation.ended
@@ -113,8 +112,8 @@ def test_zero_graces_go_straight_to_kill_and_then_to_the_check() -> None:
     seen = []
     for _ in range(20):
         match effects:
-            case [SignalGroup(signum)]:
-                seen.append(signum)
+            case [SignalGroup(kill)]:
+                seen.append(kill)
                 effects = escalation.handle(Signalled(sent=True), 0.0)
             case [LookAtGroup()]:
                 effects = escalation.handle(GroupLooked(gone=False), 0.0)
@@ -123,4 +122,4 @@ def test_zero_graces_go_straight_to_kill_and_then_to_the_check() -> None:
             case [StopEnded(gone=gone)]:
                 assert not gone
                 break
-    assert seen == [signal.SIGTERM, signal.SIGTERM, signal.SIGKILL]
+    assert seen == [TERM, TERM, KILL]

@@ -487,8 +487,8 @@ async def run_stop(ops: GroupOps, group: int, timings: StopTimings, clock: Clock
         match effects[0]:
             case StopEnded() as ended:
                 return ended
-            case SignalGroup(signum):
-                sent, why = await ops.signal_if_ours(signum)
+            case SignalGroup(kill):
+                sent, why = await ops.signal_if_ours(signal.SIGKILL if kill else signal.SIGTERM)
                 seen = Signalled(sent, why)
             case LookAtGroup():
                 seen = GroupLooked(ops.gone())

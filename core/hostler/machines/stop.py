@@ -9,7 +9,7 @@ as gone, with why (SG4). A group that outlives KILL is re-checked once more: sti
 sequence; the real runner (:func:`hostler.engines.process.terminate_group`) and the in-memory
 fake (:class:`hostler.testing.FakeProcess`) both carry it out, so both stop the same way::
 
-    SignalGroup(sig) ──→ Signalled(not sent, why)        → StopEnded(gone, why)
+    SignalGroup(kill?) ─→ Signalled(not sent, why)        → StopEnded(gone, why)
                          Signalled(sent)                 → LookAtGroup
     LookAtGroup     ──→ GroupLooked(gone)               → StopEnded(gone)
                          GroupLooked(alive), before due  → PauseStop(1 ms doubling to 20 ms, ≤ due)
@@ -21,7 +21,6 @@ fake (:class:`hostler.testing.FakeProcess`) both carry it out, so both stop the 
 
 from __future__ import annotations
 
-import signal
 from dataclasses import dataclass
 
 __all__ = [
@@ -93,9 +92,12 @@ StopObservation = Signalled | GroupLooked | StopPaused | GroupChecked
 
 @dataclass(frozen=True, slots=True)
 class SignalGroup:
-    """Re-check the group, then send it ``signum`` only if it is still the engine's (SG4)."""
+    """Re-check the group, then signal it only if it is still the engine's (SG4).
 
-    signum: int
+    ``kill``: SIGKILL; else SIGTERM (the driver maps them: the core names no OS signal).
+    """
+
+    kill: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,9 +139,9 @@ class StopEscalation:
     def __init__(self, group: int, timings: StopTimings) -> None:
         self._group = group
         self._steps = (
-            (signal.SIGTERM, timings.grace),
-            (signal.SIGTERM, timings.second_grace),
-            (signal.SIGKILL, timings.kill_wait),
+            (False, timings.grace),
+            (False, timings.second_grace),
+            (True, timings.kill_wait),
         )
         self._step = 0
         self._due = 0.0
