@@ -158,14 +158,21 @@ def first_launch_costs(config: Path, data: Path, ledger: Path, key: str) -> tupl
     are the answer (the price and the footprint that :func:`_rigs.room_for` sizes a budget by).
     """
     probe = start_daemon(config, data, data.parent / f"{data.name}.log")
-    try:
-        wait_for(lambda: count(data, key, "engine.ready") == 1, timeout=60)
+    wanted = {"ledger.reserved", "ledger.measured"}
+
+    def sizes_so_far() -> dict[str, int]:
         with EventStore.open(ledger) as store:
-            sizes = {
+            return {
                 r.type: int(r.payload["bytes"])
                 for r in store.read_stream(LEDGER_STREAM)
-                if r.type in {"ledger.reserved", "ledger.measured"}
+                if r.type in wanted
             }
+
+    try:
+        wait_for(lambda: count(data, key, "engine.ready") == 1, timeout=60)
+        # the measurement follows readiness (a loaded machine writes it a moment later)
+        wait_for(lambda: wanted <= sizes_so_far().keys(), timeout=60)
+        sizes = sizes_so_far()
     finally:
         probe.send_signal(signal.SIGTERM)
         probe.wait(60)

@@ -100,11 +100,12 @@ def run_python(
         timeout=timeout,
         check=False,
         cwd=cwd or REPO / "tests",
-        env={**_untermed(os.environ), "PYTHONDONTWRITEBYTECODE": "1", **(env or {})},
+        env={**untermed(os.environ), "PYTHONDONTWRITEBYTECODE": "1", **(env or {})},
     )
 
 
-def _untermed(environ: Mapping[str, str]) -> dict[str, str]:
+def untermed(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` less ``COLUMNS`` and ``LINES`` (a table at its no-terminal width)."""
     return {name: value for name, value in environ.items() if name not in ("COLUMNS", "LINES")}
 
 

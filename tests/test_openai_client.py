@@ -23,6 +23,8 @@ import pytest
 
 from hostler.testing.tiny_gguf import write_tiny_llama
 
+from _support import untermed
+
 pytestmark = pytest.mark.slow
 
 HOSTLER = [sys.executable, "-c", "import sys; from hostler.cli import main; sys.exit(main())"]
@@ -135,7 +137,7 @@ def test_plain_curl(served: tuple[str, Path]) -> None:
 
 
 def test_the_tour_swaps_two_real_models_and_explains_it(tmp_path: Path) -> None:
-    env = {**os.environ, "HOSTLER_HOME": str(tmp_path / "home")}
+    env = {**untermed(os.environ), "HOSTLER_HOME": str(tmp_path / "home")}  # tables whole
     done = subprocess.run(
         [*HOSTLER, "tour", "--data-dir", str(tmp_path)],
         capture_output=True, text=True, timeout=600, env=env, check=False,
