@@ -30,12 +30,12 @@ from hostler.drivers.offloop import OffLoop
 from hostler.engines.factory import EngineFactory
 from hostler.engines.launcher import Launcher
 from hostler.engines.price import PricedLaunch
+from hostler.engines.roster import EngineRoster
 from hostler.engines.supervisor import Supervisor
 from hostler.errors import HostlerError, RuntimeClosedError, UsageError
 from hostler.events.base import Event
 from hostler.events.cache import CacheBudgetSet, cache_stream
 from hostler.events.queue import QueueServed
-from hostler.policies.arbiter import SLOTS
 from hostler.policies.eviction import DEFAULT_EVICTION_POLICY, EvictionPolicy
 from hostler.policies.pool import DRAIN_WAIT
 from hostler.policies.queue import Lane, engine_queue_caps
@@ -47,6 +47,7 @@ from hostler.runtime.health import DeviceHealthGate, HealthStatus
 from hostler.runtime.pool import DRAIN_POLL, DrainProgress, EntryView, Pool, ReconcileReport
 from hostler.runtime.queue import QueueSummary, RequestQueue
 from hostler.runtime.router import Router
+from hostler.runtime.slots import gpu_slot
 from hostler.store.log import EventStore
 
 __all__ = ["LaunchSummary", "Runtime", "RuntimeStatus"]
@@ -87,17 +88,6 @@ class RuntimeStatus:
     closed: bool
 
 
-#: The stop decision of an engine unloaded because another GPU slot takes the card (GA1); its
-#: ``slot`` is the engine's own (GA8).
-_SLOT_SWAP: dict[str, Any] = {"rule": "GA1", "cause": "gpu-slot-swap", "slot": "llm"}
-
-
-def _gpu_slot(supervisor: Supervisor) -> str:
-    """GA8: the GPU slot an engine's requests use (its adapter's ``gpu_slot``; ``llm``)."""
-    slot = getattr(supervisor.adapter, "gpu_slot", "llm")
-    return slot if slot in SLOTS else "llm"
-
-
 def _told(on_wait: Callable[[int], None]) -> Callable[[int], None]:
     """A caller's progress callback that may raise: its bug costs the display, not the request."""
 
@@ -133,6 +123,9 @@ class Runtime:
             (``cache.budget_set``) are restored into it when the runtime is entered.
         eviction: The order idle engines are given up in to make room (EV1; default
             demand-weighted LRU).
+        roster: The daemon's engines (RD9: a stray sweep spares them): the one ``build``
+            hands each supervisor as ``owned=roster.pids``; every supervisor the runtime
+            makes is enlisted there. A supervisor built without ``owned`` never sweeps.
     """
 
     def __init__(
@@ -150,6 +143,7 @@ class Runtime:
         arbiter: GpuArbiter | None = None,
         cache: CacheController | None = None,
         eviction: EvictionPolicy = DEFAULT_EVICTION_POLICY,
+        roster: EngineRoster | None = None,
     ) -> None:
         self._io = offloop or OffLoop()
         self._clock = as_clock(clock)
@@ -165,30 +159,12 @@ class Runtime:
         self._cached_pid: dict[str, int] = {}  # the process each registered cache adapter serves
         self.store = store
         self.ledger = ledger
-        make = build if callable(build) else build.supervisor
         self._launcher: Callable[[str], Launcher | None] | None = (
             None if callable(build) else build.launcher
         )
-
-        def build_registered(key: str) -> Supervisor:
-            supervisor = make(key)
-            slot = _gpu_slot(supervisor)
-            swap = {**_SLOT_SWAP, "slot": slot}
-
-            async def evict() -> None:  # GA1: a swap to another slot unloads it when idle
-                try:
-                    await self.pool.unload_idle(key, swap)
-                except HostlerError as exc:
-                    log.warning(
-                        "hostler: %s: not unloaded for another GPU slot: %s", key, exc.message
-                    )
-
-            self.arbiter.register_evictor(slot, evict, owner=key)  # GA8: under its own slot
-            return supervisor
-
         self.pool = Pool(
             store,
-            build_registered,
+            build if callable(build) else build.supervisor,
             ledger=ledger,
             clock=self._clock,
             offloop=self._io,
@@ -198,6 +174,8 @@ class Runtime:
             pin_interval=pin_interval,
             busy_hint=lambda key: key in self._queues and self._queues[key].busy,
             eviction=eviction,
+            roster=roster,
+            arbiter=self.arbiter,  # GA1, GA8: every engine's evictor, under its own slot
         )
         self.router = Router(self.pool, clock=self._clock, offloop=self._io)
         self._ledger_fold: LedgerFold | None = None  # reserved vs measured bytes, for ps
@@ -491,7 +469,7 @@ class Runtime:
         # GA8: image/video work takes its lease first and lets it go last, after its queue slot,
         # so that the slot it hands the card to finds the engine idle and can unload it (GA2);
         # llm work takes its place in the queue, then the GPU slot. Then the engine.
-        slot = _gpu_slot(self.pool.supervisor(key))
+        slot = gpu_slot(self.pool.supervisor(key))
         self._in_flight += 1
         try:
             async with (
