@@ -316,7 +316,7 @@ async def swaps(args: argparse.Namespace, folder: Path, model: Path) -> None:
             for url in urls.values():
                 await latency(client, url, "a")
             # room for one: a's price fits, a (as measured) beside b's price does not
-            measured = (await runtime.budget())["committed"]
+            measured = (await runtime.memory.budget())["committed"]
             budget[0] = (price("llamacpp:b:0") + measured / 2) / GIB
             samples: dict[str, list[float]] = {n: [] for n in urls}
             failures = dict.fromkeys(urls, 0)

@@ -108,14 +108,14 @@ async def record_scenario(folder: Path) -> Scenario:
         async with rig.runtime() as rt:
             await _ask(rt, "alpha", scenario)
             await _ask(rt, "alpha", scenario)
-            one = (await rt.budget())["committed"]
+            one = (await rt.memory.budget())["committed"]
             two = room_for(2, rig.price(key_of("beta")), one)  # room for two, never three
             rig.budget_gib = two / GIB
             scenario.budget = two  # under 1 GiB: a live budget would not bind (CB1)
             for name in SEQUENCE:
                 await _ask(rt, name, scenario)
             victim = key_of("beta")
-            status = rt.engine_status(victim)
+            status = rt.report.engine_status(victim)
             pid = status.pid if status is not None else None
             assert pid is not None
             scenario.crashed, scenario.crashed_pid = victim, pid
@@ -128,8 +128,8 @@ async def record_scenario(folder: Path) -> Scenario:
                     raise AssertionError("the killed engine's crash was never recorded")
                 await anyio.sleep(0.05)
             await _ask(rt, "beta", scenario)  # started again after its crash
-            rt.set_gpu_policy("swap")  # an exclusive lease: it unloads the llm engines first
-            release = await rt.acquire_lease("image", scenario.lease_holder)
+            rt.arbiter.set_policy("swap")  # an exclusive lease: it unloads the llm engines first
+            release = await rt.arbiter.acquire_lease("image", scenario.lease_holder)
             await anyio.sleep(0.3)  # held a while: a span wide enough to see in a timeline
             await release()
             rig.budget_gib = 0.5 * one / GIB  # below one engine: any start is refused

@@ -60,9 +60,9 @@ def runtime(world: World) -> hostler.Runtime:
 
 async def test_an_operator_cache_budget_holds_after_a_restart(world: World) -> None:
     async with runtime(world) as first:
-        await first.set_cache_budget(KEY, 5 * UNIT)
-        await first.set_cache_budget(KEY, 7 * UNIT)  # the last one recorded is the one kept
-        await first.set_cache_budget("ballast:other:0", 3 * UNIT)
+        await first.caches.set_budget(KEY, 5 * UNIT)
+        await first.caches.set_budget(KEY, 7 * UNIT)  # the last one recorded is the one kept
+        await first.caches.set_budget("ballast:other:0", 3 * UNIT)
     recorded = [r.event for r in world.store.read_stream(cache_stream(KEY))]
     assert recorded == [
         CacheBudgetSet(key=KEY, bytes=5 * UNIT, previous=DEFAULT_BUDGET, applied=False),
@@ -75,7 +75,7 @@ async def test_an_operator_cache_budget_holds_after_a_restart(world: World) -> N
         await again.one_shot("ballast", "m")  # the launch registers the engine's cache (CC2)
         async with again.request(KEY):
             pass
-        stats = again.cache_stats(KEY)
+        stats = again.caches.stats(KEY)
         assert stats is not None and stats.budget == 7 * UNIT
     # restoring records nothing: the log still holds the two decisions, no third
     assert len(world.store.read_stream(cache_stream(KEY))) == 2

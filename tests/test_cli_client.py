@@ -542,12 +542,12 @@ async def test_engine_details_give_the_idle_deadline_and_the_lease(tmp_path: Pat
             world.store, build, ledger=world.ledger, pinned=["llamacpp:beta:0"]
         )
         async with runtime:
-            assert await runtime.engine_details() == {}
+            assert await runtime.report.engine_details() == {}
             key = await runtime.one_shot("llamacpp", "alpha")
             async with runtime.request(key):
                 pass
             sup = runtime.pool.supervisor(key)
-            details = (await runtime.engine_details())[key]
+            details = (await runtime.report.engine_details())[key]
             assert details["idle_deadline"] == sup.last_used + 300
             assert details["state_since"] == sup.engine.changed_at
             assert details["last_reason"] == "started (one-shot)"
@@ -556,17 +556,17 @@ async def test_engine_details_give_the_idle_deadline_and_the_lease(tmp_path: Pat
             with anyio.fail_after(20):  # the pinned engine is started by the pool, and kept
                 while runtime.pool.supervisor("llamacpp:beta:0").state != "running":
                     await anyio.sleep(0.05)
-            pinned = (await runtime.engine_details())["llamacpp:beta:0"]
+            pinned = (await runtime.report.engine_details())["llamacpp:beta:0"]
             assert pinned["idle_deadline"] is None and pinned["state_since"] is not None
-            runtime.set_gpu_policy("swap")
-            release = await runtime.acquire_lease("image", "comfy")  # evicts the llm engine
-            details = (await runtime.engine_details())[key]
+            runtime.arbiter.set_policy("swap")
+            release = await runtime.arbiter.acquire_lease("image", "comfy")  # evicts the llm engine
+            details = (await runtime.report.engine_details())[key]
             assert details["lease"] == {"slot": "image", "holder": "comfy"}
             assert details["idle_deadline"] is None  # stopped: nothing to idle-stop
             assert details["reserved_bytes"] is None and details["measured_bytes"] is None
             assert details["last_reason"] == "evicted"
             await release()
-            assert (await runtime.engine_details())[key]["lease"] is None
+            assert (await runtime.report.engine_details())[key]["lease"] is None
 
 
 def test_events_follow_prints_new_events_as_the_daemon_writes_them(

@@ -39,7 +39,10 @@ def store(tmp_path: Path) -> Iterator[EventStore]:
 def client(store: EventStore, *, public: bool = False) -> httpx.AsyncClient:
     # the runtime as the routes see it: its log, and no ledger log of another file
     runtime = SimpleNamespace(
-        store=store, ledger_log=lambda: None, on_stopping=lambda _: None, clock=SYSTEM_CLOCK
+        store=store,
+        memory=SimpleNamespace(ledger_log=lambda: None),
+        on_stopping=lambda _: None,
+        clock=SYSTEM_CLOCK,
     )
     app = make_app(runtime, {}, token=TOKEN, public=public)  # type: ignore[arg-type]
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1")

@@ -20,6 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ import hostler_ds4
 from hostler import EventStore
 from hostler.engines.process import LAUNCH_TOKEN_ENV
 from hostler.engines.resweep import anchors_of, sweep_strays
+from hostler.engines.roster import EngineRoster
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.errors import EngineBinaryError, EngineStartError, SettingError
 from hostler.machines.engine import EngineCrashed, EngineStartRequested
@@ -370,7 +372,7 @@ class Rig:
         self.supervisors: dict[str, Supervisor] = {}
 
     def build(self, key: str, **options: Any) -> Supervisor:
-        """A supervisor of ``key``; ``options`` go to it (``owned``: a pool sets its own)."""
+        """A supervisor of ``key``; ``options`` go to it (``owned``: see :meth:`runtime`)."""
         run = self.tmp_path / "run" / key.replace(":", "_")
         supervisor = Supervisor(
             key,
@@ -386,6 +388,11 @@ class Rig:
         )
         self.supervisors[key] = supervisor
         return supervisor
+
+    def runtime(self) -> hostler.Runtime:
+        """A runtime over :meth:`build`: its supervisors know this daemon's engines (RD9)."""
+        roster = EngineRoster()
+        return hostler.Runtime(self.store, partial(self.build, owned=roster.pids), roster=roster)
 
     def owned(self) -> list[int]:
         return [s.pid for s in self.supervisors.values() if s.pid is not None]
@@ -456,7 +463,7 @@ def rig(tmp_path: Path, lock: Path, binary: Path, model: Path) -> Iterator[Rig]:
 @pytest.mark.anyio
 @pytest.mark.slow
 async def test_start_ready_answer_through_the_runtime_and_stop(rig: Rig) -> None:
-    async with hostler.Runtime(rig.store, rig.build) as runtime:
+    async with rig.runtime() as runtime:
         async with runtime.request(KEY) as port:
             status, models = await anyio.to_thread.run_sync(http, port, "/v1/models")
             assert status == 200
@@ -496,7 +503,7 @@ async def test_concurrent_requests_reach_the_engine_one_at_a_time(
     monkeypatch.setenv("FAKE_DS4_REPLY_SECONDS", "0.3")
     body = {"messages": [{"role": "user", "content": "one at a time"}]}
     statuses: list[int] = []
-    async with hostler.Runtime(rig.store, rig.build) as runtime:
+    async with rig.runtime() as runtime:
 
         async def ask() -> None:
             async with runtime.request(KEY) as port:
@@ -516,7 +523,7 @@ async def test_a_crash_mid_request_is_recorded_and_the_next_request_restarts(
 ) -> None:
     monkeypatch.setenv("FAKE_DS4_CRASH_ON", "1")
     body = {"messages": [{"role": "user", "content": "crash"}]}
-    async with hostler.Runtime(rig.store, rig.build) as runtime:
+    async with rig.runtime() as runtime:
         async with runtime.request(KEY) as port:
             first = rig.supervisors[KEY].pid
             with pytest.raises((ConnectionError, urllib.error.URLError)):
@@ -575,7 +582,7 @@ async def test_exited_before_ready_sweeps_our_stray_once_and_retries_through_the
 ) -> None:
     stray = rig.stray(token=f"{rig.token}:deadbeef")  # ours, from a daemon that died
     try:
-        runtime = hostler.Runtime(rig.store, rig.build)  # its pool knows the owned engines
+        runtime = rig.runtime()  # its pool knows the owned engines
         async with runtime, runtime.request(KEY) as port:
             assert not alive(stray)
             supervisor = rig.supervisors[KEY]
@@ -618,7 +625,7 @@ async def test_a_supervisor_that_does_not_know_its_daemons_engines_never_sweeps(
 async def test_a_sweep_spares_the_daemons_own_running_engine(rig: Rig) -> None:
     """A second ds4 key of the same daemon exits before ready; its sweep keeps the first."""
     other = "ds4:other:0"
-    async with hostler.Runtime(rig.store, rig.build) as runtime, runtime.request(KEY):
+    async with rig.runtime() as runtime, runtime.request(KEY):
         first = rig.supervisors[KEY].pid
         assert first is not None
         with pytest.raises(EngineStartError, match=rf"another ds4-server instance.*{first}"):

@@ -40,7 +40,7 @@ async def record(tmp_path: Path) -> Path:
             await rt.bind("llamacpp", "alpha", "s-alpha")
             async with rt.request(ALPHA, session="s-alpha") as port:
                 await anyio.to_thread.run_sync(chat, port)
-            one = (await rt.budget())["committed"]
+            one = (await rt.memory.budget())["committed"]
             rig.budget_gib = room_for(2, rig.price(BETA), one) / GIB  # two fit, never three
             for key in (BETA, ALPHA, ALPHA, GAMMA, BETA):
                 async with rt.request(key, session=f"s-{key.split(':')[1]}") as port:
@@ -54,8 +54,8 @@ async def record(tmp_path: Path) -> Path:
                 await anyio.sleep(0.02)
             async with rt.request(BETA, session="s-beta") as port:
                 await anyio.to_thread.run_sync(chat, port)
-            rt.set_gpu_policy("swap")
-            release = await rt.acquire_lease("image", "comfy")
+            rt.arbiter.set_policy("swap")
+            release = await rt.arbiter.acquire_lease("image", "comfy")
             await release()
             rig.budget_gib = 0.5 * one / GIB  # nothing fits any more, whatever goes
             with pytest.raises(HostlerError):

@@ -48,7 +48,7 @@ async def _record(world: World) -> None:
         third = await rt.bind("ballast", "gamma", "session-of-carol")  # evicts alpha
         async with rt.request(third, session="session-of-carol", label="carol asks") as port:
             await anyio.to_thread.run_sync(work, port, 0.0)
-        release = await rt.acquire_lease("image", "render-job-of-dave")
+        release = await rt.arbiter.acquire_lease("image", "render-job-of-dave")
         await release()
 
 

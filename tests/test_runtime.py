@@ -110,15 +110,15 @@ async def test_status_is_a_peek_and_launches_are_summarised(world: World) -> Non
     async with runtime(world) as rt:
         status = rt.status()
         assert status.engines == () and not status.closed
-        assert rt.engine_status("ballast:m:0") is None
+        assert rt.report.engine_status("ballast:m:0") is None
         assert list(world.store.read_all()) == [
             r for r in world.store.read_all() if "ledger" in r.stream_id
         ]
         key = await rt.one_shot("ballast", "m")
-        [summary] = rt.launch_summaries()
+        [summary] = rt.report.launch_summaries()
         assert (summary.key, summary.ctx_per_slot, summary.slots) == (key, 512, 1)
         assert summary.pid == rt.pool.supervisor(key).pid and summary.port
-        view = rt.engine_status(key)
+        view = rt.report.engine_status(key)
         assert view is not None and view.state == "running" and view.bytes > 0
     assert rt.status().closed
     with pytest.raises(RuntimeClosedError):
@@ -129,27 +129,27 @@ async def test_status_is_a_peek_and_launches_are_summarised(world: World) -> Non
 async def test_the_budget_is_live_and_validated(world: World) -> None:
     async with runtime(world) as rt:
         with pytest.raises(UsageError, match="number of bytes"):
-            await rt.set_budget(-1)
-        await rt.set_budget(3 * 2**30)
-        snapshot = await rt.budget()
+            await rt.memory.set_budget(-1)
+        await rt.memory.set_budget(3 * 2**30)
+        snapshot = await rt.memory.budget()
         assert snapshot["budget"] == 3 * 2**30 and snapshot["overridden"] is True
-        await rt.set_spillover(False)
+        await rt.memory.set_spillover(False)
         assert rt.status().ledger == {
             "committed": 0,
             "explicit_budget": 3 * 2**30,
             "spillover": False,
         }
         with pytest.raises(UsageError, match="no plan to show"):
-            await rt.preview("ballast:m:0")
+            await rt.memory.preview("ballast:m:0")
 
 
 async def test_an_image_lease_holds_llm_requests_and_unloads_idle_engines(world: World) -> None:
     arbiter = GpuArbiter("swap", store=world.store)
     async with runtime(world, arbiter=arbiter) as rt:
         key = await rt.one_shot("ballast", "m")
-        release = await rt.acquire_lease("image", "render-1")
+        release = await rt.arbiter.acquire_lease("image", "render-1")
         assert not rt.pool.resident(key)  # GA2/GA3: the other slot's engines were evicted
-        assert [lease["holder"] for lease in rt.leases()] == ["render-1"]
+        assert [lease["holder"] for lease in rt.arbiter.leases()] == ["render-1"]
         entered = anyio.Event()
 
         async def chat() -> None:
@@ -165,9 +165,9 @@ async def test_an_image_lease_holds_llm_requests_and_unloads_idle_engines(world:
                 await entered.wait()
         types = [r.type for r in world.store.read_all() if r.stream_id.startswith("lease/")]
         assert types[:2] == ["lease.requested", "lease.granted"] and "lease.released" in types
-        rt.set_gpu_policy("coexist")
+        rt.arbiter.set_policy("coexist")
         assert rt.arbiter.mode == "coexist"
-        assert await rt.device_health() is None
+        assert await rt.report.device_health() is None
 
 
 async def test_requests_queue_with_positions_cancel_and_are_recorded(world: World) -> None:
@@ -420,13 +420,13 @@ async def test_requests_for_unknown_keys_leave_no_queue_behind(world: World) -> 
                     pass
         assert rt.pool.engine_keys() == []
         # observed: 100 phantom queues (and gates, and their event streams) kept forever
-        assert rt.queues() == {} and len(rt._gates) == 0
+        assert rt.queues() == {} and rt._lanes.engine_keys() == []
 
 
 async def test_a_running_engine_has_a_queue_summary_with_its_live_width(world: World) -> None:
     async with runtime(world) as rt:
         key = await rt.bind("ballast", "m", "s1")
-        view = rt.engine_status(key)
+        view = rt.report.engine_status(key)
         assert view is not None and view.state == "running"
         summary = rt.queues().get(key)  # PP14: each engine's summary; observed: {}
         assert summary is not None and summary.width == 2 and summary.running == 0
@@ -481,9 +481,9 @@ async def test_an_unloaded_engine_keeps_no_cache_entries(world: World) -> None:
         async with rt.request(KEY):
             pass
         await rt.cache.reconcile_once()
-        stats = rt.cache_stats(KEY)
+        stats = rt.caches.stats(KEY)
         assert stats is not None and stats.entries == 1
         assert await rt.unload(KEY)  # the process, and its KV cache, are gone
-        stats = rt.cache_stats(KEY)
+        stats = rt.caches.stats(KEY)
         # observed: the dead process's adapter stays registered: 1 entry, 1000 KiB "cached"
         assert stats is None or stats.entries == 0

@@ -102,7 +102,7 @@ async def test_a_budget_for_two_of_three_evicts_idle_engines_and_explains_each(r
         # one engine alone, to learn what one costs here (reserved, then measured)
         async with rt.request(key_of("alpha")) as port:
             await anyio.to_thread.run_sync(chat, port)
-        one = (await rt.budget())["committed"]
+        one = (await rt.memory.budget())["committed"]
         rig.budget_gib = room_for(2, rig.price(key_of("beta")), one) / GIB  # two, never three
         most = 0
         for name in ("beta", "gamma", "alpha", "beta", "gamma", "beta"):
@@ -138,7 +138,7 @@ async def test_a_long_stream_is_never_cut_by_swaps(rig: Rig) -> None:
     async with rig.runtime() as rt:
         async with rt.request(key_of("alpha")) as port:
             await anyio.to_thread.run_sync(chat, port)
-        one = (await rt.budget())["committed"]
+        one = (await rt.memory.budget())["committed"]
         rig.budget_gib = room_for(2, rig.price(key_of("beta")), one) / GIB
         lines: list[str] = []
         streamed = anyio.Event()
@@ -167,19 +167,19 @@ async def test_a_launched_llama_server_gets_its_prompt_cache_adapter(rig: Rig) -
     rig.budget_gib = 8.0
     async with rig.runtime() as rt:
         key = key_of("alpha")
-        assert rt.cache_stats(key) is None  # nothing launched, nothing registered
+        assert rt.caches.stats(key) is None  # nothing launched, nothing registered
         async with rt.request(key, session="s1") as port:
             await anyio.to_thread.run_sync(chat, port)
-        stats = rt.cache_stats(key)
+        stats = rt.caches.stats(key)
         assert stats is not None and stats.budget == 4 * GIB  # CC's default until set
-        assert rt.cache_extras(key, "s1") == {"cache_prompt": True, "id_slot": 0}
+        assert rt.caches.extras(key, "s1") == {"cache_prompt": True, "id_slot": 0}
         await rt.cache.record_turn(key, "s1", 10)
-        assert rt.cache_stats(key).entries == 1  # type: ignore[union-attr]
-        await rt.set_cache_budget(key, 512 * 1024)  # 10 tokens = 1000 KiB: over, evicted
-        after = rt.cache_stats(key)
+        assert rt.caches.stats(key).entries == 1  # type: ignore[union-attr]
+        await rt.caches.set_budget(key, 512 * 1024)  # 10 tokens = 1000 KiB: over, evicted
+        after = rt.caches.stats(key)
         assert after is not None and after.budget == 512 * 1024 and after.entries == 0
-        await rt.evict_session("s1")
-        await rt.clear_cache(key)
+        await rt.caches.evict_session("s1")
+        await rt.caches.clear(key)
     evicted = [
         r.payload for r in rig.store.read_stream(f"cache/{key}") if r.type == "cache.evicted"
     ]

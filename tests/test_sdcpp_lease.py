@@ -141,7 +141,7 @@ async def test_a_chat_waits_for_a_render_and_never_evicts_it(rig: Rig) -> None:
 
         async def render() -> None:
             async with rt.request(IMAGE) as port:
-                assert [row["slot"] for row in rt.leases()] == ["image"]
+                assert [row["slot"] for row in rt.arbiter.leases()] == ["image"]
                 sd = rt.pool.supervisor(IMAGE)
                 pid = sd.pid
                 marks["render_start"] = time.monotonic()
@@ -186,7 +186,7 @@ async def test_a_chat_waits_for_a_render_and_never_evicts_it(rig: Rig) -> None:
                 tg.start_soon(render)
                 tg.start_soon(ask)
         assert rt.arbiter.evictors() == {"image": [IMAGE], "llm": [CHAT]}
-        assert rt.leases() == []  # the lease was released after the render
+        assert rt.arbiter.leases() == []  # the lease was released after the render
         # PG1: the render's steps were seen rising while it ran, and are gone once it is over
         assert seen, "no progress was shown during a 3 s render"
         assert {total for _, total in seen} == {4}
@@ -226,9 +226,9 @@ async def test_a_cancelled_render_gives_the_lease_back(rig: Rig) -> None:
             tg.start_soon(render)
             with anyio.fail_after(60):
                 await started.wait()
-            assert [row["slot"] for row in rt.leases()] == ["image"]
+            assert [row["slot"] for row in rt.arbiter.leases()] == ["image"]
             tg.cancel_scope.cancel()  # the client went away mid-render
-        assert rt.leases() == []  # released, shielded from the cancellation (GA8)
+        assert rt.arbiter.leases() == []  # released, shielded from the cancellation (GA8)
         with anyio.fail_after(60):
             async with rt.request(CHAT) as port:  # so a chat is not held behind it
                 assert await anyio.to_thread.run_sync(chat, port) in {"length", "stop"}
@@ -245,7 +245,7 @@ async def test_under_coexist_a_chat_runs_beside_a_render(rig: Rig) -> None:
 
         async def render() -> None:
             async with rt.request(IMAGE) as port:
-                assert rt.leases() == []  # coexist: no lease is taken
+                assert rt.arbiter.leases() == []  # coexist: no lease is taken
                 rendering.set()
                 body = {"prompt": "x", "width": 512, "height": 512}
                 await anyio.to_thread.run_sync(post, port, "/sdapi/v1/txt2img", body)

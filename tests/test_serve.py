@@ -92,7 +92,7 @@ async def test_a_budget_for_one_swaps_on_demand(
 ) -> None:
     runtime, client = served
     assert (await client.post("/v1/chat/completions", json=chat("alpha"))).status_code == 200
-    one = (await runtime.budget())["committed"]
+    one = (await runtime.memory.budget())["committed"]
     face.budget_gib = room_for(1, face.price("llamacpp:beta:0"), one) / GIB
     for model in ("beta", "alpha", "beta"):
         answer = await client.post("/v1/chat/completions", json=chat(model))
@@ -260,7 +260,7 @@ async def test_metrics_and_the_event_tail_come_from_the_same_log(
 ) -> None:
     runtime, client = served
     assert (await client.post("/v1/chat/completions", json=chat("alpha"))).status_code == 200
-    measured = (await runtime.engine_details())["llamacpp:alpha:0"]["measured_bytes"]
+    measured = (await runtime.report.engine_details())["llamacpp:alpha:0"]["measured_bytes"]
     assert isinstance(measured, int) and measured > 0
     text = (await client.get("/metrics")).text
     sample = next(

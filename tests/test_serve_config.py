@@ -486,7 +486,7 @@ async def test_the_daemon_runs_with_the_files_arbiter_policy_and_spillover(tmp_p
     async with hostler.open_daemon(config) as daemon:
         assert daemon.runtime is not None
         assert daemon.runtime.arbiter.mode == "swap"
-        budget = await daemon.runtime.budget()
+        budget = await daemon.runtime.memory.budget()
         assert budget["budget"] == 5 * 2**30
         assert budget["overridden"] is True
         assert budget["ram_spillover"]["overridden"] is True
@@ -498,6 +498,6 @@ async def test_the_daemon_runs_with_the_files_arbiter_policy_and_spillover(tmp_p
     )
     async with hostler.open_daemon(config) as daemon:
         assert daemon.runtime is not None
-        budget = await daemon.runtime.budget()
+        budget = await daemon.runtime.memory.budget()
         assert budget["budget"] == budget["auto_budget"] != 5 * 2**30
         assert budget["ram_spillover"]["overridden"] is False

@@ -173,7 +173,10 @@ def client(base_url: str) -> Iterator[httpx.Client]:
 def test_the_schema_lists_exactly_the_apps_routes() -> None:
     # the routes are only listed, never called
     unused = SimpleNamespace(
-        store=None, ledger_log=lambda: None, on_stopping=lambda _: None, clock=SYSTEM_CLOCK
+        store=None,
+        memory=SimpleNamespace(ledger_log=lambda: None),
+        on_stopping=lambda _: None,
+        clock=SYSTEM_CLOCK,
     )
     app = make_app(unused, MODELS, token=TOKEN)  # type: ignore[arg-type]
     served = set()
@@ -377,7 +380,10 @@ async def test_a_client_that_leaves_before_its_body_is_read_is_not_a_bug(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     idle = SimpleNamespace(
-        store=None, ledger_log=lambda: None, on_stopping=lambda _: None, clock=SYSTEM_CLOCK
+        store=None,
+        memory=SimpleNamespace(ledger_log=lambda: None),
+        on_stopping=lambda _: None,
+        clock=SYSTEM_CLOCK,
     )
     app = make_app(idle, MODELS, token=TOKEN)  # type: ignore[arg-type]
     scope = {
@@ -429,9 +435,6 @@ class Broken(SimpleNamespace):
     def status(self) -> None:
         raise RuntimeError("a bug")
 
-    def ledger_log(self) -> None:
-        """No ledger of its own."""
-
     def on_stopping(self, listener: object) -> None:
         """Nothing stops here."""
 
@@ -440,7 +443,8 @@ class Broken(SimpleNamespace):
 async def test_a_bug_is_one_line_in_openai_shape_and_logged(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    app = make_app(Broken(store=None, clock=SYSTEM_CLOCK), MODELS, token=TOKEN)  # type: ignore[arg-type]
+    broken = Broken(store=None, clock=SYSTEM_CLOCK, memory=SimpleNamespace(ledger_log=lambda: None))
+    app = make_app(broken, MODELS, token=TOKEN)  # type: ignore[arg-type]
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as local:
         answer = await local.get("/api/engines")

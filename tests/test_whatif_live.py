@@ -57,7 +57,7 @@ async def one_engine_costs(tmp_path: Path) -> tuple[int, int]:
         async with rig.runtime() as rt:
             async with rt.request(key_of("alpha")) as port:
                 await anyio.to_thread.run_sync(chat, port)
-            committed = int((await rt.budget())["committed"])
+            committed = int((await rt.memory.budget())["committed"])
         return max(rig.price(key_of(name)) for name in MODELS[1:]), committed
 
 

@@ -43,6 +43,7 @@ from hostler.drivers.offloop import DAEMON_BUSY_TIMEOUT, OffLoop
 from hostler.engines.factory import ConfiguredEngines, adapter_for, stop_only_adapter
 from hostler.engines.process import token_holders
 from hostler.engines.reconcile import DAEMON_STREAM, Outcome, reconcile
+from hostler.engines.roster import EngineRoster
 from hostler.engines.supervisor import Supervisor
 from hostler.errors import (
     ConcurrencyError,
@@ -370,6 +371,7 @@ class Daemon:
                 self.config.arbiter, health_gate=self._health_gate, store=store, clock=self.clock
             ),
             eviction=opened.eviction,
+            roster=opened.roster,
         )
         self.runtime = runtime
         # the runtime's pool outlives the daemon's other tasks: its engines are stopped first
@@ -466,6 +468,7 @@ class Daemon:
             )
 
         outcomes = await _patiently(replay_and_reconcile, self.clock)
+        roster = EngineRoster()  # RD9: made first, for the supervisors' owned and the pool's
         engines = ConfiguredEngines(
             config,
             plugins,
@@ -479,9 +482,10 @@ class Daemon:
             probe=probe,
             offloop=io,
             health=health,
+            roster=roster,
             clock=self.clock,
         )
-        return _Opened(engines, eviction, device, outcomes, unstartable)
+        return _Opened(engines, roster, eviction, device, outcomes, unstartable)
 
     async def _start_up(
         self,
@@ -729,6 +733,7 @@ class _Opened:
     """What start-up opened before the runtime is made: the engines' factory and the facts."""
 
     engines: ConfiguredEngines
+    roster: EngineRoster
     eviction: EvictionPolicy
     device: DeviceWatch
     outcomes: list[Outcome]

@@ -29,6 +29,7 @@ from hostler.drivers.loghealth import LogHealth
 from hostler.drivers.offloop import OffLoop
 from hostler.engines.launcher import FixedLauncher, Launcher, LedgerLauncher
 from hostler.engines.price import LaunchRequest
+from hostler.engines.roster import EngineRoster
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.errors import EngineStartError, HostlerError, PluginError, UnknownEngineError
 from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec, timing_problem
@@ -75,6 +76,7 @@ class ConfiguredEngines:
         probe: The GPU probe (None: none).
         offloop: Where blocking work runs.
         health: The log's health, shared by every supervisor.
+        roster: The daemon's engines: every supervisor gets its pids as ``owned`` (RD9).
         clock: The daemon's clock, every supervisor's.
     """
 
@@ -88,6 +90,7 @@ class ConfiguredEngines:
     probe: NvmlProbe | None
     offloop: OffLoop
     health: LogHealth
+    roster: EngineRoster
     clock: Clock = SYSTEM_CLOCK
 
     def engine_config(self, key: str) -> EngineConfig | None:
@@ -170,6 +173,7 @@ class ConfiguredEngines:
             offloop=self.offloop,
             health=self.health,
             clock=self.clock,
+            owned=self.roster.pids,  # RD9: a sweep spares every engine of this daemon
             held_by_other=self.ledger.held_by_other,  # RD9, IN3: never sweep another daemon's
         )
 

@@ -130,7 +130,7 @@ def make_app(
         if (denied := authorized(request, changes_state=False)) is not None:
             return denied
         status = runtime.status()
-        details = await runtime.engine_details()
+        details = await runtime.report.engine_details()
         last_seq = await anyio.to_thread.run_sync(runtime.store.last_seq)
         return JsonAnswer(
             {
@@ -171,7 +171,7 @@ def make_app(
         Route("/api/queues", queues, methods=["GET"]),
         Route(OPENAPI_PATH, openapi, methods=["GET"]),
         *operator_routes(runtime, guard, models),
-        *dashboard_routes(runtime.store, runtime.ledger_log, guard, clock),
+        *dashboard_routes(runtime.store, runtime.memory.ledger_log, guard, clock),
     ]
 
     @contextlib.asynccontextmanager

@@ -67,7 +67,7 @@ class Metrics:
     async def render(self) -> bytes:
         """The exposition text (the log is folded off the event loop)."""
         status, queues = self.runtime.status(), self.runtime.queues()
-        details = await self.runtime.engine_details()
+        details = await self.runtime.report.engine_details()
         async with self._lock:
             return await anyio.to_thread.run_sync(self._render, status, queues, details)
 

@@ -208,12 +208,12 @@ def operator_routes(runtime: Runtime, guard: Guard, models: Mapping[str, str]) -
 
     @route("/api/cache/{key}", ["GET"], changes_state=False)
     async def cache(request: Request) -> Response:
-        stats = runtime.cache_stats(_key(request))
+        stats = runtime.caches.stats(_key(request))
         return JsonAnswer(None if stats is None else dataclasses.asdict(stats))
 
     @route("/api/cache/{key}/clear", ["POST"], changes_state=True)
     async def clear(request: Request) -> Response:
-        await runtime.clear_cache(_key(request))
+        await runtime.caches.clear(_key(request))
         return JsonAnswer({"cleared": True})
 
     @route("/api/cache/{key}/budget", ["PUT"], changes_state=True)
@@ -221,17 +221,17 @@ def operator_routes(runtime: Runtime, guard: Guard, models: Mapping[str, str]) -
         key = _key(request)
         size = _bytes((await _object(request)).get("bytes"), "bytes")
         assert size is not None  # noqa: S101 - not nullable
-        await runtime.set_cache_budget(key, size)
+        await runtime.caches.set_budget(key, size)
         return JsonAnswer({"bytes": size})
 
     @route("/api/sessions/{session}/cache", ["DELETE"], changes_state=True)
     async def evict_session(request: Request) -> Response:
-        await runtime.evict_session(request.path_params["session"])
+        await runtime.caches.evict_session(request.path_params["session"])
         return JsonAnswer({"evicted": True})
 
     @route("/api/budget", ["GET"], changes_state=False)
     async def budget(_request: Request) -> Response:
-        return JsonAnswer(await runtime.budget())
+        return JsonAnswer(await runtime.memory.budget())
 
     @route("/api/budget", ["PUT"], changes_state=True)
     async def set_budget(request: Request) -> Response:
@@ -240,17 +240,17 @@ def operator_routes(runtime: Runtime, guard: Guard, models: Mapping[str, str]) -
         if unknown or not payload:
             raise UsageError("give 'bytes' (a number, or null for automatic) and/or 'spillover'")
         if "bytes" in payload:
-            await runtime.set_budget(_bytes(payload["bytes"], "bytes", nullable=True))
+            await runtime.memory.set_budget(_bytes(payload["bytes"], "bytes", nullable=True))
         if "spillover" in payload:
             spill = payload["spillover"]
             if spill is not None and not isinstance(spill, bool):
                 raise UsageError("spillover is true, false or null (automatic)")
-            await runtime.set_spillover(spill)
-        return JsonAnswer(await runtime.budget())
+            await runtime.memory.set_spillover(spill)
+        return JsonAnswer(await runtime.memory.budget())
 
     @route("/api/preview/{key}", ["GET"], changes_state=False)
     async def preview(request: Request) -> Response:
-        price = await runtime.preview(_key(request))
+        price = await runtime.memory.preview(_key(request))
         return JsonAnswer(
             {
                 "context_window": price.ctx_per_slot,
@@ -265,7 +265,7 @@ def operator_routes(runtime: Runtime, guard: Guard, models: Mapping[str, str]) -
 
     @route("/api/leases", ["GET"], changes_state=False)
     async def leases(_request: Request) -> Response:
-        return JsonAnswer(runtime.leases())
+        return JsonAnswer(runtime.arbiter.leases())
 
     @route("/api/leases", ["POST"], changes_state=True)
     async def acquire(request: Request) -> Response:
@@ -280,7 +280,7 @@ def operator_routes(runtime: Runtime, guard: Guard, models: Mapping[str, str]) -
             # a client that leaves while its lease waits for the card gives up its place: a
             # lease granted to nobody would hold the card for 90 minutes
             watching.start_soon(_cancel_on_disconnect, request, watching.cancel_scope)
-            acquired = await runtime.acquire_lease_with_id(slot, holder)
+            acquired = await runtime.arbiter.acquire_lease_with_id(slot, holder)
             watching.cancel_scope.cancel()
         if acquired is None:
             return Response(status_code=499)  # nobody is there to read it
@@ -301,7 +301,7 @@ def operator_routes(runtime: Runtime, guard: Guard, models: Mapping[str, str]) -
 
     @route("/api/device", ["GET"], changes_state=False)
     async def device(_request: Request) -> Response:
-        status = await runtime.device_health()
+        status = await runtime.report.device_health()
         return JsonAnswer(None if status is None else dataclasses.asdict(status))
 
     @route("/api/reconcile", ["POST"], changes_state=True)

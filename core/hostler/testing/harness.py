@@ -10,6 +10,7 @@ fixture; it works as well outside pytest.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from collections.abc import Mapping
@@ -21,6 +22,7 @@ from hostler.capacity.budget import HostMemory, compute_budget
 from hostler.clock import ClockLike, as_clock
 from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
 from hostler.engines.http import HTTP_TRANSPORT, EngineTransport
+from hostler.engines.roster import EngineRoster
 from hostler.engines.runner import OS_RUNNER, ProcessRunner
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.errors import UsageError
@@ -128,6 +130,10 @@ class Harness:
         """A fresh supervisor of ``key``; ``launch`` sets spec fields (kept for later ones)."""
         if launch:
             self.launch[key] = {**self.launch.get(key, {}), **launch}
+        return self._supervisor(key)
+
+    def _supervisor(self, key: str, owned: EngineRoster | None = None) -> Supervisor:
+        """``key``'s supervisor; ``owned``: the roster whose engines a sweep spares (RD9)."""
         return Supervisor(
             key,
             self.adapter(key),
@@ -141,6 +147,7 @@ class Harness:
             footprint=lambda: self.price(key),
             runner=self.runner,
             transport=self.transport,
+            owned=None if owned is None else owned.pids,
         )
 
     def runtime(self, **options: Any) -> hostler.Runtime:
@@ -149,9 +156,11 @@ class Harness:
         ``options`` go to the runtime (``drain_wait``, ``arbiter``, ``eviction``...).
         """
         settings: dict[str, Any] = {"drain_poll": 0.02, "clock": self.clock, **options}
+        roster = EngineRoster()  # its supervisors know each other's engines (RD9)
         return hostler.Runtime(
             self.store,
-            self.supervisor,
+            functools.partial(self._supervisor, owned=roster),
             ledger=self.ledger,
+            roster=roster,
             **settings,
         )
