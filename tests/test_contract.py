@@ -12,6 +12,7 @@ import re
 import sys
 import textwrap
 import time
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -144,6 +145,8 @@ def supervisor(
     model: Path,
     work: Path,
     extra_args: dict[str, Any] | None = None,
+    *,
+    owned: Callable[[], Collection[int]] | None = None,
     **policy: Any,
 ) -> Supervisor:
     key = f"{adapter.engine_type}:m:0"
@@ -157,6 +160,7 @@ def supervisor(
         run_dir=work.parent / "run",
         token_prefix="contract",
         policy=SupervisorPolicy(**{"watch_interval": 0.05, **policy}),
+        owned=owned,
     )
 
 

@@ -49,9 +49,8 @@ def store(tmp_path: Path) -> Iterator[EventStore]:
 
 
 def supervisor(tmp_path: Path, store: EventStore, adapter: Asking) -> Supervisor:
-    sup = Harness(tmp_path / "data", store, {"fake": adapter}).supervisor(KEY)
-    sup.owned = list  # this daemon owns no other engine: the sweep may look
-    return sup
+    # this daemon owns no other engine: the sweep may look
+    return Harness(tmp_path / "data", store, {"fake": adapter}).supervisor(KEY, owned=list)
 
 
 def causes(store: EventStore) -> list[str]:

@@ -441,10 +441,9 @@ def test_an_on_exited_before_ready_hook_that_answers_junk_fails_the_engine(
 
     async def main() -> tuple[BaseException | None, list[str]]:
         with EventStore.open(tmp_path / "events.db", owner=True) as store:
-            sup = contract.supervisor(
-                store, Exits(tmp_path), write_model(tmp_path), tmp_path / "work"
+            sup = contract.supervisor(  # this daemon's engines are known: the hook is asked
+                store, Exits(tmp_path), write_model(tmp_path), tmp_path / "work", owned=set
             )
-            sup.owned = set  # this daemon's engines are known: the hook is asked
             raised: BaseException | None = None
             try:
                 await sup.ensure_running()

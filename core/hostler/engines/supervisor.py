@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Collection
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -228,7 +228,16 @@ class Supervisor:
             owned=owned,
             held_by_other=held_by_other,
         )
-        self._starter = self._make_starter(launcher, tries)
+        self._starter = EngineStarter(
+            self._parts,
+            self._setting,
+            launcher=launcher,
+            tries=tries,
+            stopper=self._stopper,
+            readiness=self._readiness,
+            run_dir=self._run_dir,
+            runner=runner,
+        )
         self._watcher = EngineWatcher(
             self._parts,
             starter=self._starter,
@@ -238,20 +247,6 @@ class Supervisor:
             interval=self.policy.watch_interval,
             pressure=pressure,
         )
-        self._launcher = launcher
-        self._tries = tries
-
-    def _make_starter(self, launcher: Launcher, tries: StartTries) -> EngineStarter:
-        return EngineStarter(
-            self._parts,
-            self._setting,
-            launcher=launcher,
-            tries=tries,
-            stopper=self._stopper,
-            readiness=self._readiness,
-            run_dir=self._run_dir,
-            runner=self._runner,
-        )
 
     # -- the facts others read ------------------------------------------------------------------
 
@@ -259,11 +254,6 @@ class Supervisor:
     def owned(self) -> Callable[[], Collection[int]] | None:
         """RD9: the live engine pids of every supervisor of this daemon (never swept)."""
         return self._setting.owned
-
-    @owned.setter
-    def owned(self, owned: Callable[[], Collection[int]] | None) -> None:
-        self._setting = replace(self._setting, owned=owned)
-        self._starter = self._make_starter(self._launcher, self._tries)
 
     @property
     def engine(self) -> Engine:

@@ -13,7 +13,7 @@ import dataclasses
 import functools
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -126,14 +126,21 @@ class Harness:
         spec = self.spec(key, 0)
         return int(adapter.estimate_footprint(adapter.read_geometry(spec.model), spec))
 
-    def supervisor(self, key: str, **launch: Any) -> Supervisor:
-        """A fresh supervisor of ``key``; ``launch`` sets spec fields (kept for later ones)."""
+    def supervisor(
+        self, key: str, *, owned: Callable[[], Collection[int]] | None = None, **launch: Any
+    ) -> Supervisor:
+        """A fresh supervisor of ``key``; ``launch`` sets spec fields (kept for later ones).
+
+        ``owned``: the engine pids a sweep of strays spares (RD9; None: no sweep).
+        """
         if launch:
             self.launch[key] = {**self.launch.get(key, {}), **launch}
-        return self._supervisor(key)
+        return self._supervisor(key, owned)
 
-    def _supervisor(self, key: str, owned: EngineRoster | None = None) -> Supervisor:
-        """``key``'s supervisor; ``owned``: the roster whose engines a sweep spares (RD9)."""
+    def _supervisor(
+        self, key: str, owned: Callable[[], Collection[int]] | None = None
+    ) -> Supervisor:
+        """``key``'s supervisor; ``owned``: the engine pids a sweep spares (RD9)."""
         return Supervisor(
             key,
             self.adapter(key),
@@ -147,7 +154,7 @@ class Harness:
             footprint=lambda: self.price(key),
             runner=self.runner,
             transport=self.transport,
-            owned=None if owned is None else owned.pids,
+            owned=owned,
         )
 
     def runtime(self, **options: Any) -> hostler.Runtime:
@@ -159,7 +166,7 @@ class Harness:
         roster = EngineRoster()  # its supervisors know each other's engines (RD9)
         return hostler.Runtime(
             self.store,
-            functools.partial(self._supervisor, owned=roster),
+            functools.partial(self._supervisor, owned=roster.pids),
             ledger=self.ledger,
             roster=roster,
             **settings,
