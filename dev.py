@@ -105,6 +105,22 @@ def ensure_engine(uv: list[str], env: dict[str, str]) -> dict[str, str]:
     return {"HOSTLER_LLAMA_SERVER": lines[-1]}
 
 
+def test_workers(rest: list[str]) -> list[str]:
+    """pytest-xdist's ``-n`` for a whole-suite run: one worker per core, plus one.
+
+    Many tests wait on a real process (an engine loading, a daemon stopping): one worker more
+    than the cores keeps them busy. A run that names its tests, or chooses its own ``-n`` or
+    ``-p no:xdist``, is left as it is; ``HOSTLER_TEST_WORKERS`` sets the count (0: serial).
+    """
+    chosen = any(a.startswith(("-n", "--numprocesses")) or a == "no:xdist" for a in rest)
+    named = any(not a.startswith("-") and ("/" in a or ".py" in a) for a in rest)
+    if chosen or named:
+        return []
+    wanted = os.environ.get("HOSTLER_TEST_WORKERS", "")
+    count = int(wanted) if wanted.isdigit() else min((os.cpu_count() or 1) + 1, 8)
+    return ["-n", str(count)] if count > 1 else []
+
+
 def main(argv: list[str]) -> int:
     """Dispatch ``demo``, ``test`` or ``run``."""
     if sys.version_info < (3, 11):
@@ -119,7 +135,7 @@ def main(argv: list[str]) -> int:
         line = [*uv, "hostler", "tour", *rest]
     elif command == "test":
         ensure_browser()
-        line = [*uv, "pytest", *rest]
+        line = [*uv, "pytest", *test_workers(rest), *rest]
     else:
         line = [*uv, *rest]
     env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}
