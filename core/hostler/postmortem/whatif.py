@@ -23,31 +23,32 @@ model is listed in docs/postmortem.md (rule PM24).
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 
 from hostler.capacity.ledger import LedgerLimits
 from hostler.capacity.ledger import shortfall as ledger_shortfall
 from hostler.policies.eviction import EvictionPolicy, eviction_policy
-from hostler.policies.pool import DRAIN_WAIT, PoolEntry, drain_verdict, touch
-from hostler.policies.queue import (
-    AFFINITY_WINDOW,
-    RECENT_CAP,
-    LaneCaps,
-    Pending,
-    RecentRun,
-    Running,
-    ambient_gate_open,
-    ambient_recheck_in,
-    engine_queue_caps,
-    pick_next,
-    prune_recent,
-)
+from hostler.policies.pool import DRAIN_WAIT, drain_verdict
+from hostler.policies.queue import Pending
 from hostler.policies.room import RoomSearch, Standing, room_step, start_share
 from hostler.postmortem.figures import Figures, Tally
+from hostler.postmortem.whatif_agenda import (
+    ARRIVE,
+    DEADLINE,
+    GIVE_UP,
+    OUTSIDE,
+    PATIENCE,
+    PLAN,
+    READY,
+    RECHECK,
+    RELEASE,
+    UNLOCK,
+    Agenda,
+    Script,
+)
+from hostler.postmortem.whatif_engine import BUILDING, DOWN, UP, SimEngine
 from hostler.postmortem.workload import Model, Request, Settings, Workload
 
 __all__ = ["DRAIN_POLL", "limits_for", "simulate"]
@@ -55,12 +56,6 @@ __all__ = ["DRAIN_POLL", "limits_for", "simulate"]
 #: How often the pool looks at a draining victim (seconds); a drain past the bound is given up
 #: at the first look after it.
 DRAIN_POLL = 0.5
-
-_DOWN, _BUILDING, _UP = 0, 1, 2
-# event kinds, in the order they go at one instant
-_READY, _RELEASE, _DEADLINE, _PATIENCE, _GIVE_UP, _ARRIVE, _UNLOCK, _RECHECK, _OUTSIDE, _PLAN = (
-    range(10)
-)
 
 
 def limits_for(settings: Settings, fast: int | None) -> LedgerLimits:
@@ -75,134 +70,6 @@ def limits_for(settings: Settings, fast: int | None) -> LedgerLimits:
     return LedgerLimits(True, budget, quick, settings.spillover, ceiling)
 
 
-_Index = dict[tuple[str, bool, str], dict[int, Pending]]
-
-
-class _Line:
-    """An engine's queued requests, indexed so that a pick is shown only those that can win.
-
-    :func:`~hostler.policies.queue.pick_next` picks, within a lane (and, for ambient work,
-    the gate), the first in queue order, or the first of a session or group that runs or ran
-    lately. So the first of each (lane, ambient) class, and the first of each class for each
-    session and group in those contexts, are all that it can choose among: the pick over them
-    is the pick over the whole queue, at a cost that does not grow with the queue (PM22).
-    """
-
-    __slots__ = ("by_class", "by_group", "by_session", "items", "non_ambient")
-
-    def __init__(self) -> None:
-        self.items: dict[int, Pending] = {}
-        self.by_class: dict[tuple[str, bool], dict[int, Pending]] = {}
-        self.by_session: _Index = {}
-        self.by_group: _Index = {}
-        self.non_ambient = 0
-
-    def add(self, item: Pending) -> None:
-        self.items[item.id] = item
-        self.by_class.setdefault((item.lane, item.ambient), {})[item.id] = item
-        if item.session_id is not None:
-            key = (item.lane, item.ambient, item.session_id)
-            self.by_session.setdefault(key, {})[item.id] = item
-        if item.group is not None:
-            self.by_group.setdefault((item.lane, item.ambient, item.group), {})[item.id] = item
-        if not item.ambient:
-            self.non_ambient += 1
-
-    def remove(self, ident: int) -> Pending | None:
-        item = self.items.pop(ident, None)
-        if item is None:
-            return None
-        _drop(self.by_class, (item.lane, item.ambient), ident)
-        if item.session_id is not None:
-            _drop(self.by_session, (item.lane, item.ambient, item.session_id), ident)
-        if item.group is not None:
-            _drop(self.by_group, (item.lane, item.ambient, item.group), ident)
-        if not item.ambient:
-            self.non_ambient -= 1
-        return item
-
-    def candidates(self, contexts: Iterable[tuple[str | None, str | None]]) -> list[Pending]:
-        found = {}
-        for members in self.by_class.values():
-            first = next(iter(members.values()))
-            found[first.id] = first
-        if self.by_session or self.by_group:
-            sessions = {s for s, _ in contexts}
-            groups = {g for _, g in contexts}
-            for key, members in self.by_session.items():
-                if key[2] in sessions:
-                    first = next(iter(members.values()))
-                    found[first.id] = first
-            for key, members in self.by_group.items():
-                if key[2] in groups:
-                    first = next(iter(members.values()))
-                    found[first.id] = first
-        return sorted(found.values(), key=lambda p: p.order)
-
-
-def _drop(index: dict[Any, dict[int, Pending]], key: Any, ident: int) -> None:
-    members = index[key]
-    del members[ident]
-    if not members:
-        del index[key]
-
-
-class _Engine:
-    __slots__ = (
-        "caps",
-        "drain_started",
-        "draining",
-        "gate_wait",
-        "held",
-        "hits",
-        "in_gate",
-        "key",
-        "last_activity",
-        "last_used",
-        "model",
-        "pending",
-        "pinned",
-        "queued_build",
-        "recent",
-        "running",
-        "slots",
-        "state",
-        "waiters",
-    )
-
-    def __init__(self, model: Model, slots: int, pinned: bool) -> None:
-        self.key = model.key
-        self.model = model
-        self.slots = slots
-        self.caps: LaneCaps = engine_queue_caps(slots)
-        self.state = _DOWN
-        self.held = 0
-        self.last_used = 0.0
-        self.hits: tuple[float, ...] = ()
-        self.pending = _Line()
-        self.running: dict[int, Running] = {}  # dispatched: holds a queue slot
-        self.recent: tuple[RecentRun, ...] = ()
-        self.last_activity: float | None = None  # Q1: the quiet clock starts with its queue
-        self.waiters: list[int] = []  # dispatched, waiting for the engine to be up
-        self.in_gate = 0
-        self.gate_wait: deque[int] = deque()
-        self.draining = False
-        self.drain_started = 0.0
-        self.pinned = pinned
-        self.queued_build = False
-
-    def in_use(self) -> int:
-        return self.in_gate + len(self.gate_wait)
-
-    def entry(self) -> PoolEntry:
-        busy = (
-            self.in_use() > 0 or self.state == _BUILDING or bool(self.running or self.pending.items)
-        )
-        return PoolEntry(
-            self.key, self.held, self.last_used, self.hits, busy=busy, draining=self.draining
-        )
-
-
 @dataclass
 class _Build:
     search: RoomSearch
@@ -212,8 +79,11 @@ class _Build:
 
 
 class _Sim:
-    def __init__(self, workload: Workload, settings: Settings, policy: EvictionPolicy) -> None:
-        self.requests: tuple[Request, ...] = workload.requests
+    r"""The runtime's queue and pool over :class:`SimEngine`\ s, carried out on an agenda."""
+
+    def __init__(
+        self, workload: Workload, settings: Settings, policy: EvictionPolicy, agenda: Agenda
+    ) -> None:
         self.settings, self.fast = settings, workload.fast
         start = settings.budget
         if settings.follow_budget and workload.first_budget is not None:
@@ -221,92 +91,50 @@ class _Sim:
         self.limits = limits_for(replace(settings, budget=start), workload.fast)
         self.policy = policy
         keys = set(workload.models) | {r.key for r in workload.requests}
-        self.engines: dict[str, _Engine] = {}
+        self.engines: dict[str, SimEngine] = {}
         for key in sorted(keys):
             model = workload.models.get(key) or Model(key, 0, 0)
             slots = settings.slots or workload.slots.get(key, 1)
-            self.engines[key] = _Engine(model, max(slots, 1), key in workload.pinned)
-        self.resident: dict[str, _Engine] = {}  # building or up
+            self.engines[key] = SimEngine(model, max(slots, 1), key in workload.pinned)
+        self.resident: dict[str, SimEngine] = {}  # building or up
         self.committed = 0
-        self.heap: list[tuple[float, int, int, int, str]] = []
-        self.order = 0
+        self.agenda = agenda
+        self.script = Script(workload, agenda)
+        self.requests: tuple[Request, ...] = workload.requests
         self.admit: deque[str] = deque()
         self.build: _Build | None = None
         self.tally = Tally(sorted(keys))
-        self.outside = workload.outside
-        self.outside_after: dict[int, list[int]] = {}  # request index: crashes, unloads after it
         self.arrivals = 0  # the queue order: requests go in line as they arrive here
-        self.followers: dict[int, list[int]] = {}
-        self.open: list[int] = []  # requests that follow none: they arrive when recorded
-        for index, request in enumerate(workload.requests):
-            if request.after is None or not 0 <= request.after < index:
-                self.open.append(index)
-            else:
-                self.followers.setdefault(request.after, []).append(index)
-
-    # -- the clock of events ---------------------------------------------------------------
-
-    def push(self, at: float, kind: int, index: int = -1, key: str = "") -> None:
-        self.order += 1
-        heapq.heappush(self.heap, (at, kind, self.order, index, key))
-
-    def run(self) -> Figures:
-        requests, arrivals = self.requests, self.open
-        start = requests[0].at if requests else 0.0
-        for index, happened in enumerate(self.outside):
-            if happened.after is None or not 0 <= happened.after < len(requests):
-                self.push(happened.at, _OUTSIDE, index)
-            else:
-                self.outside_after.setdefault(happened.after, []).append(index)
-        for engine in self.engines.values():
-            if engine.pinned:
-                self.want_build(engine, start)
-        heap = self.heap
-        i, n = 0, len(arrivals)
-        while i < n or heap:
-            if heap and (i >= n or heap[0][0] <= requests[arrivals[i]].at):
-                at, kind, _, index, key = heapq.heappop(heap)
-                self.handle(at, kind, index, key)
-            else:
-                index = arrivals[i]
-                self.arrive(index, requests[index].at)
-                i += 1
-        return self.tally.figures()
-
-    def ended(self, index: int, now: float) -> None:
-        """A request left (ran, refused, gave up): those that followed it arrive (PM21)."""
-        for follower in self.followers.pop(index, ()):
-            self.push(now + self.requests[follower].gap, _ARRIVE, follower)
-        for happened in self.outside_after.pop(index, ()):
-            self.push(now + self.outside[happened].gap, _OUTSIDE, happened)
 
     def handle(self, now: float, kind: int, index: int, key: str) -> None:
-        if kind == _RELEASE:
+        """Carry out one event of the agenda."""
+        if kind == RELEASE:
             self.release(index, now)
-        elif kind == _READY:
+        elif kind == READY:
             self.ready(self.engines[key], now)
-        elif kind == _GIVE_UP:
+        elif kind == GIVE_UP:
             self.give_up(index, now)
-        elif kind == _ARRIVE:
+        elif kind == ARRIVE:
             self.arrive(index, now)
-        elif kind == _UNLOCK:
+        elif kind == UNLOCK:
             self.build = None
             self.next_build(now)
-        elif kind == _RECHECK:
+        elif kind == RECHECK:
             self.dispatch(self.engines[key], now)
-        elif kind == _DEADLINE:
+        elif kind == DEADLINE:
             self.drain_deadline(key, now)
-        elif kind == _OUTSIDE:
+        elif kind == OUTSIDE:
             self.happened(index, now)
-        elif kind == _PLAN:
+        elif kind == PLAN:
             self.admit.append(key)
             self.next_build(now)
         else:
             self.patience(now)
 
-    # -- the queue (Q2-Q4) -------------------------------------------------------------------
+    # -- the queue (Q2-Q5) -------------------------------------------------------------------
 
     def arrive(self, index: int, now: float) -> None:
+        """A request arrives: queued on its engine, and the queue dispatches."""
         request = self.requests[index]
         engine = self.engines[request.key]
         if engine.last_activity is None:  # its queue is made for its first request
@@ -327,95 +155,54 @@ class _Sim:
             )
         )
         if request.gave_up is not None:
-            self.push(now + request.gave_up, _GIVE_UP, index)
+            self.agenda.push(now + request.gave_up, GIVE_UP, index)
         self.dispatch(engine, now)
 
-    def dispatch(self, engine: _Engine, now: float) -> None:
-        caps = engine.caps
-        line = engine.pending
-        while line.items and len(engine.running) < caps.width:
-            # the ended runs are pruned as each is added (Q3); the pick itself leaves out those
-            # past the affinity window, so pruning again here would change no pick
-            running = list(engine.running.values())
-            gate = ambient_gate_open(
-                caps=caps,
-                running=len(running),
-                non_ambient_running=sum(1 for r in running if not r.ambient),
-                non_ambient_pending=line.non_ambient,
-                quiet_for=now - (engine.last_activity or now),
-            )
-            if len(line.items) == 1:
-                shown = list(line.items.values())
-            else:
-                contexts = [(r.session_id, r.group) for r in running]
-                contexts += [(r.session_id, r.group) for r in engine.recent]
-                shown = line.candidates(contexts)
-            pick = pick_next(
-                shown,
-                running=running,
-                recent=engine.recent,
-                caps=caps,
-                now=now,
-                ambient_open=gate,
-            )
-            if pick.id is None:
-                self.recheck(engine, running, now)
+    def dispatch(self, engine: SimEngine, now: float) -> None:
+        """The queue hands out its free slots by its pick; held ambient work is looked at later."""
+        while engine.can_take():
+            item = engine.take(now)
+            if item is None:
+                delay = engine.recheck_in(now)  # Q5
+                if delay is not None:
+                    self.agenda.push(now + delay, RECHECK, key=engine.key)
                 return
-            item = line.remove(pick.id)
-            assert item is not None  # noqa: S101 - picked among the queued
-            engine.running[item.id] = Running(
-                item.id, item.lane, now, item.ambient, item.session_id, item.group
-            )
-            if not item.ambient:
-                engine.last_activity = now
             self.tally.wait(engine.key, now - item.enqueued_at)
             self.handed_out(engine, item.id, now)
 
-    def recheck(self, engine: _Engine, running: list[Running], now: float) -> None:
-        """Q5: ambient work held only by the quiet window is looked at again when it ends."""
-        line = engine.pending
-        if line.non_ambient == len(line.items):
-            return  # no ambient work waits
-        delay = ambient_recheck_in(
-            caps=engine.caps,
-            running=len(running),
-            non_ambient_running=sum(1 for r in running if not r.ambient),
-            non_ambient_pending=line.non_ambient,
-            quiet_for=now - (engine.last_activity or now),
-        )
-        if delay is not None:
-            self.push(now + delay, _RECHECK, key=engine.key)
-
     def give_up(self, index: int, now: float) -> None:
+        """A queued request gave up waiting (its client left)."""
         engine = self.engines[self.requests[index].key]
         if engine.pending.remove(index) is not None:
-            self.ended(index, now)
+            self.script.ended(index, now)
             self.dispatch(engine, now)
 
     # -- the pool: using an engine (PP1) ---------------------------------------------------
 
-    def handed_out(self, engine: _Engine, index: int, now: float) -> None:
-        touched = touch(PoolEntry(engine.key, engine.held, engine.last_used, engine.hits), now)
-        engine.hits, engine.last_used = touched.hits, now
-        if engine.state == _UP and not engine.draining:
+    def handed_out(self, engine: SimEngine, index: int, now: float) -> None:
+        """A dispatched request goes to its engine's gate, or waits for the engine (built)."""
+        engine.used(now)
+        if engine.state == UP and not engine.draining:
             self.enter_gate(engine, index, now)
             return
         engine.waiters.append(index)
-        if engine.state == _DOWN and not engine.draining:
+        if engine.state == DOWN and not engine.draining:
             self.want_build(engine, now)
 
-    def enter_gate(self, engine: _Engine, index: int, now: float) -> None:
+    def enter_gate(self, engine: SimEngine, index: int, now: float) -> None:
+        """Through the engine's physical gate (it runs), or in line for a slot of it."""
         if engine.in_gate < engine.slots:
             engine.in_gate += 1
-            self.push(now + self.requests[index].work, _RELEASE, index)
+            self.agenda.push(now + self.requests[index].work, RELEASE, index)
         else:
             engine.gate_wait.append(index)
 
     def release(self, index: int, now: float) -> None:
+        """A request ran its course: its slots go back and whatever waited for them goes on."""
         engine = self.engines[self.requests[index].key]
         engine.in_gate -= 1
-        self.end_run(engine, index, now)
-        self.ended(index, now)
+        engine.end_run(index, now)
+        self.script.ended(index, now)
         engine.last_used = now
         if engine.gate_wait:
             self.enter_gate(engine, engine.gate_wait.popleft(), now)
@@ -425,19 +212,9 @@ class _Sim:
         else:
             self.look_again(now)
 
-    def end_run(self, engine: _Engine, index: int, now: float) -> None:
-        ran = engine.running.pop(index)
-        if not ran.ambient:
-            engine.last_activity = now
-        engine.recent = prune_recent(
-            (*engine.recent, RecentRun(ran.session_id, ran.group, now)),
-            now,
-            window=AFFINITY_WINDOW,
-            cap=RECENT_CAP,
-        )
-
-    def ready(self, engine: _Engine, now: float) -> None:
-        engine.state = _UP
+    def ready(self, engine: SimEngine, now: float) -> None:
+        """A start ended: it holds what it measured, and its waiters enter its gate."""
+        engine.state = UP
         held = engine.model.held
         self.committed += held - engine.held
         engine.held = held
@@ -454,7 +231,7 @@ class _Sim:
 
     def happened(self, index: int, now: float) -> None:
         """What the log records that no request asked for, at its place in the replay."""
-        event = self.outside[index]
+        event = self.script.outside[index]
         if event.kind == "budget":
             self.budget_changed(event.bytes, now)
         else:
@@ -467,11 +244,9 @@ class _Sim:
         pinned one is started again (PP17), and its queue and a start waiting for room go on.
         """
         engine = self.engines.get(key)
-        if engine is None or engine.state != _UP or engine.draining:
+        if engine is None or engine.state != UP or engine.draining:
             return
-        engine.state = _DOWN
-        self.committed -= engine.held
-        engine.held = 0
+        self.committed -= engine.unload()
         self.resident.pop(engine.key, None)
         if engine.pinned:
             self.want_build(engine, now)
@@ -491,17 +266,19 @@ class _Sim:
 
     # -- the pool: making room (PP4, PP5) --------------------------------------------------
 
-    def want_build(self, engine: _Engine, now: float) -> None:
+    def want_build(self, engine: SimEngine, now: float) -> None:
+        """The engine is to be started: in line for admission (once priced, if that takes time)."""
         if engine.queued_build:
             return
         engine.queued_build = True
         if engine.model.plan > 0:  # priced and admitted that much later (the other engines
-            self.push(now + engine.model.plan, _PLAN, key=engine.key)  # serve on meanwhile)
+            self.agenda.push(now + engine.model.plan, PLAN, key=engine.key)  # serve on meanwhile)
             return
         self.admit.append(engine.key)
         self.next_build(now)
 
     def next_build(self, now: float) -> None:
+        """One start plans at a time: the next in line, while none is in hand."""
         while self.build is None and self.admit:
             key = self.admit.popleft()
             wanted = start_share(self.engines[key].model.reserve, self.limits.budget)
@@ -517,7 +294,7 @@ class _Sim:
         while True:
             short = ledger_shortfall(self.limits, self.committed, build.search.wanted)
             standing = [
-                Standing(e.entry(), spoken=e.state == _BUILDING or bool(e.waiters), kept=e.pinned)
+                Standing(e.entry(), spoken=e.state == BUILDING or bool(e.waiters), kept=e.pinned)
                 for e in self.resident.values()
             ]
             step = room_step(build.search, short, standing, now, policy=self.policy)
@@ -526,7 +303,7 @@ class _Sim:
                 return
             if step.action == "wait":
                 build.blocked = True  # PP4: wait for them, then look again
-                self.push(build.search.patience_until, _PATIENCE)
+                self.agenda.push(build.search.patience_until, PATIENCE)
                 return
             if step.action == "refuse":
                 self.refuse(engine, now)
@@ -542,44 +319,44 @@ class _Sim:
                     victim.drain_started = now
                     build.drain = victim.key
                     build.blocked = True
-                    self.push(now + DRAIN_WAIT + DRAIN_POLL, _DEADLINE, key=victim.key)
+                    self.agenda.push(now + DRAIN_WAIT + DRAIN_POLL, DEADLINE, key=victim.key)
                     return
                 self.evict(victim)
                 build.delay = max(build.delay, victim.model.stop)
 
-    def start(self, engine: _Engine, wanted: int, now: float, delay: float) -> None:
+    def start(self, engine: SimEngine, wanted: int, now: float, delay: float) -> None:
         """Reserved: it loads once its victims have stopped; the next start plans then."""
         engine.queued_build = False
-        engine.state = _BUILDING
+        engine.state = BUILDING
         engine.held = wanted
         self.committed += wanted
         self.resident[engine.key] = engine
-        self.push(now + delay + engine.model.cold_start, _READY, key=engine.key)
+        self.agenda.push(now + delay + engine.model.cold_start, READY, key=engine.key)
         if delay > 0:  # the admission lock is held until the stops end (SG2, PP4)
-            self.push(now + delay, _UNLOCK)
+            self.agenda.push(now + delay, UNLOCK)
             return
         self.build = None
         self.next_build(now)
 
-    def refuse(self, engine: _Engine, now: float) -> None:
+    def refuse(self, engine: SimEngine, now: float) -> None:
+        """The start is refused: its waiters get the error and give their queue slots back."""
         self.tally.refusal(engine.key)
         engine.queued_build = False
         self.build = None
         waiters, engine.waiters = engine.waiters, []
         for index in waiters:  # each waiter gets the error; its queue slot goes back
-            self.end_run(engine, index, now)
-            self.ended(index, now)
+            engine.end_run(index, now)
+            self.script.ended(index, now)
         self.dispatch(engine, now)
         self.next_build(now)
 
-    def evict(self, engine: _Engine) -> None:
+    def evict(self, engine: SimEngine) -> None:
+        """A victim is stopped: its memory is free."""
         self.tally.eviction(engine.key)
-        engine.state = _DOWN
-        self.committed -= engine.held
-        engine.held = 0
+        self.committed -= engine.unload()
         del self.resident[engine.key]
 
-    def drained(self, engine: _Engine, now: float) -> None:
+    def drained(self, engine: SimEngine, now: float) -> None:
         """A draining victim went idle: evicted, and the build goes on."""
         engine.draining = False
         self.evict(engine)
@@ -587,10 +364,12 @@ class _Sim:
         if build is not None and build.drain == engine.key:
             build.drain = None
             build.delay = max(build.delay, engine.model.stop)
-            self.rebuild_waiters(engine, now)
+            if engine.waiters:  # they waited for its drain: it went, so they build it again
+                self.want_build(engine, now)  # PP1
             self.step(now)
 
     def drain_deadline(self, key: str, now: float) -> None:
+        """PP5: a victim still busy past the drain bound stays; the start is refused."""
         engine = self.engines[key]
         build = self.build
         if not engine.draining or build is None or build.drain != key:
@@ -607,12 +386,8 @@ class _Sim:
             self.enter_gate(engine, index, now)
         self.refuse(self.engines[build.search.key], now)
 
-    def rebuild_waiters(self, engine: _Engine, now: float) -> None:
-        """Requests that waited for a victim's drain: it went, so they build it again (PP1)."""
-        if engine.waiters:
-            self.want_build(engine, now)
-
     def patience(self, now: float) -> None:
+        """A start that waited for spoken-for engines up to the bound plans again."""
         build = self.build
         if (
             build is not None
@@ -621,6 +396,29 @@ class _Sim:
             and now >= build.search.patience_until
         ):
             self.step(now)
+
+
+def _run(workload: Workload, settings: Settings, policy: EvictionPolicy) -> Figures:
+    """The replay: the recorded arrivals and the agenda's events, in time order."""
+    agenda = Agenda()
+    sim = _Sim(workload, settings, policy, agenda)
+    script = sim.script
+    requests, arrivals = workload.requests, script.open
+    start = requests[0].at if requests else 0.0
+    script.put_outside()
+    for engine in sim.engines.values():
+        if engine.pinned:
+            sim.want_build(engine, start)
+    i, n = 0, len(arrivals)
+    while i < n or agenda:
+        due = agenda.next_at()
+        if due is not None and (i >= n or due <= requests[arrivals[i]].at):
+            sim.handle(*agenda.pop())
+        else:
+            index = arrivals[i]
+            sim.arrive(index, requests[index].at)
+            i += 1
+    return sim.tally.figures()
 
 
 def simulate(
@@ -637,4 +435,4 @@ def simulate(
         UsageError: ``settings.policy`` names no known policy.
     """
     policy = eviction_policy(settings.policy, policies)
-    return _Sim(workload, settings, policy).run()
+    return _run(workload, settings, policy)
