@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from hostler.testing import conformance
 from hostler.testing.conformance import AdapterConformance
+from hostler.testing.conformance import live as conformance_live
 
 pytest_plugins = ["pytester"]
 
@@ -344,7 +344,7 @@ def test_the_loopback_check_sees_a_udp_socket_bound_to_every_interface(tmp_path:
     """An engine with a UDP socket on 0.0.0.0 is reachable beyond loopback: the suite says so.
 
     The conformance suite's live check promises that the engine binds 127.0.0.1 only. Today
-    hostler.testing.conformance._listening_beyond_loopback keeps only sockets whose status is
+    hostler.testing.conformance.live._listening_beyond_loopback keeps only sockets whose status is
     LISTEN, which a UDP socket never has (psutil reports CONN_NONE), so an engine that takes
     datagrams from the whole network passes.
     """
@@ -354,7 +354,7 @@ def test_the_loopback_check_sees_a_udp_socket_bound_to_every_interface(tmp_path:
     try:
         assert engine.stdout is not None and engine.stdout.readline().strip() == "bound"
         time.sleep(0.1)
-        wide = conformance._listening_beyond_loopback([engine.pid])
+        wide = conformance_live._listening_beyond_loopback([engine.pid])
         assert wide, "a UDP socket on 0.0.0.0 was not reported"
     finally:
         engine.kill()

@@ -14,4 +14,4 @@ from __future__ import annotations
 import sys
 
 if "pytest" in sys.modules:  # under pytest: the suite's asserts say what they compared
-    sys.modules["pytest"].register_assert_rewrite("hostler.testing.conformance")
+    sys.modules["pytest"].register_assert_rewrite("hostler.testing.conformance")  # and its modules
