@@ -19,7 +19,7 @@ import anyio
 from hostler.capacity.learning import Calibration
 from hostler.capacity.ledger import LedgerState
 from hostler.capacity.units import GIB, MIB, format_half_up
-from hostler.daemon import daemon_id
+from hostler.daemon_parts.ownership import daemon_id
 from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
 from hostler.engines.price import LaunchRequest, price_engine
 from hostler.engines.reconcile import DAEMON_STREAM, EngineReaped, find_strays, reap
