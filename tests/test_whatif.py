@@ -315,6 +315,41 @@ def test_queue_waits_follow_the_engines_slots() -> None:
     assert recorded.by_key[A].waits.max == 0.0
 
 
+def test_the_clients_whole_wait_counts_the_cold_start_that_a_queue_wait_leaves_out() -> None:
+    """Issue 19: a queue slot given at once read "waited 0.000" to a client that waited the
+    whole start; the served figure is arrival to engine, as ``queue.served`` records it."""
+    table = models(cold=2.0)
+    both = [Request(0.0, A, 1.0), Request(0.0, A, 1.0)]
+    two = run(both, 10, table, slots=2)
+    assert two.by_key[A].waits == Waits(2, 0.0, 0.0, 0.0)  # both got a queue slot at once
+    assert two.by_key[A].served == Waits(2, 2.0, 2.0, 2.0)  # and reached the engine at ready
+    one = run(both, 10, table)
+    assert one.by_key[A].served == Waits(2, 2.5, 3.0, 3.0)  # the second after the first ran
+    assert run([Request(0.0, A, 1.0)], 10, models()).by_key[A].served == Waits(1, 0.0, 0.0, 0.0)
+    assert one.as_dict()["by_key"][A]["served"] == {
+        "count": 2,
+        "median": 2.5,
+        "p95": 3.0,
+        "max": 3.0,
+    }
+
+
+def _row(seq: int, stream: str, kind: str, payload: dict[str, Any]) -> Any:
+    return SimpleNamespace(seq=seq, stream_id=stream, type=kind, payload=payload, damage="")
+
+
+def test_the_recorded_whole_wait_is_read_from_queue_served() -> None:
+    rows = [
+        _row(1, "queue/a", "queue.enqueued", {"engine": A, "id": 1, "lane": "interactive"}),
+        _row(2, "queue/a", "queue.dispatched", {"engine": A, "id": 1, "waited": 0.00005}),
+        _row(3, "queue/a", "queue.served", {"engine": A, "id": 1, "lane": "interactive",
+                                            "waited": 7.25}),
+    ]  # fmt: skip
+    figures = recorded_figures(rows)
+    assert figures.by_key[A].waits == Waits(1, 0.00005, 0.00005, 0.00005)
+    assert figures.by_key[A].served == Waits(1, 7.25, 7.25, 7.25)
+
+
 def test_background_work_waits_at_the_engines_gate_not_in_its_queue() -> None:
     requests = [
         Request(0.0, A, 1.0),

@@ -152,6 +152,12 @@ def test_whatif_of_a_serve_run_under_its_own_budget_replays_what_happened(tmp_pa
     assert happened["llamacpp:alpha:0"][3] == 4  # cold starts: the crash cost one
     assert happened["llamacpp:big:0"] == (1, 0, 1, 0)
     assert replayed == happened
+    # the clients' whole waits (queue.served): as many replayed as happened, and a replayed
+    # one holds the cold start that its queue wait leaves out
+    said = {side: report[side]["total"] for side in ("happened", "replayed")}
+    assert said["replayed"]["served"]["count"] == said["happened"]["served"]["count"] > 0
+    assert said["replayed"]["served"]["max"] > said["replayed"]["waits"]["max"]
+    assert said["happened"]["served"]["max"] > said["happened"]["waits"]["max"]
     # the first request's client waited for alpha's cold start: explain says so, in all
     told = run_cli("explain", "llamacpp:alpha:0#1", "--db", str(data / "events.db"), "--json")
     assert told.returncode == 0, told.stderr

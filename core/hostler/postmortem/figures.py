@@ -20,7 +20,7 @@ __all__ = ["Figures", "KeyFigures", "Tally", "Waits", "percentile", "recorded_fi
 
 @dataclass(frozen=True, slots=True)
 class Waits:
-    """Queue waits (seconds from joining a queue to getting a slot) of the requests that got one."""
+    """Waits (seconds) of the requests that got what they waited for: count, median, p95, max."""
 
     count: int
     median: float
@@ -53,7 +53,9 @@ class KeyFigures:
         evictions: Times it was evicted to make room for another.
         refusals: Starts of it refused (no room could be made, or a drain did not end).
         cold_starts: Starts of it that reached ready.
-        waits: Its requests' queue waits.
+        waits: Its requests' queue waits: from joining its queue to getting a queue slot.
+        served: Its clients' whole waits: from arriving to reaching the engine (the queue,
+            the engine's start when it was down, a slot of the engine's gate).
     """
 
     requests: int
@@ -61,6 +63,7 @@ class KeyFigures:
     refusals: int
     cold_starts: int
     waits: Waits
+    served: Waits = Waits(0, 0.0, 0.0, 0.0)
 
     def counts(self) -> tuple[int, int, int, int]:
         """(requests, evictions, refusals, cold starts)."""
@@ -77,14 +80,17 @@ class Figures:
     def as_dict(self) -> dict[str, Any]:
         """Plain data for ``--json``."""
 
+        def waits(w: Waits) -> dict[str, Any]:
+            return {"count": w.count, "median": w.median, "p95": w.p95, "max": w.max}
+
         def one(f: KeyFigures) -> dict[str, Any]:
-            w = f.waits
             return {
                 "requests": f.requests,
                 "evictions": f.evictions,
                 "refusals": f.refusals,
                 "cold_starts": f.cold_starts,
-                "waits": {"count": w.count, "median": w.median, "p95": w.p95, "max": w.max},
+                "waits": waits(f.waits),
+                "served": waits(f.served),
             }
 
         return {
@@ -100,6 +106,7 @@ class _Counts:
     refusals: int = 0
     cold_starts: int = 0
     waits: list[float] = field(default_factory=list)
+    served: list[float] = field(default_factory=list)
 
 
 class Tally:
@@ -134,10 +141,21 @@ class Tally:
         """A request for ``key`` got its slot after ``seconds`` queued."""
         self._of(key).waits.append(seconds)
 
+    def served(self, key: str, seconds: float) -> None:
+        """A request for ``key`` reached its engine ``seconds`` after it arrived."""
+        self._of(key).served.append(seconds)
+
     def figures(self) -> Figures:
         """The figures so far."""
         by_key = {
-            key: KeyFigures(c.requests, c.evictions, c.refusals, c.cold_starts, waits_of(c.waits))
+            key: KeyFigures(
+                c.requests,
+                c.evictions,
+                c.refusals,
+                c.cold_starts,
+                waits_of(c.waits),
+                waits_of(c.served),
+            )
             for key, c in sorted(self._by.items())
         }
         counts = self._by.values()
@@ -147,6 +165,7 @@ class Tally:
             sum(c.refusals for c in counts),
             sum(c.cold_starts for c in counts),
             waits_of(w for c in counts for w in c.waits),
+            waits_of(w for c in counts for w in c.served),
         )
         return Figures(by_key, total)
 
@@ -157,7 +176,8 @@ def recorded_figures(rows: Iterable[LogRow]) -> Figures:
     Requests: ``queue.enqueued``; evictions: ``engine.stop_requested`` that made room for
     another engine (:func:`hostler.machines.engine.made_room`: not a lease's or a person's
     unload); refusals: ``ledger.denied``, and drains that ended ``busy`` (counted for the
-    engine the room was for); cold starts: ``engine.ready``; waits: ``queue.dispatched``.
+    engine the room was for); cold starts: ``engine.ready``; waits: ``queue.dispatched``;
+    the clients' whole waits: ``queue.served``.
     Damaged rows and rows lacking a field are left out.
     """
     tally = Tally()
@@ -168,16 +188,21 @@ def recorded_figures(rows: Iterable[LogRow]) -> Figures:
     return tally.figures()
 
 
+def _count_queue_row(tally: Tally, kind: str, engine: str, p: Mapping[str, Any]) -> None:
+    waited = number(p, "waited")
+    if kind == "queue.enqueued" and p.get("lane") in ("interactive", "background"):
+        tally.request(engine)
+    elif kind == "queue.dispatched" and waited is not None:
+        tally.wait(engine, max(waited, 0.0))
+    elif kind == "queue.served" and waited is not None:
+        tally.served(engine, max(waited, 0.0))
+
+
 def _count_row(tally: Tally, drains: dict[str, str], row: LogRow) -> None:
     p, kind = row.payload, row.type
     engine = p.get("engine")
-    if kind == "queue.enqueued" and isinstance(engine, str):
-        if p.get("lane") in ("interactive", "background"):
-            tally.request(engine)
-    elif kind == "queue.dispatched" and isinstance(engine, str):
-        waited = number(p, "waited")
-        if waited is not None:
-            tally.wait(engine, max(waited, 0.0))
+    if kind.startswith("queue.") and isinstance(engine, str):
+        _count_queue_row(tally, kind, engine, p)
     elif kind == "ledger.denied" and isinstance(p.get("key"), str):
         tally.refusal(p["key"])
     elif kind == "pool.drain_started":

@@ -105,6 +105,7 @@ class _Sim:
         self.build: _Build | None = None
         self.tally = Tally(sorted(keys))
         self.arrivals = 0  # the queue order: requests go in line as they arrive here
+        self.arrived: dict[int, float] = {}  # when each request waiting for its engine came
 
     def handle(self, now: float, kind: int, index: int, key: str) -> None:
         """Carry out one event of the agenda."""
@@ -140,6 +141,7 @@ class _Sim:
         if engine.last_activity is None:  # its queue is made for its first request
             engine.last_activity = now
         self.tally.request(engine.key)
+        self.arrived[index] = now
         if not request.ambient:
             engine.last_activity = now
         self.arrivals += 1
@@ -193,6 +195,8 @@ class _Sim:
         """Through the engine's physical gate (it runs), or in line for a slot of it."""
         if engine.in_gate < engine.slots:
             engine.in_gate += 1
+            arrived = self.arrived.pop(index, now)
+            self.tally.served(engine.key, now - arrived)  # the client's whole wait
             self.agenda.push(now + self.requests[index].work, RELEASE, index)
         else:
             engine.gate_wait.append(index)
