@@ -176,6 +176,16 @@ def test_a_person_keeps_ambient_work_held_and_needs_no_timer() -> None:
     assert granted(q.handle(RecheckDue(), 285.0)) == [held]
 
 
+def test_ambient_work_alone_from_the_clock_s_zero_is_looked_at_once_and_runs() -> None:
+    # the queue made at 0.0 starts its quiet clock then: the one re-check it names opens the
+    # gate (a re-check that could never change the gate's answer would be asked forever)
+    q = queue()
+    held, effects = q.arrive(Arrival("background", ambient=True), 0.0)
+    assert granted(effects) == []
+    assert q.recheck_in(held, 0.0) == 180.0 + AMBIENT_RECHECK_MARGIN
+    assert granted(q.handle(RecheckDue(), 180.0 + AMBIENT_RECHECK_MARGIN)) == [held]
+
+
 def test_spare_capacity_lets_ambient_work_run_beside_a_person() -> None:
     q = queue(3)
     q.arrive(Arrival("interactive"), 0.0)

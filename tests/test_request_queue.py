@@ -308,6 +308,18 @@ async def test_ambient_work_waits_for_the_quiet_window(stack: AsyncExitStack) ->
     assert dispatched.decision["ambient_open"] is True
 
 
+async def test_ambient_work_alone_from_the_clock_s_zero_runs_after_one_window(
+    stack: AsyncExitStack,
+) -> None:
+    h, q, fake, _ = await harness(stack, width=1)  # the queue (and its quiet clock) at t=0
+    await h.submit("ambient", lane="background", ambient=True)
+    await fake.advance(180.0)
+    assert h.started == []
+    await fake.advance(0.025)
+    assert h.started == ["ambient"]
+    assert q.describe().ambient_held == 0
+
+
 async def test_a_person_resets_the_quiet_window(stack: AsyncExitStack) -> None:
     h, _, fake, _ = await harness(stack, width=1)
     await h.submit("ambient", lane="background", ambient=True)

@@ -47,6 +47,7 @@ from hostler.postmortem.figures import (
     waits_of,
 )
 from hostler.postmortem.whatif import DRAIN_POLL, limits_for, simulate
+from hostler.postmortem.whatif_engine import SimEngine
 from hostler.postmortem.workload import (
     FLUSH_LAG,
     Model,
@@ -651,6 +652,45 @@ def test_ambient_work_waits_for_the_quiet_window_then_runs() -> None:
     # alone, it waits the window from when its engine's queue was made (its own arrival)
     alone = run([Request(0.0, B, 0.1), Request(1.0, A, 1.0, ambient=True)], 20)
     assert alone.by_key[A].waits.max == pytest.approx(180.025)
+
+
+def test_ambient_work_queued_at_the_clock_s_zero_waits_the_window_once() -> None:
+    # a quiet clock set at 0.0 is a time like any other: the window runs from it, the re-check
+    # lands 180.025 s after it and opens the gate (it used to be read as "never set", so each
+    # re-check found 0 s of quiet and asked for another, forever)
+    alone = run([Request(0.0, A, 1.0, ambient=True)], 10, slots=1)
+    assert alone.by_key[A].waits == Waits(1, 180.025, 180.025, 180.025)
+    requests = [
+        Request(0.0, A, 1.0, ambient=True),
+        Request(0.0, A, 1.0, lane="background", ambient=True),
+        Request(200.0, A, 1.0),
+    ]
+    figures = run(requests, 10, slots=1)
+    # both ambient ones dispatch at 180.025 (a lane each); the gate's one slot runs the first
+    # to 181.025, then the second; the person at 200 finds the queue empty
+    assert figures.by_key[A].waits == Waits(3, 180.025, 180.025, 180.025)
+    assert figures.by_key[A].served == Waits(3, 180.025, 181.025, 181.025)
+    # an interactive one that ends at 0.0 is activity at 0.0: the window runs from then
+    after = run([Request(0.0, A, 0.0), Request(0.5, A, 1.0, ambient=True)], 10, slots=1)
+    assert after.by_key[A].waits.max == pytest.approx(179.525)
+
+
+def test_a_re_check_made_stale_by_a_person_asks_again_without_tripping_the_guard() -> None:
+    # the ambient one's re-check is asked for 181.025; a person's request (100..101) moves the
+    # quiet clock, so that re-check finds the gate shut and asks for 281.025, when it runs
+    requests = [Request(1.0, A, 1.0, ambient=True), Request(100.0, A, 1.0)]
+    figures = run(requests, 10, slots=1)
+    assert figures.by_key[A].waits == Waits(2, 140.0125, 280.025, 280.025)
+
+
+def test_a_re_check_that_changes_nothing_stops_the_replay_with_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a quiet clock that never runs would have the re-check ask for another forever: the
+    # simulator says so at the second one instead of looping
+    monkeypatch.setattr(SimEngine, "quiet_for", lambda self, now: 0.0)
+    with pytest.raises(RuntimeError, match=r"llamacpp:a:0's ambient re-check at 181\.025 s"):
+        run([Request(1.0, A, 1.0, ambient=True)], 10, slots=1)
 
 
 @pytest.mark.parametrize("by", ["session", "group"])

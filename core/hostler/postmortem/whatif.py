@@ -121,7 +121,7 @@ class _Sim:
             self.build = None
             self.next_build(now)
         elif kind == RECHECK:
-            self.dispatch(self.engines[key], now)
+            self.dispatch(self.engines[key], now, asked_at=index)
         elif kind == DEADLINE:
             self.drain_deadline(key, now)
         elif kind == OUTSIDE:
@@ -138,12 +138,10 @@ class _Sim:
         """A request arrives: queued on its engine, and the queue dispatches."""
         request = self.requests[index]
         engine = self.engines[request.key]
-        if engine.last_activity is None:  # its queue is made for its first request
-            engine.last_activity = now
+        if engine.last_activity is None or not request.ambient:
+            engine.active(now)  # its queue is made for its first request; a person uses it
         self.tally.request(engine.key)
         self.arrived[index] = now
-        if not request.ambient:
-            engine.last_activity = now
         self.arrivals += 1
         engine.pending.add(
             Pending(
@@ -160,14 +158,27 @@ class _Sim:
             self.agenda.push(now + request.gave_up, GIVE_UP, index)
         self.dispatch(engine, now)
 
-    def dispatch(self, engine: SimEngine, now: float) -> None:
-        """The queue hands out its free slots by its pick; held ambient work is looked at later."""
+    def dispatch(self, engine: SimEngine, now: float, asked_at: int | None = None) -> None:
+        """The queue hands out its free slots by its pick; held ambient work is looked at later.
+
+        ``asked_at``: for a re-check, the count of the quiet clock's moves when it was asked.
+
+        Raises:
+            RuntimeError: A re-check came when the quiet window it waited for had passed, with
+                the quiet clock where it stood when it was asked, and the queue still asks for
+                another one: it would ask forever (a defect, never a workload's doing).
+        """
         while engine.can_take():
             item = engine.take(now)
             if item is None:
                 delay = engine.recheck_in(now)  # Q5
                 if delay is not None:
-                    self.agenda.push(now + delay, RECHECK, key=engine.key)
+                    if asked_at == engine.quiet_moves:
+                        raise RuntimeError(
+                            f"what-if: {engine.key}'s ambient re-check at {now:.3f} s changed "
+                            "nothing and asked for another: the simulation would never end"
+                        )
+                    self.agenda.push(now + delay, RECHECK, engine.quiet_moves, engine.key)
                 return
             self.tally.wait(engine.key, now - item.enqueued_at)
             self.handed_out(engine, item.id, now)

@@ -131,6 +131,7 @@ class SimEngine:
         "pending",
         "pinned",
         "queued_build",
+        "quiet_moves",
         "recent",
         "running",
         "slots",
@@ -151,6 +152,7 @@ class SimEngine:
         self.running: dict[int, Running] = {}  # dispatched: holds a queue slot
         self.recent: tuple[RecentRun, ...] = ()
         self.last_activity: float | None = None  # Q1: the quiet clock starts with its queue
+        self.quiet_moves = 0  # how often the quiet clock was set: a re-check asked at one count
         self.waiters: list[int] = []  # dispatched, waiting for the engine to be up
         self.in_gate = 0
         self.gate_wait: deque[int] = deque()
@@ -174,6 +176,16 @@ class SimEngine:
 
     # -- the queue (Q2-Q5) -------------------------------------------------------------------
 
+    def active(self, now: float) -> None:
+        """The quiet clock (Q5) starts again at ``now``: its queue was made, or a person used it."""
+        self.last_activity = now
+        self.quiet_moves += 1
+
+    def quiet_for(self, now: float) -> float:
+        """Q5: how long the quiet clock has run at ``now`` (0 before its queue was made)."""
+        # a clock set at 0.0 is a time like any other, not "never set"
+        return 0.0 if self.last_activity is None else now - self.last_activity
+
     def can_take(self) -> bool:
         """Requests are queued and a queue slot is free."""
         return bool(self.pending.items) and len(self.running) < self.caps.width
@@ -190,7 +202,7 @@ class SimEngine:
             running=len(running),
             non_ambient_running=sum(1 for r in running if not r.ambient),
             non_ambient_pending=line.non_ambient,
-            quiet_for=now - (self.last_activity or now),
+            quiet_for=self.quiet_for(now),
         )
         if len(line.items) == 1:
             shown = list(line.items.values())
@@ -214,7 +226,7 @@ class SimEngine:
             item.id, item.lane, now, item.ambient, item.session_id, item.group
         )
         if not item.ambient:
-            self.last_activity = now
+            self.active(now)
         return item
 
     def recheck_in(self, now: float) -> float | None:
@@ -228,14 +240,14 @@ class SimEngine:
             running=len(running),
             non_ambient_running=sum(1 for r in running if not r.ambient),
             non_ambient_pending=line.non_ambient,
-            quiet_for=now - (self.last_activity or now),
+            quiet_for=self.quiet_for(now),
         )
 
     def end_run(self, index: int, now: float) -> None:
         """Request ``index`` gave its queue slot back (ran, or its start was refused)."""
         ran = self.running.pop(index)
         if not ran.ambient:
-            self.last_activity = now
+            self.active(now)
         self.recent = prune_recent(
             (*self.recent, RecentRun(ran.session_id, ran.group, now)),
             now,
