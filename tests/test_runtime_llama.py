@@ -141,12 +141,15 @@ async def test_a_long_stream_is_never_cut_by_swaps(rig: Rig) -> None:
         one = (await rt.memory.budget())["committed"]
         rig.budget_gib = room_for(2, rig.price(key_of("beta")), one) / GIB
         lines: list[str] = []
-        streamed = anyio.Event()
+        streamed, swapped = anyio.Event(), anyio.Event()
 
         async def long_stream() -> None:
             async with rt.request(key_of("alpha")) as port:
                 streamed.set()
                 lines.extend(await anyio.to_thread.run_sync(stream, port, 300, gaps))
+                # the request is held until the swaps are over, however fast the stream ran:
+                # the engine is busy throughout by construction, not by the machine's speed
+                await swapped.wait()
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(long_stream)
@@ -155,6 +158,7 @@ async def test_a_long_stream_is_never_cut_by_swaps(rig: Rig) -> None:
                 async with rt.request(key_of(name)) as port:
                     await anyio.to_thread.run_sync(chat, port)
                 assert rig.running() <= 2
+            swapped.set()
         assert lines[-1] == "data: [DONE]"
         finish = json.loads(lines[-2].removeprefix("data: "))["choices"][0]["finish_reason"]
         assert finish == "length"
