@@ -36,7 +36,7 @@ from typing import Literal
 import psutil
 import pytest
 
-from _session_sweep import DONE, MARKER_ENV, Leftover, report, sweep, with_token
+from _session_sweep import DONE, MARKER_ENV, Leftover, report, start_mark, sweep, with_token
 
 #: The watchdog's script: standard library and psutil only.
 WATCHDOG = Path(__file__).with_name("_session_sweep.py")
@@ -96,7 +96,7 @@ class SessionGuard:
         atexit.register(self._finish_at_exit)
 
     def _start_watchdog(self, env: dict[str, str]) -> None:
-        created = psutil.Process().create_time()
+        created = start_mark(psutil.Process())
         read_end, write_end = os.pipe()  # both non-inheritable: only the watchdog gets read_end
         argv = [sys.executable, str(WATCHDOG), "watch", str(read_end), self.token]
         argv += [str(os.getpid()), repr(created)]

@@ -22,6 +22,7 @@ import signal
 import sys
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from pathlib import Path
 
 import psutil
 
@@ -98,6 +99,22 @@ def _name(process: psutil.Process) -> str:
         return "?"
 
 
+def start_mark(process: psutil.Process) -> float:
+    """When ``process`` started: seconds since boot where the kernel says (Linux), else wall time.
+
+    psutil's ``create_time()`` adds the boot time as the wall clock sees it now, so a clock
+    step (NTP, a virtual machine restored from a snapshot) moves every process's start: a
+    watchdog comparing those took a live pytest for a dead one and swept its workers. The
+    kernel's count of ticks since boot (``/proc/PID/stat``, field 22) never moves.
+    """
+    try:
+        stat = Path(f"/proc/{process.pid}/stat").read_bytes()
+        fields = stat.rsplit(b")", 1)[1].split()
+        return int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return process.create_time()
+
+
 def find_marked(token: str | None, *, exclude: Collection[int] = ()) -> list[Leftover]:
     """The live processes whose environment carries ``token`` (None: any session's marker).
 
@@ -118,7 +135,7 @@ def find_marked(token: str | None, *, exclude: Collection[int] = ()) -> list[Lef
                     Leftover(
                         process,
                         process.pid,
-                        process.create_time(),
+                        start_mark(process),
                         _command(process),
                         environ[MARKER_ENV],
                     )
@@ -215,8 +232,8 @@ def _session_running(pid: int, created: float) -> bool:
     """Whether ``pid`` is still the session's process (same start time) and not a zombie."""
     try:
         process = psutil.Process(pid)
-        # two processes' wall-clock readings of one start time: allow for a clock step
-        return abs(process.create_time() - created) < 1.0 and not _ended(process)
+        # ticks since boot, read by two processes: the same to the tick, whatever the clock did
+        return abs(start_mark(process) - created) < 0.05 and not _ended(process)
     except psutil.NoSuchProcess:
         return False
     except psutil.AccessDenied:

@@ -19,8 +19,10 @@ import pytest
 from _session_guard import SessionGuard
 from _session_sweep import (
     MARKER_ENV,
+    _session_running,
     end,
     find_marked,
+    start_mark,
     sweep,
     tokens,
     wait_ended,
@@ -348,3 +350,21 @@ def test_a_run_that_exits_without_a_session_finish_is_swept_at_exit() -> None:
         program.wait()
         assert program.stdout is not None
         program.stdout.close()
+
+
+def test_a_wall_clock_step_does_not_make_a_live_session_look_dead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found beside two burning processes on a VM restored from a snapshot: the clock stepped,
+    psutil's create_time (boot time as the wall clock sees it now) moved, the controller's
+    watchdog took the live pytest for a dead one and swept every xdist worker."""
+    created = start_mark(psutil.Process())
+    before = psutil.Process().create_time()
+    import psutil._pslinux as pslinux
+
+    stepped = pslinux.boot_time() + 3600.0
+    monkeypatch.setattr(pslinux, "boot_time", lambda: stepped)
+    assert psutil.Process().create_time() - before == pytest.approx(3600.0, abs=1.0)
+    assert start_mark(psutil.Process()) == created  # ticks since boot: never moved
+    assert _session_running(os.getpid(), created)
+    assert not _session_running(os.getpid(), created + 1.0)  # another start: another process
