@@ -187,6 +187,7 @@ class _Sim:
         """A queued request gave up waiting (its client left)."""
         engine = self.engines[self.requests[index].key]
         if engine.pending.remove(index) is not None:
+            self.arrived.pop(index, None)  # it never reached the engine: no whole wait
             self.script.ended(index, now)
             self.dispatch(engine, now)
 
@@ -206,7 +207,7 @@ class _Sim:
         """Through the engine's physical gate (it runs), or in line for a slot of it."""
         if engine.in_gate < engine.slots:
             engine.in_gate += 1
-            arrived = self.arrived.pop(index, now)
+            arrived = self.arrived.pop(index)
             self.tally.served(engine.key, now - arrived)  # the client's whole wait
             self.agenda.push(now + self.requests[index].work, RELEASE, index)
         else:
@@ -361,6 +362,7 @@ class _Sim:
         waiters, engine.waiters = engine.waiters, []
         for index in waiters:  # each waiter gets the error; its queue slot goes back
             engine.end_run(index, now)
+            self.arrived.pop(index, None)
             self.script.ended(index, now)
         self.dispatch(engine, now)
         self.next_build(now)
