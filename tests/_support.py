@@ -8,6 +8,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hostler import Event, EventStore, event_type, upcaster
 
@@ -158,3 +159,17 @@ def notes_log(path: Path, notes: int = 6) -> Path:
 
 #: A JSON object nested deeper than the log's reader follows.
 DEEP = '{"d":' + "[" * 1000 + "]" * 1000 + "}"
+
+
+def step_the_clock(monkeypatch: Any, seconds: float) -> None:
+    """What setting the system clock does to the start times psutil reports (Linux).
+
+    psutil derives a process's wall-clock start from the boot time in ``/proc/stat``; the
+    kernel moves that boot time whenever the system clock is set (NTP stepping a clock that
+    was wrong, an operator's ``date -s``, a VM restored from a snapshot). The kernel's own
+    count of ticks since boot does not move.
+    """
+    from psutil import _pslinux
+
+    stepped = _pslinux.boot_time() + seconds
+    monkeypatch.setattr(_pslinux, "boot_time", lambda: stepped)

@@ -176,6 +176,10 @@ DAMAGE = [
     ("json_set(payload, '$.pid', 0)", f"{GOOD} records an impossible pid (0)"),
     ("json_set(payload, '$.pid', -1)", f"{GOOD} records an impossible pid (-1)"),
     ("json_set(payload, '$.port', 70000)", f"{GOOD} records an impossible port (70000)"),
+    (
+        "json_set(payload, '$.since_boot', -5)",
+        f"{GOOD} records an impossible start since boot (-5.0)",
+    ),
 ]
 
 

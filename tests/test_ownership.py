@@ -23,6 +23,7 @@ from hostler.drivers.host_ledger import (
     default_ledger_location,
     engine_alive,
     open_ledger_store,
+    owner_alive,
 )
 from hostler.errors import StorePathError, UsageError
 from hostler.events.ledger import (
@@ -31,6 +32,9 @@ from hostler.events.ledger import (
     LedgerReleased,
     LedgerReserved,
 )
+from hostler.probes.host import boot_id
+
+from _support import step_the_clock
 
 BUDGET = compute_budget(HostMemory(system_ram=16 * GIB))  # 9.6 GiB, RAM host
 KEY = "llamacpp:qwen:0"
@@ -350,3 +354,36 @@ def test_an_engine_group_that_outlives_its_leader_still_holds_its_reservation() 
     while engine_alive(held) and time.monotonic() < deadline:
         time.sleep(0.02)  # init reaps the orphan
     assert not engine_alive(held)
+
+
+# -- a clock step moves wall-clock start times, not the owner --------------------------------
+
+
+def test_a_clock_step_does_not_make_a_live_owner_look_dead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 19: an owner string named the daemon by its wall-clock start time; after the clock
+    was stepped a second daemon read the first, still running, as gone and released its bytes."""
+    with EventStore.open(tmp_path / "ledger.db") as store:
+        a = ledger_for(store, "daemon-a")
+        assert a.reserve(KEY, 6 * GIB).granted
+        step_the_clock(monkeypatch, 3600.0)
+        b = ledger_for(store, "daemon-b")
+        assert owner_alive(a.owner, this_boot=boot_id())
+        assert b.release_dead_owners() == []
+        assert b.refresh().held(a.owner, KEY) is not None
+        assert not b.reserve("llamacpp:other:0", 6 * GIB).granted  # A's bytes are still A's
+
+
+def test_an_owner_string_carries_its_ticks_and_an_old_one_still_reads() -> None:
+    me = OwnerIdentity.current("daemon")
+    assert me.since_boot is not None
+    assert OwnerIdentity.parse(me.text()) == me
+    old = OwnerIdentity.parse(f"daemon:{os.getpid()}:{me.create_time:.3f}:{me.boot}")
+    assert old == OwnerIdentity(os.getpid(), round(me.create_time, 3), me.boot, "daemon")
+    assert old.since_boot is None
+    assert owner_alive(old.text(), this_boot=me.boot)  # judged by its wall-clock start
+    assert OwnerIdentity.parse("daemon:12:1.0+x:boot") is None
+    assert OwnerIdentity.parse("with:colons:12:1.5+2.25:boot") == OwnerIdentity(
+        12, 1.5, "boot", "with:colons", since_boot=2.25
+    )

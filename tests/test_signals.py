@@ -38,6 +38,8 @@ from hostler.engines.process import (
     ProcessIdentity,
     argv_fingerprint,
     group_is_ours,
+    identity_matches,
+    leader_alive,
     open_verified,
     spawn_engine,
     terminate_group,
@@ -47,10 +49,11 @@ from hostler.engines.supervisor import Supervisor, SupervisorPolicy, free_port
 from hostler.errors import EngineStartError
 from hostler.machines.watch import ProbeHealth, StopForHealth
 from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec
-from hostler.probes.host import boot_id
+from hostler.probes.host import boot_id, started_since_boot
 from hostler.replay import commit
 
 from _fake_engine import FakeEngine
+from _support import step_the_clock
 
 pytestmark = pytest.mark.anyio
 KEY = "fake:sleeper:0"
@@ -123,6 +126,7 @@ def identity_of(proc: subprocess.Popen[bytes], token: str = TOKEN) -> ProcessIde
         launch_token=token,
         argv_fingerprint=argv_fingerprint(SLEEP),
         port=free_port(),
+        since_boot=started_since_boot(proc.pid),
     )
 
 
@@ -505,3 +509,126 @@ def test_a_stop_recorded_before_detail_existed_reads_with_an_empty_one() -> None
     event = decode("engine.stopped", 1, {**old, "exit_code": 0, "signal": None})
     assert isinstance(event, EngineStopped)
     assert (event.exit_code, event.signal, event.detail) == (0, None, "")
+
+
+# -- a clock step moves wall-clock start times, not the process ------------------------------
+
+
+@pytest.mark.parametrize("step", [-3600.0, 0.2, 86_400.0])
+def test_a_clock_step_after_the_spawn_leaves_the_engine_recognised(
+    tmp_path: Path,
+    procs: list[subprocess.Popen[bytes]],
+    monkeypatch: pytest.MonkeyPatch,
+    step: float,
+) -> None:
+    """Issue 19: the spawn recorded a wall-clock start time; after the clock was stepped a
+    later daemon read its own live engine as "another process": not adopted, never signalled,
+    its ledger bytes freed. The kernel's ticks since boot are what identify the process."""
+    child, identity, pidfd = spawn_engine(
+        SLEEP, {}, log_path=tmp_path / "engine.log", launch_token=TOKEN, port=1
+    )
+    procs.append(child)
+    pidfd.close()
+    assert identity.since_boot is not None and identity.since_boot > 0
+    step_the_clock(monkeypatch, step)
+    # psutil's reading moved with the clock: a wall-clock comparison would call it a stranger
+    moved = psutil.Process(child.pid).create_time() - identity.create_time
+    assert moved == pytest.approx(step, abs=0.02)
+    assert identity_matches(identity) == (True, "")
+    verified, why = open_verified(identity)
+    assert why == ""
+    verified.close()
+    assert leader_alive(identity)
+
+
+def test_the_spawn_record_keeps_the_ticks_since_boot_and_an_old_one_reads_without() -> None:
+    from hostler.events.base import decode
+    from hostler.machines.engine import EngineSpawned
+
+    facts = {
+        "from_state": "starting",
+        "to_state": "starting",
+        "at": 1.0,
+        "pid": 4242,
+        "create_time": 1_700_000_000.25,
+        "boot_id": "boot",
+        "launch_token": TOKEN,
+        "argv_fingerprint": "sha256:0",
+        "port": 8080,
+    }
+    old = decode("engine.spawned", 1, dict(facts))
+    assert isinstance(old, EngineSpawned) and old.since_boot is None
+    new = decode("engine.spawned", 2, {**facts, "since_boot": 1234.56})
+    assert isinstance(new, EngineSpawned) and new.since_boot == 1234.56
+
+
+def test_a_recorded_start_in_ticks_tells_a_stranger_from_the_engine(
+    procs: list[subprocess.Popen[bytes]],
+) -> None:
+    """A process on the pid that started at another tick is another process, whatever the
+    wall-clock reading says (here: a wall-clock start that matches exactly)."""
+    proc = sleeper(procs, TOKEN)
+    real = identity_of(proc)
+    assert real.since_boot is not None
+    assert identity_matches(real) == (True, "")
+    other_tick = dataclasses.replace(real, since_boot=real.since_boot - 1.0)
+    assert identity_matches(other_tick) == (False, f"pid {proc.pid} is now another process")
+    unknown = dataclasses.replace(real, since_boot=None)  # recorded before ticks were: by wall time
+    assert identity_matches(unknown) == (True, "")
+
+
+async def test_a_daemon_restarted_after_a_clock_step_adopts_its_engine(
+    store: EventStore,
+    tmp_path: Path,
+    procs: list[subprocess.Popen[bytes]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The restart itself: the log's spawn record, the clock stepped an hour, reconcile."""
+    from hostler.engines.reconcile import reconcile
+
+    port = free_port()
+    prefix = f"clock-step-{os.getpid()}"  # no other test's process carries it: none is reaped
+    argv = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"]
+    child, identity, pidfd = spawn_engine(
+        argv, {}, log_path=tmp_path / "engine.log", launch_token=f"{prefix}:1", port=port
+    )
+    procs.append(child)
+    pidfd.close()
+    engine = load(store, Engine, KEY)
+    at = time.time()
+    engine.fire("start", at=at, cause="test")
+    engine.fire(
+        "spawned",
+        at=at,
+        pid=identity.pid,
+        create_time=identity.create_time,
+        boot_id=identity.boot_id,
+        launch_token=identity.launch_token,
+        argv_fingerprint=identity.argv_fingerprint,
+        port=identity.port,
+        since_boot=identity.since_boot,
+    )
+    engine.fire("ready", at=at)
+    commit(store, engine, metadata={"actor": "test"})
+    wait_until(lambda: listening(port))
+    step_the_clock(monkeypatch, 3600.0)
+    outcomes = await reconcile(
+        store,
+        {KEY: load(store, Engine, KEY)},
+        token_prefix=prefix,
+        daemon_pid=os.getpid(),
+        readiness_path=lambda _key: "/",
+        clock=time.time,
+    )
+    assert [(o.result, o.pid, o.detail) for o in outcomes] == [("adopted", child.pid, "")]
+    assert outcomes[0].identity == identity  # read back from the log whole, ticks included
+    assert outcomes[0].pidfd is not None
+    outcomes[0].pidfd.close()
+    assert alive(child.pid)
+
+
+def listening(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0

@@ -374,6 +374,11 @@ def implausible_identity(pid: object, identity: dict[str, Any] | None) -> str | 
         return f"an impossible port ({str(port)[:20]})"
     if not isinstance(created, int | float) or not math.isfinite(created) or created < 0:
         return f"an impossible start time ({str(created)[:20]})"
+    ticks = identity.get("since_boot")
+    if ticks is not None and (
+        type(ticks) not in (int, float) or not math.isfinite(ticks) or ticks < 0
+    ):
+        return f"an impossible start since boot ({str(ticks)[:20]})"
     return None
 
 

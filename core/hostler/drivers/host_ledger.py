@@ -64,7 +64,7 @@ from hostler.events.ledger import (
     LedgerSpilloverSet,
 )
 from hostler.paths import env_path, home_dir, user_path
-from hostler.probes.host import boot_id
+from hostler.probes.host import boot_id, same_start, started_since_boot
 from hostler.store.log import EventStore, RecordedEvent
 
 __all__ = [
@@ -197,31 +197,47 @@ def open_ledger_store(location: LedgerLocation, *, busy_timeout: float | None = 
 
 @dataclass(frozen=True, slots=True)
 class OwnerIdentity:
-    """Who holds a reservation: a process, recognisable even after its pid is reused."""
+    """Who holds a reservation: a process, recognisable even after its pid is reused.
+
+    ``since_boot`` is its start in the kernel's ticks since boot (None where the kernel does
+    not say, or the owner string predates it): what tells the process apart, since
+    ``create_time`` moves when the system clock is set.
+    """
 
     pid: int
     create_time: float
     boot: str
     label: str = "hostler"
+    since_boot: float | None = None
 
     @classmethod
     def current(cls, label: str = "hostler") -> OwnerIdentity:
         """This process."""
         pid = os.getpid()
-        return cls(pid, psutil.Process(pid).create_time(), boot_id(), label)
+        created = psutil.Process(pid).create_time()
+        return cls(pid, created, boot_id(), label, since_boot=started_since_boot(pid))
 
     def text(self) -> str:
-        """The owner string stored in ledger events."""
-        return f"{self.label}:{self.pid}:{self.create_time:.3f}:{self.boot}"
+        """The owner string stored in ledger events: ``label:pid:start:boot``.
+
+        ``start`` is the wall-clock start, then ``+`` and the ticks since boot where known (an
+        older hostler reads such a string as no identity at all, and keeps what it holds).
+        """
+        start = f"{self.create_time:.3f}"
+        if self.since_boot is not None:
+            start += f"+{self.since_boot:.2f}"
+        return f"{self.label}:{self.pid}:{start}:{self.boot}"
 
     @staticmethod
     def parse(text: str) -> OwnerIdentity | None:
         """The identity in an owner string, or None if it is not one."""
         try:
             rest, boot = text.rsplit(":", 1)
-            rest, created = rest.rsplit(":", 1)
+            rest, start = rest.rsplit(":", 1)
             label, pid = rest.rsplit(":", 1)
-            return OwnerIdentity(int(pid), float(created), boot, label)
+            created, plus, ticks = start.partition("+")
+            since_boot = float(ticks) if plus else None
+            return OwnerIdentity(int(pid), float(created), boot, label, since_boot=since_boot)
         except ValueError:
             return None
 
@@ -233,15 +249,17 @@ def owner_alive(text: str, *, this_boot: str) -> bool:
         return True  # not ours to judge: keep it (conservative)
     if owner.boot != this_boot:
         return False
-    return _same_process(owner.pid, owner.create_time, tolerance=0.01)
+    return _same_process(owner.pid, owner.create_time, owner.since_boot, tolerance=0.01)
 
 
-def _same_process(pid: int, create_time: float, *, tolerance: float) -> bool:
+def _same_process(
+    pid: int, create_time: float, since_boot: float | None, *, tolerance: float
+) -> bool:
     try:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:
             return False
-        return abs(process.create_time() - create_time) < tolerance
+        return same_start(process, wall=create_time, since_boot=since_boot, tolerance=tolerance)
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
         return False
     except psutil.AccessDenied:
@@ -257,8 +275,11 @@ def engine_alive(held: Held) -> bool:
     """
     if held.pid is not None and held.create_time is not None:
         # the leader, or any process left in its group (an engine's group outlives a leader
-        # that crashed while children hold memory; the kernel reuses no pid that names a group)
-        return _same_process(held.pid, held.create_time, tolerance=0.05) or group_alive(held.pid)
+        # that crashed while children hold memory; the kernel reuses no pid that names a group;
+        # ``ledger.bound`` records no ticks, so after a clock step it is the group that tells)
+        return _same_process(held.pid, held.create_time, None, tolerance=0.05) or group_alive(
+            held.pid
+        )
     if held.token:
         return _token_running(held.token)
     return False

@@ -44,7 +44,7 @@ from hostler.machines.stop import (
     StopPaused,
     StopTimings,
 )
-from hostler.probes.host import boot_id
+from hostler.probes.host import boot_id, same_start, started_since_boot
 
 __all__ = [
     "LAUNCH_TOKEN_ENV",
@@ -107,7 +107,12 @@ def cmdline_matches(cmdline: Sequence[str], fingerprint: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class ProcessIdentity:
-    """What makes an engine process recognisable after a daemon restart."""
+    """What makes an engine process recognisable after a daemon restart.
+
+    ``since_boot`` is its start in the kernel's ticks since boot (None where the kernel does
+    not say, or the record predates it): what tells the process apart, since ``create_time``
+    moves with the system clock.
+    """
 
     pid: int
     create_time: float
@@ -115,6 +120,7 @@ class ProcessIdentity:
     launch_token: str
     argv_fingerprint: str
     port: int
+    since_boot: float | None = None
 
 
 class Pidfd:
@@ -270,6 +276,7 @@ def spawn_engine(
         launch_token=launch_token,
         argv_fingerprint=argv_fingerprint(argv),
         port=port,
+        since_boot=started_since_boot(process.pid),
     )
     return process, identity, pidfd
 
@@ -285,7 +292,12 @@ def identity_matches(identity: ProcessIdentity) -> tuple[bool, str]:  # noqa: PL
         process = psutil.Process(identity.pid)
         if process.status() == psutil.STATUS_ZOMBIE:
             return False, f"pid {identity.pid} has exited"
-        if abs(process.create_time() - identity.create_time) > START_TIME_TOLERANCE:
+        if not same_start(
+            process,
+            wall=identity.create_time,
+            since_boot=identity.since_boot,
+            tolerance=START_TIME_TOLERANCE,
+        ):
             return False, f"pid {identity.pid} is now another process"
         token = process.environ().get(LAUNCH_TOKEN_ENV)
         if token != identity.launch_token:

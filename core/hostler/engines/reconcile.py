@@ -32,7 +32,7 @@ from hostler.engines.process import (
 )
 from hostler.events.daemon import DAEMON_STREAM, EngineReaped
 from hostler.machines.engine import Engine, EngineState
-from hostler.probes.host import boot_id
+from hostler.probes.host import boot_id, started_since_boot
 from hostler.replay import commit
 from hostler.store.log import EventStore
 
@@ -84,7 +84,12 @@ def identity_of(engine: Engine) -> ProcessIdentity | None:
         launch_token=str(facts["launch_token"]),
         argv_fingerprint=str(facts["argv_fingerprint"]),
         port=int(facts["port"]),
+        since_boot=_number_or_none(facts.get("since_boot")),
     )
+
+
+def _number_or_none(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
 
 
 async def reconcile(
@@ -242,6 +247,7 @@ def find_strays(token_prefix: str, *, exclude: set[int | None]) -> list[Stray]:
                 launch_token=token,
                 argv_fingerprint=argv_fingerprint(argv),
                 port=0,
+                since_boot=started_since_boot(process.pid),
             )
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue

@@ -468,6 +468,7 @@ class EngineStarter:
             launch_token=identity.launch_token,
             argv_fingerprint=identity.argv_fingerprint,
             port=identity.port,
+            since_boot=identity.since_boot,
         )
         await self._account.bind(identity)
         await self._readiness.await_ready(child, probe)

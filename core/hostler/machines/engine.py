@@ -87,10 +87,15 @@ class EngineStartRequested(TransitionEvent):
     cause: str
 
 
-@event_type("engine.spawned")
+@event_type("engine.spawned", schema_version=2)
 @dataclass(frozen=True, slots=True)
 class EngineSpawned(TransitionEvent):
-    """The process exists; its identity, recorded so a later daemon can adopt or reap it."""
+    """The process exists; its identity, recorded so a later daemon can adopt or reap it.
+
+    ``since_boot`` (v2) is its start in the kernel's ticks since boot: a later daemon tells the
+    process by it, since ``create_time`` moves when the system clock is set. None where the
+    kernel does not say.
+    """
 
     pid: int
     create_time: float
@@ -98,6 +103,13 @@ class EngineSpawned(TransitionEvent):
     launch_token: str
     argv_fingerprint: str
     port: int
+    since_boot: float | None = None
+
+
+@upcaster("engine.spawned", from_version=1)
+def _spawned_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    payload.setdefault("since_boot", None)
+    return payload
 
 
 @event_type("engine.ready")
@@ -336,6 +348,7 @@ class Engine(LifecycleModel):
             "launch_token": e.launch_token,
             "argv_fingerprint": e.argv_fingerprint,
             "port": e.port,
+            "since_boot": e.since_boot,
         }
 
     def _on_ready(self, e: EngineReady) -> None:
