@@ -266,14 +266,15 @@ async def test_a_pinned_engine_comes_back_after_a_crash_and_is_never_a_victim(
     world: World,
 ) -> None:
     async with world.pool(pinned=[A], pin_interval=0.05) as pool:
+        # resident counts a start in progress (no pid yet): wait for it to run
         with anyio.fail_after(10):
-            while not pool.resident(A):
+            while pool.supervisor(A).state != "running":
                 await anyio.sleep(0.05)
         pid = pool.supervisor(A).pid
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
         with anyio.fail_after(10):
-            while pool.supervisor(A).pid in (None, pid) or not pool.resident(A):
+            while pool.supervisor(A).pid in (None, pid) or pool.supervisor(A).state != "running":
                 await anyio.sleep(0.05)
         assert "engine.crashed" in world.types(f"engine/{A}")
         await pool.ensure(B)

@@ -529,6 +529,7 @@ def test_a_clock_step_after_the_spawn_leaves_the_engine_recognised(
     )
     procs.append(child)
     pidfd.close()
+    wait_until(lambda: env_token(child.pid) == TOKEN)  # exec'd, environment readable
     assert identity.since_boot is not None and identity.since_boot > 0
     step_the_clock(monkeypatch, step)
     # psutil's reading moved with the clock: a wall-clock comparison would call it a stranger
