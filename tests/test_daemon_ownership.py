@@ -216,6 +216,44 @@ def _check_one_owner(data: Path, ledger: Path, daemon: subprocess.Popen[bytes], 
         assert h.pid == logged[h.key], f"seed {seed}: {h} pays for another process"
 
 
+def test_a_copy_with_its_own_ledger_never_takes_a_live_daemons_engine(
+    tmp_path: Path, models: Path, datas: list[Path]
+) -> None:
+    """Break (issue 19): a copy of a live daemon's data directory, started with another ledger
+    and a config without the engine, adopted that engine and stopped it as unconfigured. Only
+    a shared ledger told it the engine was another daemon's; the log itself names that daemon.
+    """
+    original, copy = datas[0], datas[1]
+    config = write_config(tmp_path / "a.toml", KEYS[:1], tmp_path / "ledger.db", models)
+    other = write_config(tmp_path / "b.toml", KEYS[1:], tmp_path / "other-ledger.db", models)
+    first = start_daemon(config, original, tmp_path / "d1.log")
+    second = None
+    try:
+        wait_for(lambda: count(original, KEYS[0], "engine.ready") == 1)
+        with EventStore.open(original / "events.db") as store:
+            pid = replay(store).engines[KEYS[0]].pid
+        shutil.copytree(original, copy, ignore=shutil.ignore_patterns("*.lock"))
+        second = start_daemon(other, copy, tmp_path / "d2.log")
+        wait_for(lambda: len(daemon_starts(copy)) == 2)  # the copied start + its own
+        started = daemon_starts(copy)[-1]
+        assert started["adopted"] == [] and started["reaped"] == []
+        lost = [p for s, t, p in events(copy) if s == f"engine/{KEYS[0]}" and t == "engine.lost"]
+        assert f"pid {pid} belongs to the daemon this log was copied from" in lost[-1]["cause"]
+        assert not any(
+            t == "engine.stop_requested" for s, t, _ in events(copy) if s == f"engine/{KEYS[0]}"
+        )
+        assert alive(pid)
+        second.send_signal(signal.SIGTERM)
+        second.wait(30)
+        assert alive(pid)  # the copy's shutdown stopped only what it started
+    finally:
+        for daemon in (first, second):
+            if daemon is not None and daemon.poll() is None:
+                daemon.send_signal(signal.SIGTERM)
+                daemon.wait(30)
+    assert not alive(pid)
+
+
 def test_a_copied_data_directory_never_takes_a_live_daemons_engine(
     tmp_path: Path, models: Path, datas: list[Path]
 ) -> None:

@@ -29,7 +29,7 @@ from hostler.daemon_parts.options import check_engine_options
 from hostler.daemon_parts.ownership import daemon_id, orphans_note
 from hostler.daemon_parts.shutdown import stop_one
 from hostler.daemon_parts.upkeep import Upkeep
-from hostler.drivers.host_ledger import HostLedger, OwnerIdentity, open_ledger_store
+from hostler.drivers.host_ledger import HostLedger, OwnerIdentity, open_ledger_store, owner_alive
 from hostler.drivers.loghealth import LogHealth
 from hostler.drivers.offloop import DAEMON_BUSY_TIMEOUT, OffLoop
 from hostler.engines.factory import ConfiguredEngines, adapter_for, stop_only_adapter
@@ -51,6 +51,7 @@ from hostler.machines.engine import StopReason
 from hostler.plugin import EngineAdapter
 from hostler.pluginhost import PluginHost
 from hostler.policies.eviction import EvictionPolicy, eviction_policy
+from hostler.probes.host import boot_id
 from hostler.probes.nvml import NvmlProbe, open_nvml
 from hostler.probes.process import measure_process
 from hostler.replay import replay
@@ -166,6 +167,7 @@ class StartUp:
                 clock=self._clock,
                 offloop=io,
                 held_by_other=ledger.held_by_other,
+                copied_from=await io.run(lambda: live_previous_daemon(store)),
             )
 
         outcomes = await _patiently(replay_and_reconcile, self._clock)
@@ -337,19 +339,45 @@ async def _patiently(step: Callable[[], Awaitable[T]], clock: Clock, patience: f
         await clock.sleep(0.2)
 
 
+def _last_start(store: EventStore) -> DaemonStarted | None:
+    """The last daemon's start, when no ``daemon.stopped`` followed it."""
+    last = store.read_all(
+        streams=[DAEMON_STREAM], types=["daemon.started", "daemon.stopped"], last=1
+    )
+    previous = next(iter(last), None)
+    return (
+        previous.event
+        if previous is not None and isinstance(previous.event, DaemonStarted)
+        else None
+    )
+
+
 def _record_gap(store: EventStore, now: float) -> None:
     """SF4: when the last daemon of this log left no ``daemon.stopped``, say so first.
 
     Once: a gap already recorded (by a start that itself failed) is not recorded again.
     """
-    last = store.read_all(
-        streams=[DAEMON_STREAM], types=["daemon.started", "daemon.stopped"], last=1
-    )
-    previous = next(iter(last), None)
-    if previous is None or not isinstance(previous.event, DaemonStarted):
+    previous = _last_start(store)
+    if previous is None:
         return
-    gap = DaemonGap(now, previous.event.pid, previous.event.at, store.last_seq())
+    gap = DaemonGap(now, previous.pid, previous.at, store.last_seq())
     store.append(DAEMON_STREAM, [gap], expected_version=None)
+
+
+def live_previous_daemon(store: EventStore) -> str | None:
+    """OW5: the daemon this log's last start names, when it still runs and is not this one.
+
+    A daemon holds its data directory's lock while it runs, so a live one named here means
+    this directory is a copy of its (or its lock was taken from it): its engines are its own.
+    Told by the owner identity the start recorded (pid, start ticks, boot), never by a pid
+    alone; a start that recorded none (before schema v2) names no one.
+    """
+    previous = _last_start(store)
+    if previous is None or previous.ledger_owner is None or previous.pid == os.getpid():
+        return None
+    if owner_alive(previous.ledger_owner, this_boot=boot_id(), unknown_alive=False):
+        return previous.ledger_owner
+    return None
 
 
 #: Why a row of a lifecycle stream that decoded was still not folded.

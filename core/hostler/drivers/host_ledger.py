@@ -242,11 +242,15 @@ class OwnerIdentity:
             return None
 
 
-def owner_alive(text: str, *, this_boot: str) -> bool:
-    """Whether the process an owner string names is still the same live process."""
+def owner_alive(text: str, *, this_boot: str, unknown_alive: bool = True) -> bool:
+    """Whether the process an owner string names is still the same live process.
+
+    A string that names no process reads as ``unknown_alive``: alive by default, so that a
+    reservation nobody can judge is kept.
+    """
     owner = OwnerIdentity.parse(text)
     if owner is None:
-        return True  # not ours to judge: keep it (conservative)
+        return unknown_alive
     if owner.boot != this_boot:
         return False
     return _same_process(owner.pid, owner.create_time, owner.since_boot, tolerance=0.01)

@@ -102,6 +102,7 @@ async def reconcile(
     clock: Callable[[], float],
     offloop: OffLoop | None = None,
     held_by_other: Callable[[str], str | None] | None = None,
+    copied_from: str | None = None,
 ) -> list[Outcome]:
     """Adopt or lose every engine the log believes alive, then reap strays; record each.
 
@@ -109,6 +110,9 @@ async def reconcile(
     reservation pays for the engine launched with ``token`` (None when none does). Such an
     engine is somebody else's — a copied data directory, a second daemon that got past the
     lock — and is neither adopted nor signalled (OW5): it is recorded lost here, untouched.
+    ``copied_from`` names the daemon this log's last start recorded when that daemon still
+    runs (this data directory is a copy of a live one's, whatever ledger it uses): every
+    engine the log holds is that daemon's, and no stray is reaped.
     Log writes and process-table scans run off the event loop. Each adopted outcome carries
     the pidfd opened on its engine before the identity check (SG4): the caller hands it to
     the engine's supervisor, or closes it.
@@ -134,6 +138,12 @@ async def reconcile(
             why = (
                 f"pid {identity.pid} is held by another live daemon ({other}); "
                 "left alone (a copied data directory?)"
+            )
+        elif copied_from is not None:
+            other = copied_from
+            why = (
+                f"pid {identity.pid} belongs to the daemon this log was copied from "
+                f"({copied_from}, still running); left alone"
             )
         else:
             pidfd, why = await _check(identity, readiness_path(key), io)
@@ -167,6 +177,8 @@ async def reconcile(
                 foreign=other is not None,
             )
         )
+    if copied_from is not None:
+        return outcomes  # its processes carry this directory's tokens: none is a stray here
     kept = {o.pid for o in outcomes if o.result == "adopted"}
     strays = await io.run(lambda: find_strays(token_prefix, exclude=kept))
     for stray in strays:
