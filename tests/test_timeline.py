@@ -602,5 +602,53 @@ def test_a_log_that_names_its_ledger_is_drawn_with_its_own_rows_only(tmp_path: P
     ledger_file.rename(tmp_path / "moved.db")
     gone = run_cli("timeline", str(tmp_path / "events.db"), "-o", str(picture))
     assert gone.returncode == 0
-    assert f"kept its memory decisions in {ledger_file}, which is not here" in gone.stderr
-    assert "give it with --ledger PATH" in gone.stderr
+    assert gone.stderr == (
+        f"hostler: note: the daemon of {tmp_path / 'events.db'} kept its memory decisions in "
+        f"{ledger_file}, which is not here: the log is read alone; give the ledger with "
+        "--ledger PATH\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("recorded", "why"),
+    [
+        ("/tmp/x\x00y", "which cannot be read here (ValueError)"),
+        ("/" + "a" * 5000, "which cannot be read here (OSError)"),
+        ("DIR", "which cannot be read (store."),
+        ("JUNK", "which cannot be read (store."),
+    ],
+)
+@pytest.mark.parametrize("command", ["timeline", "whatif"])
+def test_a_hostile_recorded_ledger_is_noted_and_the_log_read_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], recorded: str, why: str, command: str
+) -> None:
+    """Break (issue 19): a ``daemon.started`` naming a ledger path with a NUL byte, or one too
+    long for the file system, made ``whatif`` and ``timeline`` end in a traceback; one naming
+    a directory or a file that is no log ended the whole command."""
+    from hostler.cli import main
+    from hostler.events.daemon import DAEMON_STREAM, DaemonStarted
+
+    if recorded == "DIR":
+        recorded = str(tmp_path)
+    elif recorded == "JUNK":
+        (tmp_path / "junk.db").write_bytes(b"not a database" * 100)
+        recorded = str(tmp_path / "junk.db")
+    clock = Clock()
+    log = tmp_path / "events.db"
+    with EventStore.open(log, clock=clock) as events:
+        put(
+            events,
+            clock,
+            0.5,
+            DAEMON_STREAM,
+            DaemonStarted(0.0, 1, "t", [], [], [], recorded, "me"),
+        )
+        put(events, clock, 2, "engine/e:a:0", stop("evicted", "e:b:0"))
+    args = [command, str(log)] + (["-o", str(tmp_path / "m.svg")] if command == "timeline" else [])
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert err.startswith(f"hostler: note: the daemon of {log} kept its memory decisions in ")
+    assert why in err and err.endswith(
+        ": the log is read alone; give the ledger with --ledger PATH\n"
+    )
+    assert "Traceback" not in err and err.count("\n") == 1

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
+from hostler.errors import HostlerError
 from hostler.postmortem.ledger_use import own_rows, recorded_ledger
 from hostler.store.log import EventStore, RecordedEvent
 
@@ -23,27 +24,45 @@ def recorded_ledger_rows(
 ) -> list[RecordedEvent] | None:
     """The ledger rows to merge with ``log``'s ``rows``; None when no other ledger is known.
 
-    A recorded ledger file that is gone is said on stderr in one line (with the fix), and
-    the log is read alone.
+    The recorded path is the log's word, not the user's: one that is gone, cannot be a path
+    here (a NUL byte, too long) or does not open as a hostler log is said on stderr in one
+    line (with the fix), and no rows are given: the log is read alone.
     """
     use = recorded_ledger(rows)
-    if use is None or _same_file(log.sqlite_file, use.path):
+    if use is None:
         return None
-    if not use.path.exists():
-        print(
-            f"hostler: note: the daemon of {log.name} kept its memory decisions in "
-            f"{use.path}, which is not here: give it with --ledger PATH",
-            file=sys.stderr,
-        )
-        return None
-    with EventStore.open(use.path) as ledger:
-        return list(own_rows(use, ledger.read_all(until=until)))
+    try:
+        if _same_file(log.sqlite_file, use.path):
+            return None
+        here = use.path.exists()
+    except (OSError, ValueError) as exc:
+        _note(log, use.path, f"which cannot be read here ({type(exc).__name__})")
+        return []
+    if not here:
+        _note(log, use.path, "which is not here")
+        return []
+    try:
+        with EventStore.open(use.path) as ledger:
+            return list(own_rows(use, ledger.read_all(until=until)))
+    except HostlerError as exc:
+        _note(log, use.path, f"which cannot be read ({exc.code})")
+        return []
+
+
+def _note(log: EventStore, path: Path, why: str) -> None:
+    shown = str(path).encode("unicode_escape").decode("ascii")[:200]
+    print(
+        f"hostler: note: the daemon of {log.name} kept its memory decisions in {shown}, "
+        f"{why}: the log is read alone; give the ledger with --ledger PATH",
+        file=sys.stderr,
+    )
 
 
 def _same_file(one: Path | None, other: Path) -> bool:
+    """Whether ``other`` is the file ``one`` (raises what the path's check raises)."""
     if one is None:
         return False
     try:
         return one.samefile(other)
-    except OSError:
+    except FileNotFoundError:
         return one == other
