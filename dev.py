@@ -11,10 +11,13 @@ It installs uv (into ./.tools, so it never touches the system Python), then lets
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -141,7 +144,40 @@ def main(argv: list[str]) -> int:
     env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}
     if command in ("demo", "test"):
         env.update(ensure_engine(uv, env))
-    return subprocess.run(line, cwd=ROOT, env=env, check=False).returncode
+    return run_forwarding(line, env)
+
+
+#: Seconds a run stopped by a signal is given to stop in order before its group is killed.
+STOP_GRACE = 60.0
+
+
+def run_forwarding(line: list[str], env: dict[str, str]) -> int:
+    """Run ``line`` in a process group of its own; a stop of dev.py stops all of it.
+
+    SIGINT, SIGTERM or SIGHUP sent to dev.py alone (a CI runner's cancel, ``kill PID``) or to
+    its terminal's group (Ctrl-C) reaches the whole run as SIGINT, pytest's orderly stop: the
+    session guard ends every process the tests started. A second signal, or a run that has
+    not ended :data:`STOP_GRACE` seconds later, kills the group.
+    """
+    if os.name != "posix":
+        return subprocess.run(line, cwd=ROOT, env=env, check=False).returncode
+    child = subprocess.Popen(line, cwd=ROOT, env=env, process_group=0)
+    asked: list[float] = []
+
+    def forward(signum: int, frame: object) -> None:
+        stop = signal.SIGKILL if asked else signal.SIGINT
+        asked.append(time.monotonic())
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, stop)
+
+    for stop in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(stop, forward)
+    while True:
+        try:
+            return child.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            if asked and time.monotonic() - asked[0] > STOP_GRACE:
+                forward(signal.SIGKILL, None)
 
 
 if __name__ == "__main__":
