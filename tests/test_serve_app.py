@@ -241,3 +241,41 @@ async def test_an_operator_body_over_its_limit_is_refused_before_it_is_read(
             with anyio.move_on_after(3):
                 answer = await stream.receive()
         assert answer.startswith(b"HTTP/1.1 4"), answer[:200]
+
+
+@pytest.mark.anyio
+async def test_an_engine_killed_mid_stream_ends_the_stream_with_an_error_event(
+    slow_world: World,
+) -> None:
+    """Break (issue 19): an engine SIGKILLed mid-answer ended the client's stream as if it were
+    complete (no error, no ``[DONE]``, the last chunk's ``finish_reason`` null): the official
+    client reported success. The stream now ends with an SSE error event, which the ``openai``
+    client raises as an ``APIError``."""
+    import os
+
+    engine = SlowChat(slow_world.tmp_path, tick=0.05)
+    async with slow_face(slow_world, engine) as (runtime, client):
+        lines: list[str] = []
+        async with client.stream(
+            "POST", "/v1/chat/completions", json=ask("a", "cut", 400, stream=True)
+        ) as answer:
+            assert answer.status_code == 200
+            async for line in answer.aiter_lines():
+                lines.append(line)
+                if line.startswith('data: {"i": 2}'):
+                    pid = runtime.supervisor("slow:a:0").pid
+                    assert pid is not None
+                    os.kill(pid, signal.SIGKILL)
+        data = [line for line in lines if line.startswith("data: ")]
+        assert data[:3] == ['data: {"i": 0}', 'data: {"i": 1}', 'data: {"i": 2}']
+        assert "data: [DONE]" not in data
+        last = json.loads(data[-1][len("data: ") :])
+        assert last == {
+            "error": {
+                "message": "the engine stopped answering mid-answer (it crashed or was "
+                "killed); the answer is incomplete: ask again",
+                "type": "server_error",
+                "code": "engine-crashed",
+                "param": None,
+            }
+        }

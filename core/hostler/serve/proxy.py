@@ -154,7 +154,35 @@ async def _relay(answer: UpstreamResponse, send: Send) -> None:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
     except UpstreamError as exc:
         log.warning("hostler: the engine's answer broke off: %s", exc)
+        if _is_stream(answer):  # a stream that just stops reads as complete: say it is not
+            await send({"type": "http.response.body", "body": _CUT_EVENT, "more_body": True})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+#: The last event of a stream whose engine stopped answering mid-answer (an OpenAI error
+#: event: the ``openai`` client raises it as an ``APIError``).
+_CUT_EVENT = (
+    "data: "
+    + json.dumps(
+        {
+            "error": {
+                "message": "the engine stopped answering mid-answer (it crashed or was "
+                "killed); the answer is incomplete: ask again",
+                "type": "server_error",
+                "code": "engine-crashed",
+                "param": None,
+            }
+        }
+    )
+    + "\n\n"
+).encode()
+
+
+def _is_stream(answer: UpstreamResponse) -> bool:
+    return any(
+        name == "content-type" and value.split(";")[0].strip() == "text/event-stream"
+        for name, value in answer.headers
+    )
 
 
 async def _close_shielded(answer: UpstreamResponse) -> None:

@@ -175,8 +175,19 @@ class _Answer:
                 return
             if not await self._feed():
                 await self._finish(reusable=False)
-                if not self._chunks:
-                    return
+                if self._chunks:  # what came before the end goes out first
+                    chunks, self._chunks = self._chunks, []
+                    yield b"".join(chunks)
+                if self._delimited():  # a length or chunks were promised: it broke off
+                    raise UpstreamError("the engine's answer broke off (its connection closed)")
+                return
+
+    def _delimited(self) -> bool:
+        """Whether the answer's head gave its end (a length, or chunks) instead of the close."""
+        return any(
+            name == "content-length" or (name == "transfer-encoding" and "chunked" in value)
+            for name, value in self.headers
+        )
 
     async def _finish(self, *, reusable: bool) -> None:
         conn, self._conn = self._conn, None
