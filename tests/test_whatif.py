@@ -537,6 +537,15 @@ def test_only_evictions_for_room_count_not_unloads_someone_asked_for() -> None:
     idle = stop("PP4")
     idle.payload["reason"] = "idle"
     assert recorded_figures([idle]).total.evictions == 0
+    # Break (issue 19): a victim that crashed between the room plan and its stop was counted
+    # as evicted (``backoff`` -> ``stopped``): its crash freed the memory, the stop freed none,
+    # and the what-if, which replays the crash, rightly evicted nothing there.
+    crashed = stop("PP4")
+    crashed.payload["from_state"] = "backoff"
+    assert recorded_figures([crashed]).total.evictions == 0
+    running = stop("PP4")
+    running.payload["from_state"] = "running"
+    assert recorded_figures([running]).total.evictions == 1
 
 
 def test_a_log_without_ledger_decisions_says_its_budget_is_unknown(tmp_path: Path) -> None:

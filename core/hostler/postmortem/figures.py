@@ -175,7 +175,8 @@ def recorded_figures(rows: Iterable[LogRow]) -> Figures:
 
     Requests: ``queue.enqueued``; evictions: ``engine.stop_requested`` that made room for
     another engine (:func:`hostler.machines.engine.made_room`: not a lease's or a person's
-    unload); refusals: ``ledger.denied``, and drains that ended ``busy`` (counted for the
+    unload, nor the stop of a victim that had crashed since the plan: its crash freed it);
+    refusals: ``ledger.denied``, and drains that ended ``busy`` (counted for the
     engine the room was for); cold starts: ``engine.ready``; waits: ``queue.dispatched``;
     the clients' whole waits: ``queue.served``.
     Damaged rows and rows lacking a field are left out.
@@ -216,5 +217,9 @@ def _count_row(tally: Tally, drains: dict[str, str], row: LogRow) -> None:
         key = row.stream_id.removeprefix("engine/")
         if kind == "engine.ready":
             tally.cold_start(key)
-        elif kind == "engine.stop_requested" and made_room(p.get("reason"), p.get("decision")):
+        elif (
+            kind == "engine.stop_requested"
+            and made_room(p.get("reason"), p.get("decision"))
+            and p.get("from_state") != "backoff"  # it had crashed: its stop freed nothing
+        ):
             tally.eviction(key)
