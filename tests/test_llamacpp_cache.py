@@ -58,6 +58,8 @@ class FakeServer:
                 server.calls.append(("POST", self.path, body))
                 if server.status == 200 and "restore" in self.path:
                     self._reply(200, {"n_restored": 37})
+                elif server.status == 200 and "save" in self.path:
+                    self._reply(200, {"n_saved": 12, "n_written": 3456})
                 else:
                     self._reply(server.status, {"error": {"code": server.status}})
 
@@ -133,11 +135,20 @@ async def test_prepare_saves_the_victim_then_restores_the_session(
     server: FakeServer, tmp_path: Path
 ) -> None:
     cache = adapter(server, tmp_path, slots=1)
-    assert await cache.prepare("a") == "fresh"  # no file: no restore asked
+    assert (await cache.prepare("a")).source == "fresh"  # no file: no restore asked
     assert server.posts() == []
-    assert await cache.prepare("a") == "memory"
+    assert (await cache.prepare("a")).source == "memory"
     (tmp_path / "sess-b.bin").write_bytes(b"kv")
-    assert await cache.prepare("b") == "disk"
+    b = await cache.prepare("b")
+    assert (b.source, b.fields, b.restored_tokens, b.error) == (
+        "disk",
+        {"cache_prompt": True, "id_slot": 0},
+        37,
+        "",
+    )
+    assert b.displaced is not None
+    assert (b.displaced.session_id, b.displaced.tokens, b.displaced.bytes) == ("a", 12, 3456)
+    assert b.displaced.error == ""
     assert server.posts() == [
         ("/slots/0?action=save", {"filename": "sess-a.bin"}),
         ("/slots/0?action=restore", {"filename": "sess-b.bin"}),
@@ -149,7 +160,8 @@ async def test_a_failed_restore_is_a_fresh_start(server: FakeServer, tmp_path: P
     cache = adapter(server, tmp_path)
     (tmp_path / "sess-a.bin").write_bytes(b"kv")
     server.status = 400
-    assert await cache.prepare("a") == "fresh"
+    a = await cache.prepare("a")
+    assert (a.source, a.error) == ("fresh", "llama-server did not restore sess-a.bin")
     assert cache.slot_actions is True  # only 501 latches
     assert server.posts() == [("/slots/0?action=restore", {"filename": "sess-a.bin"})]
 
@@ -161,10 +173,10 @@ async def test_a_501_latches_slot_actions_off_and_says_so_once(
     server.status = 501
     await cache.prepare("a")
     with caplog.at_level(logging.WARNING, logger="hostler_llamacpp.cache"):
-        assert await cache.prepare("b") == "fresh"  # save a -> 501
+        assert (await cache.prepare("b")).source == "fresh"  # save a -> 501
         assert cache.slot_actions is False
         (tmp_path / "sess-a.bin").write_bytes(b"kv")
-        assert await cache.prepare("a") == "fresh"  # neither save nor restore tried
+        assert (await cache.prepare("a")).source == "fresh"  # neither save nor restore tried
         assert await cache.save("a") is False
         await cache.evict(["a"])
     assert server.posts() == [("/slots/0?action=save", {"filename": "sess-a.bin"})]
@@ -218,6 +230,18 @@ async def test_flush_saves_every_bound_slot(server: FakeServer, tmp_path: Path) 
         ("/slots/1?action=save", {"filename": "sess-b.bin"}),
     ]
     assert await cache.save("unbound") is False
+    saved = await cache.save_all()
+    assert [(s.session_id, s.tokens, s.bytes, s.error) for s in saved] == [
+        ("a", 12, 3456, ""),
+        ("b", 12, 3456, ""),
+    ]
+    server.status = 500
+    (failed,) = [s for s in await cache.save_all() if s.session_id == "a"]
+    assert (failed.tokens, failed.bytes, failed.error) == (
+        0,
+        0,
+        "llama-server did not save sess-a.bin",
+    )
 
 
 async def test_report_usage_from_slots(server: FakeServer, tmp_path: Path) -> None:
@@ -256,7 +280,7 @@ async def test_an_engine_that_is_not_there_is_not_an_error(tmp_path: Path) -> No
     assert await cache.report_usage() is None
     await cache.prepare("a")
     (tmp_path / "sess-b.bin").write_bytes(b"kv")
-    assert await cache.prepare("b") == "fresh"
+    assert (await cache.prepare("b")).source == "fresh"
     assert cache.slot_actions is True
 
 
@@ -353,20 +377,26 @@ async def test_real_llama_server_saves_and_restores_a_session_across_one_slot(
     try:
         cache = LlamaCppAdapter().cache_adapter(launch)
         assert isinstance(cache, LlamaCacheAdapter)
-        assert await cache.prepare("alice") == "fresh"
+        assert (await cache.prepare("alice")).source == "fresh"
         first = await anyio.to_thread.run_sync(
             _chat, launch.port, cache.request_extras("alice")["id_slot"], "tell me about cats"
         )
         usage = await cache.report_usage()
         assert usage is not None and [e.session_id for e in usage] == ["alice"]
         assert usage[0].tokens >= first["usage"]["prompt_tokens"] > 0
-        assert await cache.prepare("bob") == "fresh"  # alice's slot is saved, then recycled
+        assert (
+            await cache.prepare("bob")
+        ).source == "fresh"  # alice's slot is saved, then recycled
         assert (slots_dir / "sess-alice.bin").stat().st_size > 0
         await anyio.to_thread.run_sync(_chat, launch.port, 0, "and dogs?")
-        assert await cache.prepare("alice") == "disk"  # bob saved, alice restored
+        assert (await cache.prepare("alice")).source == "disk"  # bob saved, alice restored
         again = await anyio.to_thread.run_sync(_chat, launch.port, 0, "tell me about cats")
         assert again["timings"]["cache_n"] > 0  # the restored prompt was reused
         assert names(slots_dir) == ["sess-alice.bin", "sess-bob.bin"]
+        (saved,) = await cache.save_all()  # one slot: alice's
+        assert saved.session_id == "alice" and saved.error == ""
+        assert saved.tokens >= again["usage"]["prompt_tokens"] > 0
+        assert saved.bytes == (slots_dir / "sess-alice.bin").stat().st_size
         await cache.evict(["alice", "bob"])
         assert names(slots_dir) == []
         assert cache.slot_actions is True
@@ -381,7 +411,7 @@ async def test_real_llama_server_without_a_save_path_latches_off(tmp_path: Path)
         cache = LlamaCacheAdapter(launch.port, 1, tmp_path)  # we think it saves; it does not
         await cache.prepare("a")
         await anyio.to_thread.run_sync(_chat, launch.port, 0, "hello")
-        assert await cache.prepare("b") == "fresh"
+        assert (await cache.prepare("b")).source == "fresh"
         assert cache.slot_actions is False
     finally:
         process.kill()

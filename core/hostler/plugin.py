@@ -81,6 +81,9 @@ __all__ = [
     "Progress",
     "ReadinessProbe",
     "Register",
+    "SessionCache",
+    "SessionPrepared",
+    "SessionSaved",
     "SettingError",
     "UsageError",
     "check_model_path",
@@ -564,6 +567,71 @@ class CacheAdapter(Protocol):
 
     async def report_usage(self) -> list[CacheEntry] | None:
         """The engine's own view of its cache entries, or None when it cannot tell."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSaved:
+    """One session's prompt cache written to its file by the engine (or why it was not).
+
+    Attributes:
+        session_id: The session.
+        tokens: How many tokens of KV the engine wrote (0 when it did not say).
+        bytes: The file's size as written (0 when it did not say).
+        seconds: How long the save took.
+        error: Why it was not saved ("" when it was).
+    """
+
+    session_id: str
+    tokens: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPrepared:
+    """Where a session's prompt cache comes from for its next turn, and how it is kept there.
+
+    Attributes:
+        source: ``memory`` (the engine still holds it), ``disk`` (restored from its file just
+            now) or ``fresh`` (nothing to reuse).
+        fields: What the turn's request body must carry to use it (a slot, ``cache_prompt``).
+        restored_tokens: Tokens of KV the restore brought back (``disk`` only).
+        seconds: How long the restore took.
+        displaced: The session whose place it took, saved first (None when none was).
+        error: Why a restore that was tried failed ("" when none failed: the turn runs cold).
+    """
+
+    source: Literal["memory", "disk", "fresh"]
+    fields: dict[str, Any] = field(default_factory=dict)
+    restored_tokens: int = 0
+    seconds: float = 0.0
+    displaced: SessionSaved | None = None
+    error: str = ""
+
+
+@runtime_checkable
+class SessionCache(CacheAdapter, Protocol):
+    """A cache adapter whose engine saves a session's KV to a file and restores it (CC13).
+
+    hostler prepares every turn of a session through it (restoring the session's file when
+    the engine does not hold it) and, before it stops the engine for any reason but a failed
+    one (an eviction, an idle or pressure stop, an operator's unload, a shutdown), saves every
+    session the engine holds, within a bound. Both are best effort: what fails is reported
+    in the answer, never raised.
+    """
+
+    async def prepare(self, session_id: str) -> SessionPrepared:
+        """Ready the engine for the session's next turn (restore it from its file if needed)."""
+        ...
+
+    def held_sessions(self) -> list[str]:
+        """The sessions the engine holds now, in the order to save them (no I/O)."""
+        ...
+
+    async def save_session(self, session_id: str) -> SessionSaved:
+        """Save one session the engine holds to its file, before the engine stops."""
         ...
 
 

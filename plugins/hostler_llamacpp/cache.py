@@ -25,12 +25,18 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 import anyio.to_thread
 
-from hostler.plugin import CacheEntry, entry_bytes, parse_json
+from hostler.plugin import (
+    CacheEntry,
+    SessionPrepared,
+    SessionSaved,
+    entry_bytes,
+    parse_json,
+)
 
 __all__ = ["LlamaCacheAdapter", "session_filename"]
 
@@ -39,8 +45,6 @@ log = logging.getLogger(__name__)
 #: Seconds one slot action or ``/slots`` read may take.
 HTTP_TIMEOUT = 30.0
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-
-Source = Literal["memory", "disk", "fresh"]
 
 
 def session_filename(session_id: str) -> str:
@@ -138,56 +142,86 @@ class LlamaCacheAdapter:
         slot, _, _ = self._bind(session_id)
         return {"cache_prompt": True, "id_slot": slot}
 
-    async def prepare(self, session_id: str) -> Source:
+    async def prepare(self, session_id: str) -> SessionPrepared:
         """Bind the session to a slot before its request; where its prompt cache comes from.
 
-        ``memory``: it was bound already. Otherwise a recycled slot's session is saved first,
-        then the session's own file (if any) is restored: ``disk``; else ``fresh``.
-        Allocations are serialized, so two sessions never race for one slot.
+        ``memory``: it was bound already. Otherwise a recycled slot's session is saved first
+        (``displaced``), then the session's own file (if any) is restored: ``disk``; else
+        ``fresh``. Allocations are serialized, so two sessions never race for one slot.
         """
         async with self._lock:
             slot, victim, bound = self._bind(session_id)
+            fields = {"cache_prompt": True, "id_slot": slot}
             if bound:
-                return "memory"
-            if victim is not None:
-                await self._slot_action(slot, "save", session_filename(victim))
-            restored = await self._restore(slot, session_id)
+                return SessionPrepared("memory", fields)
+            displaced = None if victim is None else await self._save_slot(slot, victim)
+            started = time.monotonic()
+            restored, error = await self._restore(slot, session_id)
+            took = round(time.monotonic() - started, 6)
             if restored is None:
-                return "fresh"
+                return SessionPrepared("fresh", fields, displaced=displaced, error=error)
             self._tokens[slot] = restored
-            return "disk"
+            return SessionPrepared("disk", fields, restored, took, displaced)
 
-    async def _restore(self, slot: int, session_id: str) -> int | None:
-        """Tokens restored from the session's file, or None (no file, or it failed)."""
+    async def _restore(self, slot: int, session_id: str) -> tuple[int | None, str]:
+        """Tokens restored from the session's file, or None and why (no file: no reason)."""
         name = session_filename(session_id)
         if not self._actions or self._save_dir is None:
-            return None
+            return None, ""
         if not await anyio.to_thread.run_sync((self._save_dir / name).is_file):
-            return None
+            return None, ""
         reply = await self._slot_action(slot, "restore", name)
         if reply is None:
-            return None
+            return None, f"llama-server did not restore {name}"
         restored = reply.get("n_restored")
-        return restored if isinstance(restored, int) else 0
+        return (restored if isinstance(restored, int) else 0), ""
 
     async def save(self, session_id: str) -> bool:
         """Save the session's slot to its file (for a freeze or a shutdown); False if not done."""
         async with self._lock:
-            return await self._save(session_id)
+            slot = self.slot_of(session_id)
+            if slot is None:
+                return False
+            return not (await self._save_slot(slot, session_id)).error
 
-    async def _save(self, session_id: str) -> bool:
-        slot = self.slot_of(session_id)
-        if slot is None:
-            return False
-        return await self._slot_action(slot, "save", session_filename(session_id)) is not None
+    async def _save_slot(self, slot: int, session_id: str) -> SessionSaved:
+        """Save one slot to its session's file; what was written, or why nothing was."""
+        name = session_filename(session_id)
+        if not self._actions:
+            return SessionSaved(session_id, error="this engine saves no slots")
+        started = time.monotonic()
+        reply = await self._slot_action(slot, "save", name)
+        took = round(time.monotonic() - started, 6)
+        if reply is None:
+            return SessionSaved(session_id, seconds=took, error=f"llama-server did not save {name}")
+        tokens, written = reply.get("n_saved"), reply.get("n_written")
+        return SessionSaved(
+            session_id,
+            tokens if isinstance(tokens, int) and tokens >= 0 else 0,
+            written if isinstance(written, int) and written >= 0 else 0,
+            took,
+        )
+
+    def held_sessions(self) -> list[str]:
+        """The sessions bound to a slot, most recently used first (saved first at a stop)."""
+        bound = [(self._used[i], s) for i, s in enumerate(self._bound) if s is not None]
+        return [session for _, session in sorted(bound, key=lambda b: -b[0])]
+
+    async def save_session(self, session_id: str) -> SessionSaved:
+        """Save the session's slot to its file; what was written, or why nothing was."""
+        async with self._lock:
+            slot = self.slot_of(session_id)
+            if slot is None:
+                return SessionSaved(session_id, error="not held by this engine")
+            return await self._save_slot(slot, session_id)
+
+    async def save_all(self) -> list[SessionSaved]:
+        """Save every bound slot to its session's file, most recently used first."""
+        return [await self.save_session(session) for session in self.held_sessions()]
 
     async def flush(self) -> int:
         """Save every bound slot to its session's file; how many were saved."""
-        saved = 0
-        async with self._lock:
-            for session_id in [s for s in self._bound if s is not None]:
-                saved += await self._save(session_id)
-        return saved
+        return sum(1 for saved in await self.save_all() if not saved.error)
 
     async def evict(self, ids: Sequence[str]) -> None:
         """Erase the sessions' slots and delete their files (a later turn starts fresh).

@@ -16,7 +16,7 @@ from hostler.engines.guard import AdapterGuard
 from hostler.engines.logs import LogFollower
 from hostler.engines.process import ProcessIdentity
 from hostler.engines.runner import EngineProcess
-from hostler.plugin import LaunchSpec, Panic, Progress
+from hostler.plugin import CacheAdapter, LaunchSpec, Panic, Progress
 
 __all__ = ["EngineChild"]
 
@@ -41,6 +41,8 @@ class EngineChild:
         saw_ready_line: Whether that line was seen.
         progress: PG1: the last progress line of the current job.
         startup_timeout: RD7: what this start was given to become ready (seconds).
+        cache: Its prompt-cache adapter, once made (L16: one per launch; None: it has none).
+        cache_made: Whether ``cache`` was made (a plugin is asked once per launch).
     """
 
     proc: EngineProcess
@@ -55,6 +57,8 @@ class EngineChild:
     saw_ready_line: bool = False
     progress: Progress | None = None
     startup_timeout: float = 180.0
+    cache: CacheAdapter | None = None
+    cache_made: bool = False
 
     @property
     def identity(self) -> ProcessIdentity:

@@ -19,6 +19,7 @@ import anyio
 from hostler.engines.child import EngineChild
 from hostler.engines.hold import EngineParts
 from hostler.engines.process import Termination
+from hostler.engines.sessions import save_sessions
 from hostler.errors import EngineStartError, HostlerError, PluginError
 from hostler.machines.engine import EngineState, StopReason
 
@@ -137,6 +138,8 @@ class EngineStopper:
         child = self._hold.child
         code = sig = None
         detail = ""
+        if child is not None and state == EngineState.RUNNING:
+            await save_sessions(self._parts, child, reason)  # CC13: while it still answers
         if child is not None:
             ended = await self.terminate(child, grace=self._pacing.stop_grace)
             if not ended.gone:

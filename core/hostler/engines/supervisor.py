@@ -54,6 +54,7 @@ from hostler.engines.process import Pidfd, ProcessIdentity
 from hostler.engines.readywait import ReadinessDriver, ReadinessPacing
 from hostler.engines.rundir import RunDir
 from hostler.engines.runner import OS_RUNNER, ProcessRunner
+from hostler.engines.sessions import launch_cache
 from hostler.engines.starter import EngineStarter, StartSetting, free_port
 from hostler.engines.stopper import EngineStopper, StopPacing
 from hostler.engines.watcher import EngineWatcher
@@ -61,7 +62,7 @@ from hostler.errors import HostlerError
 from hostler.machines.engine import Engine, EngineState, StopReason
 from hostler.machines.start import StartTries
 from hostler.machines.watch import EngineWatch, Now, RequestBegan, RequestEnded
-from hostler.plugin import EngineAdapter, LaunchSpec, Progress
+from hostler.plugin import CacheAdapter, EngineAdapter, LaunchSpec, Progress
 from hostler.policies.supervision import SupervisionPolicy
 from hostler.probes.nvml import NvmlProbe
 from hostler.replay import load
@@ -286,6 +287,15 @@ class Supervisor:
         """What the live process was launched with (None when none runs, or it was adopted)."""
         child = self._child
         return child.spec if child else None
+
+    def cache_adapter(self) -> CacheAdapter | None:
+        """L16: the prompt-cache adapter of the process running now, made once per launch.
+
+        The stop saves its sessions through the same one (CC13). None when no process runs,
+        it was adopted, its engine has no cache, or its plugin raised.
+        """
+        child = self._child
+        return None if child is None else launch_cache(self._parts, child)
 
     @property
     def startup_timeout(self) -> float:

@@ -11,7 +11,7 @@ from typing import Any
 
 from hostler.events.base import Event, event_type
 
-__all__ = ["CacheBudgetSet", "CacheEvicted", "cache_stream"]
+__all__ = ["CacheBudgetSet", "CacheEvicted", "CacheRestored", "CacheSaved", "cache_stream"]
 
 
 def cache_stream(key: str) -> str:
@@ -54,3 +54,49 @@ class CacheBudgetSet(Event):
     bytes: int
     previous: int
     applied: bool
+
+
+@event_type("cache.saved")
+@dataclass(frozen=True, slots=True)
+class CacheSaved(Event):
+    """A session's prompt cache was written to its file by its engine (CC13), or was not.
+
+    Attributes:
+        key: The engine key.
+        session: The session.
+        cause: Why: the stop it came before (``evicted``, ``idle``, ``user``, ``shutdown``,
+            ``memory-pressure``, ``unconfigured``), or ``slot-recycled`` (another session took
+            its slot).
+        tokens: Tokens of KV written (0 when the engine did not say, or nothing was).
+        bytes: The file's size as written.
+        seconds: How long the save took.
+        error: Why it was not saved ("" when it was): its next turn starts cold.
+    """
+
+    key: str
+    session: str
+    cause: str
+    tokens: int
+    bytes: int
+    seconds: float
+    error: str = ""
+
+
+@event_type("cache.restored")
+@dataclass(frozen=True, slots=True)
+class CacheRestored(Event):
+    """A session coming back to an engine that did not hold it was restored from its file.
+
+    Attributes:
+        key: The engine key.
+        session: The session.
+        tokens: Tokens of KV restored (0 when it failed).
+        seconds: How long the restore took.
+        error: Why it failed ("" when it did not): the turn runs cold.
+    """
+
+    key: str
+    session: str
+    tokens: int
+    seconds: float
+    error: str = ""

@@ -25,6 +25,8 @@ __all__ = [
     "POLICY_NAME",
     "POLICY_VERSION",
     "RECONCILE_INTERVAL",
+    "SAVE_BOUND",
+    "SHUTDOWN_SAVE_BOUND",
     "SOURCES",
     "CacheEntry",
     "EvictionPlan",
@@ -36,6 +38,9 @@ __all__ = [
     "plan_eviction",
     "reconcile",
     "record_outcome",
+    "save_bound",
+    "saves_before_stop",
+    "turn_outcome",
 ]
 
 POLICY_NAME = "prompt-cache"
@@ -55,6 +60,16 @@ HIT_WINDOW = 50
 DEFAULT_BUDGET = 4 * 1024**3
 #: CC4/CC10: where a turn's prompt came from; anything but ``fresh`` is a hit.
 SOURCES = ("memory", "disk", "prefix", "fresh")
+#: CC13: seconds the sessions of an engine about to stop may take to be saved, all together.
+SAVE_BOUND = 10.0
+#: CC13: the same at a shutdown, whose SIGTERM stops every engine within seconds (DH3).
+SHUTDOWN_SAVE_BOUND = 1.0
+
+#: CC13: the stops before which an engine's sessions are saved: those of an engine that still
+#: answers. A health restart's engine does not; a crash or a failed start has nothing to save.
+_SAVING_STOPS = frozenset(
+    {"evicted", "idle", "memory-pressure", "user", "shutdown", "unconfigured"}
+)
 
 _MIB = 1024**2
 _GIB = 1024**3
@@ -249,3 +264,24 @@ def record_outcome(
         groups=groups,
         recent=(*tally.recent, hit)[-HIT_WINDOW:],
     )
+
+
+def saves_before_stop(reason: str) -> bool:
+    """CC13: whether a stop for ``reason`` saves the engine's sessions first."""
+    return reason in _SAVING_STOPS
+
+
+def save_bound(reason: str) -> float:
+    """CC13: how long (seconds) the saves before a stop for ``reason`` may take in all."""
+    return SHUTDOWN_SAVE_BOUND if reason == "shutdown" else SAVE_BOUND
+
+
+def turn_outcome(source: str, cached_tokens: int | None) -> str:
+    """CC4: where a session's turn found its prompt.
+
+    What was prepared (``source``), unless the engine's own count of reused tokens says none
+    were reused: then ``fresh``.
+    """
+    if cached_tokens is not None and cached_tokens <= 0:
+        return "fresh"
+    return source

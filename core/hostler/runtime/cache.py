@@ -23,8 +23,8 @@ from typing import Any, TypeVar
 
 from hostler.clock import ClockLike, as_clock
 from hostler.events.base import Event
-from hostler.events.cache import CacheBudgetSet, CacheEvicted
-from hostler.plugin import CacheAdapter
+from hostler.events.cache import CacheBudgetSet, CacheEvicted, CacheRestored, CacheSaved
+from hostler.plugin import CacheAdapter, SessionCache, SessionPrepared
 from hostler.policies.cache import (
     DEFAULT_BUDGET,
     POLICY_NAME,
@@ -37,9 +37,10 @@ from hostler.policies.cache import (
     plan_eviction,
     reconcile,
     record_outcome,
+    turn_outcome,
 )
 
-__all__ = ["ADAPTER_TIMEOUT", "CacheController", "CacheStats"]
+__all__ = ["ADAPTER_TIMEOUT", "CacheController", "CacheStats", "TurnUsage"]
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,14 @@ class CacheStats:
     sources: dict[str, int]
     groups: dict[str, tuple[int, int]]
     sessions: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnUsage:
+    """What an engine said one turn read: the whole prompt, and how much of it came cached."""
+
+    prompt_tokens: int
+    cached_tokens: int | None = None
 
 
 @dataclass(slots=True)
@@ -130,6 +139,56 @@ class CacheController:
         """The adapter registered for ``key``, if any."""
         engine = self._engines.get(key)
         return None if engine is None else engine.adapter
+
+    async def prepare(self, key: str, session_id: str) -> SessionPrepared | None:
+        """CC13/L16: ready ``key``'s engine for the session's turn (None: no cache registered).
+
+        An adapter that saves sessions (:class:`~hostler.plugin.SessionCache`) binds the
+        session and restores it from its file when the engine does not hold it, within the
+        adapter timeout; the restore (``cache.restored``) and the save of a session whose slot
+        it took (``cache.saved``) are recorded. Any other adapter gives its request fields. A
+        failing or hung adapter gives a cold turn (``fresh``, its request fields if any).
+        """
+        engine = self._engines.get(key)
+        if engine is None:
+            return None
+        adapter = engine.adapter
+        if not isinstance(adapter, SessionCache):
+            return SessionPrepared("fresh", self.request_extras(key, session_id))
+        prepared = await self._call(key, "prepare", partial(adapter.prepare, session_id))
+        if not isinstance(prepared, SessionPrepared):
+            return SessionPrepared("fresh", self.request_extras(key, session_id))
+        if prepared.displaced is not None:
+            shed = prepared.displaced
+            self._emit(
+                CacheSaved(
+                    key, shed.session_id, "slot-recycled", shed.tokens, shed.bytes,
+                    shed.seconds, shed.error,
+                )
+            )  # fmt: skip
+        if prepared.source == "disk" or prepared.error:
+            tokens = prepared.restored_tokens
+            self._emit(CacheRestored(key, session_id, tokens, prepared.seconds, prepared.error))
+        return prepared
+
+    async def finish_turn(
+        self,
+        key: str,
+        session_id: str,
+        prepared: SessionPrepared,
+        usage: TurnUsage | None,
+        *,
+        group: str | None = None,
+    ) -> None:
+        """CC4: a session's turn ended: its entry priced by what the engine read, its outcome.
+
+        ``usage`` is the engine's own count (None when its answer told none): a turn that
+        reused no token is a miss whatever was prepared.
+        """
+        cached = None if usage is None else usage.cached_tokens
+        prompt = 0 if usage is None else usage.prompt_tokens
+        source = turn_outcome(prepared.source, cached)
+        await self.record_turn(key, session_id, prompt, hit_source=source, group=group)
 
     def request_extras(self, key: str, session_id: str) -> dict[str, Any]:
         """The adapter's request fields for the session's next turn ({} when none or failing)."""

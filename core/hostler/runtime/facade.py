@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 
 import anyio
 
@@ -36,7 +36,7 @@ from hostler.runtime.pool import DRAIN_POLL, DrainProgress, Pool, ReconcileRepor
 from hostler.runtime.prompt_caches import PromptCaches
 from hostler.runtime.queue import QueueSummary
 from hostler.runtime.report import EngineReport, LaunchSummary, RuntimeStatus
-from hostler.runtime.request_path import RequestPath
+from hostler.runtime.request_path import Held, RequestPath
 from hostler.runtime.router import Router
 from hostler.runtime.writer import QueueEventWriter
 from hostler.store.log import EventStore
@@ -243,11 +243,48 @@ class Runtime:
         Yields the engine's loopback port. While held the engine is busy: never evicted,
         never idle-stopped, and a drain waits for it. ``cause`` is what a start made for it
         records (``engine.start_requested``): ``request``, or ``session``/``one-shot`` for a
-        key from :meth:`place`.
+        key from :meth:`place`. A ``session``'s prompt cache is made ready as :meth:`hold`
+        says; the fields that keep it are :meth:`hold`'s to hand out.
 
         Raises:
             QueueTimeoutError: No slot within ``queue_timeout`` seconds; nothing ran.
             QueueCancelledError: An operator cancelled it while queued.
+        """
+        held = self.hold(
+            key,
+            lane=lane,
+            session=session,
+            group=group,
+            ambient=ambient,
+            label=label,
+            queue_timeout=queue_timeout,
+            on_wait=on_wait,
+            cause=cause,
+        )
+        return _port_of(held)
+
+    def hold(
+        self,
+        key: str,
+        *,
+        lane: Lane = "interactive",
+        session: str | None = None,
+        group: str | None = None,
+        ambient: bool = False,
+        label: str | None = None,
+        queue_timeout: float | None = None,
+        on_wait: Callable[[int], None] | None = None,
+        cause: str = "request",
+        prompt_cache: bool = True,
+    ) -> contextlib.AbstractAsyncContextManager[Held]:
+        """:meth:`request`, yielding the engine :class:`Held` (its port, a session's cache).
+
+        A ``session`` on an engine whose plugin has a prompt cache is bound to a slot of it
+        and, when the engine does not hold its cache (it was evicted, restarted, or another
+        session took the slot), restored from the session's file before its turn runs;
+        ``Held.fields`` are what the request body must carry to use it. After the answer,
+        hand what the engine said it read to ``caches.finish``. ``prompt_cache`` False (an
+        embedding) leaves the session's cache alone.
         """
         return self._requests.request(
             key,
@@ -259,6 +296,7 @@ class Runtime:
             queue_timeout=queue_timeout,
             on_wait=on_wait,
             cause=cause,
+            prompt_cache=prompt_cache,
         )
 
     def queues(self) -> dict[str, QueueSummary]:
@@ -308,3 +346,9 @@ class Runtime:
     async def reconcile(self, targets: Mapping[str, int]) -> ReconcileReport:
         """Hold ``targets[engine:model]`` replicas of each named model (PP10)."""
         return await self.pool.reconcile(targets)
+
+
+@contextlib.asynccontextmanager
+async def _port_of(held: contextlib.AbstractAsyncContextManager[Held]) -> AsyncIterator[int]:
+    async with held as it:
+        yield it.port

@@ -15,7 +15,8 @@ from typing import Any
 from hostler.drivers.offloop import OffLoop
 from hostler.errors import UsageError
 from hostler.events.cache import CacheBudgetSet, cache_stream
-from hostler.runtime.cache import CacheController, CacheStats
+from hostler.plugin import SessionPrepared
+from hostler.runtime.cache import CacheController, CacheStats, TurnUsage
 from hostler.runtime.pool import Pool
 from hostler.store.log import EventStore
 
@@ -62,11 +63,7 @@ class PromptCaches:
         if spec is None or pid is None or self._cached_pid.get(key) == pid:
             return
         self._cached_pid[key] = pid
-        try:
-            adapter = sup.adapter.cache_adapter(spec)
-        except Exception:  # a plugin's bug costs the cache, never the request
-            log.exception("hostler: %s: its plugin's cache_adapter raised", key)
-            adapter = None
+        adapter = sup.cache_adapter()  # the launch's own: its stop saves through it (CC13)
         if adapter is None:
             self._controller.unregister(key)
         else:
@@ -78,6 +75,21 @@ class PromptCaches:
             if self._pool.supervisor(key).pid != pid:
                 del self._cached_pid[key]
                 self._controller.unregister(key)
+
+    async def prepare(self, key: str, session: str) -> SessionPrepared | None:
+        """CC13/L16: ready ``key``'s engine for ``session``'s turn; None when it has no cache.
+
+        The session is bound to a slot, and restored from its file when the engine does not
+        hold it; the answer carries the fields its request body must carry.
+        """
+        self.fit(key)
+        return await self._controller.prepare(key, session)
+
+    async def finish(
+        self, key: str, session: str, prepared: SessionPrepared, usage: TurnUsage | None
+    ) -> None:
+        """CC4: the session's turn ended; ``usage`` is what its engine said it read (if it did)."""
+        await self._controller.finish_turn(key, session, prepared, usage)
 
     def extras(self, key: str, session: str) -> dict[str, Any]:
         """The request fields that keep ``session`` on its cache slot (L16's ``id_slot``)."""

@@ -14,12 +14,15 @@ import contextlib
 import logging
 import math
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
 
 import anyio
 
 from hostler.clock import Clock
 from hostler.errors import RuntimeClosedError, UsageError
 from hostler.events.queue import QueueServed
+from hostler.plugin import SessionPrepared
 from hostler.policies.queue import Lane
 from hostler.runtime.arbiter import GpuArbiter
 from hostler.runtime.lanes import EngineLanes
@@ -28,7 +31,7 @@ from hostler.runtime.prompt_caches import PromptCaches
 from hostler.runtime.slots import gpu_slot
 from hostler.runtime.writer import QueueEventWriter
 
-__all__ = ["RequestPath"]
+__all__ = ["Held", "RequestPath"]
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +46,25 @@ def _told(on_wait: Callable[[int], None]) -> Callable[[int], None]:
             log.exception("hostler: a request's on_wait callback raised")
 
     return tell
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """An engine held for one request.
+
+    Attributes:
+        port: The engine's loopback port.
+        prepared: For a request of a session on an engine with a prompt cache: where its
+            cache comes from and the fields its body must carry (None otherwise).
+    """
+
+    port: int
+    prepared: SessionPrepared | None = None
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        """What the request's body must carry besides the client's own fields."""
+        return {} if self.prepared is None else dict(self.prepared.fields)
 
 
 class RequestPath:
@@ -89,8 +111,9 @@ class RequestPath:
         queue_timeout: float | None = None,
         on_wait: Callable[[int], None] | None = None,
         cause: str = "request",
-    ) -> AsyncIterator[int]:
-        """Hold ``key``'s engine for one request; yields its port (see ``Runtime.request``).
+        prompt_cache: bool = True,
+    ) -> AsyncIterator[Held]:
+        """Hold ``key``'s engine for one request; yields it held (see ``Runtime.hold``).
 
         Raises:
             RuntimeClosedError: The runtime is closed.
@@ -136,11 +159,16 @@ class RequestPath:
                 self._lanes.fit(key, sup.launch_spec)
                 self._caches.fit(key)
                 async with self._lanes.gate(key).slot():
+                    # CC13: a session's cache is ready (restored from its file if need be)
+                    # before its turn; its time is part of the client's wait
+                    prepared = None
+                    if session is not None and prompt_cache:
+                        prepared = await self._caches.prepare(key, session)
                     now = self._clock.wall()
                     waited = round(now - ticket.enqueued_at, 6)
                     served = QueueServed(key, ticket.id, ticket.lane, waited, round(now, 6))
                     self._writer.record_queue(key, served)  # the client's whole wait (PM23)
-                    yield port
+                    yield Held(port, prepared)
         finally:
             self._in_flight -= 1
             if not self._in_flight:

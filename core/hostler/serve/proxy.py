@@ -28,6 +28,7 @@ from hostler.errors import HostlerError, UsageError
 from hostler.runtime.facade import Runtime
 from hostler.serve.errors import error_response, hostler_error_response, unknown_model_response
 from hostler.serve.operator import Guard, read_json_object
+from hostler.serve.turns import AnswerTail
 from hostler.serve.upstream import Upstream, UpstreamError, UpstreamResponse
 
 __all__ = ["MAX_BODY", "SESSION_HEADER", "CompletionProxy"]
@@ -38,6 +39,8 @@ log = logging.getLogger(__name__)
 MAX_BODY = 16 * 1024 * 1024
 #: The header that names a conversation (its engine and prompt cache are kept for it).
 SESSION_HEADER = "x-hostler-session"
+#: The route whose requests use no prompt cache (an embedding keeps no conversation).
+EMBEDDINGS = "/v1/embeddings"
 MAX_SESSION = 256
 #: Engine answer headers passed to the client (the rest describe the engine's connection).
 _PASSED = frozenset({"content-type", "cache-control", "content-length"})
@@ -119,12 +122,17 @@ class CompletionProxy:
                 # the log has it (queue.enqueued) before the start made for it (PM21)
                 key = await self._runtime.place(engine, name, session)
                 cause = "one-shot" if session is None else "session"
-                held = self._runtime.request(key, session=session, cause=cause)
-                port = await stack.enter_async_context(held)
+                held = self._runtime.hold(
+                    key, session=session, cause=cause, prompt_cache=path != EMBEDDINGS
+                )
+                it = await stack.enter_async_context(held)
+                fields = it.fields  # CC13: the session's slot, ``cache_prompt``
                 forced = self._runtime.request_model(key)
                 if forced is not None and payload.get("model") != forced:  # RD10
-                    body = await anyio.to_thread.run_sync(_with_model, payload, forced)
-                answer = await self._upstream.send(port, path, body, "application/json")
+                    fields["model"] = forced
+                if fields:
+                    body = await anyio.to_thread.run_sync(_with_fields, payload, fields)
+                answer = await self._upstream.send(it.port, path, body, "application/json")
                 stack.push_async_callback(_close_shielded, answer)
             except HostlerError as exc:
                 await hostler_error_response(exc)(scope, receive, send)
@@ -138,10 +146,13 @@ class CompletionProxy:
                     "the next request",
                 )(scope, receive, send)
                 return
-            await _relay(answer, send)
+            tail = None if it.prepared is None else AnswerTail()
+            await _relay(answer, send, tail)
+            if tail is not None and it.prepared is not None and session is not None:
+                await self._runtime.caches.finish(key, session, it.prepared, tail.usage())
 
 
-async def _relay(answer: UpstreamResponse, send: Send) -> None:
+async def _relay(answer: UpstreamResponse, send: Send, tail: AnswerTail | None = None) -> None:
     """Pass the engine's status, head and body through as they come."""
     headers = [
         (name.encode("latin-1"), value.encode("latin-1"))
@@ -152,6 +163,8 @@ async def _relay(answer: UpstreamResponse, send: Send) -> None:
     try:
         async for chunk in answer.body():
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if tail is not None:
+                tail.feed(chunk)
     except UpstreamError as exc:
         log.warning("hostler: the engine's answer broke off: %s", exc)
         if _is_stream(answer):  # a stream that just stops reads as complete: say it is not
@@ -235,6 +248,9 @@ def _session(scope: Scope, payload: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _with_model(payload: dict[str, Any], model: str) -> bytes:
-    """The request body with its ``model`` replaced (RD10; off the event loop: it may be large)."""
-    return json.dumps({**payload, "model": model}, ensure_ascii=False).encode()
+def _with_fields(payload: dict[str, Any], fields: Mapping[str, Any]) -> bytes:
+    """The request body with ``fields`` over the client's, built off the loop (it may be large).
+
+    The fields: the engine's ``model`` (RD10), a session's cache slot (CC13).
+    """
+    return json.dumps({**payload, **fields}, ensure_ascii=False).encode()
