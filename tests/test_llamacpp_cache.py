@@ -225,15 +225,15 @@ async def test_flush_saves_every_bound_slot(server: FakeServer, tmp_path: Path) 
     await cache.prepare("a")
     await cache.prepare("b")
     assert await cache.flush() == 2
-    assert server.posts() == [
-        ("/slots/0?action=save", {"filename": "sess-a.bin"}),
+    assert server.posts() == [  # the most recently used first: a stop's time may run out
         ("/slots/1?action=save", {"filename": "sess-b.bin"}),
+        ("/slots/0?action=save", {"filename": "sess-a.bin"}),
     ]
     assert await cache.save("unbound") is False
     saved = await cache.save_all()
     assert [(s.session_id, s.tokens, s.bytes, s.error) for s in saved] == [
-        ("a", 12, 3456, ""),
         ("b", 12, 3456, ""),
+        ("a", 12, 3456, ""),
     ]
     server.status = 500
     (failed,) = [s for s in await cache.save_all() if s.session_id == "a"]

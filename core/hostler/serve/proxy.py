@@ -147,13 +147,13 @@ class CompletionProxy:
                 )(scope, receive, send)
                 return
             tail = None if it.prepared is None else AnswerTail()
-            await _relay(answer, send, tail)
-            if tail is not None and it.prepared is not None and session is not None:
+            whole = await _relay(answer, send, tail)
+            if whole and tail is not None and it.prepared is not None and session is not None:
                 await self._runtime.caches.finish(key, session, it.prepared, tail.usage())
 
 
-async def _relay(answer: UpstreamResponse, send: Send, tail: AnswerTail | None = None) -> None:
-    """Pass the engine's status, head and body through as they come."""
+async def _relay(answer: UpstreamResponse, send: Send, tail: AnswerTail | None = None) -> bool:
+    """Pass the engine's status, head and body through as they come; whether it was whole."""
     headers = [
         (name.encode("latin-1"), value.encode("latin-1"))
         for name, value in answer.headers
@@ -169,7 +169,10 @@ async def _relay(answer: UpstreamResponse, send: Send, tail: AnswerTail | None =
         log.warning("hostler: the engine's answer broke off: %s", exc)
         if _is_stream(answer):  # a stream that just stops reads as complete: say it is not
             await send({"type": "http.response.body", "body": _CUT_EVENT, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return False
     await send({"type": "http.response.body", "body": b"", "more_body": False})
+    return True
 
 
 #: The last event of a stream whose engine stopped answering mid-answer (an OpenAI error

@@ -1,0 +1,146 @@
+"""Conversations survive a swap (issue 20), through ``hostler serve`` and the real ``llama-server``.
+
+``hostler serve`` (the CLI, a real process) serves two tiny real models under a budget with
+room for one engine; the official ``openai`` client holds a conversation (``user`` names its
+session) on one, asks the other (which evicts the first), then comes back. The session's
+prompt cache was saved before the eviction and is restored after the reload, so the next turn
+evaluates only its new tokens; the log tells the story (``cache.saved``, ``cache.restored``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from _rigs import room_for
+from hostler import EventStore
+from hostler.testing.tiny_gguf import write_tiny_llama
+
+from _daemons import (
+    count,
+    events,
+    first_launch_costs,
+    kill_leftovers,
+    served_port,
+    start_daemon,
+    wait_for,
+)
+
+MODELS = ("alpha", "beta")
+#: A prompt of some hundreds of tokens: its re-evaluation is what a restore saves.
+PROMPT = " ".join(f"the river {n} runs past the mill and the old stone bridge" for n in range(30))
+
+
+def _config(folder: Path, names: tuple[str, ...], *, autostart: bool = False) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        write_tiny_llama(folder / f"{name}.gguf")
+    config = folder / "hostler.toml"
+    config.write_text(
+        '[daemon]\nidle_timeout = 0\nledger = "ledger.db"\n'
+        + "".join(
+            f'\n[[engines]]\nkey = "llamacpp:{n}:0"\nmodel = "{n}.gguf"\nctx = 2048\n'
+            f"autostart = {'true' if autostart else 'false'}\n"
+            for n in names
+        )
+    )
+    return config
+
+
+@dataclass(frozen=True)
+class _Run:
+    data: Path
+    client: openai.OpenAI
+
+
+@contextlib.contextmanager
+def _serving(tmp_path: Path) -> Iterator[_Run]:
+    """``hostler serve`` with room for one engine, stopped (SIGTERM) after."""
+    probe = tmp_path / "probe"
+    costs = first_launch_costs(
+        _config(probe, MODELS[:1], autostart=True),
+        probe / "data",
+        probe / "ledger.db",
+        "llamacpp:alpha:0",
+    )
+    budget = room_for(1, *costs) // 2**20 * 2**20
+    run = tmp_path / "run"
+    config = _config(run, MODELS)
+    data, log = run / "data", run / "serve.log"
+    env = {"HOSTLER_CAPACITY_BUDGET_GB": repr(budget / 2**30)}
+    server = start_daemon(config, data, log, command="serve", extra=("--port", "0"), env=env)
+    try:
+        base = f"http://127.0.0.1:{served_port(log)}/v1"
+        yield _Run(data, openai.OpenAI(base_url=base, api_key="-", max_retries=0))
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(60) == 0
+        kill_leftovers(data)
+
+
+def _turn(run: _Run, model: str, messages: list[Any], session: str | None) -> Any:
+    """One turn; ``session`` is the body's ``user`` (how hostler names a conversation)."""
+    return run.client.chat.completions.create(
+        model=model,
+        messages=messages,
+        max_tokens=4,
+        temperature=0,
+        user=session or openai.omit,
+    )
+
+
+def _timings(answer: Any) -> dict[str, int]:
+    extra = answer.model_extra or {}
+    timings = extra.get("timings")
+    assert isinstance(timings, dict), extra
+    return {"prompt_n": int(timings["prompt_n"]), "cache_n": int(timings.get("cache_n", 0))}
+
+
+def _cache_events(data: Path, key: str) -> list[tuple[str, dict[str, Any]]]:
+    return [(t, p) for s, t, p in events(data) if s == f"cache/{key}"]
+
+
+@pytest.mark.slow
+def test_a_sessions_turn_after_its_engine_was_evicted_reads_only_its_new_tokens(
+    tmp_path: Path,
+) -> None:
+    key = "llamacpp:alpha:0"
+    with _serving(tmp_path) as run:
+        history: list[Any] = [{"role": "user", "content": PROMPT}]
+        first = _timings(_turn(run, "alpha", history, "ana"))
+        assert first["prompt_n"] > 200 and first["cache_n"] == 0  # cold: the whole prompt
+        history.append({"role": "user", "content": "and then?"})
+        warm = _timings(_turn(run, "alpha", history, "ana"))
+        # the engine's own cache, no swap: all but the prompt's end (the chat template closes
+        # a turn differently once another follows it)
+        assert warm["cache_n"] >= 0.95 * first["prompt_n"]
+
+        _turn(run, "beta", [{"role": "user", "content": "hi"}], None)  # evicts alpha
+        assert count(run.data, key, "engine.stopped") == 1
+        history.append({"role": "user", "content": "and after that?"})
+        back = _timings(_turn(run, "alpha", history, "ana"))
+        assert count(run.data, key, "engine.ready") == 2  # reloaded
+        # only the new tokens were evaluated: the rest came back from the session's file
+        assert back["cache_n"] >= 0.95 * (warm["cache_n"] + warm["prompt_n"])
+        assert back["prompt_n"] < 0.1 * (back["cache_n"] + back["prompt_n"])
+        # the request path's cache events are written in the next batch (every 0.5 s)
+        wait_for(lambda: any(t == "cache.restored" for t, _ in _cache_events(run.data, key)))
+        told = _cache_events(run.data, key)
+        saved = [p for t, p in told if t == "cache.saved"]
+        restored = [p for t, p in told if t == "cache.restored"]
+        assert [(p["session"], p["cause"], p["error"]) for p in saved] == [("ana", "evicted", "")]
+        assert saved[0]["tokens"] >= warm["cache_n"] + warm["prompt_n"]
+        assert saved[0]["bytes"] > 0
+        assert [(p["session"], p["error"]) for p in restored] == [("ana", "")]
+        assert restored[0]["tokens"] == saved[0]["tokens"]
+    # a one-shot (no session) was never bound, saved or restored
+    with EventStore.open(run.data / "events.db") as store:
+        beta = [r.type for r in store.read_stream("cache/llamacpp:beta:0")]
+    assert "cache.saved" not in beta and "cache.restored" not in beta
