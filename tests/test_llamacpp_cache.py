@@ -20,7 +20,7 @@ import pytest
 from hostler.plugin import CacheAdapter, CacheEntry, EngineAdapter, LaunchSpec
 from hostler.testing.tiny_gguf import write_tiny_llama
 from hostler_llamacpp import LlamaCppAdapter
-from hostler_llamacpp.cache import LlamaCacheAdapter, session_filename
+from hostler_llamacpp.cache import LlamaCacheAdapter, retire_other_versions, session_filename
 
 pytestmark = pytest.mark.anyio
 UNIT = 102_400
@@ -392,13 +392,13 @@ async def test_real_llama_server_saves_and_restores_a_session_across_one_slot(
         assert (await cache.prepare("alice")).source == "disk"  # bob saved, alice restored
         again = await anyio.to_thread.run_sync(_chat, launch.port, 0, "tell me about cats")
         assert again["timings"]["cache_n"] > 0  # the restored prompt was reused
-        assert names(slots_dir) == ["sess-alice.bin", "sess-bob.bin"]
+        assert names(slots_dir) == ["sess-alice.bin", "sess-bob.bin", "sessions.version"]
         (saved,) = await cache.save_all()  # one slot: alice's
         assert saved.session_id == "alice" and saved.error == ""
         assert saved.tokens >= again["usage"]["prompt_tokens"] > 0
         assert saved.bytes == (slots_dir / "sess-alice.bin").stat().st_size
         await cache.evict(["alice", "bob"])
-        assert names(slots_dir) == []
+        assert names(slots_dir) == ["sessions.version"]
         assert cache.slot_actions is True
     finally:
         process.kill()
@@ -416,3 +416,31 @@ async def test_real_llama_server_without_a_save_path_latches_off(tmp_path: Path)
     finally:
         process.kill()
         process.wait()
+
+
+async def test_session_files_of_another_model_version_are_never_restored(
+    server: FakeServer, tmp_path: Path
+) -> None:
+    """Issue 20: a session file saved by another model (or window, or KV type) would restore a
+    state the engine cannot use: the first use of a save directory retires such files."""
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"weights v1")
+    save = tmp_path / "slots"
+    save.mkdir()
+
+    def cache_for(version: str) -> LlamaCacheAdapter:
+        return LlamaCacheAdapter(server.port, 1, save, clock=Clock(), version=version, model=model)
+
+    (save / "sess-a.bin").write_bytes(b"kv of an unknown version")
+    assert (await cache_for("m|ctx=512").prepare("a")).source == "fresh"  # retired, not restored
+    assert names(save) == ["sessions.version"]
+    (save / "sess-a.bin").write_bytes(b"kv of this version")
+    assert (await cache_for("m|ctx=512").prepare("a")).source == "disk"  # the same version
+    assert (await cache_for("m|ctx=1024").prepare("a")).source == "fresh"  # another window
+    assert names(save) == ["sessions.version"]
+    (save / "sess-a.bin").write_bytes(b"kv")
+    model.write_bytes(b"weights v2, replaced")  # the model file itself changed
+    assert (await cache_for("m|ctx=1024").prepare("a")).source == "fresh"
+    assert names(save) == ["sessions.version"]
+    (save / "sess-a.bin").write_bytes(b"kv")
+    assert retire_other_versions(save, "m|ctx=1024", model) == 0  # kept: it is this version's

@@ -60,9 +60,8 @@ class _Run:
     client: openai.OpenAI
 
 
-@contextlib.contextmanager
-def _serving(tmp_path: Path) -> Iterator[_Run]:
-    """``hostler serve`` with room for one engine, stopped (SIGTERM) after."""
+def _room_for_one(tmp_path: Path) -> int:
+    """A budget with room for one engine here (whole MiB), from a daemon of its own."""
     probe = tmp_path / "probe"
     costs = first_launch_costs(
         _config(probe, MODELS[:1], autostart=True),
@@ -70,11 +69,16 @@ def _serving(tmp_path: Path) -> Iterator[_Run]:
         probe / "ledger.db",
         "llamacpp:alpha:0",
     )
-    budget = room_for(1, *costs) // 2**20 * 2**20
-    run = tmp_path / "run"
-    config = _config(run, MODELS)
+    return room_for(1, *costs) // 2**20 * 2**20
+
+
+@contextlib.contextmanager
+def _serving(run: Path, budget: int) -> Iterator[_Run]:
+    """``hostler serve`` on ``run``'s config and data under ``budget``, stopped (SIGTERM) after."""
+    config = run / "hostler.toml" if (run / "hostler.toml").exists() else _config(run, MODELS)
     data, log = run / "data", run / "serve.log"
     env = {"HOSTLER_CAPACITY_BUDGET_GB": repr(budget / 2**30)}
+    log.unlink(missing_ok=True)
     server = start_daemon(config, data, log, command="serve", extra=("--port", "0"), env=env)
     try:
         base = f"http://127.0.0.1:{served_port(log)}/v1"
@@ -108,12 +112,13 @@ def _cache_events(data: Path, key: str) -> list[tuple[str, dict[str, Any]]]:
 
 
 @pytest.mark.slow
-def test_a_sessions_turn_after_its_engine_was_evicted_reads_only_its_new_tokens(
+def test_a_sessions_turn_after_its_engine_was_evicted_or_the_daemon_restarted_reads_only_new_tokens(
     tmp_path: Path,
 ) -> None:
     key = "llamacpp:alpha:0"
-    with _serving(tmp_path) as run:
-        history: list[Any] = [{"role": "user", "content": PROMPT}]
+    budget = _room_for_one(tmp_path)
+    history: list[Any] = [{"role": "user", "content": PROMPT}]
+    with _serving(tmp_path / "run", budget) as run:
         first = _timings(_turn(run, "alpha", history, "ana"))
         assert first["prompt_n"] > 200 and first["cache_n"] == 0  # cold: the whole prompt
         history.append({"role": "user", "content": "and then?"})
@@ -140,6 +145,18 @@ def test_a_sessions_turn_after_its_engine_was_evicted_reads_only_its_new_tokens(
         assert saved[0]["bytes"] > 0
         assert [(p["session"], p["error"]) for p in restored] == [("ana", "")]
         assert restored[0]["tokens"] == saved[0]["tokens"]
+    # the shutdown saved the session again (SIGTERM: within its second for saves)
+    told = _cache_events(run.data, key)
+    assert [(p["session"], p["cause"]) for t, p in told if t == "cache.saved"][-1] == (
+        "ana",
+        "shutdown",
+    )
+    with _serving(tmp_path / "run", budget) as run:  # a new daemon: the engine starts afresh
+        history.append({"role": "user", "content": "and in the end?"})
+        again = _timings(_turn(run, "alpha", history, "ana"))
+        assert count(run.data, key, "engine.ready") == 3
+        assert again["cache_n"] >= 0.95 * (back["cache_n"] + back["prompt_n"])
+        assert again["prompt_n"] < 0.1 * (again["cache_n"] + again["prompt_n"])
     # a one-shot (no session) was never bound, saved or restored
     with EventStore.open(run.data / "events.db") as store:
         beta = [r.type for r in store.read_stream("cache/llamacpp:beta:0")]

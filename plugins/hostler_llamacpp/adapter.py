@@ -271,7 +271,9 @@ class LlamaCppAdapter(EngineAdapter):
                 slots = count
             elif flag == "--slot-save-path":
                 save_dir = None if isinstance(value, bool) else Path(str(value))
-        return LlamaCacheAdapter(spec.port, max(slots, 1), save_dir)
+        return LlamaCacheAdapter(
+            spec.port, max(slots, 1), save_dir, version=_state_version(spec), model=spec.model
+        )
 
     def build_identity(self, command: LaunchCommand) -> str:
         """The sidecar's revision when present, else the binary's path and size."""
@@ -283,3 +285,11 @@ class LlamaCppAdapter(EngineAdapter):
             return f"{binary.resolve()}@{binary.stat().st_size}"
         except OSError:
             return str(binary)
+
+
+def _state_version(spec: LaunchSpec) -> str:
+    """What a saved slot state depends on: the model, the window, the KV type.
+
+    The cache adapter adds the model file's size and modification time, off the loop.
+    """
+    return f"{spec.model}|ctx={spec.ctx_per_slot}|kv={spec.kv_type or 'f16'}"

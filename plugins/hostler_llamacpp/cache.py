@@ -15,6 +15,7 @@ logged and answered as "not done".
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -38,7 +39,7 @@ from hostler.plugin import (
     parse_json,
 )
 
-__all__ = ["LlamaCacheAdapter", "session_filename"]
+__all__ = ["VERSION_FILE", "LlamaCacheAdapter", "retire_other_versions", "session_filename"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,44 @@ def session_filename(session_id: str) -> str:
     if _SAFE_ID.match(session_id):
         return f"sess-{session_id}.bin"
     return f"sess-{hashlib.sha256(session_id.encode()).hexdigest()[:32]}.bin"
+
+
+#: The file in a save directory that names the version its session files were made by.
+VERSION_FILE = "sessions.version"
+
+
+def retire_other_versions(folder: Path, version: str, model: Path | None = None) -> int:
+    """Delete the session files in ``folder`` made by another version; how many went.
+
+    ``model``'s size and modification time are part of the version (a replaced or
+    re-downloaded model file is another). The version is written beside the files, so the
+    next launch of the same model finds its own. A folder that cannot be read or written is
+    left as it is (its files are then restored only if llama-server accepts them).
+    """
+    if model is not None:
+        try:
+            facts = model.stat()
+            version += f"|size={facts.st_size}|mtime={facts.st_mtime_ns}"
+        except OSError:
+            version += "|model-unreadable"
+    marker = folder / VERSION_FILE
+    try:
+        if marker.read_text(encoding="utf-8") == version:
+            return 0
+    except (OSError, UnicodeDecodeError):
+        pass
+    gone = 0
+    try:
+        for path in folder.glob("sess-*.bin"):
+            with contextlib.suppress(OSError):
+                path.unlink()
+                gone += 1
+        marker.write_text(version, encoding="utf-8")
+    except OSError as error:
+        log.info("could not retire old session files in %s: %s", folder, error)
+    if gone:
+        log.info("deleted %d session file(s) of another model version in %s", gone, folder)
+    return gone
 
 
 def _http(url: str, method: str, body: bytes | None, timeout: float) -> tuple[int, Any]:
@@ -78,6 +117,10 @@ class LlamaCacheAdapter:
         save_dir: The engine's ``--slot-save-path``; None: no saving (slots still bind).
         clock: Epoch seconds, for least-recently-used recycling and reports.
         timeout: Seconds one HTTP call may take.
+        version: What the session files were made by (the model, its window, its KV type):
+            files of another version in ``save_dir`` are deleted before the first is used, so
+            a state saved by another model, context or KV type is never restored.
+        model: The model file (its size and modification time are part of the version).
     """
 
     def __init__(
@@ -88,6 +131,8 @@ class LlamaCacheAdapter:
         *,
         clock: Callable[[], float] = time.time,
         timeout: float = HTTP_TIMEOUT,
+        version: str = "",
+        model: Path | None = None,
     ) -> None:
         if slots < 1:
             raise ValueError(f"a llama-server has at least one slot, not {slots}")
@@ -100,6 +145,9 @@ class LlamaCacheAdapter:
         self._tokens: list[int | None] = [None] * slots
         self._actions = save_dir is not None
         self._lock = anyio.Lock()
+        self._version = version
+        self._model = model
+        self._version_checked = save_dir is None or not version  # "": nothing to check
 
     @property
     def slots(self) -> int:
@@ -163,11 +211,21 @@ class LlamaCacheAdapter:
             self._tokens[slot] = restored
             return SessionPrepared("disk", fields, restored, took, displaced)
 
+    async def _check_version(self) -> None:
+        """Before the first file is used: files of another version are deleted (once)."""
+        if self._version_checked or self._save_dir is None:
+            return
+        self._version_checked = True
+        await anyio.to_thread.run_sync(
+            retire_other_versions, self._save_dir, self._version, self._model
+        )
+
     async def _restore(self, slot: int, session_id: str) -> tuple[int | None, str]:
         """Tokens restored from the session's file, or None and why (no file: no reason)."""
         name = session_filename(session_id)
         if not self._actions or self._save_dir is None:
             return None, ""
+        await self._check_version()
         if not await anyio.to_thread.run_sync((self._save_dir / name).is_file):
             return None, ""
         reply = await self._slot_action(slot, "restore", name)
@@ -189,6 +247,7 @@ class LlamaCacheAdapter:
         name = session_filename(session_id)
         if not self._actions:
             return SessionSaved(session_id, error="this engine saves no slots")
+        await self._check_version()
         started = time.monotonic()
         reply = await self._slot_action(slot, "save", name)
         took = round(time.monotonic() - started, 6)
