@@ -10,6 +10,7 @@ evaluates only its new tokens; the log tells the story (``cache.saved``, ``cache
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from _daemons import (
     start_daemon,
     wait_for,
 )
+from _support import run_cli
 
 MODELS = ("alpha", "beta")
 #: A prompt of some hundreds of tokens: its re-evaluation is what a restore saves.
@@ -157,6 +159,24 @@ def test_a_sessions_turn_after_its_engine_was_evicted_or_the_daemon_restarted_re
         assert count(run.data, key, "engine.ready") == 3
         assert again["cache_n"] >= 0.95 * (back["cache_n"] + back["prompt_n"])
         assert again["prompt_n"] < 0.1 * (again["cache_n"] + again["prompt_n"])
+    # explain tells the session's cache story, in order, from the log alone
+    told = run_cli("explain", "session=ana", "--db", str(run.data / "events.db"), "--json")
+    assert told.returncode == 0, told.stderr
+    story = [
+        (f["kind"], f["cause"].get("cause"))
+        for f in json.loads(told.stdout)["findings"]
+        if f["kind"].startswith("cache-")
+    ]
+    assert story == [
+        ("cache-saved", "evicted"),
+        ("cache-restored", None),
+        ("cache-saved", "shutdown"),
+        ("cache-restored", None),
+        ("cache-saved", "shutdown"),  # the second daemon's shutdown
+    ]
+    text = run_cli("explain", "session=ana", "--db", str(run.data / "events.db")).stdout
+    assert f"session ana's prompt cache saved on {key} before its engine was evicted: " in text
+    assert f"session ana's prompt cache restored on {key} before its turn: " in text
     # a one-shot (no session) was never bound, saved or restored
     with EventStore.open(run.data / "events.db") as store:
         beta = [r.type for r in store.read_stream("cache/llamacpp:beta:0")]

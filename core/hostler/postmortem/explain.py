@@ -21,6 +21,7 @@ from typing import Any
 from hostler.capacity.keys import parse_key
 from hostler.errors import UsageError
 from hostler.events.base import Event
+from hostler.events.cache import CacheEvicted, CacheRestored, CacheSaved
 from hostler.events.ledger import (
     LedgerAdopted,
     LedgerBudgetSet,
@@ -42,6 +43,7 @@ from hostler.events.queue import (
 )
 from hostler.events.router import SessionBound
 from hostler.machines.lease import LeaseBroken, LeaseGranted, LeaseReleased, LeaseRequested
+from hostler.postmortem.explain_caches import CacheSentences
 from hostler.postmortem.explain_capacity import CapacitySentences
 from hostler.postmortem.explain_engines import EngineSentences
 from hostler.postmortem.explain_memory import LEASE_NEAR, WalkMemory
@@ -217,6 +219,7 @@ class _Walker:
         self.engines = EngineSentences(memory)
         self.capacity = CapacitySentences(target)
         self.traffic = TrafficSentences(target, memory)
+        self.caches = CacheSentences(target)
 
     # which records concern the target ----------------------------------------------------------
 
@@ -242,6 +245,8 @@ class _Walker:
             return self.traffic.on_queue(record, event)
         if isinstance(event, SessionBound):
             return self.traffic.on_bound(record, event)
+        if isinstance(event, (CacheSaved, CacheRestored, CacheEvicted)):
+            return self.caches.on_cache(record, event)
         if isinstance(event, (LeaseRequested, LeaseGranted, LeaseReleased, LeaseBroken)):
             return self.traffic.on_lease(record, stream.removeprefix("lease/"), event)
         if self.target.kind not in ("engine", "model"):
