@@ -160,11 +160,11 @@ def test_a_sessions_turn_after_its_engine_was_evicted_or_the_daemon_restarted_re
         assert again["cache_n"] >= 0.95 * (back["cache_n"] + back["prompt_n"])
         assert again["prompt_n"] < 0.1 * (again["cache_n"] + again["prompt_n"])
     # explain tells the session's cache story, in order, from the log alone
-    told = run_cli("explain", "session=ana", "--db", str(run.data / "events.db"), "--json")
-    assert told.returncode == 0, told.stderr
+    explained = run_cli("explain", "session=ana", "--db", str(run.data / "events.db"), "--json")
+    assert explained.returncode == 0, explained.stderr
     story = [
         (f["kind"], f["cause"].get("cause"))
-        for f in json.loads(told.stdout)["findings"]
+        for f in json.loads(explained.stdout)["findings"]
         if f["kind"].startswith("cache-")
     ]
     assert story == [
