@@ -11,6 +11,8 @@ from _support import REPO, run_python
 REGISTERED_ON_IMPORT = [
     "cache.budget_set",
     "cache.evicted",
+    "cache.restored",
+    "cache.saved",
     "calibration.measured",
     "daemon.gap",
     "daemon.log_recovered",

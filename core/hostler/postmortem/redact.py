@@ -66,6 +66,8 @@ _STATES = {"from_state": S, "to_state": S}
 FIELDS: Mapping[str, Mapping[str, Kind]] = {
     "cache.budget_set": {"key": S},
     "cache.evicted": {"key": S, "ids": Q, "reason": S, "decision": J},
+    "cache.restored": {"key": S, "session": Q, "error": T},
+    "cache.saved": {"key": S, "session": Q, "cause": S, "error": T},
     "calibration.measured": {"engine_key": S, "model": P, "build": T, "kv_type": S},
     "daemon.gap": {},
     "daemon.log_recovered": {"error": T, "code": S},

@@ -164,6 +164,10 @@ class RequestPath:
                     prepared = None
                     if session is not None and prompt_cache:
                         prepared = await self._caches.prepare(key, session)
+                        if prepared is not None and prepared.source != "memory":
+                            # a restore or a save is in the log before anything that follows
+                            # it (a stop's saves are written at once): rare, so written now
+                            await self._writer.flush()
                     now = self._clock.wall()
                     waited = round(now - ticket.enqueued_at, 6)
                     served = QueueServed(key, ticket.id, ticket.lane, waited, round(now, 6))
