@@ -348,9 +348,10 @@ class Setup:
     models: dict[str, Path]
 
 
-def write_config(folder: Path, models: dict[str, Path], slots: int) -> Path:
+def write_config(folder: Path, models: dict[str, Path], slots: int, ctx: int = CTX) -> Path:
+    """hostler's config for ``models``: each with ``slots`` slots of ``ctx`` tokens, KV f16."""
     lines = [
-        "# written by bench/control_plane.py",
+        "# written by a benchmark of bench/",
         "[daemon]",
         f"data_dir = {json.dumps(str(folder / 'data'))}",
         f"ledger = {json.dumps(str(folder / 'ledger.db'))}",
@@ -362,7 +363,7 @@ def write_config(folder: Path, models: dict[str, Path], slots: int) -> Path:
             "[[models]]",
             f'id = "{name}"',
             f"path = {json.dumps(str(path))}",
-            f"ctx = {CTX}",
+            f"ctx = {ctx}",
             f"slots = {slots}",
             'kv_type = "f16"',
             "",

@@ -48,6 +48,7 @@ from control_plane import (
     router_folder,
     strip_flags,
     wait_health,
+    write_config,
 )
 from hostler.paths import default_data_dir
 from hostler.testing.smollm2 import smollm2_gguf
@@ -66,23 +67,6 @@ def prompt(tokens: int, tag: str) -> str:
     return f"[{tag}] " + " ".join(f"{n}. {SENTENCE}" for n in range(max(1, tokens // 24)))
 
 
-def write_config(folder: Path, models: dict[str, Path], ctx: int) -> Path:
-    lines = [
-        "# written by bench/session_cache.py",
-        "[daemon]",
-        f"data_dir = {json.dumps(str(folder / 'data'))}",
-        f"ledger = {json.dumps(str(folder / 'ledger.db'))}",
-        "idle_timeout = 0",
-        "",
-    ]
-    for name, path in models.items():
-        lines += ["[[models]]", f'id = "{name}"', f"path = {json.dumps(str(path))}"]
-        lines += [f"ctx = {ctx}", f"slots = {SLOTS}", 'kv_type = "f16"', ""]
-    config = folder / "hostler.toml"
-    config.write_text("\n".join(lines), encoding="utf-8")
-    return config
-
-
 def _files(folder: Path, ctx: int) -> tuple[dict[str, Path], Path]:
     """The two model files (B a copy of A) and hostler's config, in a new ``folder``."""
     source = smollm2_gguf(default_data_dir() / "cache")
@@ -90,7 +74,7 @@ def _files(folder: Path, ctx: int) -> tuple[dict[str, Path], Path]:
     models = {name: folder / f"{name}.gguf" for name in ("a", "b")}
     for path in models.values():
         shutil.copyfile(source, path)
-    return models, write_config(folder, models, ctx)
+    return models, write_config(folder, models, SLOTS, ctx)
 
 
 async def start(reaper: Reaper, http: httpx.AsyncClient, folder: Path, ctx: int) -> dict[str, str]:

@@ -162,16 +162,7 @@ def adopted_supervisor(
     engine = load(store, Engine, KEY)
     at = time.time()
     engine.fire("start", at=at, cause="test")
-    engine.fire(
-        "spawned",
-        at=at,
-        pid=identity.pid,
-        create_time=identity.create_time,
-        boot_id=identity.boot_id,
-        launch_token=identity.launch_token,
-        argv_fingerprint=identity.argv_fingerprint,
-        port=identity.port,
-    )
+    engine.fire("spawned", at=at, **identity.spawned_facts())
     engine.fire("ready", at=at)
     engine.fire("begin_adoption", at=at, daemon_pid=os.getpid())
     engine.fire("adopted", at=at, pid=identity.pid)
@@ -598,17 +589,7 @@ async def test_a_daemon_restarted_after_a_clock_step_adopts_its_engine(
     engine = load(store, Engine, KEY)
     at = time.time()
     engine.fire("start", at=at, cause="test")
-    engine.fire(
-        "spawned",
-        at=at,
-        pid=identity.pid,
-        create_time=identity.create_time,
-        boot_id=identity.boot_id,
-        launch_token=identity.launch_token,
-        argv_fingerprint=identity.argv_fingerprint,
-        port=identity.port,
-        since_boot=identity.since_boot,
-    )
+    engine.fire("spawned", at=at, **identity.spawned_facts())
     engine.fire("ready", at=at)
     commit(store, engine, metadata={"actor": "test"})
     wait_until(lambda: listening(port))

@@ -122,6 +122,18 @@ class ProcessIdentity:
     port: int
     since_boot: float | None = None
 
+    def spawned_facts(self) -> dict[str, object]:
+        """The fields of its ``engine.spawned`` record (what a later daemon adopts it by)."""
+        return {
+            "pid": self.pid,
+            "create_time": self.create_time,
+            "boot_id": self.boot_id,
+            "launch_token": self.launch_token,
+            "argv_fingerprint": self.argv_fingerprint,
+            "port": self.port,
+            "since_boot": self.since_boot,
+        }
+
 
 class Pidfd:
     """A pidfd on one process, held for that process's life (SG4).

@@ -460,16 +460,7 @@ class EngineStarter:
             child.ready_line = re.compile(probe.ready_line)
         self._hold.hold(child)
         # Recorded before ensure_running can return: a daemon killed from here on finds it.
-        await self._journal.observe(
-            "spawned",
-            pid=identity.pid,
-            create_time=identity.create_time,
-            boot_id=identity.boot_id,
-            launch_token=identity.launch_token,
-            argv_fingerprint=identity.argv_fingerprint,
-            port=identity.port,
-            since_boot=identity.since_boot,
-        )
+        await self._journal.observe("spawned", **identity.spawned_facts())
         await self._account.bind(identity)
         await self._readiness.await_ready(child, probe)
         return port
