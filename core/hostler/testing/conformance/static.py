@@ -23,6 +23,7 @@ from hostler.plugin import (
     LaunchSpec,
     ModelGeometry,
     Panic,
+    SessionCache,
     launch_command,
     timing_problem,
 )
@@ -242,3 +243,16 @@ class IdentityChecks:
         """``cache_adapter`` gives None or an object with the cache protocol's methods."""
         cache = adapter.cache_adapter(spec)
         assert cache is None or isinstance(cache, CacheAdapter), type(cache)
+
+    def test_a_saving_cache_adapter_holds_nothing_before_its_first_turn(
+        self, adapter: EngineAdapter, spec: LaunchSpec
+    ) -> None:
+        """CC13: a ``SessionCache`` answers ``held_sessions`` at once, without I/O.
+
+        A list of session ids, empty for a launch no turn has reached (its stop saves nothing).
+        """
+        cache = adapter.cache_adapter(spec)
+        if isinstance(cache, SessionCache):
+            held: Any = cache.held_sessions()
+            assert isinstance(held, list), type(held)
+            assert held == [], held
