@@ -43,13 +43,20 @@ class QueueEventWriter:
         self._unwritten.append((cache_stream(getattr(event, "key", "cache")), event))
 
     async def flush(self) -> None:
-        """Write what was kept, per stream, off the event loop; one stream's trouble is its own."""
+        """Write what was kept, per stream, off the event loop; one stream's trouble is its own.
+
+        A write cancelled before it ran (waiting for a worker thread as the runtime closes)
+        puts its batch back, first, for the next write: nothing kept is lost to it.
+        """
         batch, self._unwritten = self._unwritten, []
         if not batch:
             return
         store = self._store
+        ran = False
 
         def write() -> None:
+            nonlocal ran
+            ran = True
             streams: dict[str, list[Event]] = {}
             for stream, event in batch:
                 streams.setdefault(stream, []).append(event)
@@ -64,4 +71,9 @@ class QueueEventWriter:
                         exc.message,
                     )
 
-        await self._io.run(write)
+        try:
+            await self._io.run(write)
+        except BaseException:
+            if not ran:
+                self._unwritten[:0] = batch
+            raise
