@@ -20,7 +20,12 @@ import pytest
 from hostler.plugin import CacheAdapter, CacheEntry, EngineAdapter, LaunchSpec
 from hostler.testing.tiny_gguf import write_tiny_llama
 from hostler_llamacpp import LlamaCppAdapter
-from hostler_llamacpp.cache import LlamaCacheAdapter, retire_other_versions, session_filename
+from hostler_llamacpp.cache import (
+    LlamaCacheAdapter,
+    model_stamp,
+    retire_other_versions,
+    session_filename,
+)
 
 pytestmark = pytest.mark.anyio
 UNIT = 102_400
@@ -443,4 +448,23 @@ async def test_session_files_of_another_model_version_are_never_restored(
     assert (await cache_for("m|ctx=1024").prepare("a")).source == "fresh"
     assert names(save) == ["sessions.version"]
     (save / "sess-a.bin").write_bytes(b"kv")
-    assert retire_other_versions(save, "m|ctx=1024", model) == 0  # kept: it is this version's
+    assert retire_other_versions(save, "m|ctx=1024" + model_stamp(model)) == 0  # its own: kept
+
+
+async def test_a_model_replaced_under_its_running_engine_does_not_adopt_that_engines_states(
+    server: FakeServer, tmp_path: Path
+) -> None:
+    """The version is stamped when the launch's adapter is made: states saved by an engine
+    still running the old weights are not taken for the new file's at its next launch."""
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"weights v1")
+    save = tmp_path / "slots"
+    save.mkdir()
+    running = LlamaCacheAdapter(server.port, 1, save, clock=Clock(), version="m", model=model)
+    model.write_bytes(b"weights v2, written while the engine runs v1")
+    await running.prepare("a")
+    await running.prepare("b")  # a's slot is saved: a state of v1
+    (save / "sess-a.bin").write_bytes(b"kv of v1")  # the fake server writes nothing: as it would
+    relaunched = LlamaCacheAdapter(server.port, 1, save, clock=Clock(), version="m", model=model)
+    assert (await relaunched.prepare("a")).source == "fresh"  # v1's state is never restored
+    assert names(save) == ["sessions.version"]

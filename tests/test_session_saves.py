@@ -66,8 +66,10 @@ class SessionEngine(FakeEngineAdapter):
     def __init__(self, sessions: Sessions) -> None:
         super().__init__()
         self.sessions = sessions
+        self.made = 0
 
     def cache_adapter(self, spec: LaunchSpec) -> CacheAdapter | None:
+        self.made += 1
         return self.sessions
 
 
@@ -191,12 +193,19 @@ async def test_a_plugin_that_raises_costs_that_session_its_file_never_the_stop(
     ]
 
 
-async def test_a_launch_whose_cache_was_never_asked_for_saves_nothing(
+async def test_the_launchs_cache_adapter_is_made_once_when_it_is_ready(
     tmp_path: Path, store: EventStore, clock: VirtualClock
 ) -> None:
-    """No request of a session reached it (the adapter is made on first use): nothing to save."""
-    sessions = Sessions(clock, ["ana"])
+    """Made as the launch becomes ready (off the loop: a plugin may stat its files then), once:
+    the runtime's registration and the stop's saves use that very one."""
+    sessions = Sessions(clock, [])
     sup = supervisor(tmp_path, store, clock, sessions)
+    adapter = sup._parts.guard.adapter
+    assert isinstance(adapter, SessionEngine)
     await sup.ensure_running()
+    assert adapter.made == 1
+    assert sup.cache_adapter() is sessions and sup.cache_adapter() is sessions
+    assert adapter.made == 1
     await sup.stop("evicted")
-    assert sessions.asked == []
+    assert sessions.asked == []  # it held no session: nothing to save
+    assert sup.cache_adapter() is None  # no process, no adapter

@@ -39,7 +39,13 @@ from hostler.plugin import (
     parse_json,
 )
 
-__all__ = ["VERSION_FILE", "LlamaCacheAdapter", "retire_other_versions", "session_filename"]
+__all__ = [
+    "VERSION_FILE",
+    "LlamaCacheAdapter",
+    "model_stamp",
+    "retire_other_versions",
+    "session_filename",
+]
 
 log = logging.getLogger(__name__)
 
@@ -59,20 +65,28 @@ def session_filename(session_id: str) -> str:
 VERSION_FILE = "sessions.version"
 
 
-def retire_other_versions(folder: Path, version: str, model: Path | None = None) -> int:
+def model_stamp(model: Path | None) -> str:
+    """The model file's size and modification time, as a version's last part ("" for none).
+
+    A replaced or re-downloaded model file is another version. Reads the file system: make
+    it where a stat may wait (off the event loop).
+    """
+    if model is None:
+        return ""
+    try:
+        facts = model.stat()
+    except OSError:
+        return "|model-unreadable"
+    return f"|size={facts.st_size}|mtime={facts.st_mtime_ns}"
+
+
+def retire_other_versions(folder: Path, version: str) -> int:
     """Delete the session files in ``folder`` made by another version; how many went.
 
-    ``model``'s size and modification time are part of the version (a replaced or
-    re-downloaded model file is another). The version is written beside the files, so the
-    next launch of the same model finds its own. A folder that cannot be read or written is
-    left as it is (its files are then restored only if llama-server accepts them).
+    The version is written beside the files, so the next launch of the same model finds its
+    own. A folder that cannot be read or written is left as it is (its files are then
+    restored only if llama-server accepts them).
     """
-    if model is not None:
-        try:
-            facts = model.stat()
-            version += f"|size={facts.st_size}|mtime={facts.st_mtime_ns}"
-        except OSError:
-            version += "|model-unreadable"
     marker = folder / VERSION_FILE
     try:
         if marker.read_text(encoding="utf-8") == version:
@@ -120,7 +134,8 @@ class LlamaCacheAdapter:
         version: What the session files were made by (the model, its window, its KV type):
             files of another version in ``save_dir`` are deleted before the first is used, so
             a state saved by another model, context or KV type is never restored.
-        model: The model file (its size and modification time are part of the version).
+        model: The model file: its size and modification time, read here (the adapter is made
+            off the event loop, when its launch is ready), are part of the version.
     """
 
     def __init__(
@@ -145,8 +160,9 @@ class LlamaCacheAdapter:
         self._tokens: list[int | None] = [None] * slots
         self._actions = save_dir is not None
         self._lock = anyio.Lock()
-        self._version = version
-        self._model = model
+        # stamped now, as the launch is made: a file replaced under the running engine later
+        # does not make the states this engine saves pass for the new file's
+        self._version = version + model_stamp(model) if version else ""
         self._version_checked = save_dir is None or not version  # "": nothing to check
 
     @property
@@ -216,9 +232,7 @@ class LlamaCacheAdapter:
         if self._version_checked or self._save_dir is None:
             return
         self._version_checked = True
-        await anyio.to_thread.run_sync(
-            retire_other_versions, self._save_dir, self._version, self._model
-        )
+        await anyio.to_thread.run_sync(retire_other_versions, self._save_dir, self._version)
 
     async def _restore(self, slot: int, session_id: str) -> tuple[int | None, str]:
         """Tokens restored from the session's file, or None and why (no file: no reason)."""

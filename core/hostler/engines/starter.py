@@ -35,6 +35,7 @@ from hostler.engines.readywait import ReadinessDriver
 from hostler.engines.resweep import anchors_of, sweep_strays
 from hostler.engines.rundir import RunDir
 from hostler.engines.runner import ProcessRunner
+from hostler.engines.sessions import launch_cache
 from hostler.engines.stopper import EngineStopper
 from hostler.errors import (
     CapacityDeniedError,
@@ -463,6 +464,9 @@ class EngineStarter:
         await self._journal.observe("spawned", **identity.spawned_facts())
         await self._account.bind(identity)
         await self._readiness.await_ready(child, probe)
+        # L16/CC13: the launch's cache adapter, made now and off the loop (a plugin may read
+        # files to make it: llama.cpp's stamps the model file its saved states belong to)
+        await self._parts.io.run(launch_cache, self._parts, child)
         return port
 
     async def _abandon(self, exc: BaseException) -> None:
