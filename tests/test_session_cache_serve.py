@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -147,6 +148,12 @@ def test_a_sessions_turn_after_its_engine_was_evicted_or_the_daemon_restarted_re
         assert saved[0]["bytes"] > 0
         assert [(p["session"], p["error"]) for p in restored] == [("ana", "")]
         assert restored[0]["tokens"] == saved[0]["tokens"]
+        # the operator's view of the new launch's cache (CC10): one turn, a hit from disk
+        base = str(run.client.base_url).removesuffix("/").removesuffix("/v1")
+        stats = httpx.get(f"{base}/api/cache/{key}", timeout=30).json()
+        assert (stats["hits"], stats["misses"]) == (1, 0)
+        assert stats["sources"] == {"memory": 0, "disk": 1, "prefix": 0, "fresh": 0}
+        assert stats["sessions"] == ["ana"] and stats["entries"] == 1
     # the shutdown saved the session again (SIGTERM: within its second for saves)
     told = _cache_events(run.data, key)
     assert [(p["session"], p["cause"]) for t, p in told if t == "cache.saved"][-1] == (
