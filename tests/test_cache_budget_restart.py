@@ -75,7 +75,7 @@ async def test_an_operator_cache_budget_holds_after_a_restart(world: World) -> N
         await again.one_shot("ballast", "m")  # the launch registers the engine's cache (CC2)
         async with again.request(KEY):
             pass
-        stats = again.caches.stats(KEY)
+        stats = await again.caches.stats(KEY)
         assert stats is not None and stats.budget == 7 * UNIT
     # restoring records nothing: the log still holds the two decisions, no third
     assert len(world.store.read_stream(cache_stream(KEY))) == 2

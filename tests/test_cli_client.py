@@ -280,7 +280,7 @@ def test_ps_is_a_table_with_pinned_columns_and_json_with_documented_keys(
     assert f"\ncommitted {size(committed)} in the host ledger\n" in out
     status, out, _ = cli(capsys, "ps", "--url", daemon.url, "--json")
     listed = json.loads(out)
-    assert set(listed) == {"engines", "queues", "sessions", "ledger"}
+    assert set(listed) == {"engines", "queues", "sessions", "ledger", "caches"}
     engine = next(e for e in listed["engines"] if e["key"] == "llamacpp:alpha:0")
     assert set(engine) == {
         "key",

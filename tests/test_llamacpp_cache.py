@@ -468,3 +468,47 @@ async def test_a_model_replaced_under_its_running_engine_does_not_adopt_that_eng
     relaunched = LlamaCacheAdapter(server.port, 1, save, clock=Clock(), version="m", model=model)
     assert (await relaunched.prepare("a")).source == "fresh"  # v1's state is never restored
     assert names(save) == ["sessions.version"]
+
+
+async def test_saved_sizes_tells_the_files_this_engine_can_restore_and_discard_deletes(
+    tmp_path: Path,
+) -> None:
+    """CC14: what the disk budget counts is each file's real size; another version's files
+    are deleted and left out; ``discard`` needs no engine (this one has none)."""
+    save = tmp_path / "slots"
+    save.mkdir()
+    (save / "sess-a.bin").write_bytes(b"k" * 1234)
+    (save / "sess-b.bin").write_bytes(b"k" * 10)
+    other = LlamaCacheAdapter(1, 1, save, clock=Clock(), version="other-model")
+    assert await other.saved_sizes(["a", "b", "never"]) == {}  # another version: deleted
+    assert names(save) == ["sessions.version"]
+    (save / "sess-a.bin").write_bytes(b"k" * 1234)
+    (save / "sess-b.bin").write_bytes(b"k" * 10)
+    again = LlamaCacheAdapter(1, 1, save, clock=Clock(), version="other-model")
+    assert await again.saved_sizes(["a", "b", "never"]) == {"a": 1234, "b": 10}
+    await again.discard(["a", "never"])
+    assert names(save) == ["sess-b.bin", "sessions.version"]
+    assert await LlamaCacheAdapter(1, 1, None).saved_sizes(["b"]) == {}  # no save dir: none
+
+
+def test_a_state_saved_by_another_engine_build_is_another_version(tmp_path: Path) -> None:
+    """CC14: the engine build is part of what a saved state depends on."""
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"weights")
+    one, two = tmp_path / "one" / "llama-server", tmp_path / "two" / "llama-server"
+    for binary, body in ((one, b"#!/bin/sh\n"), (two, b"#!/bin/sh\n# another build\n")):
+        binary.parent.mkdir()
+        binary.write_bytes(body)
+        binary.chmod(0o755)
+
+    def version(binary: Path) -> str:
+        made = LlamaCppAdapter().cache_adapter(
+            LaunchSpec("llamacpp:m:0", model, 4321, ctx_per_slot=512, work_dir=tmp_path,
+                       binary=binary)
+        )  # fmt: skip
+        assert isinstance(made, LlamaCacheAdapter)
+        return made.version
+
+    assert version(one) != version(two)
+    assert version(one) == version(one)
+    assert "|build=" in version(one)

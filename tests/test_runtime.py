@@ -481,9 +481,9 @@ async def test_an_unloaded_engine_keeps_no_cache_entries(world: World) -> None:
         async with rt.request(KEY):
             pass
         await rt.cache.reconcile_once()
-        stats = rt.caches.stats(KEY)
+        stats = await rt.caches.stats(KEY)
         assert stats is not None and stats.entries == 1
         assert await rt.unload(KEY)  # the process, and its KV cache, are gone
-        stats = rt.caches.stats(KEY)
+        stats = await rt.caches.stats(KEY)
         # observed: the dead process's adapter stays registered: 1 entry, 1000 KiB "cached"
         assert stats is None or stats.entries == 0

@@ -171,16 +171,16 @@ async def test_a_launched_llama_server_gets_its_prompt_cache_adapter(rig: Rig) -
     rig.budget_gib = 8.0
     async with rig.runtime() as rt:
         key = key_of("alpha")
-        assert rt.caches.stats(key) is None  # nothing launched, nothing registered
+        assert await rt.caches.stats(key) is None  # nothing launched, nothing registered
         async with rt.request(key, session="s1") as port:
             await anyio.to_thread.run_sync(chat, port)
-        stats = rt.caches.stats(key)
+        stats = await rt.caches.stats(key)
         assert stats is not None and stats.budget == 4 * GIB  # CC's default until set
         assert rt.caches.extras(key, "s1") == {"cache_prompt": True, "id_slot": 0}
         await rt.cache.record_turn(key, "s1", 10)
-        assert rt.caches.stats(key).entries == 1  # type: ignore[union-attr]
+        assert (await rt.caches.stats(key)).entries == 1  # type: ignore[union-attr]
         await rt.caches.set_budget(key, 512 * 1024)  # 10 tokens = 1000 KiB: over, evicted
-        after = rt.caches.stats(key)
+        after = await rt.caches.stats(key)
         assert after is not None and after.budget == 512 * 1024 and after.entries == 0
         await rt.caches.evict_session("s1")
         await rt.caches.clear(key)

@@ -189,7 +189,7 @@ def test_the_schema_lists_exactly_the_apps_routes() -> None:
         (path, method) for path, item in openapi_schema()["paths"].items() for method in item
     }
     assert documented == served
-    assert len(served) == 30
+    assert len(served) == 31
 
 
 def test_the_schema_documents_auth_and_errors() -> None:

@@ -188,3 +188,64 @@ def test_a_sessions_turn_after_its_engine_was_evicted_or_the_daemon_restarted_re
     with EventStore.open(run.data / "events.db") as store:
         beta = [r.type for r in store.read_stream("cache/llamacpp:beta:0")]
     assert "cache.saved" not in beta and "cache.restored" not in beta
+
+
+def _files(data: Path) -> dict[str, int]:
+    """The session files on disk under the data directory, with their sizes."""
+    return {p.name: p.stat().st_size for p in sorted(data.rglob("sess-*.bin"))}
+
+
+@pytest.mark.slow
+def test_session_files_are_kept_within_their_engines_cache_budget(tmp_path: Path) -> None:
+    """CC14 through ``hostler serve``: the files count with their real size; over the budget
+    the least recently used session's file is deleted, recorded, and its next turn is cold."""
+    key = "llamacpp:alpha:0"
+    budget = _room_for_one(tmp_path)
+    ana = [{"role": "user", "content": PROMPT}]
+    bo = [{"role": "user", "content": PROMPT.replace("river", "road")}]
+    with _serving(tmp_path / "run", budget) as run:
+        base = str(run.client.base_url).removesuffix("/").removesuffix("/v1")
+        first = _timings(_turn(run, "alpha", ana, "ana"))
+        _turn(run, "beta", [{"role": "user", "content": "hi"}], None)  # evicts alpha: ana saved
+        (size,) = _files(run.data).values()
+        stats = httpx.get(f"{base}/api/cache/{key}", timeout=30).json()
+        assert (stats["running"], stats["files"], stats["file_bytes"]) == (False, 1, size)
+        assert stats["total_bytes"] == size  # its real size, not 100 KiB a token
+        assert size < first["prompt_n"] * 102_400
+        assert stats["bytes_per_token"] * first["prompt_n"] >= size
+        # room for one session's file and a half
+        token = (run.data / "token").read_text().strip()
+        answer = httpx.put(
+            f"{base}/api/cache/{key}/budget",
+            json={"bytes": size * 3 // 2},
+            headers={"authorization": f"Bearer {token}"},
+            timeout=30,
+        )
+        assert answer.status_code == 200, answer.text
+        assert _files(run.data) == {"sess-ana.bin": size}
+        _timings(_turn(run, "alpha", bo, "bo"))  # alpha back: bo's cache and ana's file
+        # bo's turn counts what its file will be: with ana's file, over 1.5 files: ana's goes
+        wait_for(lambda: "sess-ana.bin" not in _files(run.data))
+        _turn(run, "beta", [{"role": "user", "content": "hi"}], None)  # evicts alpha: bo saved
+        assert list(_files(run.data)) == ["sess-bo.bin"]
+        stats = httpx.get(f"{base}/api/cache/{key}", timeout=30).json()
+        assert (stats["files"], stats["sessions"]) == (1, ["bo"])
+        assert stats["file_bytes"] == _files(run.data)["sess-bo.bin"] <= size * 3 // 2
+        shown = run_cli("ps", "--url", base)  # the operator's terminal view of the same
+        assert shown.returncode == 0, shown.stderr
+        caches = shown.stdout.split("prompt caches", 1)[1].splitlines()
+        row = next(line.split() for line in caches if line.startswith(key))
+        assert row[1:3] == ["1", "1"]  # one session, one file
+        ana.append({"role": "user", "content": "and then?"})
+        cold = _timings(_turn(run, "alpha", ana, "ana"))
+        assert cold["cache_n"] == 0 and cold["prompt_n"] > 200  # its file was deleted: cold
+        wait_for(lambda: any(t == "cache.evicted" for t, _ in _cache_events(run.data, key)))
+    evicted = [p for t, p in _cache_events(run.data, key) if t == "cache.evicted"]
+    assert (evicted[0]["ids"], evicted[0]["reason"]) == (["ana"], "watermark")
+    assert evicted[0]["decision"]["budget"] == size * 3 // 2
+    text = run_cli("explain", "session=ana", "--db", str(run.data / "events.db")).stdout
+    assert (
+        f"session ana's prompt cache dropped from {key}: its engine's caches reached their "
+        "budget (" in text
+    ), text
+    assert "least recently used first" in text

@@ -59,6 +59,12 @@ class Sessions:
             raise RuntimeError("the plugin's bug")
         return SessionSaved(session_id, 100, 2_300_000, self.save_seconds)
 
+    async def saved_sizes(self, session_ids: Sequence[str]) -> dict[str, int]:
+        return {}
+
+    async def discard(self, session_ids: Sequence[str]) -> None:
+        pass
+
 
 class SessionEngine(FakeEngineAdapter):
     """The fake engine, with an in-memory session cache per launch."""

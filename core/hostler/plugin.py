@@ -580,6 +580,8 @@ class SessionSaved:
         bytes: The file's size as written (0 when it did not say).
         seconds: How long the save took.
         error: Why it was not saved ("" when it was).
+        used_at: When the session last used the engine (epoch seconds; 0.0 when not known):
+            the file's place in the least-recently-used order of the disk budget (CC14).
     """
 
     session_id: str
@@ -587,6 +589,7 @@ class SessionSaved:
     bytes: int = 0
     seconds: float = 0.0
     error: str = ""
+    used_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -632,6 +635,19 @@ class SessionCache(CacheAdapter, Protocol):
 
     async def save_session(self, session_id: str) -> SessionSaved:
         """Save one session the engine holds to its file, before the engine stops."""
+        ...
+
+    async def saved_sizes(self, session_ids: Sequence[str]) -> dict[str, int]:
+        """CC14: of these sessions, those this engine can restore, each with its file's size.
+
+        A file this engine cannot use (made by another model file or engine build) is deleted
+        first and left out, as is a session with no file. Called as the engine is registered,
+        for the files hostler counts against its budget.
+        """
+        ...
+
+    async def discard(self, session_ids: Sequence[str]) -> None:
+        """CC14: delete these sessions' saved files (no engine needed: it may have stopped)."""
         ...
 
 

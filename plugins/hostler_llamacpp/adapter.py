@@ -271,9 +271,18 @@ class LlamaCppAdapter(EngineAdapter):
                 slots = count
             elif flag == "--slot-save-path":
                 save_dir = None if isinstance(value, bool) else Path(str(value))
+        version = f"{_state_version(spec)}|build={self._build_of(spec)}"
         return LlamaCacheAdapter(
-            spec.port, max(slots, 1), save_dir, version=_state_version(spec), model=spec.model
+            spec.port, max(slots, 1), save_dir, version=version, model=spec.model
         )
+
+    def _build_of(self, spec: LaunchSpec) -> str:
+        """The engine build a launch runs (CC14: a state saved by another build is never used)."""
+        try:
+            binary = self.binary() if spec.binary is None else find_llama_server(spec.binary)
+        except EngineBinaryError:
+            return "unknown"
+        return self.build_identity(LaunchCommand([str(binary)], {}))
 
     def build_identity(self, command: LaunchCommand) -> str:
         """The sidecar's revision when present, else the binary's path and size."""
@@ -290,6 +299,7 @@ class LlamaCppAdapter(EngineAdapter):
 def _state_version(spec: LaunchSpec) -> str:
     """What a saved slot state depends on: the model, the window, the KV type.
 
-    The cache adapter adds the model file's size and modification time, off the loop.
+    The adapter adds the engine build; the cache adapter the model file's size and
+    modification time, off the loop.
     """
     return f"{spec.model}|ctx={spec.ctx_per_slot}|kv={spec.kv_type or 'f16'}"

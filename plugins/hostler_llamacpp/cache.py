@@ -171,6 +171,11 @@ class LlamaCacheAdapter:
         return len(self._bound)
 
     @property
+    def version(self) -> str:
+        """What its session files are made by: model, window, KV type, build, model file."""
+        return self._version
+
+    @property
     def slot_actions(self) -> bool:
         """Whether save/restore/erase are still tried (off without a save dir, or after a 501)."""
         return self._actions
@@ -273,6 +278,7 @@ class LlamaCacheAdapter:
             tokens if isinstance(tokens, int) and tokens >= 0 else 0,
             written if isinstance(written, int) and written >= 0 else 0,
             took,
+            used_at=self._used[slot],
         )
 
     def held_sessions(self) -> list[str]:
@@ -287,6 +293,45 @@ class LlamaCacheAdapter:
             if slot is None:
                 return SessionSaved(session_id, error="not held by this engine")
             return await self._save_slot(slot, session_id)
+
+    async def saved_sizes(self, session_ids: Sequence[str]) -> dict[str, int]:
+        """CC14: the sessions among ``session_ids`` with a file this engine can restore.
+
+        Files of another version (model file, window, KV type, engine build) are deleted
+        first; each answer is the file's size on disk.
+        """
+        if self._save_dir is None:
+            return {}
+        await self._check_version()
+        folder = self._save_dir
+
+        def sizes() -> dict[str, int]:
+            found: dict[str, int] = {}
+            for session_id in session_ids:
+                try:
+                    facts = (folder / session_filename(session_id)).stat()
+                except OSError:
+                    continue
+                found[session_id] = facts.st_size
+            return found
+
+        return await anyio.to_thread.run_sync(sizes)
+
+    async def discard(self, session_ids: Sequence[str]) -> None:
+        """CC14: delete the sessions' files (their engine may be gone: nothing is asked of it)."""
+        if self._save_dir is None:
+            return
+        folder = self._save_dir
+
+        def delete() -> None:
+            for session_id in session_ids:
+                path = folder / session_filename(session_id)
+                try:
+                    path.unlink(missing_ok=True)
+                except OSError as error:
+                    log.info("could not delete %s: %s", path, error)
+
+        await anyio.to_thread.run_sync(delete)
 
     async def save_all(self) -> list[SessionSaved]:
         """Save every bound slot to its session's file, most recently used first."""
@@ -308,12 +353,7 @@ class LlamaCacheAdapter:
                     self._bound[slot] = None
                     self._tokens[slot] = None
                     await self._slot_action(slot, "erase", None)
-                if self._save_dir is not None:
-                    path = self._save_dir / session_filename(session_id)
-                    try:
-                        await anyio.to_thread.run_sync(partial(path.unlink, missing_ok=True))
-                    except OSError as error:
-                        log.info("could not delete %s: %s", path, error)
+            await self.discard(ids)
 
     async def report_usage(self) -> list[CacheEntry] | None:
         """The bound sessions' caches as ``GET /slots`` tells them; None if it cannot.

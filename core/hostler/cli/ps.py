@@ -19,7 +19,17 @@ from hostler.cli.client import (
 from hostler.cli.load import model_of
 from hostler.cli.tables import duration, print_table, size, table
 
-__all__ = ["DEFAULT_URL", "PS_HEADERS", "add_parser", "fetch", "post", "ps_rows", "run"]
+__all__ = [
+    "CACHE_HEADERS",
+    "DEFAULT_URL",
+    "PS_HEADERS",
+    "add_parser",
+    "cache_rows",
+    "fetch",
+    "post",
+    "ps_rows",
+    "run",
+]
 
 #: The table's columns, in order (pinned by the tests: scripts may rely on them).
 PS_HEADERS = (
@@ -111,12 +121,16 @@ def run(args: argparse.Namespace) -> int:
     assert url is not None  # noqa: S101 - a default is given
     engines = fetch(url, "/api/engines", token)
     queues = fetch(url, "/api/queues", token)
+    told = fetch(url, "/api/cache", token)
+    caches = told.get("caches") if isinstance(told, Mapping) else None
+    caches = caches if isinstance(caches, list) else []
     if args.json:
         summary = {
             "engines": engines["engines"],
             "queues": queues,
             "sessions": engines.get("sessions"),
             "ledger": engines.get("ledger"),
+            "caches": caches,
         }
         print(json.dumps(summary, indent=2))
         return 0
@@ -129,4 +143,35 @@ def run(args: argparse.Namespace) -> int:
         print(f"\ncommitted {size(ledger.get('committed') or 0)} in the host ledger")
     if not engines["engines"]:
         print("(no engines: the daemon serves no model yet)")
+    if caches:
+        print("\nprompt caches (sessions held or saved to disk, against each engine's budget):")
+        grid = table(CACHE_HEADERS, CACHE_HEADERS[1:])
+        for row in cache_rows(caches):
+            grid.add_row(*row)
+        print_table(grid)
     return 0
+
+
+#: The prompt-cache table's columns (CC10, CC14).
+CACHE_HEADERS = ("KEY", "SESSIONS", "FILES", "ON DISK", "COUNTED", "BUDGET", "HITS", "MISSES")
+
+
+def cache_rows(caches: list[Any]) -> list[tuple[str, ...]]:
+    """One row of :data:`CACHE_HEADERS` per engine (``caches``: ``GET /api/cache``)."""
+    rows: list[tuple[str, ...]] = []
+    for stats in caches:
+        if not isinstance(stats, Mapping):
+            continue
+        rows.append(
+            (
+                str(stats.get("key")),
+                str(stats.get("entries", 0)),
+                str(stats.get("files", 0)),
+                size(int(stats.get("file_bytes") or 0)),
+                size(int(stats.get("total_bytes") or 0)),
+                size(int(stats.get("budget") or 0)),
+                str(stats.get("hits", 0)),
+                str(stats.get("misses", 0)),
+            )
+        )
+    return rows

@@ -70,9 +70,10 @@ async def save_sessions(parts: EngineParts, child: EngineChild, reason: str) -> 
             )
         events.append(
             CacheSaved(
-                parts.key, session, reason, saved.tokens, saved.bytes, saved.seconds, saved.error
+                parts.key, session, reason, saved.tokens, saved.bytes, saved.seconds,
+                saved.error, saved.used_at,
             )
-        )
+        )  # fmt: skip
     if events:
         store = parts.journal.store
         stream = cache_stream(parts.key)

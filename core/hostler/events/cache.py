@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hostler.events.base import Event, event_type
+from hostler.events.base import Event, event_type, upcaster
 
 __all__ = ["CacheBudgetSet", "CacheEvicted", "CacheRestored", "CacheSaved", "cache_stream"]
 
@@ -28,7 +28,9 @@ class CacheEvicted(Event):
         key: The engine key.
         ids: The sessions evicted, in eviction order.
         reason: ``watermark`` (the budget was reached, CC9), ``invalidate`` (one session was
-            invalidated, CC5) or ``clear`` (the engine's whole cache was cleared, CC6).
+            invalidated, CC5), ``clear`` (the engine's whole cache was cleared, CC6) or
+            ``invalidated`` (CC14: a saved file is gone or was made by another model file or
+            engine build, so it can never be restored).
         decision: The decision with every input it used (the eviction plan for ``watermark``).
     """
 
@@ -56,7 +58,7 @@ class CacheBudgetSet(Event):
     applied: bool
 
 
-@event_type("cache.saved")
+@event_type("cache.saved", schema_version=2)
 @dataclass(frozen=True, slots=True)
 class CacheSaved(Event):
     """A session's prompt cache was written to its file by its engine (CC13), or was not.
@@ -71,6 +73,8 @@ class CacheSaved(Event):
         bytes: The file's size as written.
         seconds: How long the save took.
         error: Why it was not saved ("" when it was): its next turn starts cold.
+        used_at: When the session last used the engine (epoch seconds; 0.0: not told): the
+            file's place in the least-recently-used order (CC14). v2.
     """
 
     key: str
@@ -80,6 +84,13 @@ class CacheSaved(Event):
     bytes: int
     seconds: float
     error: str = ""
+    used_at: float = 0.0
+
+
+@upcaster("cache.saved", from_version=1)
+def _saved_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    payload.setdefault("used_at", 0.0)
+    return payload
 
 
 @event_type("cache.restored")

@@ -32,12 +32,15 @@ __all__ = [
     "EvictionPlan",
     "Priority",
     "Tally",
+    "bytes_per_token",
     "default_budget",
     "entry_bytes",
+    "held_entry",
     "is_hit",
     "plan_eviction",
     "reconcile",
     "record_outcome",
+    "retired_entry",
     "save_bound",
     "saves_before_stop",
     "turn_outcome",
@@ -88,6 +91,8 @@ class CacheEntry:
         last_used_at: When the session last used it (epoch seconds).
         priority: ``low`` entries are evicted after every ``normal`` one.
         group: An optional grouping (an agent, a user) for per-group statistics.
+        file_bytes: CC14: the size of the session's saved file on disk (0: it has none).
+        held: Whether the engine holds the session in memory now (False: only its file).
     """
 
     session_id: str
@@ -96,11 +101,44 @@ class CacheEntry:
     last_used_at: float
     priority: Priority = "normal"
     group: str | None = None
+    file_bytes: int = 0
+    held: bool = True
 
 
-def entry_bytes(prompt_tokens: int) -> int:
-    """CC4: the estimated bytes of a cache holding ``prompt_tokens`` (negative counts as 0)."""
-    return max(prompt_tokens, 0) * ENTRY_BYTES_PER_TOKEN
+def entry_bytes(prompt_tokens: int, per_token: int = ENTRY_BYTES_PER_TOKEN) -> int:
+    """CC4: the bytes of a cache holding ``prompt_tokens`` (negative counts as 0).
+
+    ``per_token`` is what one token costs: CC4's 100 KiB estimate until the engine's own saves
+    measured it (CC14, :func:`bytes_per_token`).
+    """
+    return max(prompt_tokens, 0) * per_token
+
+
+def bytes_per_token(tokens: int, size: int) -> int | None:
+    """CC14: one token's cost measured by a save that wrote ``tokens`` in ``size`` bytes.
+
+    Rounded up, so that a budget is never under-counted; None when the save told nothing.
+    """
+    if tokens <= 0 or size <= 0:
+        return None
+    return -(-size // tokens)
+
+
+def held_entry(entry: CacheEntry, per_token: int) -> CacheEntry:
+    """CC14: ``entry`` held by its engine: it counts what its file will be when it is saved.
+
+    That is its tokens at the measured ``per_token`` cost, and never less than the file it
+    already has on disk (which the next save replaces).
+    """
+    cost = max(entry_bytes(entry.tokens, per_token), entry.file_bytes)
+    return replace(entry, bytes=cost, held=True)
+
+
+def retired_entry(entry: CacheEntry) -> CacheEntry | None:
+    """CC14: ``entry`` once its engine stopped: only its file is left (None when it has none)."""
+    if entry.file_bytes <= 0:
+        return None
+    return replace(entry, bytes=entry.file_bytes, held=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,9 +205,10 @@ def reconcile(
 ) -> dict[str, CacheEntry]:
     """CC8: the engine's report replaces the map; priorities (and groups) survive by session.
 
-    A reported session already in the map keeps the map's priority, and its group when the
-    report has none. With ``fresh_after`` (when the report was asked for), an entry the map
-    touched strictly after it is newer than the report and is kept as it is.
+    A reported session already in the map keeps the map's priority, its saved file (CC14),
+    and its group when the report has none. With ``fresh_after`` (when the report was asked
+    for), an entry the map touched strictly after it is newer than the report and is kept as
+    it is. An entry the report leaves out that has a file on disk stays, as a file only.
     """
     result: dict[str, CacheEntry] = {}
     for told in reported:
@@ -179,12 +218,17 @@ def reconcile(
                 told,
                 priority=known.priority,
                 group=known.group if told.group is None else told.group,
+                file_bytes=known.file_bytes,
+                bytes=max(told.bytes, known.file_bytes),
             )
         result[told.session_id] = told
-    if fresh_after is not None:
-        for session_id, entry in entries.items():
-            if entry.last_used_at > fresh_after:
-                result[session_id] = entry
+    for session_id, entry in entries.items():
+        if fresh_after is not None and entry.last_used_at > fresh_after:
+            result[session_id] = entry
+        elif session_id not in result:
+            left = retired_entry(entry)
+            if left is not None:
+                result[session_id] = left
     return result
 
 

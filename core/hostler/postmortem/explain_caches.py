@@ -109,14 +109,16 @@ class CacheSentences:
     def on_evicted(self, record: RecordedEvent, event: CacheEvicted) -> Finding | None:
         """Sessions' caches dropped from an engine (its budget, an invalidation, a clear)."""
         target = self._target
+        why = _dropped_because(event)
         if target.kind == "session":
             if target.session not in event.ids:
                 return None
             text = (
-                f"session {target.session}'s prompt cache dropped from {event.key} ({event.reason})"
+                f"session {target.session}'s prompt cache dropped from {event.key}: {why}; "
+                "its next turn there reads its whole prompt again"
             )
         elif target.kind in ("engine", "model") and event.key in target.keys:
-            text = f"{len(event.ids)} session cache(s) dropped from {event.key} ({event.reason})"
+            text = f"{len(event.ids)} session cache(s) dropped from {event.key}: {why}"
         else:
             return None
         return cite(
@@ -128,3 +130,29 @@ class CacheSentences:
             reason=event.reason,
             decision=event.decision,
         )
+
+
+def _dropped_because(event: CacheEvicted) -> str:
+    """Why sessions' caches were dropped, in words, from the decision's inputs."""
+    decision = event.decision
+    if event.reason == "watermark":
+        budget, total = decision.get("budget"), decision.get("total")
+        after = decision.get("total_after")
+        if (
+            isinstance(budget, int | float)
+            and isinstance(total, int | float)
+            and isinstance(after, int | float)
+        ):
+            where = "saved files" if decision.get("running") is False else "caches"
+            return (
+                f"its engine's {where} reached their budget ({size(int(total))} of "
+                f"{size(int(budget))}), least recently used first, down to {size(int(after))}"
+            )
+        return "its engine's cache budget was reached"
+    if event.reason == "invalidated":
+        return "its saved file was gone, or made by another model file or engine build"
+    if event.reason == "invalidate":
+        return "an operator evicted the session"
+    if event.reason == "clear":
+        return "an operator cleared the engine's cache"
+    return event.reason

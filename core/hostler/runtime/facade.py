@@ -143,7 +143,7 @@ class Runtime:
         )
 
     async def __aenter__(self) -> Runtime:
-        await self.caches.restore_budgets()
+        await self.caches.restore()
         await self.pool.__aenter__()
         self.pool.spawn(self._write_queue_events)
         self.pool.spawn(self.cache.run)  # CC8: the engines' own cache truth every 5 s
@@ -158,13 +158,13 @@ class Runtime:
                 # records its end before the last write: the log holds every request's end
                 await self._requests.settle(SETTLE_WAIT)
                 await self._writer.flush()
-                self.caches.forget_stopped()
+                await self.caches.forget_stopped()
 
     async def _write_queue_events(self, every: float = 0.5) -> None:
         while True:
             await self._clock.sleep(every)
             await self._writer.flush()
-            self.caches.forget_stopped()
+            await self.caches.forget_stopped()
 
     async def close(self) -> None:
         """Stop every engine (a build in flight included) and take no new work (NR3, PP8)."""

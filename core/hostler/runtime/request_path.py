@@ -157,7 +157,7 @@ class RequestPath:
                 self._pool.use(key, cause) as port,
             ):
                 self._lanes.fit(key, sup.launch_spec)
-                self._caches.fit(key)
+                await self._caches.fit(key)
                 async with self._lanes.gate(key).slot():
                     # CC13: a session's cache is ready (restored from its file if need be)
                     # before its turn; its time is part of the client's wait
@@ -196,7 +196,7 @@ class RequestPath:
         """
         if not self._pool.resident(key):
             await self._writer.flush()
-            self._caches.forget_stopped()
+            await self._caches.forget_stopped()
         yield
 
     @contextlib.asynccontextmanager

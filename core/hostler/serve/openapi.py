@@ -146,6 +146,10 @@ _CACHE_STATS = _obj(
     sources={"type": "object", "additionalProperties": _INT},
     groups=_ANY_OBJ,
     sessions={"type": "array", "items": _STR},
+    files=_INT,
+    file_bytes=_INT,
+    bytes_per_token=_INT,
+    running={"type": "boolean"},
 )
 
 _BUDGET = _obj(
@@ -463,6 +467,18 @@ def _paths() -> dict[str, _Schema]:
                 errors=("BadRequest", "NotFound", "Unavailable"),
                 params=(_KEY, _QUEUE_ID),
                 body=_obj(["direction"], direction={"enum": ["up", "down"]}),
+            )
+        },
+        "/api/cache": {
+            "get": _op(
+                "Every engine's prompt-cache stats (CC10), saved session files included (CC14)",
+                _json(
+                    _obj(["caches"], caches={"type": "array", "items": _CACHE_STATS}),
+                    "the stats, by key",
+                ),
+                tag="operator",
+                auth="public",
+                errors=("Unavailable",),
             )
         },
         "/api/cache/{key}": {

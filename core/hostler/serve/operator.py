@@ -206,9 +206,14 @@ def operator_routes(runtime: Runtime, guard: Guard, models: Mapping[str, str]) -
         direction = (await _object(request)).get("direction")
         return JsonAnswer({"moved": runtime.move(key, int(raw), str(direction))})
 
+    @route("/api/cache", ["GET"], changes_state=False)
+    async def caches(_request: Request) -> Response:
+        found = await runtime.caches.all_stats()
+        return JsonAnswer({"caches": [dataclasses.asdict(stats) for stats in found]})
+
     @route("/api/cache/{key}", ["GET"], changes_state=False)
     async def cache(request: Request) -> Response:
-        stats = runtime.caches.stats(_key(request))
+        stats = await runtime.caches.stats(_key(request))
         return JsonAnswer(None if stats is None else dataclasses.asdict(stats))
 
     @route("/api/cache/{key}/clear", ["POST"], changes_state=True)
@@ -317,6 +322,7 @@ def operator_routes(runtime: Runtime, guard: Guard, models: Mapping[str, str]) -
         unload,
         cancel,
         move,
+        caches,
         cache,
         clear,
         cache_budget,
