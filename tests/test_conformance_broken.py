@@ -1,7 +1,7 @@
 """The conformance suite fails adapters that break the contract, each at the rule it breaks.
 
 A pytest run in a subprocess (pytester) runs the whole suite against one well-behaved adapter
-and thirteen broken ones, each broken in one way; every broken one must fail exactly the checks of
+and fourteen broken ones (and one that saves sessions), each broken in one way; every broken one must fail exactly the checks of
 the rule it breaks (and the live ones where the break stops a real engine), and nothing else.
 """
 
@@ -27,7 +27,7 @@ import json
 import sys
 from dataclasses import replace
 
-from hostler.plugin import LaunchCommand, Panic, hookimpl
+from hostler.plugin import LaunchCommand, Panic, SessionPrepared, SessionSaved, hookimpl
 from hostler.testing.fake_engine import Behaviour, FakeEngineAdapter
 
 
@@ -145,10 +145,72 @@ class Unregistered(FakeEngineAdapter):
     engine_type = "unregistered"
 
 
+class Files:
+    """A session cache that keeps each session's "KV" in a file of the launch's work dir."""
+
+    restores = True
+
+    def __init__(self, folder):
+        self.folder = folder
+        self.held = []
+
+    def _path(self, session):
+        return self.folder / f"sess-{session}.bin"
+
+    def request_extras(self, session):
+        return {}
+
+    async def evict(self, ids):
+        await self.discard(ids)
+
+    async def report_usage(self):
+        return None
+
+    async def prepare(self, session):
+        self.held = [session]
+        if self.restores and self._path(session).is_file():
+            return SessionPrepared("disk", {}, restored_tokens=10)
+        return SessionPrepared("fresh", {})
+
+    def held_sessions(self):
+        return list(self.held)
+
+    async def save_session(self, session):
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._path(session).write_bytes(b"kv" * 50)
+        return SessionSaved(session, 10, 100)
+
+    async def saved_sizes(self, ids):
+        return {s: self._path(s).stat().st_size for s in ids if self._path(s).is_file()}
+
+    async def discard(self, ids):
+        for session in ids:
+            self._path(session).unlink(missing_ok=True)
+
+
+class Forgets(Files):
+    restores = False
+
+
+class Saver(FakeEngineAdapter):
+    """Saves sessions to files and restores them at its next launch."""
+    engine_type = "saver"
+    cache = Files
+
+    def cache_adapter(self, spec):
+        return self.cache(spec.work_dir)
+
+
+class Forgetful(Saver):
+    """Says it saved a session, and never restores it."""
+    engine_type = "forgetful"
+    cache = Forgets
+
+
 @hookimpl
 def register_engines(register):
     for cls in (Good, WideOpen, NoExtras, NoModel, Flaky, Greedy, Cheaper, AlwaysReady, Jumpy,
-                WrongPort, Premature, NeedsArgs, Impatient):
+                WrongPort, Premature, NeedsArgs, Impatient, Saver, Forgetful):
         register(cls)
 '''
 
@@ -187,11 +249,16 @@ for _cls in (broken_plugin.Good, broken_plugin.WideOpen, broken_plugin.NoExtras,
              broken_plugin.NoModel, broken_plugin.Flaky, broken_plugin.Greedy,
              broken_plugin.Cheaper, broken_plugin.AlwaysReady, broken_plugin.Jumpy,
              broken_plugin.WrongPort, broken_plugin.Premature, broken_plugin.NeedsArgs,
-             broken_plugin.Impatient, broken_plugin.Unregistered):
+             broken_plugin.Impatient, broken_plugin.Unregistered, broken_plugin.Saver,
+             broken_plugin.Forgetful):
     globals()[f"Test{_cls.__name__}"] = case(_cls)
 """
 
-LIVE = {"test_live_start_serve_stop", "test_live_adopted_after_a_daemon_restart"}
+LIVE = {
+    "test_live_start_serve_stop",
+    "test_live_adopted_after_a_daemon_restart",
+    "test_live_a_saved_session_comes_back_after_its_engine_stops",
+}
 #: What each adapter must fail: the check of the rule it breaks, nothing else.
 EXPECTED: dict[str, set[str]] = {
     "Good": set(),
@@ -215,6 +282,8 @@ EXPECTED: dict[str, set[str]] = {
         "test_registered_through_the_hook",
         "test_the_host_builds_it_with_no_arguments",
     },
+    "Saver": set(),  # a saving cache that keeps its word passes the session round trip
+    "Forgetful": {"test_live_a_saved_session_comes_back_after_its_engine_stops"},
 }
 
 #: Failures a broken adapter may also show, beside its rule's: Jumpy's live starts fail only

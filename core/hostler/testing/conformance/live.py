@@ -29,7 +29,7 @@ from hostler.engines.reconcile import reconcile
 from hostler.engines.runner import OsProcess
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.machines.engine import Engine
-from hostler.plugin import EngineAdapter, LaunchSpec
+from hostler.plugin import EngineAdapter, LaunchSpec, SessionCache
 from hostler.replay import load
 from hostler.store.log import EventStore
 from hostler.testing.conformance.settings import ConformanceSettings
@@ -163,6 +163,46 @@ class LiveChecks(ConformanceSettings):
         assert live.engine_pids() == [], "processes of the engine outlived its stop"
         assert live.reservations() == []
         assert live.events()[-2:] == ["engine.stop_requested", "engine.stopped"]
+
+    def test_live_a_saved_session_comes_back_after_its_engine_stops(self, live: Live) -> None:
+        """CC13/CC14, for an adapter whose cache saves sessions (:class:`SessionCache`).
+
+        A session's turn is prepared (fresh), run, saved to its file (its size told), the
+        engine stopped and started again, and the session prepared once more: restored from
+        its file (``disk``, tokens told). Its file is then discarded with no engine needed.
+        An adapter whose cache saves nothing passes as it is: hostler never asks it.
+        """
+        anyio.run(self._session_round_trip, live)
+
+    async def _session_round_trip(self, live: Live) -> None:
+        sup = live.supervisor()
+        port = await sup.ensure_running()
+        cache = sup.cache_adapter()
+        if not isinstance(cache, SessionCache) or not self.serves_completions:
+            await sup.stop()
+            return
+        session = "conformance-session"
+        first = await cache.prepare(session)
+        assert first.source == "fresh", f"a session never seen was prepared from {first.source}"
+        asked = {**self.completion_body, **first.fields}
+        if live.adapter.request_model is not None:
+            asked["model"] = live.adapter.request_model
+        status, body = await anyio.to_thread.run_sync(_http, port, self.completion_path, asked)
+        assert status == 200, f"{self.completion_path} answered {status}: {body[:300]!r}"
+        assert cache.held_sessions() == [session], "the session's turn left it unheld"
+        saved = await cache.save_session(session)
+        assert not saved.error and saved.tokens > 0 and saved.bytes > 0, saved
+        sizes = await cache.saved_sizes([session, "never-saved"])
+        assert set(sizes) == {session} and sizes[session] > 0, sizes
+        await sup.stop()
+        await sup.ensure_running()
+        again = sup.cache_adapter()
+        assert isinstance(again, SessionCache) and again is not cache, "one adapter per launch"
+        back = await again.prepare(session)
+        assert back.source == "disk" and back.restored_tokens > 0, back
+        await sup.stop()
+        await again.discard([session])  # its engine is gone: the file goes all the same
+        assert await again.saved_sizes([session]) == {}
 
     def test_live_adopted_after_a_daemon_restart(self, live: Live) -> None:
         """A fresh supervisor adopts the running engine (no reload), then stops it."""
