@@ -172,12 +172,13 @@ def _describe(settings: Settings) -> list[str]:
 
 def _cells(figures: KeyFigures | None) -> list[str]:
     if figures is None:
-        return ["-"] * 6
+        return ["-"] * 7
     w, served = figures.waits, figures.served
     return [
         str(figures.evictions),
         str(figures.refusals),
         str(figures.cold_starts),
+        str(figures.restores),
         str(w.count),
         f"{w.median:.3f}/{w.p95:.3f}/{w.max:.3f}",
         f"{served.median:.3f}/{served.p95:.3f}/{served.max:.3f}",
@@ -190,6 +191,7 @@ _ROWS = (
     "evictions",
     "refusals",
     "cold starts",
+    "restores",
     "waits",
     "wait s med/p95/max",
     "served s med/p95/max",

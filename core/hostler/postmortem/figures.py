@@ -55,7 +55,8 @@ class KeyFigures:
         cold_starts: Starts of it that reached ready.
         waits: Its requests' queue waits: from joining its queue to getting a queue slot.
         served: Its clients' whole waits: from arriving to reaching the engine (the queue,
-            the engine's start when it was down, a slot of the engine's gate).
+            the engine's start when it was down, a slot of the engine's gate, a restore).
+        restores: Session turns whose prompt cache was restored from its file (CC13).
     """
 
     requests: int
@@ -64,6 +65,7 @@ class KeyFigures:
     cold_starts: int
     waits: Waits
     served: Waits = Waits(0, 0.0, 0.0, 0.0)
+    restores: int = 0
 
     def counts(self) -> tuple[int, int, int, int]:
         """(requests, evictions, refusals, cold starts)."""
@@ -91,6 +93,7 @@ class Figures:
                 "cold_starts": f.cold_starts,
                 "waits": waits(f.waits),
                 "served": waits(f.served),
+                "restores": f.restores,
             }
 
         return {
@@ -107,6 +110,7 @@ class _Counts:
     cold_starts: int = 0
     waits: list[float] = field(default_factory=list)
     served: list[float] = field(default_factory=list)
+    restores: int = 0
 
 
 class Tally:
@@ -137,6 +141,10 @@ class Tally:
         """``key`` became ready after a start."""
         self._of(key).cold_starts += 1
 
+    def restore(self, key: str) -> None:
+        """A session's turn on ``key`` was restored from its file."""
+        self._of(key).restores += 1
+
     def wait(self, key: str, seconds: float) -> None:
         """A request for ``key`` got its slot after ``seconds`` queued."""
         self._of(key).waits.append(seconds)
@@ -155,6 +163,7 @@ class Tally:
                 c.cold_starts,
                 waits_of(c.waits),
                 waits_of(c.served),
+                c.restores,
             )
             for key, c in sorted(self._by.items())
         }
@@ -166,6 +175,7 @@ class Tally:
             sum(c.cold_starts for c in counts),
             waits_of(w for c in counts for w in c.waits),
             waits_of(w for c in counts for w in c.served),
+            sum(c.restores for c in counts),
         )
         return Figures(by_key, total)
 
@@ -178,7 +188,7 @@ def recorded_figures(rows: Iterable[LogRow]) -> Figures:
     unload, nor the stop of a victim that had crashed since the plan: its crash freed it);
     refusals: ``ledger.denied``, and drains that ended ``busy`` (counted for the
     engine the room was for); cold starts: ``engine.ready``; waits: ``queue.dispatched``;
-    the clients' whole waits: ``queue.served``.
+    the clients' whole waits: ``queue.served``; restores: ``cache.restored`` without an error.
     Damaged rows and rows lacking a field are left out.
     """
     tally = Tally()
@@ -204,6 +214,8 @@ def _count_row(tally: Tally, drains: dict[str, str], row: LogRow) -> None:
     engine = p.get("engine")
     if kind.startswith("queue.") and isinstance(engine, str):
         _count_queue_row(tally, kind, engine, p)
+    elif kind == "cache.restored" and isinstance(p.get("key"), str) and not p.get("error"):
+        tally.restore(p["key"])
     elif kind == "ledger.denied" and isinstance(p.get("key"), str):
         tally.refusal(p["key"])
     elif kind == "pool.drain_started":

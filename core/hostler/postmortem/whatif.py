@@ -207,9 +207,15 @@ class _Sim:
         """Through the engine's physical gate (it runs), or in line for a slot of it."""
         if engine.in_gate < engine.slots:
             engine.in_gate += 1
+            request = self.requests[index]
+            restore = engine.turn(request.session)  # CC13: part of the client's wait
+            if restore is None:
+                restore = 0.0
+            else:
+                self.tally.restore(engine.key)
             arrived = self.arrived.pop(index)
-            self.tally.served(engine.key, now - arrived)  # the client's whole wait
-            self.agenda.push(now + self.requests[index].work, RELEASE, index)
+            self.tally.served(engine.key, now + restore - arrived)  # the client's whole wait
+            self.agenda.push(now + restore + request.work, RELEASE, index)
         else:
             engine.gate_wait.append(index)
 
@@ -251,9 +257,9 @@ class _Sim:
         if event.kind == "budget":
             self.budget_changed(event.bytes, now)
         else:
-            self.gone(event.key, now)
+            self.gone(event.key, now, crashed=event.kind == "crashed")
 
-    def gone(self, key: str, now: float) -> None:
+    def gone(self, key: str, now: float, *, crashed: bool) -> None:
         """A crash or an asked-for stop the log records: that engine goes, as it went.
 
         Only an engine the replay has up (and not draining) goes; its memory is freed, a
@@ -262,7 +268,7 @@ class _Sim:
         engine = self.engines.get(key)
         if engine is None or engine.state != UP or engine.draining:
             return
-        self.committed -= engine.unload()
+        self.committed -= engine.unload(crashed=crashed)
         self.resident.pop(engine.key, None)
         if engine.pinned:
             self.want_build(engine, now)

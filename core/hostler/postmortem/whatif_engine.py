@@ -120,6 +120,7 @@ class SimEngine:
         "caps",
         "drain_started",
         "draining",
+        "files",
         "gate_wait",
         "held",
         "hits",
@@ -134,6 +135,7 @@ class SimEngine:
         "quiet_moves",
         "recent",
         "running",
+        "sessions",
         "slots",
         "state",
         "waiters",
@@ -160,6 +162,28 @@ class SimEngine:
         self.drain_started = 0.0
         self.pinned = pinned
         self.queued_build = False
+        self.sessions: set[str] = set()  # CC13: sessions its running launch holds
+        self.files: set[str] = set()  # sessions saved to files by its stops
+
+    def turn(self, session: str | None) -> float | None:
+        """CC13: a session's turn reaches it; the seconds of its restore, None when none.
+
+        A session this launch does not hold, saved by an earlier stop, is restored (the
+        model's recorded median); an engine the log shows keeping no session restores none.
+        Within one launch a session is taken as held (slot recycling is not replayed).
+        """
+        restore = self.model.restore
+        if session is None or restore is None:
+            return None
+        restored = session not in self.sessions and session in self.files
+        self.sessions.add(session)
+        return restore if restored else None
+
+    def sessions_end(self, *, saved: bool) -> None:
+        """CC13: its launch ends; a stop saves what it held, a crash loses it."""
+        if saved:
+            self.files |= self.sessions
+        self.sessions = set()
 
     def in_use(self) -> int:
         """Requests in its gate or waiting at it."""
@@ -262,8 +286,13 @@ class SimEngine:
         touched = touch(PoolEntry(self.key, self.held, self.last_used, self.hits), now)
         self.hits, self.last_used = touched.hits, now
 
-    def unload(self) -> int:
-        """It goes down (evicted, crashed or stopped); the bytes it held are returned."""
+    def unload(self, *, crashed: bool = False) -> int:
+        """It goes down (evicted, crashed or stopped); the bytes it held are returned.
+
+        CC13: a stop saves the sessions it held (they are restored at their next turn); a
+        crash loses them.
+        """
+        self.sessions_end(saved=not crashed)
         freed = self.held
         self.state = DOWN
         self.held = 0

@@ -15,7 +15,10 @@ simulator needs:
   ``engine.ready``) and its stop (``engine.stop_requested`` to ``engine.stopped``), medians;
 - the settings in force: the budget and co-residency ceiling of the last ledger decision, the
   spillover choice, the eviction policy the pool named, slots per engine (the queue's
-  interactive cap once the engine was launched), and the engines started as pinned.
+  interactive cap once the engine was launched), and the engines started as pinned;
+- CC13: which engines keep their sessions across a stop (``cache.saved`` or
+  ``cache.restored`` recorded for them) and what a restore cost (median seconds); the restore
+  a request paid inside its ``ran_for`` is taken out of its work, as its cold start is.
 
 Nothing here reads a clock or a file. Rows that are damaged, of unknown types, or whose payload
 lacks a field the workload needs are skipped and counted in :attr:`Workload.skipped`.
@@ -31,6 +34,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from hostler.events.base import Event, UnknownEvent, event_class
+from hostler.events.cache import CacheRestored, CacheSaved
 from hostler.events.ledger import (
     LedgerBudgetSet,
     LedgerDenied,
@@ -183,6 +187,9 @@ class Model:
         plan: Seconds from the dispatch of the request a start was made for to that start's
             planning (its price, the admission lock; median): meanwhile the other engines
             serve on, and a replay makes room that much later.
+        restore: CC13: seconds a session's restore from its file took (median of the
+            recorded ones; 0.0 when it saved sessions but restored none); None when the log
+            shows it keeping no session across a stop (a replay restores nothing on it).
     """
 
     key: str
@@ -191,6 +198,7 @@ class Model:
     cold_start: float = 0.0
     stop: float = 0.0
     plan: float = 0.0
+    restore: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,6 +328,9 @@ class _Fold:
     # (when, budget enforced or None for an operator's change) in log order (PM20)
     budget_points: list[tuple[float, int | None]] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)
+    saving: set[str] = field(default_factory=set)  # keys whose sessions outlive a stop
+    # CC13: (key, session, when the log took it, seconds) of each restore that worked
+    restores: list[tuple[str, str, float, float]] = field(default_factory=list)
 
     def skip(self, why: str) -> None:
         self.skipped[why] = self.skipped.get(why, 0) + 1
@@ -519,7 +530,22 @@ def _on_room_planned(fold: _Fold, _row: EventRow, e: PoolRoomPlanned) -> bool:
     return True
 
 
+def _on_cache_saved(fold: _Fold, _row: EventRow, e: CacheSaved) -> bool:
+    fold.saving.add(e.key)
+    return True
+
+
+def _on_cache_restored(fold: _Fold, row: EventRow, e: CacheRestored) -> bool:
+    fold.saving.add(e.key)
+    seconds = _finite(e.seconds)
+    if not e.error and seconds is not None and seconds >= 0:
+        fold.restores.append((e.key, e.session, row.recorded_at.timestamp(), seconds))
+    return True
+
+
 _HANDLERS: dict[type[Any], Callable[[_Fold, EventRow, Any], bool]] = {
+    CacheSaved: _on_cache_saved,
+    CacheRestored: _on_cache_restored,
     QueueEnqueued: _on_enqueued,
     QueueDispatched: _on_dispatched,
     QueueReleased: _on_released,
@@ -579,6 +605,33 @@ def _paid_and_planned(fold: _Fold) -> tuple[dict[int, float], dict[str, list[flo
     return paid, planned
 
 
+def _restores_paid(fold: _Fold) -> dict[int, float]:
+    """CC13: the restore each request paid inside its ``ran_for``, by its index.
+
+    A restore (recorded as it happened, on the log's clock) belongs to the request of its
+    session and engine that was running then: dispatched before it and not yet released,
+    each within the queue clock's offset and :data:`FLUSH_LAG`; the latest such one.
+    """
+    if not fold.restores or not math.isfinite(fold.lag):
+        return {}
+    by_turn: dict[tuple[str, str], list[tuple[float, int, float]]] = {}
+    for index, item in enumerate(fold.queued):
+        if item.session is not None and item.dispatched is not None and item.ran_for is not None:
+            turns = by_turn.setdefault((item.key, item.session), [])
+            turns.append((item.dispatched + fold.lag, index, item.ran_for))
+    paid: dict[int, float] = {}
+    for key, session, at, seconds in fold.restores:
+        found = None
+        for begun, index, ran_for in by_turn.get((key, session), []):
+            if begun - FLUSH_LAG <= at <= begun + ran_for + FLUSH_LAG and (
+                found is None or begun >= found[0]
+            ):
+                found = (begun, index)
+        if found is not None:
+            paid[found[1]] = paid.get(found[1], 0.0) + seconds
+    return paid
+
+
 def _followed(items: list[_Queued]) -> list[tuple[int | None, float]]:
     """PM21: for each request (in arrival order), the one it followed and the gap after it.
 
@@ -601,12 +654,14 @@ def _followed(items: list[_Queued]) -> list[tuple[int | None, float]]:
 
 def _assemble(fold: _Fold) -> Workload:
     paid, planned = _paid_and_planned(fold)
+    restored = _restores_paid(fold)
     kept: list[tuple[_Queued, float]] = []
     for index, item in enumerate(fold.queued):
         if item.ran_for is None and item.gave_up is None:
             fold.skip("queue.enqueued of a request the log never saw end")
             continue
-        work = 0.0 if item.ran_for is None else item.ran_for - paid.get(index, 0.0)
+        spent = paid.get(index, 0.0) + restored.get(index, 0.0)
+        work = 0.0 if item.ran_for is None else item.ran_for - spent
         kept.append((item, max(work, 0.0)))
     kept.sort(key=lambda pair: pair[0].at)
     followed = _followed([item for item, _ in kept])
@@ -630,6 +685,7 @@ def _assemble(fold: _Fold) -> Workload:
     for key in sorted(keys):
         reserve = fold.reserve.get(key, fold.measured.get(key, 0))
         colds = [s.ready - s.begin for s in fold.starts.get(key, []) if s.ready is not None]
+        restores = [seconds for k, _, _, seconds in fold.restores if k == key]
         models[key] = Model(
             key,
             reserve,
@@ -637,6 +693,7 @@ def _assemble(fold: _Fold) -> Workload:
             max(median(colds), 0.0),
             median(fold.stops.get(key, [])),
             median(planned.get(key, [])),
+            median(restores) if key in fold.saving else None,
         )
     notes = []
     budget = fold.budgets[-1] if fold.budgets else 0

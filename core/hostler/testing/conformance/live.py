@@ -191,15 +191,20 @@ class LiveChecks(ConformanceSettings):
         assert status == 200, f"{self.completion_path} answered {status}: {body[:300]!r}"
         assert cache.held_sessions() == [session], "the session's turn left it unheld"
         saved = await cache.save_session(session)
-        assert not saved.error and saved.tokens > 0 and saved.bytes > 0, saved
+        assert not saved.error, saved
+        assert saved.tokens > 0, f"a save that wrote a turn's KV told no tokens: {saved}"
+        assert saved.bytes > 0, f"a save that wrote a turn's KV told no size: {saved}"
         sizes = await cache.saved_sizes([session, "never-saved"])
-        assert set(sizes) == {session} and sizes[session] > 0, sizes
+        assert set(sizes) == {session}, f"saved_sizes named {sorted(sizes)}, not the one saved"
+        assert sizes[session] > 0, sizes
         await sup.stop()
         await sup.ensure_running()
         again = sup.cache_adapter()
-        assert isinstance(again, SessionCache) and again is not cache, "one adapter per launch"
+        assert isinstance(again, SessionCache), "the next launch has no saving cache"
+        assert again is not cache, "one adapter per launch"
         back = await again.prepare(session)
-        assert back.source == "disk" and back.restored_tokens > 0, back
+        assert back.source == "disk", f"the saved session came back {back.source}: {back}"
+        assert back.restored_tokens > 0, back
         await sup.stop()
         await again.discard([session])  # its engine is gone: the file goes all the same
         assert await again.saved_sizes([session]) == {}
