@@ -21,6 +21,7 @@ from hostler.plugin import CacheAdapter, CacheEntry, EngineAdapter, LaunchSpec
 from hostler.testing.tiny_gguf import write_tiny_llama
 from hostler_llamacpp import LlamaCppAdapter
 from hostler_llamacpp.cache import (
+    SLOTS_FILE,
     LlamaCacheAdapter,
     model_stamp,
     retire_other_versions,
@@ -89,7 +90,8 @@ def server() -> Iterator[FakeServer]:
 
 
 def names(folder: Path) -> list[str]:
-    return sorted(path.name for path in folder.iterdir())
+    """The session files and the version file (the slot table is checked on its own)."""
+    return sorted(path.name for path in folder.iterdir() if path.name != SLOTS_FILE)
 
 
 class Clock:
@@ -512,3 +514,43 @@ def test_a_state_saved_by_another_engine_build_is_another_version(tmp_path: Path
     assert version(one) != version(two)
     assert version(one) == version(one)
     assert "|build=" in version(one)
+
+
+async def test_an_adopted_engine_keeps_each_session_on_its_slot(
+    server: FakeServer, tmp_path: Path
+) -> None:
+    """CC13: a restarted daemon's adapter for the engine it adopted (same port, same version)
+    reads the slot table the earlier one wrote: each session is still held (``memory``), in
+    its own slot. A new launch (another port) or another version starts with none."""
+    save = tmp_path / "slots"
+    first = LlamaCacheAdapter(server.port, 2, save, clock=Clock(), version="v")
+    assert (await first.prepare("ana")).fields["id_slot"] == 0
+    assert (await first.prepare("bo")).fields["id_slot"] == 1
+    table = json.loads((save / SLOTS_FILE).read_text())
+    assert table["bound"] == ["ana", "bo"] and table["port"] == server.port
+    server.slots = [{"id": 0, "n_ctx": 512, "n_prompt_tokens": 40}, {"id": 1, "n_ctx": 512}]
+    fresh_engine = LlamaCacheAdapter(server.port, 2, save, clock=Clock(), version="v")
+    # slot 1 is unused: not the engine that held bo (a new one on a reused port), so bo is
+    # restored from its file (none here) rather than taken as held
+    assert (await fresh_engine.prepare("bo")).source == "fresh"
+    assert fresh_engine.slot_of("ana") == 0
+    server.slots = [
+        {"id": 0, "n_ctx": 512, "n_prompt_tokens": 40},
+        {"id": 1, "n_ctx": 512, "n_cache_tokens": 12},
+    ]
+    first = LlamaCacheAdapter(server.port, 2, save, clock=Clock(), version="v")
+    await first.prepare("ana")
+    await first.prepare("bo")
+    adopted = LlamaCacheAdapter(server.port, 2, save, clock=Clock(), version="v")
+    back = await adopted.prepare("bo")
+    assert (back.source, back.fields["id_slot"]) == ("memory", 1)
+    assert set(adopted.held_sessions()) == {"ana", "bo"}
+    relaunched = LlamaCacheAdapter(server.port + 1, 2, save, clock=Clock(), version="v")
+    assert (await relaunched.prepare("bo")).source == "fresh"
+    other = LlamaCacheAdapter(server.port, 2, save, clock=Clock(), version="v2")
+    assert (await other.prepare("bo")).source == "fresh"
+    (save / SLOTS_FILE).write_text(
+        json.dumps({"port": server.port, "version": "v", "bound": ["x"]})
+    )
+    wrong = LlamaCacheAdapter(server.port, 2, save, clock=Clock(), version="v")
+    assert (await wrong.prepare("bo")).source == "fresh"  # a table of another width: ignored

@@ -249,3 +249,48 @@ def test_session_files_are_kept_within_their_engines_cache_budget(tmp_path: Path
         "budget (" in text
     ), text
     assert "least recently used first" in text
+
+
+@pytest.mark.slow
+def test_an_engine_adopted_after_a_daemon_sigkill_keeps_its_sessions_and_saves_them(
+    tmp_path: Path,
+) -> None:
+    """CC13 across a crash of ``hostler serve``: the engine runs on; the next daemon adopts it
+    with the spec its spawn recorded (``engine.spawned`` v3), so the session keeps its slot
+    (a ``memory`` turn) and is saved before the adopted engine's eviction, then restored."""
+    key = "llamacpp:alpha:0"
+    budget = _room_for_one(tmp_path)
+    run_dir = tmp_path / "run"
+    config, data = _config(run_dir, MODELS), run_dir / "data"
+    env = {"HOSTLER_CAPACITY_BUDGET_GB": repr(budget / 2**30)}
+    history: list[Any] = [{"role": "user", "content": PROMPT}]
+    first_log = run_dir / "first.log"
+    crashed = start_daemon(config, data, first_log, command="serve", extra=("--port", "0"), env=env)
+    try:
+        base = f"http://127.0.0.1:{served_port(first_log)}/v1"
+        one = _Run(data, openai.OpenAI(base_url=base, api_key="-", max_retries=0))
+        first = _timings(_turn(one, "alpha", history, "ana"))
+        assert first["prompt_n"] > 200
+        crashed.send_signal(signal.SIGKILL)  # the daemon dies; its engine runs on
+        assert crashed.wait(60) == -signal.SIGKILL
+        with _serving(run_dir, budget) as run:
+            wait_for(lambda: count(run.data, key, "engine.adopted") == 1)
+            history.append({"role": "user", "content": "and then?"})
+            kept = _timings(_turn(run, "alpha", history, "ana"))  # on the adopted engine
+            assert count(run.data, key, "engine.ready") == 1  # never reloaded
+            assert kept["cache_n"] >= 0.95 * first["prompt_n"]
+            _turn(run, "beta", [{"role": "user", "content": "hi"}], None)  # evicts alpha
+            history.append({"role": "user", "content": "and after that?"})
+            back = _timings(_turn(run, "alpha", history, "ana"))
+            assert count(run.data, key, "engine.ready") == 2  # reloaded
+            assert back["prompt_n"] < 0.1 * (back["cache_n"] + back["prompt_n"])
+            wait_for(lambda: any(t == "cache.restored" for t, _ in _cache_events(data, key)))
+    finally:
+        if crashed.poll() is None:
+            crashed.kill()
+        kill_leftovers(data)
+    told = [(t, p.get("session"), p.get("cause")) for t, p in _cache_events(data, key)]
+    assert ("cache.saved", "ana", "evicted") in told  # the adopted engine's stop saved it
+    assert told.index(("cache.saved", "ana", "evicted")) < told.index(
+        ("cache.restored", "ana", None)
+    )

@@ -40,6 +40,7 @@ from hostler.plugin import (
 )
 
 __all__ = [
+    "SLOTS_FILE",
     "VERSION_FILE",
     "LlamaCacheAdapter",
     "model_stamp",
@@ -63,6 +64,9 @@ def session_filename(session_id: str) -> str:
 
 #: The file in a save directory that names the version its session files were made by.
 VERSION_FILE = "sessions.version"
+#: The file in a save directory that tells which session each slot of the running engine
+#: holds, so that a daemon that adopts the engine keeps every session on its slot.
+SLOTS_FILE = "slots.json"
 
 
 def model_stamp(model: Path | None) -> str:
@@ -152,6 +156,8 @@ class LlamaCacheAdapter:
         if slots < 1:
             raise ValueError(f"a llama-server has at least one slot, not {slots}")
         self._base = f"http://127.0.0.1:{port}"
+        self._port = port
+        self._recalled = save_dir is None  # the slot table of an engine adopted on this port
         self._save_dir = save_dir
         self._clock = clock
         self._timeout = timeout
@@ -219,10 +225,12 @@ class LlamaCacheAdapter:
         ``fresh``. Allocations are serialized, so two sessions never race for one slot.
         """
         async with self._lock:
+            await self._recall()
             slot, victim, bound = self._bind(session_id)
             fields = {"cache_prompt": True, "id_slot": slot}
             if bound:
                 return SessionPrepared("memory", fields)
+            await self._persist()
             displaced = None if victim is None else await self._save_slot(slot, victim)
             started = time.monotonic()
             restored, error = await self._restore(slot, session_id)
@@ -231,6 +239,72 @@ class LlamaCacheAdapter:
                 return SessionPrepared("fresh", fields, displaced=displaced, error=error)
             self._tokens[slot] = restored
             return SessionPrepared("disk", fields, restored, took, displaced)
+
+    def _table(self) -> dict[str, Any]:
+        return {"version": self._version, "port": self._port, "bound": list(self._bound)}
+
+    async def _persist(self) -> None:
+        """The slot table, written beside the files (a daemon that adopts the engine reads it)."""
+        if self._save_dir is None:
+            return
+        path, table = self._save_dir / SLOTS_FILE, json.dumps(self._table())
+
+        def write() -> None:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                partial_path = path.with_suffix(".json.new")
+                partial_path.write_text(table, encoding="utf-8")
+                partial_path.replace(path)
+            except OSError as error:
+                log.info("could not write %s: %s", path, error)
+
+        await anyio.to_thread.run_sync(write)
+
+    async def _recall(self) -> None:
+        """Once: the slot table of the engine on this port, when it was made by this version.
+
+        An engine adopted by a restarted daemon still holds its sessions in their slots; this
+        puts each back on its own. Any other table (another port: another launch; another
+        version; unreadable) is ignored, and the engine has the last word (CC8): a slot its
+        ``GET /slots`` shows unused is not recalled (a new engine that got an earlier one's
+        port), so its session is restored from its file instead.
+        """
+        if self._recalled or self._save_dir is None:
+            return
+        self._recalled = True
+        path = self._save_dir / SLOTS_FILE
+
+        def read() -> object:
+            try:
+                return parse_json(path.read_bytes()[:1_000_000])
+            except (OSError, ValueError):
+                return None
+
+        table = await anyio.to_thread.run_sync(read)
+        if not isinstance(table, dict) or table.get("port") != self._port:
+            return
+        bound = table.get("bound")
+        if table.get("version") != self._version or not isinstance(bound, list):
+            return
+        if len(bound) != self.slots or not all(s is None or isinstance(s, str) for s in bound):
+            return
+        used = await self._used_slots()
+        now = self._clock()
+        self._bound = [s if i in used else None for i, s in enumerate(bound)]
+        self._used = [now] * self.slots
+
+    async def _used_slots(self) -> set[int]:
+        """The slots the engine says hold a prompt (``GET /slots``); none when it cannot say."""
+        reply = await self._request("GET", "/slots", None)
+        if reply is None or reply[0] != 200 or not isinstance(reply[1], list):
+            return set()
+        used = set()
+        for item in reply[1]:
+            if isinstance(item, dict) and isinstance(item.get("id"), int):
+                tokens = item.get("n_cache_tokens", item.get("n_prompt_tokens"))
+                if isinstance(tokens, int) and tokens > 0:
+                    used.add(item["id"])
+        return used
 
     async def _check_version(self) -> None:
         """Before the first file is used: files of another version are deleted (once)."""
@@ -353,6 +427,7 @@ class LlamaCacheAdapter:
                     self._bound[slot] = None
                     self._tokens[slot] = None
                     await self._slot_action(slot, "erase", None)
+            await self._persist()
             await self.discard(ids)
 
     async def report_usage(self) -> list[CacheEntry] | None:

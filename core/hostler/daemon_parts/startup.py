@@ -273,7 +273,7 @@ class StartUp:
                 supervisor = runtime.supervisor(outcome.key)  # stop-only when not configured
                 if not any(e.key == outcome.key for e in self._config.engines):
                     unconfigured.append(supervisor)
-                supervisor.adopt(identity, outcome.pidfd)  # SG4: it signals through it
+                supervisor.adopt(identity, outcome.pidfd, outcome.spec)  # SG4: its pidfd
                 try:
                     measured = await io.run(
                         lambda i=identity: measure_process(i.pid, self.probe).total

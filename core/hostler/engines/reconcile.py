@@ -22,6 +22,7 @@ import psutil
 
 from hostler.drivers.offloop import OffLoop
 from hostler.engines.http import probe_status
+from hostler.engines.launched import spec_from_record
 from hostler.engines.process import (
     Pidfd,
     ProcessIdentity,
@@ -32,6 +33,7 @@ from hostler.engines.process import (
 )
 from hostler.events.daemon import DAEMON_STREAM, EngineReaped
 from hostler.machines.engine import Engine, EngineState
+from hostler.plugin import LaunchSpec
 from hostler.probes.host import boot_id, started_since_boot
 from hostler.replay import commit
 from hostler.store.log import EventStore
@@ -61,6 +63,7 @@ class Outcome:
     token: str | None = None
     foreign: bool = False  # held by another live daemon: nothing of it is ours to release
     pidfd: Pidfd | None = None  # an adopted engine's, opened before its identity was checked
+    spec: LaunchSpec | None = None  # what an adopted engine was launched with, if recorded
 
 
 class Stray(NamedTuple):
@@ -86,6 +89,15 @@ def identity_of(engine: Engine) -> ProcessIdentity | None:
         port=int(facts["port"]),
         since_boot=_number_or_none(facts.get("since_boot")),
     )
+
+
+def launched_spec(key: str, engine: Engine) -> LaunchSpec | None:
+    """What the engine's live process was launched with, as its spawn record says (v3)."""
+    facts = engine.identity
+    port = None if not facts else facts.get("port")
+    if not facts or type(port) is not int:
+        return None
+    return spec_from_record(key, port, facts.get("launched"))
 
 
 def _number_or_none(value: object) -> float | None:
@@ -162,6 +174,7 @@ async def reconcile(
                         identity=identity,
                         token=identity.launch_token,
                         pidfd=pidfd,
+                        spec=launched_spec(key, engine),
                     )
                 )
                 continue

@@ -29,6 +29,7 @@ from hostler.capacity.offload import OffloadPlan
 from hostler.drivers.loghealth import LogHealth
 from hostler.engines.child import EngineChild
 from hostler.engines.hold import EngineParts
+from hostler.engines.launched import spec_record
 from hostler.engines.launcher import Launch, Launcher
 from hostler.engines.logs import LogFollower
 from hostler.engines.readywait import ReadinessDriver
@@ -461,7 +462,9 @@ class EngineStarter:
             child.ready_line = re.compile(probe.ready_line)
         self._hold.hold(child)
         # Recorded before ensure_running can return: a daemon killed from here on finds it.
-        await self._journal.observe("spawned", **identity.spawned_facts())
+        await self._journal.observe(
+            "spawned", **identity.spawned_facts(), launched=spec_record(spec)
+        )
         await self._account.bind(identity)
         await self._readiness.await_ready(child, probe)
         # L16/CC13: the launch's cache adapter, made now and off the loop (a plugin may read

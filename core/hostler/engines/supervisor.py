@@ -454,16 +454,20 @@ class Supervisor:
 
     # -- adoption ------------------------------------------------------------------------------
 
-    def adopt(self, identity: ProcessIdentity, pidfd: Pidfd | None = None) -> None:
+    def adopt(
+        self, identity: ProcessIdentity, pidfd: Pidfd | None = None, spec: LaunchSpec | None = None
+    ) -> None:
         """Watch a live process an earlier daemon started (its identity already checked).
 
         ``pidfd`` is the one reconcile opened before it checked the identity
         (:func:`hostler.engines.process.open_verified`); the supervisor holds it for the
         engine's life and signals through it (SG4). Without one, one is opened here and the
         identity checked again; a process that no longer matches is held without a pidfd,
-        reads as dead to the watcher and is never signalled.
+        reads as dead to the watcher and is never signalled. ``spec`` is what it was launched
+        with when the log recorded it (``engine.spawned`` v3): the run then has its
+        prompt-cache adapter (CC13) like one this daemon started.
         """
         proc = self._runner.adopt(identity, pidfd)
-        child = EngineChild(proc, LogFollower(self.log_path), self._parts.clock.wall())
+        child = EngineChild(proc, LogFollower(self.log_path), self._parts.clock.wall(), spec)
         child.reached_ready = True
         self._parts.hold.hold(child)

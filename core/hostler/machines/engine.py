@@ -87,7 +87,7 @@ class EngineStartRequested(TransitionEvent):
     cause: str
 
 
-@event_type("engine.spawned", schema_version=2)
+@event_type("engine.spawned", schema_version=3)
 @dataclass(frozen=True, slots=True)
 class EngineSpawned(TransitionEvent):
     """The process exists; its identity, recorded so a later daemon can adopt or reap it.
@@ -95,6 +95,10 @@ class EngineSpawned(TransitionEvent):
     ``since_boot`` (v2) is its start in the kernel's ticks since boot: a later daemon tells the
     process by it, since ``create_time`` moves when the system clock is set. None where the
     kernel does not say.
+
+    ``launched`` (v3) is what it was launched with (:func:`hostler.engines.launched.spec_record`:
+    the model, window, slots, KV type, work directory...), so that a daemon that adopts it
+    knows its spec (CC13: its sessions' cache). None when not recorded.
     """
 
     pid: int
@@ -104,11 +108,18 @@ class EngineSpawned(TransitionEvent):
     argv_fingerprint: str
     port: int
     since_boot: float | None = None
+    launched: dict[str, Any] | None = None
 
 
 @upcaster("engine.spawned", from_version=1)
 def _spawned_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
     payload.setdefault("since_boot", None)
+    return payload
+
+
+@upcaster("engine.spawned", from_version=2)
+def _spawned_v2_to_v3(payload: dict[str, Any]) -> dict[str, Any]:
+    payload.setdefault("launched", None)
     return payload
 
 
@@ -349,6 +360,7 @@ class Engine(LifecycleModel):
             "argv_fingerprint": e.argv_fingerprint,
             "port": e.port,
             "since_boot": e.since_boot,
+            "launched": e.launched,
         }
 
     def _on_ready(self, e: EngineReady) -> None:
