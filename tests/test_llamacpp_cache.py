@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -40,6 +41,8 @@ class FakeServer:
         self.status = 200
         self.slots: Any = [{"id": 0, "n_ctx": 512}, {"id": 1, "n_ctx": 512}]
         self.slots_status = 200
+        self.save_dir: Path | None = None  # where a save writes its file, as llama-server does
+        self.short_by = 0  # a save writes this much less than it says (a full disk)
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -65,6 +68,9 @@ class FakeServer:
                 if server.status == 200 and "restore" in self.path:
                     self._reply(200, {"n_restored": 37})
                 elif server.status == 200 and "save" in self.path:
+                    if server.save_dir is not None and body is not None:
+                        target = server.save_dir / body["filename"]
+                        target.write_bytes(b"k" * (3456 - server.short_by))
                     self._reply(200, {"n_saved": 12, "n_written": 3456})
                 else:
                     self._reply(server.status, {"error": {"code": server.status}})
@@ -104,7 +110,11 @@ class Clock:
 
 
 def adapter(server: FakeServer, save_dir: Path | None, slots: int = 2) -> LlamaCacheAdapter:
+    server.save_dir = save_dir
     return LlamaCacheAdapter(server.port, slots, save_dir, clock=Clock(), timeout=5)
+
+
+ERASE0 = ("/slots/0?action=erase", None)
 
 
 def test_it_is_a_cache_adapter_and_refuses_zero_slots() -> None:
@@ -116,8 +126,15 @@ def test_it_is_a_cache_adapter_and_refuses_zero_slots() -> None:
 def test_session_file_names() -> None:
     assert session_filename("abc-1_X") == "sess-abc-1_X.bin"
     hashed = session_filename("../etc/passwd")
-    assert hashed.startswith("sess-") and hashed.endswith(".bin") and len(hashed) == 41
+    digest = hashlib.sha256(b"../etc/passwd").hexdigest()[:40]
+    assert hashed == f"sess-{digest}.h.bin"
     assert "/" not in hashed
+    # found by a breaking helper: a client sending another session's hash as its own id named
+    # that session's file; a hashed name now has a shape no plain id makes
+    assert session_filename(digest) == f"sess-{digest}.bin" != hashed
+    assert session_filename(digest[:32]) != session_filename("alice@example.com")
+    # a lone surrogate (JSON's "\ud800") is an id like any other, not a crash
+    assert session_filename("\ud800").endswith(".h.bin")
     assert session_filename("x" * 65) != f"sess-{'x' * 65}.bin"
     assert session_filename("x" * 64) == f"sess-{'x' * 64}.bin"
 
@@ -143,7 +160,8 @@ async def test_prepare_saves_the_victim_then_restores_the_session(
 ) -> None:
     cache = adapter(server, tmp_path, slots=1)
     assert (await cache.prepare("a")).source == "fresh"  # no file: no restore asked
-    assert server.posts() == []
+    assert server.posts() == [ERASE0]  # what the slot held before is not a's to read
+    server.calls.clear()
     assert (await cache.prepare("a")).source == "memory"
     (tmp_path / "sess-b.bin").write_bytes(b"kv")
     b = await cache.prepare("b")
@@ -157,10 +175,11 @@ async def test_prepare_saves_the_victim_then_restores_the_session(
     assert (b.displaced.session_id, b.displaced.tokens, b.displaced.bytes) == ("a", 12, 3456)
     assert b.displaced.error == ""
     assert server.posts() == [
-        ("/slots/0?action=save", {"filename": "sess-a.bin"}),
+        ("/slots/0?action=save", {"filename": "sess-a.bin.part"}),
         ("/slots/0?action=restore", {"filename": "sess-b.bin"}),
     ]
     assert cache.slot_of("b") == 0 and cache.slot_of("a") is None
+    assert (tmp_path / "sess-a.bin").stat().st_size == 3456  # the partial became a's file
 
 
 async def test_a_failed_restore_is_a_fresh_start(server: FakeServer, tmp_path: Path) -> None:
@@ -168,9 +187,15 @@ async def test_a_failed_restore_is_a_fresh_start(server: FakeServer, tmp_path: P
     (tmp_path / "sess-a.bin").write_bytes(b"kv")
     server.status = 400
     a = await cache.prepare("a")
-    assert (a.source, a.error) == ("fresh", "llama-server did not restore sess-a.bin")
+    assert (a.source, a.error) == (
+        "fresh",
+        "llama-server did not restore sess-a.bin; the file was deleted",
+    )
     assert cache.slot_actions is True  # only 501 latches
-    assert server.posts() == [("/slots/0?action=restore", {"filename": "sess-a.bin"})]
+    assert server.posts() == [("/slots/0?action=restore", {"filename": "sess-a.bin"}), ERASE0]
+    # found by a breaking helper: a cut-short file crashed llama-server at every restore, and
+    # the model was fatal for everyone; a file that failed once is gone
+    assert not (tmp_path / "sess-a.bin").exists()
 
 
 async def test_a_501_latches_slot_actions_off_and_says_so_once(
@@ -178,16 +203,16 @@ async def test_a_501_latches_slot_actions_off_and_says_so_once(
 ) -> None:
     cache = adapter(server, tmp_path, slots=1)
     server.status = 501
-    await cache.prepare("a")
     with caplog.at_level(logging.WARNING, logger="hostler_llamacpp.cache"):
-        assert (await cache.prepare("b")).source == "fresh"  # save a -> 501
+        await cache.prepare("a")  # its slot's erase -> 501: latched off
+        assert (await cache.prepare("b")).source == "fresh"  # a is not saved
         assert cache.slot_actions is False
         (tmp_path / "sess-a.bin").write_bytes(b"kv")
         assert (await cache.prepare("a")).source == "fresh"  # neither save nor restore tried
         assert await cache.save("a") is False
         await cache.evict(["a"])
-    assert server.posts() == [("/slots/0?action=save", {"filename": "sess-a.bin"})]
-    assert caplog.text.count("has no slot save/restore (HTTP 501 to save)") == 1
+    assert server.posts() == [ERASE0]
+    assert caplog.text.count("has no slot save/restore (HTTP 501 to erase)") == 1
     assert cache.request_extras("b") == {"cache_prompt": True, "id_slot": 0}
     assert not (tmp_path / "sess-a.bin").exists()  # evict still deletes the file
 
@@ -208,6 +233,7 @@ async def test_evict_erases_bound_slots_and_deletes_files(
     cache = adapter(server, tmp_path)
     await cache.prepare("a")
     await cache.prepare("b")
+    server.calls.clear()
     (tmp_path / "sess-a.bin").write_bytes(b"kv")
     (tmp_path / "sess-gone.bin").write_bytes(b"kv")
     await cache.evict(["a", "gone", "never"])
@@ -231,10 +257,11 @@ async def test_flush_saves_every_bound_slot(server: FakeServer, tmp_path: Path) 
     cache = adapter(server, tmp_path, slots=3)
     await cache.prepare("a")
     await cache.prepare("b")
+    server.calls.clear()
     assert await cache.flush() == 2
     assert server.posts() == [  # the most recently used first: a stop's time may run out
-        ("/slots/1?action=save", {"filename": "sess-b.bin"}),
-        ("/slots/0?action=save", {"filename": "sess-a.bin"}),
+        ("/slots/1?action=save", {"filename": "sess-b.bin.part"}),
+        ("/slots/0?action=save", {"filename": "sess-a.bin.part"}),
     ]
     assert await cache.save("unbound") is False
     saved = await cache.save_all()
@@ -247,8 +274,30 @@ async def test_flush_saves_every_bound_slot(server: FakeServer, tmp_path: Path) 
     assert (failed.tokens, failed.bytes, failed.error) == (
         0,
         0,
-        "llama-server did not save sess-a.bin",
+        "llama-server did not save; the previous file is kept",
     )
+    assert (tmp_path / "sess-a.bin").stat().st_size == 3456  # the last good one
+
+
+async def test_a_save_cut_short_keeps_the_previous_file_and_counts_nothing(
+    server: FakeServer, tmp_path: Path
+) -> None:
+    """Found by a breaking helper on a full disk: llama-server said it wrote 383,616 bytes and
+    left 380,928 over the session's good file (whose next restore then failed), and a failed
+    save left a cut-short file that crashed the engine when restored. A save goes to a partial
+    file that becomes the session's only when its size is what the engine said it wrote."""
+    cache = adapter(server, tmp_path, slots=1)
+    await cache.prepare("a")
+    good = await cache.save_session("a")
+    assert (good.bytes, good.error) == (3456, "")
+    server.short_by = 100  # the disk fills mid-save
+    cut = await cache.save_session("a")
+    assert (cut.bytes, cut.error) == (
+        0,
+        "llama-server wrote a short or no file for sess-a.bin; the previous file is kept",
+    )
+    assert names(tmp_path) == ["sess-a.bin"]  # no partial left behind
+    assert (tmp_path / "sess-a.bin").stat().st_size == 3456
 
 
 async def test_report_usage_from_slots(server: FakeServer, tmp_path: Path) -> None:
@@ -554,3 +603,21 @@ async def test_an_adopted_engine_keeps_each_session_on_its_slot(
     )
     wrong = LlamaCacheAdapter(server.port, 2, save, clock=Clock(), version="v")
     assert (await wrong.prepare("bo")).source == "fresh"  # a table of another width: ignored
+
+
+def test_a_model_replaced_by_one_of_the_same_size_and_time_is_another_version(
+    tmp_path: Path,
+) -> None:
+    """Found by a breaking helper: weights replaced by others of the same size, their time
+    put back (cp -p, rsync -a, touch -r), were restored onto; the stamp holds what no user
+    can set back: the inode and the change time."""
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"weights one")
+    before = model_stamp(model)
+    facts = model.stat()
+    replacement = tmp_path / "new.gguf"
+    replacement.write_bytes(b"weights two")
+    os.utime(replacement, ns=(facts.st_atime_ns, facts.st_mtime_ns))
+    replacement.replace(model)
+    assert model.stat().st_size == facts.st_size and model.stat().st_mtime_ns == facts.st_mtime_ns
+    assert model_stamp(model) != before

@@ -138,6 +138,12 @@ async def test_errors_come_back_in_openai_shape(
     assert listy.status_code == 400
     huge = await client.post("/v1/chat/completions", content=b" " * (MAX_BODY + 1))
     assert huge.status_code == 400 and "over 16 MiB" in huge.json()["error"]["message"]
+    # found by a breaking helper: a lone surrogate as the session was a 500 "internal"
+    # (its file name could not be encoded), after the engine was loaded
+    lone = b'{"model": "alpha", "messages": [{"role": "user", "content": "hi"}], "user": "\\ud800"}'
+    surrogate = await client.post("/v1/chat/completions", content=lone)
+    assert surrogate.status_code == 400, surrogate.text
+    assert "not valid Unicode" in surrogate.json()["error"]["message"]
 
 
 async def test_state_changing_routes_need_the_token(

@@ -56,10 +56,22 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 def session_filename(session_id: str) -> str:
-    """``sess-<id>.bin``; an id llama-server would refuse as a file name is hashed instead."""
+    """``sess-<id>.bin``; any other id is hashed: ``sess-<sha256>.h.bin``.
+
+    The hashed names end in ``.h.bin``, a shape no plain id makes (a plain id has no dot), so
+    a client can never name another session's file by sending its hash as its own id. Any
+    string is accepted (a lone surrogate included: it is hashed as its code points).
+    """
     if _SAFE_ID.match(session_id):
         return f"sess-{session_id}.bin"
-    return f"sess-{hashlib.sha256(session_id.encode()).hexdigest()[:32]}.bin"
+    digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"sess-{digest[:40]}.h.bin"
+
+
+#: A save is written under this suffix, then renamed over the session's file once its size is
+#: what the engine said it wrote: a full disk or a crash mid-save never leaves a cut-short file
+#: where a restore would read it (llama.cpp aborts on one), and the previous file stays.
+PARTIAL = ".part"
 
 
 #: The file in a save directory that names the version its session files were made by.
@@ -70,9 +82,9 @@ SLOTS_FILE = "slots.json"
 
 
 def model_stamp(model: Path | None) -> str:
-    """The model file's size and modification time, as a version's last part ("" for none).
+    """The model file's size, modification time, inode and change time ("" for none).
 
-    A replaced or re-downloaded model file is another version. Reads the file system: make
+    The last part of a version. A replaced or re-downloaded model file is another version. Reads the file system: make
     it where a stat may wait (off the event loop).
     """
     if model is None:
@@ -81,7 +93,13 @@ def model_stamp(model: Path | None) -> str:
         facts = model.stat()
     except OSError:
         return "|model-unreadable"
-    return f"|size={facts.st_size}|mtime={facts.st_mtime_ns}"
+    # the inode and the change time too: a file replaced by one of the same size whose
+    # modification time was put back (cp -p, rsync -a, touch -r) has a new inode or ctime,
+    # which no user can set
+    return (
+        f"|size={facts.st_size}|mtime={facts.st_mtime_ns}"
+        f"|inode={facts.st_ino}|ctime={facts.st_ctime_ns}"
+    )
 
 
 def retire_other_versions(folder: Path, version: str) -> int:
@@ -99,7 +117,7 @@ def retire_other_versions(folder: Path, version: str) -> int:
         pass
     gone = 0
     try:
-        for path in folder.glob("sess-*.bin"):
+        for path in [*folder.glob("sess-*.bin"), *folder.glob(f"sess-*.bin{PARTIAL}")]:
             with contextlib.suppress(OSError):
                 path.unlink()
                 gone += 1
@@ -236,6 +254,9 @@ class LlamaCacheAdapter:
             restored, error = await self._restore(slot, session_id)
             took = round(time.monotonic() - started, 6)
             if restored is None:
+                # the slot still holds whatever its last user left (a session, a one-shot):
+                # erased, so a session never reads, nor learns the length of, another's prompt
+                await self._slot_action(slot, "erase", None)
                 return SessionPrepared("fresh", fields, displaced=displaced, error=error)
             self._tokens[slot] = restored
             return SessionPrepared("disk", fields, restored, took, displaced)
@@ -323,7 +344,11 @@ class LlamaCacheAdapter:
             return None, ""
         reply = await self._slot_action(slot, "restore", name)
         if reply is None:
-            return None, f"llama-server did not restore {name}"
+            # a file the engine cannot restore never will be (a damaged or cut-short one may
+            # even crash it): deleted, so the session's next turns are cold, not crashes
+            if self._actions:
+                await self.discard([session_id])
+            return None, f"llama-server did not restore {name}; the file was deleted"
         restored = reply.get("n_restored")
         return (restored if isinstance(restored, int) else 0), ""
 
@@ -342,18 +367,49 @@ class LlamaCacheAdapter:
             return SessionSaved(session_id, error="this engine saves no slots")
         await self._check_version()
         started = time.monotonic()
-        reply = await self._slot_action(slot, "save", name)
+        reply = await self._slot_action(slot, "save", name + PARTIAL)
         took = round(time.monotonic() - started, 6)
-        if reply is None:
-            return SessionSaved(session_id, seconds=took, error=f"llama-server did not save {name}")
-        tokens, written = reply.get("n_saved"), reply.get("n_written")
+        written = None if reply is None else reply.get("n_written")
+        size = await self._settle(name, written if isinstance(written, int) else None)
+        if reply is None or size is None:
+            why = "did not save" if reply is None else f"wrote a short or no file for {name}"
+            return SessionSaved(
+                session_id, seconds=took, error=f"llama-server {why}; the previous file is kept"
+            )
+        tokens = reply.get("n_saved")
         return SessionSaved(
             session_id,
             tokens if isinstance(tokens, int) and tokens >= 0 else 0,
-            written if isinstance(written, int) and written >= 0 else 0,
+            size,
             took,
             used_at=self._used[slot],
         )
+
+    async def _settle(self, name: str, written: int | None) -> int | None:
+        """The partial save made the session's file (its size), or deleted (None).
+
+        It becomes the file only when it is there, not empty, and as long as the engine said
+        it wrote (when it said): a full disk leaves a shorter one.
+        """
+        if self._save_dir is None:
+            return None
+        final = self._save_dir / name
+        partial_path = final.with_name(name + PARTIAL)
+
+        def settle() -> int | None:
+            try:
+                size = partial_path.stat().st_size
+                if size > 0 and (written is None or size == written):
+                    partial_path.replace(final)
+                    return size
+                partial_path.unlink()
+            except OSError as error:
+                log.info("could not settle %s: %s", partial_path, error)
+                with contextlib.suppress(OSError):
+                    partial_path.unlink()
+            return None
+
+        return await anyio.to_thread.run_sync(settle)
 
     def held_sessions(self) -> list[str]:
         """The sessions bound to a slot, most recently used first (saved first at a stop)."""

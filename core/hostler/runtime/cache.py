@@ -300,8 +300,8 @@ class CacheController:
                 else:
                     engine.entries[shed.session_id] = left
         known = engine.entries.get(session_id)
-        if prepared.source == "fresh" and not prepared.error and known is not None:
-            engine.entries[session_id] = replace(known, file_bytes=0)  # it had no file after all
+        if prepared.source == "fresh" and known is not None:  # no file, or one that failed to
+            engine.entries[session_id] = replace(known, file_bytes=0)  # restore (deleted then)
         if prepared.source == "disk" or prepared.error:
             tokens = prepared.restored_tokens
             self._emit(CacheRestored(key, session_id, tokens, prepared.seconds, prepared.error))

@@ -84,6 +84,16 @@ class CompletionProxy:
             await unknown_model_response(model, self._models)(scope, receive, send)
             return
         session = _session(scope, payload)
+        if session is not None and not _is_text(session):
+            answer = error_response(
+                400,
+                "invalid_request_error",
+                "invalid-request",
+                "the session ('user', or the X-Hostler-Session header) is not valid Unicode "
+                "(a lone surrogate): send a plain string",
+            )
+            await answer(scope, receive, send)
+            return
         async with anyio.create_task_group() as tasks:
             # The client's only remaining message is its disconnect: waiting for it is how a
             # request that waits in the queue, or is mid-answer, learns that nobody wants it.
@@ -249,6 +259,15 @@ def _session(scope: Scope, payload: Mapping[str, Any]) -> str | None:
     if isinstance(session, str) and 0 < len(session) <= MAX_SESSION:
         return session
     return None
+
+
+def _is_text(value: str) -> bool:
+    """Whether ``value`` is valid Unicode (a JSON escape can make a lone surrogate)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _with_fields(payload: dict[str, Any], fields: Mapping[str, Any]) -> bytes:
