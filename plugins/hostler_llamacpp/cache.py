@@ -84,8 +84,8 @@ SLOTS_FILE = "slots.json"
 def model_stamp(model: Path | None) -> str:
     """The model file's size, modification time, inode and change time ("" for none).
 
-    The last part of a version. A replaced or re-downloaded model file is another version. Reads the file system: make
-    it where a stat may wait (off the event loop).
+    The last part of a version: a replaced or re-downloaded model file is another version.
+    Reads the file system: make it where a stat may wait (off the event loop).
     """
     if model is None:
         return ""
