@@ -210,11 +210,13 @@ def test_redacted_export_keeps_everything_but_paths_and_prompts(
         ("engine.crashed", "output_tail"),
         ("calibration.measured", "model"),  # the model's file name
         ("calibration.measured", "build"),  # the engine binary's path
+        ("engine.spawned", "launched"),  # the launch's model, work dir and binary paths
     }
     assert set(changed) <= allowed
     assert {("queue.enqueued", "label"), ("router.bound", "session")} <= set(changed)
     differ = _differences(_snapshot(recorded), _snapshot(copy))
-    assert differ == {"last_error", "holder"}  # the lifecycles fold the same otherwise
+    # the lifecycles fold the same otherwise; the launch record's paths (engine.spawned v3)
+    assert differ == {"last_error", "holder", "model", "work_dir"}
     rows = [json.loads(line) for line in text.splitlines()[1:-1]]
     crashed = next(r for r in rows if r["type"] == "engine.crashed")["payload"]
     assert crashed["output_tail"] == "<redacted>"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from typing import Protocol
 
 from hostler.events.base import Event, UnknownEvent
@@ -21,12 +20,16 @@ from hostler.policies.cache import CacheEntry, bytes_per_token
 __all__ = ["SavedFiles", "fold_saved_files"]
 
 
+class _Moment(Protocol):
+    def timestamp(self) -> float: ...
+
+
 class _Record(Protocol):
     @property
     def stream_id(self) -> str: ...
 
     @property
-    def recorded_at(self) -> datetime: ...
+    def recorded_at(self) -> _Moment: ...
 
     @property
     def event(self) -> Event | UnknownEvent: ...
