@@ -30,10 +30,13 @@ SPEC = LaunchSpec(
 
 def test_a_launch_record_gives_the_same_spec_back_on_the_adopted_port() -> None:
     record = spec_record(SPEC)
-    assert spec_from_record(KEY, 4321, record) == SPEC
-    assert spec_from_record(KEY, 5555, record) == LaunchSpec(**{**_fields(SPEC), "port": 5555})
+    adopted = LaunchSpec(**{**_fields(SPEC), "adopted": True})
+    assert spec_from_record(KEY, 4321, record) == adopted
+    assert spec_from_record(KEY, 5555, record) == LaunchSpec(**{**_fields(adopted), "port": 5555})
     bare = spec_record(LaunchSpec(KEY, Path("/m"), 1, ctx_per_slot=512))
-    assert spec_from_record(KEY, 1, bare) == LaunchSpec(KEY, Path("/m"), 1, ctx_per_slot=512)
+    assert spec_from_record(KEY, 1, bare) == LaunchSpec(
+        KEY, Path("/m"), 1, ctx_per_slot=512, adopted=True
+    )
 
 
 def _fields(spec: LaunchSpec) -> dict[str, Any]:

@@ -463,6 +463,9 @@ class LaunchSpec:
             :meth:`EngineAdapter.build_command` is asked; None when nothing was reserved (no
             ledger: a preview's trial specs, a test). An engine that takes a memory limit
             (MLX's wired limit, M9) sets it to this figure.
+        adopted: True for the spec of an engine an earlier daemon started and this one
+            adopted (rebuilt from the log's ``engine.spawned`` record): its engine may still
+            hold state from before (CC13: sessions in their slots). False for a launch made now.
     """
 
     key: str
@@ -477,6 +480,7 @@ class LaunchSpec:
     offload: OffloadPlan | None = None
     binary: Path | None = None
     reserved_bytes: int | None = None
+    adopted: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -273,7 +273,12 @@ class LlamaCppAdapter(EngineAdapter):
                 save_dir = None if isinstance(value, bool) else Path(str(value))
         version = f"{_state_version(spec)}|build={self._build_of(spec)}"
         return LlamaCacheAdapter(
-            spec.port, max(slots, 1), save_dir, version=version, model=spec.model
+            spec.port,
+            max(slots, 1),
+            save_dir,
+            version=version,
+            model=spec.model,
+            recall=spec.adopted,
         )
 
     def _build_of(self, spec: LaunchSpec) -> str:

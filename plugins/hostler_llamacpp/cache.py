@@ -158,6 +158,10 @@ class LlamaCacheAdapter:
             a state saved by another model, context or KV type is never restored.
         model: The model file: its size and modification time, read here (the adapter is made
             off the event loop, when its launch is ready), are part of the version.
+        recall: The engine was adopted from an earlier daemon: the slot table it left beside
+            the files (same port, same version, slots the engine says it uses) puts each
+            session back on its own slot. Never for a launch made now (found by the benchmark:
+            a new engine on a reused port, having served a one-shot, passed for the old one).
     """
 
     def __init__(
@@ -170,12 +174,15 @@ class LlamaCacheAdapter:
         timeout: float = HTTP_TIMEOUT,
         version: str = "",
         model: Path | None = None,
+        recall: bool = False,
     ) -> None:
         if slots < 1:
             raise ValueError(f"a llama-server has at least one slot, not {slots}")
         self._base = f"http://127.0.0.1:{port}"
         self._port = port
-        self._recalled = save_dir is None  # the slot table of an engine adopted on this port
+        # the slot table is read back only for an engine an earlier daemon started: a new
+        # launch that got an earlier one's port holds none of its sessions
+        self._recalled = save_dir is None or not recall
         self._save_dir = save_dir
         self._clock = clock
         self._timeout = timeout

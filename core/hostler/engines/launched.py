@@ -81,4 +81,5 @@ def spec_from_record(key: str, port: int, record: object) -> LaunchSpec | None:
         options=told.options,
         binary=None if told.binary is None else Path(told.binary),
         reserved_bytes=told.reserved_bytes,
+        adopted=True,
     )
