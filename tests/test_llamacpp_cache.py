@@ -616,15 +616,19 @@ def test_a_model_replaced_by_one_of_the_same_size_and_time_is_another_version(
     tmp_path: Path,
 ) -> None:
     """Found by a breaking helper: weights replaced by others of the same size, their time
-    put back (cp -p, rsync -a, touch -r), were restored onto; the stamp holds what no user
-    can set back: the inode and the change time."""
+    put back (cp -p, rsync -a, touch -r), were restored onto; the stamp samples the content.
+    Found by the benchmark: a hard link to the model (its ctime moves) made every saved state
+    another version's; a link, a rename or a chmod changes no stamp."""
     model = tmp_path / "m.gguf"
-    model.write_bytes(b"weights one")
+    model.write_bytes(b"weights one" * 50_000)
     before = model_stamp(model)
+    os.link(model, tmp_path / "linked.gguf")
+    model.chmod(0o600)
+    assert model_stamp(model) == before
     facts = model.stat()
-    replacement = tmp_path / "new.gguf"
-    replacement.write_bytes(b"weights two")
-    os.utime(replacement, ns=(facts.st_atime_ns, facts.st_mtime_ns))
-    replacement.replace(model)
+    with model.open("r+b") as handle:  # cp -p over it: same size, time put back
+        handle.seek(300_000)
+        handle.write(b"other")
+    os.utime(model, ns=(facts.st_atime_ns, facts.st_mtime_ns))
     assert model.stat().st_size == facts.st_size and model.stat().st_mtime_ns == facts.st_mtime_ns
     assert model_stamp(model) != before

@@ -82,24 +82,35 @@ SLOTS_FILE = "slots.json"
 
 
 def model_stamp(model: Path | None) -> str:
-    """The model file's size, modification time, inode and change time ("" for none).
+    """The model file's size, modification time and a digest of samples of its content.
 
-    The last part of a version: a replaced or re-downloaded model file is another version.
-    Reads the file system: make it where a stat may wait (off the event loop).
+    The last part of a version: a replaced or re-downloaded model file is another version, even
+    one of the same size whose modification time was put back (``cp -p``, ``rsync -a``,
+    ``touch -r``): 16 samples of 64 KiB spread over the file are hashed (1 MiB read, whatever
+    the model's size). A hard link, a rename or a ``chmod`` changes none of it. ("" for none.)
+    Reads the file: make it where that may wait (off the event loop).
     """
     if model is None:
         return ""
     try:
         facts = model.stat()
+        digest = _sampled_digest(model, facts.st_size)
     except OSError:
         return "|model-unreadable"
-    # the inode and the change time too: a file replaced by one of the same size whose
-    # modification time was put back (cp -p, rsync -a, touch -r) has a new inode or ctime,
-    # which no user can set
-    return (
-        f"|size={facts.st_size}|mtime={facts.st_mtime_ns}"
-        f"|inode={facts.st_ino}|ctime={facts.st_ctime_ns}"
-    )
+    return f"|size={facts.st_size}|mtime={facts.st_mtime_ns}|sample={digest}"
+
+
+_SAMPLES, _SAMPLE = 16, 64 * 1024
+
+
+def _sampled_digest(model: Path, size: int) -> str:
+    """A digest of ``_SAMPLES`` chunks of ``_SAMPLE`` bytes evenly spread over the file."""
+    hasher = hashlib.sha256()
+    with model.open("rb") as handle:
+        for index in range(_SAMPLES):
+            handle.seek(size * index // _SAMPLES)
+            hasher.update(handle.read(_SAMPLE))
+    return hasher.hexdigest()[:16]
 
 
 def retire_other_versions(folder: Path, version: str) -> int:
