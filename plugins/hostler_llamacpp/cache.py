@@ -334,16 +334,25 @@ class LlamaCacheAdapter:
 
     async def _used_slots(self) -> set[int]:
         """The slots the engine says hold a prompt (``GET /slots``); none when it cannot say."""
+        told = await self._slot_tokens()
+        return set() if told is None else {slot for slot, tokens in told.items() if tokens > 0}
+
+    async def _slot_tokens(self) -> dict[int, int] | None:
+        """Each slot's tokens as ``GET /slots`` tells them; None when it cannot tell.
+
+        ``n_cache_tokens`` (older servers), else ``n_prompt_tokens``; a slot telling neither is
+        left out.
+        """
         reply = await self._request("GET", "/slots", None)
         if reply is None or reply[0] != 200 or not isinstance(reply[1], list):
-            return set()
-        used = set()
+            return None
+        told: dict[int, int] = {}
         for item in reply[1]:
             if isinstance(item, dict) and isinstance(item.get("id"), int):
                 tokens = item.get("n_cache_tokens", item.get("n_prompt_tokens"))
-                if isinstance(tokens, int) and tokens > 0:
-                    used.add(item["id"])
-        return used
+                if isinstance(tokens, int):
+                    told[item["id"]] = tokens
+        return told
 
     async def _check_version(self) -> None:
         """Before the first file is used: files of another version are deleted (once)."""
@@ -510,15 +519,9 @@ class LlamaCacheAdapter:
         A slot's tokens are its ``n_cache_tokens`` (older servers), else ``n_prompt_tokens``,
         else what its last restore brought back; a slot that tells nothing is left out.
         """
-        reply = await self._request("GET", "/slots", None)
-        if reply is None or reply[0] != 200 or not isinstance(reply[1], list):
+        told = await self._slot_tokens()
+        if told is None:
             return None
-        told: dict[int, int] = {}
-        for item in reply[1]:
-            if isinstance(item, dict) and isinstance(item.get("id"), int):
-                tokens = item.get("n_cache_tokens", item.get("n_prompt_tokens"))
-                if isinstance(tokens, int):
-                    told[item["id"]] = tokens
         entries = []
         for slot, session_id in enumerate(self._bound):
             tokens = told.get(slot) or self._tokens[slot]

@@ -239,8 +239,7 @@ class CacheController:
             return
         for saved in saves:
             self._saved(key, engine, saved)
-        kept = (retired_entry(e) for e in engine.entries.values())
-        engine.entries = {e.session_id: e for e in kept if e is not None}
+        engine.entries = _files_of(engine.entries)
         engine.running = False
         await self._enforce(key)
 
