@@ -143,7 +143,10 @@ async def test_errors_come_back_in_openai_shape(
     lone = b'{"model": "alpha", "messages": [{"role": "user", "content": "hi"}], "user": "\\ud800"}'
     surrogate = await client.post("/v1/chat/completions", content=lone)
     assert surrogate.status_code == 400, surrogate.text
-    assert "not valid Unicode" in surrogate.json()["error"]["message"]
+    assert surrogate.json()["error"]["message"] == (
+        "user holds a lone UTF-16 surrogate (\\ud800-\\udfff): send valid Unicode"
+    )
+    assert surrogate.json()["error"]["param"] == "user"
 
 
 async def test_state_changing_routes_need_the_token(

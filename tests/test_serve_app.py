@@ -156,7 +156,13 @@ async def slow_face(
 
 
 def ask(model: str, tag: str, n: int, *, stream: bool = False) -> dict[str, object]:
-    return {"model": model, "tag": tag, "max_tokens": n, "stream": stream}
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": tag}],
+        "tag": tag,
+        "max_tokens": n,
+        "stream": stream,
+    }
 
 
 @pytest.mark.anyio

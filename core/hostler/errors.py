@@ -26,6 +26,7 @@ __all__ = [
     "PluginError",
     "QueueCancelledError",
     "QueueTimeoutError",
+    "RequestBodyError",
     "RestartBudgetError",
     "RuntimeClosedError",
     "SettingError",
@@ -75,6 +76,20 @@ class UsageError(HostlerError):
 
     code = "usage.invalid"
     exit_status = 2
+
+
+class RequestBodyError(UsageError):
+    """An OpenAI request's body is malformed: answered 400 with the ``param`` at fault.
+
+    Attributes:
+        param: The body's field at fault (``messages[0].content``), None for the whole body.
+    """
+
+    code = "request.invalid"
+
+    def __init__(self, message: str, param: str | None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class SettingError(UsageError):
