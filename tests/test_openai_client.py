@@ -297,3 +297,21 @@ def test_an_engine_error_reaches_the_client_in_openai_shape(served: tuple[str, P
     error = failed.json()["error"]
     assert (error["type"], error["code"], error["param"]) == ("server_error", "engine-error", None)
     assert error["message"].startswith("the engine for 'alpha' failed the request (500): ")
+
+
+def test_embeddings_from_a_chat_model_on_the_same_engine(served: tuple[str, Path]) -> None:
+    """L21: ``/v1/embeddings`` works for any llama.cpp model, chat models included, served by
+    the engine that chats (one load, one reservation), as Ollama's does."""
+    base, _ = served
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
+    vectors = client.embeddings.create(model="alpha", input=["hello there", "general kenobi"])
+    assert vectors.model == "alpha"
+    assert [item.index for item in vectors.data] == [0, 1]
+    sizes = {len(item.embedding) for item in vectors.data}
+    assert len(sizes) == 1 and sizes.pop() >= 8
+    assert vectors.data[0].embedding != vectors.data[1].embedding
+    chat = client.chat.completions.create(
+        model="alpha", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+    )
+    assert chat.choices[0].message.content is not None
+    assert spawned_engines(base) == ["llamacpp:alpha:0"]  # the same engine answered both

@@ -147,6 +147,7 @@ def test_the_plugin_contract_is_pinned() -> None:
         "options_schema_problem",
         "parse_json",
         "parse_whole",
+        "read_gguf_metadata",
         "read_small_file",
         "round_half_up",
         "timing_problem",

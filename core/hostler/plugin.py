@@ -105,6 +105,7 @@ __all__ = [
     "options_schema_problem",
     "parse_json",
     "parse_whole",
+    "read_gguf_metadata",
     "read_small_file",
     "round_half_up",
     "timing_problem",
@@ -875,6 +876,19 @@ class EngineAdapter(ABC):
     def build_identity(self, command: LaunchCommand) -> str:
         """A name for the engine build, for learning per build (default: the binary's path)."""
         return command.argv[0] if command.argv else "unknown"
+
+
+def read_gguf_metadata(model: Path) -> dict[str, Any]:
+    """A GGUF file's header metadata, key by key (long arrays such as vocabularies left out).
+
+    Raises:
+        ModelFileError: Missing, not a regular file, not GGUF, truncated, or claiming more
+            than it holds (one line).
+    """
+    # the GGUF reader loads numpy: imported when a model is read, not by every importer
+    from hostler.capacity.gguf_header import read_metadata  # noqa: PLC0415
+
+    return read_metadata(model)
 
 
 def launch_command(adapter: EngineAdapter, spec: LaunchSpec) -> LaunchCommand:
