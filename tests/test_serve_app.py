@@ -278,7 +278,7 @@ async def test_an_engine_killed_mid_stream_ends_the_stream_with_an_error_event(
         last = json.loads(data[-1][len("data: ") :])
         assert last == {
             "error": {
-                "message": "the engine stopped answering mid-answer (it crashed or was "
+                "message": "the engine for 'a' stopped answering mid-answer (it crashed or was "
                 "killed); the answer is incomplete: ask again",
                 "type": "server_error",
                 "code": "engine-crashed",

@@ -282,6 +282,19 @@ class Supervisor:
         child = self._child
         return child.identity.port if child else None
 
+    def exited_unseen(self) -> bool:
+        """Running, as far as the log knows, though its process is gone (a crash not yet seen).
+
+        The watch sees such an exit at its next tick; a request must not be handed the dead
+        port meanwhile (a non-blocking check: ``waitpid`` with no wait, or a pidfd signal 0).
+        """
+        child = self._child
+        return self.state == EngineState.RUNNING and child is not None and not child.proc.alive()
+
+    async def notice_exit(self) -> None:
+        """Record a crash :meth:`exited_unseen` found now, as the watch's next tick would."""
+        await self._watcher.notice_exit()
+
     @property
     def launch_spec(self) -> LaunchSpec | None:
         """What the live process was launched with (None when none runs, or it was adopted)."""

@@ -166,9 +166,18 @@ class Runtime:
             await self._writer.flush()
             await self.caches.forget_stopped()
 
+    def stop_taking_work(self) -> None:
+        """Refuse new work (``shutting-down``) from now on; engines are stopped by the caller."""
+        self.pool.stop_taking_work()
+
     async def close(self) -> None:
         """Stop every engine (a build in flight included) and take no new work (NR3, PP8)."""
         await self.pool.close()
+
+    @property
+    def closing(self) -> bool:
+        """Whether the runtime takes no new work (it is shutting down, or shut down)."""
+        return self.pool.closed
 
     @property
     def clock(self) -> Clock:

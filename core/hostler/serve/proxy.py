@@ -158,13 +158,13 @@ class CompletionProxy:
                 )(scope, receive, send)
                 return
             tail = None if it.prepared is None else AnswerTail()
-            whole = await _relay(answer, send, model, tail)
+            whole = await _relay(answer, send, model, tail, self._runtime)
             if whole and tail is not None and it.prepared is not None and session is not None:
                 await self._runtime.caches.finish(key, session, it.prepared, tail.usage())
 
 
 async def _relay(
-    answer: UpstreamResponse, send: Send, model: str, tail: AnswerTail | None = None
+    answer: UpstreamResponse, send: Send, model: str, tail: AnswerTail | None, runtime: Runtime
 ) -> bool:
     """Relay the engine's answer as the client asked for it; whether it was whole.
 
@@ -176,8 +176,8 @@ async def _relay(
         await _relay_error(answer, send, model)
         return False
     if _is_stream(answer):
-        return await _relay_stream(answer, send, model, tail)
-    return await _relay_whole(answer, send, model, tail)
+        return await _relay_stream(answer, send, model, tail, runtime)
+    return await _relay_whole(answer, send, model, tail, runtime)
 
 
 async def _relay_error(answer: UpstreamResponse, send: Send, model: str) -> None:
@@ -194,7 +194,7 @@ async def _relay_error(answer: UpstreamResponse, send: Send, model: str) -> None
 
 
 async def _relay_stream(
-    answer: UpstreamResponse, send: Send, model: str, tail: AnswerTail | None
+    answer: UpstreamResponse, send: Send, model: str, tail: AnswerTail | None, runtime: Runtime
 ) -> bool:
     await send({"type": "http.response.start", "status": answer.status, "headers": _head(answer)})
     renamer = SseRenamer(model)
@@ -206,8 +206,11 @@ async def _relay_stream(
                 tail.feed(chunk)
     except UpstreamError as exc:
         log.warning("hostler: the engine's answer broke off: %s", exc)
-        # a stream that just stops reads as complete: say it is not
-        await send({"type": "http.response.body", "body": _CUT_EVENT, "more_body": True})
+        # a stream that just stops reads as complete: say it is not, and why
+        status, cut = _cut(model, runtime)
+        del status  # the head is sent: the status cannot change any more
+        event = b"data: " + json.dumps(cut).encode() + b"\n\n"
+        await send({"type": "http.response.body", "body": event, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return False
     await send({"type": "http.response.body", "body": renamer.flush(), "more_body": False})
@@ -215,7 +218,7 @@ async def _relay_stream(
 
 
 async def _relay_whole(
-    answer: UpstreamResponse, send: Send, model: str, tail: AnswerTail | None
+    answer: UpstreamResponse, send: Send, model: str, tail: AnswerTail | None, runtime: Runtime
 ) -> bool:
     parts: list[bytes] = []
     size = 0
@@ -228,13 +231,8 @@ async def _relay_whole(
                 break
     except UpstreamError as exc:
         log.warning("hostler: the engine's answer broke off: %s", exc)
-        cut = shaped_error(
-            f"the engine for {model!r} stopped answering mid-answer (it crashed or was "
-            "killed): ask again",
-            "server_error",
-            "engine-crashed",
-        )
-        await _send_whole(send, 502, "application/json", json.dumps(cut).encode())
+        status, cut = _cut(model, runtime)
+        await _send_whole(send, status, "application/json", json.dumps(cut).encode())
         return False
     whole = b"".join(parts)
     if tail is not None:
@@ -286,23 +284,21 @@ def _content_type(answer: UpstreamResponse) -> str:
 MAX_RENAMED = 64 * 1024 * 1024
 
 
-#: The last event of a stream whose engine stopped answering mid-answer (an OpenAI error
-#: event: the ``openai`` client raises it as an ``APIError``).
-_CUT_EVENT = (
-    "data: "
-    + json.dumps(
-        {
-            "error": {
-                "message": "the engine stopped answering mid-answer (it crashed or was "
-                "killed); the answer is incomplete: ask again",
-                "type": "server_error",
-                "code": "engine-crashed",
-                "param": None,
-            }
-        }
+def _cut(model: str, runtime: Runtime) -> tuple[int, dict[str, Any]]:
+    """Why an answer broke off mid-way, as OpenAI's error: the daemon stopping, or the engine."""
+    if runtime.closing:
+        return 503, shaped_error(
+            f"hostler is shutting down: the engine for {model!r} was stopped mid-answer; "
+            "the answer is incomplete: ask again once it is back",
+            "server_error",
+            "shutting-down",
+        )
+    return 502, shaped_error(
+        f"the engine for {model!r} stopped answering mid-answer (it crashed or was killed); "
+        "the answer is incomplete: ask again",
+        "server_error",
+        "engine-crashed",
     )
-    + "\n\n"
-).encode()
 
 
 def _is_stream(answer: UpstreamResponse) -> bool:

@@ -1,0 +1,162 @@
+"""A crash, and a shutdown, under a request, as the official ``openai`` client meets them.
+
+The real ``hostler serve`` (a child process) with the real ``llama-server`` on SmolLM2-135M
+(F16: slow enough on a CPU that a 300-token answer is still streaming when it is cut), one slot
+so that a second request queues behind the first.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from hostler.testing.smollm2 import smollm2_gguf
+
+pytestmark = pytest.mark.slow
+
+HOSTLER = [sys.executable, "-c", "import sys; from hostler.cli import main; sys.exit(main())"]
+HI: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def smollm2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return smollm2_gguf(tmp_path_factory.mktemp("smollm2"))
+
+
+class Served:
+    def __init__(self, folder: Path, model: Path) -> None:
+        config = folder / "hostler.toml"
+        config.write_text(
+            f'[daemon]\nledger = "ledger.db"\ndata_dir = "{folder / "data"}"\n'
+            f'\n[[models]]\nid = "alpha"\npath = "{model}"\nctx = 1024\nslots = 1\n'
+        )
+        self.log = folder / "serve.log"
+        env = {**os.environ, "HOSTLER_HOME": str(folder / "home")}
+        with self.log.open("wb") as out:
+            self.daemon = subprocess.Popen(
+                [*HOSTLER, "serve", "--config", str(config), "--port", str(free_port())],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+        self.base = self._listening(config)
+        self.client = openai.OpenAI(
+            base_url=f"{self.base}/v1", api_key="x", max_retries=0, timeout=120
+        )
+
+    def _listening(self, config: Path) -> str:
+        port = self.daemon.args[-1]
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:  # polled: the daemon answers /health once it listens
+            assert self.daemon.poll() is None, self.log.read_text()
+            try:
+                if httpx.get(f"{base}/health").status_code == 200:
+                    return base
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, f"hostler serve --config {config}: no answer"
+            time.sleep(0.1)
+
+    def engine_pid(self) -> int:
+        engines = httpx.get(f"{self.base}/api/engines").json()["engines"]
+        return int(next(e["pid"] for e in engines if e["key"] == "llamacpp:alpha:0"))
+
+    def queued(self) -> int:
+        queues = httpx.get(f"{self.base}/api/queues").json()
+        return int(queues.get("llamacpp:alpha:0", {}).get("queued_interactive", 0))
+
+
+@pytest.fixture
+def served(tmp_path: Path, smollm2: Path) -> Iterator[Served]:
+    it = Served(tmp_path, smollm2)
+    try:
+        yield it
+    finally:
+        if it.daemon.poll() is None:
+            it.daemon.send_signal(signal.SIGTERM)
+        it.daemon.wait(timeout=60)
+
+
+def ask_in_background(served: Served, into: dict[str, object]) -> threading.Thread:
+    def ask() -> None:
+        try:
+            answer = served.client.chat.completions.create(model="alpha", messages=HI, max_tokens=4)
+            into["answer"] = answer.choices[0].finish_reason
+        except openai.APIStatusError as exc:
+            into["status"], into["body"] = exc.status_code, exc.body
+
+    thread = threading.Thread(target=ask)
+    thread.start()
+    return thread
+
+
+def wait_until_queued(served: Served) -> None:
+    deadline = time.monotonic() + 30
+    while served.queued() < 1:  # polled over HTTP: the queue is the daemon's to tell
+        assert time.monotonic() < deadline, "the second request never queued"
+        time.sleep(0.02)
+
+
+def test_a_crash_mid_stream_ends_it_with_an_error_and_the_request_behind_waits_for_the_restart(
+    served: Served,
+) -> None:
+    into: dict[str, object] = {}
+    stream = served.client.chat.completions.create(
+        model="alpha", messages=HI, max_tokens=300, stream=True, extra_body={"ignore_eos": True}
+    )
+    chunks = iter(stream)
+    for _ in range(3):
+        assert next(chunks).model == "alpha"
+    behind = ask_in_background(served, into)
+    wait_until_queued(served)
+    os.kill(served.engine_pid(), signal.SIGKILL)
+    with pytest.raises(openai.APIError) as cut:
+        list(chunks)
+    assert cut.value.code == "engine-crashed"
+    assert "stopped answering mid-answer" in cut.value.message
+    behind.join(timeout=120)
+    assert into == {"answer": "length"}  # served by the restarted engine, never a 502
+    assert "Traceback" not in served.log.read_text()
+
+
+def test_a_shutdown_answers_in_flight_and_queued_requests_503_shutting_down(
+    served: Served,
+) -> None:
+    into: dict[str, object] = {}
+    stream = served.client.chat.completions.create(
+        model="alpha", messages=HI, max_tokens=300, stream=True, extra_body={"ignore_eos": True}
+    )
+    chunks = iter(stream)
+    for _ in range(3):
+        next(chunks)
+    behind = ask_in_background(served, into)
+    wait_until_queued(served)
+    served.daemon.send_signal(signal.SIGINT)  # Ctrl-C
+    with pytest.raises(openai.APIError) as cut:
+        list(chunks)
+    assert cut.value.code == "shutting-down"
+    behind.join(timeout=120)
+    assert into["status"] == 503
+    body = into["body"]
+    assert isinstance(body, dict) and body["code"] == "shutting-down"
+    assert served.daemon.wait(timeout=60) in (0, 130)
+    log = served.log.read_text()
+    assert "Traceback" not in log and "CancelledError" not in log
