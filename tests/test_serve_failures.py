@@ -9,30 +9,21 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import openai
 import pytest
 
 from hostler.testing.smollm2 import smollm2_gguf
 
+from _daemons import ServeChild
+
 pytestmark = pytest.mark.slow
 
-HOSTLER = [sys.executable, "-c", "import sys; from hostler.cli import main; sys.exit(main())"]
 HI: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -40,47 +31,21 @@ def smollm2(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return smollm2_gguf(tmp_path_factory.mktemp("smollm2"))
 
 
-class Served:
+class Served(ServeChild):
     def __init__(self, folder: Path, model: Path) -> None:
-        config = folder / "hostler.toml"
-        config.write_text(
-            f'[daemon]\nledger = "ledger.db"\ndata_dir = "{folder / "data"}"\n'
-            f'\n[[models]]\nid = "alpha"\npath = "{model}"\nctx = 1024\nslots = 1\n'
+        super().__init__(
+            folder, f'[[models]]\nid = "alpha"\npath = "{model}"\nctx = 1024\nslots = 1\n'
         )
-        self.log = folder / "serve.log"
-        env = {**os.environ, "HOSTLER_HOME": str(folder / "home")}
-        with self.log.open("wb") as out:
-            self.daemon = subprocess.Popen(
-                [*HOSTLER, "serve", "--config", str(config), "--port", str(free_port())],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-            )
-        self.base = self._listening(config)
         self.client = openai.OpenAI(
             base_url=f"{self.base}/v1", api_key="x", max_retries=0, timeout=120
         )
 
-    def _listening(self, config: Path) -> str:
-        port = self.daemon.args[-1]
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:  # polled: the daemon answers /health once it listens
-            assert self.daemon.poll() is None, self.log.read_text()
-            try:
-                if httpx.get(f"{base}/health").status_code == 200:
-                    return base
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, f"hostler serve --config {config}: no answer"
-            time.sleep(0.1)
-
     def engine_pid(self) -> int:
-        engines = httpx.get(f"{self.base}/api/engines").json()["engines"]
+        engines = self.get("/api/engines")["engines"]
         return int(next(e["pid"] for e in engines if e["key"] == "llamacpp:alpha:0"))
 
     def queued(self) -> int:
-        queues = httpx.get(f"{self.base}/api/queues").json()
+        queues = self.get("/api/queues")
         return int(queues.get("llamacpp:alpha:0", {}).get("queued_interactive", 0))
 
 
@@ -90,9 +55,7 @@ def served(tmp_path: Path, smollm2: Path) -> Iterator[Served]:
     try:
         yield it
     finally:
-        if it.daemon.poll() is None:
-            it.daemon.send_signal(signal.SIGTERM)
-        it.daemon.wait(timeout=60)
+        it.close()
 
 
 def ask_in_background(served: Served, into: dict[str, object]) -> threading.Thread:

