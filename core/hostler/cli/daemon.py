@@ -14,11 +14,21 @@ import anyio
 from hostler.cli.common import data_directory, path_argument
 from hostler.config import DEFAULT_HOST, DEFAULT_PORT, DaemonConfig, discovered_config
 from hostler.daemon import Daemon, load_config
+from hostler.daemon_parts.narrator import STORY_LOGGER
 from hostler.errors import UsageError
 from hostler.serve.access import check_exposure
 from hostler.settings_env import apply_overrides, read_overrides
 
-__all__ = ["DEFAULT_PORT", "add_parser", "add_serve_parser", "run", "serve", "serve_config"]
+__all__ = [
+    "DEFAULT_PORT",
+    "add_parser",
+    "add_serve_parser",
+    "add_verbosity",
+    "run",
+    "serve",
+    "serve_config",
+    "terminal_logs",
+]
 
 
 def add_parser(sub: Any) -> None:
@@ -34,6 +44,7 @@ def add_parser(sub: Any) -> None:
     parser.add_argument(
         "--data-dir", type=data_directory, help="data directory (overrides the config)"
     )
+    add_verbosity(parser)
     parser.set_defaults(run=run)
 
 
@@ -63,7 +74,30 @@ def add_serve_parser(sub: Any) -> None:
         help=f"port to listen on (default $HOSTLER_PORT, [server] port, else {DEFAULT_PORT}; "
         "0: any free port, said in the log)",
     )
+    add_verbosity(parser)
     parser.set_defaults(run=serve)
+
+
+def add_verbosity(parser: argparse.ArgumentParser) -> None:
+    """``-q`` / ``-v``: how much of the daemon's story its terminal shows (docs/serve.md)."""
+    level = parser.add_mutually_exclusive_group()
+    level.add_argument(
+        "-q",
+        "--quiet",
+        dest="verbosity",
+        action="store_const",
+        const=-1,
+        default=0,
+        help="only warnings and errors (a crash, a refusal)",
+    )
+    level.add_argument(
+        "-v",
+        "--verbose",
+        dest="verbosity",
+        action="store_const",
+        const=1,
+        help="every event and the debug detail too",
+    )
 
 
 def port_number(text: str) -> int:
@@ -82,10 +116,23 @@ def host_argument(text: str) -> str:
     return text
 
 
-def _quiet_logs() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    for chatty in ("transitions", "alembic", "httpx"):  # hostler says what matters, itself
-        logging.getLogger(chatty).setLevel(logging.WARNING)
+#: The loggers the default level shows at INFO: the story, and where the daemon listens.
+TOLD = (STORY_LOGGER, "hostler.daemon")
+
+
+def terminal_logs(verbosity: int) -> None:
+    """What the terminal shows: -1 warnings only, 0 the story (default), 1 every detail.
+
+    The story is the daemon's recorded decisions (:mod:`hostler.daemon_parts.narrator`);
+    other modules' INFO lines (a poll that failed, a file not deleted) are detail.
+    """
+    level = {-1: logging.WARNING, 0: logging.WARNING, 1: logging.DEBUG}[verbosity]
+    logging.basicConfig(level=level, format="%(asctime)s %(message)s")
+    if verbosity == 0:
+        for told in TOLD:
+            logging.getLogger(told).setLevel(logging.INFO)
+    for chatty in ("transitions", "alembic", "httpx", "httpcore", "asyncio"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)  # hostler says what matters
 
 
 def serve_config(
@@ -129,14 +176,14 @@ def serve_config(
 def run(args: argparse.Namespace) -> int:
     """Run the daemon in the foreground."""
     config = serve_config(args.config, args.data_dir, required=True)
-    _quiet_logs()
-    anyio.run(Daemon(config).run)
+    terminal_logs(args.verbosity)
+    anyio.run(Daemon(config, narrate=True).run)
     return 0
 
 
 def serve(args: argparse.Namespace) -> int:
     """Run the daemon and its HTTP face in the foreground."""
     config = serve_config(args.config, args.data_dir, host=args.host, port=args.port)
-    _quiet_logs()
-    anyio.run(Daemon(config, listen=(config.host, config.port)).run)
+    terminal_logs(args.verbosity)
+    anyio.run(Daemon(config, listen=(config.host, config.port), narrate=True).run)
     return 0
