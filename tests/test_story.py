@@ -328,3 +328,24 @@ def test_malformed_events_are_detail_never_an_error() -> None:
         story.tell(event)  # type: ignore[arg-type]
     crashed = Story().tell(ev("engine.crashed", f"engine/{A}", at="x", exit_code=True))
     assert crashed is not None and crashed.level == TROUBLE
+
+
+def test_what_a_build_cannot_run_here_is_told_with_what_follows() -> None:
+    """L22: both kinds of ``cpu.unsupported``, as warnings, by value."""
+    story = Story()
+    kv = {"key": "llamacpp:a:0", "what": "quantized-kv", "kv_type": "q8_0"}
+    line = story.tell({"seq": 1, "stream": "cpu/host", "type": "cpu.unsupported", "payload": kv})
+    assert line is not None and line.level == TROUBLE
+    assert line.text == (
+        "llamacpp:a:0 died of SIGILL with a q8_0 KV cache (this engine build needs CPU features "
+        "this CPU lacks): it starts again with f16 KV, and so does every later start of this "
+        "build here"
+    )
+    weights = {**kv, "what": "weights", "kv_type": "f16"}
+    line = story.tell(
+        {"seq": 2, "stream": "cpu/host", "type": "cpu.unsupported", "payload": weights}
+    )
+    assert line is not None and line.text == (
+        "llamacpp:a:0 cannot run its model's weights on this CPU (SIGILL even with f16 KV): "
+        "build an engine for this CPU with `hostler engine build llamacpp`"
+    )

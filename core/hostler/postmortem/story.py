@@ -102,6 +102,7 @@ class Story:
                 f"(stale for {secs(p.get('stale_for'))})"
             ),
             "offload.degraded": _degraded,
+            "cpu.unsupported": _cpu_unsupported,
             "plugin.failed": lambda _s, p: _trouble(
                 f"plugin {p.get('name')} {p.get('version')} failed ({p.get('stage')}) — "
                 f"{p.get('error')}"
@@ -320,6 +321,20 @@ def _degraded(_stream: str, p: Mapping[str, Any]) -> StoryLine:
     return _trouble(
         f"{p.get('key')} ran out of GPU memory ({p.get('panic_kind')}): it starts again as "
         f"{plan.get('kind')}"
+    )
+
+
+def _cpu_unsupported(_stream: str, p: Mapping[str, Any]) -> StoryLine:
+    """L22: what the engine build cannot run on this CPU, and what follows."""
+    if p.get("what") == "quantized-kv":
+        return _trouble(
+            f"{p.get('key')} died of SIGILL with a {p.get('kv_type')} KV cache (this engine "
+            "build needs CPU features this CPU lacks): it starts again with f16 KV, and so does "
+            "every later start of this build here"
+        )
+    return _trouble(
+        f"{p.get('key')} cannot run its model's weights on this CPU (SIGILL even with f16 KV): "
+        "build an engine for this CPU with `hostler engine build llamacpp`"
     )
 
 
