@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -348,7 +348,7 @@ async def test_the_event_stream_sends_each_page_of_the_log_as_one_write(face: Fa
     bodies: list[bytes] = []
     gone = anyio.Event()
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         if message["type"] == "http.response.body":
             bodies.append(message["body"])
             if len(bodies) == 2:

@@ -325,7 +325,7 @@ def test_malformed_events_are_detail_never_an_error() -> None:
         {"type": 5, "stream": None},
         {},
     ):
-        story.tell(event)  # type: ignore[arg-type]
+        story.tell(event)
     crashed = Story().tell(ev("engine.crashed", f"engine/{A}", at="x", exit_code=True))
     assert crashed is not None and crashed.level == TROUBLE
 
