@@ -27,7 +27,7 @@ from hostler.cli.client import (
     token_of,
 )
 from hostler.cli.tables import console, size
-from hostler.errors import HostlerError
+from hostler.errors import HostlerError, UsageError
 
 __all__ = ["add_parser", "model_of", "run_load", "run_unload", "step_line"]
 
@@ -46,9 +46,15 @@ def add_parser(sub: Any) -> None:
     add_client_options(load)
     load.set_defaults(run=run_load)
     unload: argparse.ArgumentParser = sub.add_parser(
-        "unload", help="unload an idle engine of the running `hostler serve`"
+        "unload",
+        help="unload a model's idle engines (or one engine) of the running `hostler serve`",
     )
-    unload.add_argument("key", help="an engine key (as `hostler ps` lists it)")
+    unload.add_argument(
+        "key",
+        metavar="MODEL_OR_KEY",
+        help="a model id (as `hostler models` lists it: every engine of it) or an engine key "
+        "(as `hostler ps` lists it)",
+    )
     add_client_options(unload)
     unload.set_defaults(run=run_unload)
 
@@ -201,14 +207,35 @@ def _show(
             say(line)
 
 
+#: An engine key has three parts (``engine:model:replica``); a model id is anything else.
+_KEY_PARTS = 3
+
+
 @checks_answers
 def run_unload(args: argparse.Namespace) -> int:
-    """Unload an idle engine now."""
+    """Unload an idle engine now: the one a key names, or every resident one of a model."""
     url, token = daemon_url(args), token_of(args)
     assert url is not None  # noqa: S101 - a default is given
-    answer = call("POST", url, f"/api/engines/{quote(args.key, safe=':')}/unload", token)
+    keys = [args.key] if len(str(args.key).split(":")) == _KEY_PARTS else []
+    if not keys:
+        listed = fetch(url, "/api/engines", token).get("engines") or []
+        mine = [e for e in listed if model_of(str(e.get("key"))) == args.key]
+        if not mine:
+            models = sorted({model_of(str(e.get("key"))) for e in listed})
+            raise UsageError(
+                f"unload: {str(args.key)[:100]!r} is neither a model id nor an engine key "
+                f"(models: {', '.join(models) or 'none'}; `hostler ps` lists the keys)"
+            )
+        keys = [str(e["key"]) for e in mine if e.get("state") not in ("stopped", "declared")]
+        if not keys:
+            print(f"{args.key}: was not loaded")
+            return 0
+    answers = [
+        call("POST", url, f"/api/engines/{quote(key, safe=':')}/unload", token) for key in keys
+    ]
     if args.json:
-        print(json.dumps(answer, indent=2))
-    else:
+        print(json.dumps(answers[0] if len(answers) == 1 else answers, indent=2))
+        return 0
+    for answer in answers:
         print(f"{answer['key']}: {'unloaded' if answer['unloaded'] else 'was not loaded'}")
     return 0
