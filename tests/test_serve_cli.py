@@ -109,8 +109,8 @@ def test_serve_answers_openai_requests_and_stops_its_engines(tmp_path: Path) -> 
         assert again.stdout == "alpha: was not loaded\n"
         by_model = run_cli("unload", "beta", "--url", base, "--data-dir", str(data))
         assert by_model.stdout == "llamacpp:beta:0: unloaded\n"
-        unknown = run_cli("unload", "gamma", "--url", base, "--data-dir", str(data))
-        assert unknown.returncode == 2 and unknown.stderr == (
+        no_such = run_cli("unload", "gamma", "--url", base, "--data-dir", str(data))
+        assert no_such.returncode == 2 and no_such.stderr == (
             "hostler: error [usage.invalid]: unload: 'gamma' is neither a model id nor an "
             "engine key (models: alpha, beta; `hostler ps` lists the keys)\n"
         )
