@@ -13,7 +13,9 @@ import argparse
 import importlib
 import importlib.util
 import sys
+import tempfile
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
 from hostler.errors import UsageError
@@ -70,8 +72,15 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs is not None and not 1 <= args.jobs <= 1024:
         raise UsageError(f"engine build: --jobs is 1 to 1024, not {args.jobs}")
     module = importlib.import_module(builders[args.engine])
+    # the model the build is checked on (gguf and numpy: imported by this command only)
+    from hostler.testing.tiny_gguf import TinyModel, write_tiny_llama  # noqa: PLC0415
+
     try:
-        binary = module.engine_build(jobs=args.jobs, say=_say)
+        with tempfile.TemporaryDirectory() as scratch:
+            # quantized weights: their kernels are what a CPU may lack
+            shape = TinyModel(embd=128, heads=4, ff=256, weights="q8_0")
+            check = write_tiny_llama(Path(scratch) / "check.gguf", shape)
+            binary = module.engine_build(jobs=args.jobs, say=_say, check_model=check)
     except (RuntimeError, OSError) as exc:
         raise UsageError(f"engine build: {exc}") from None
     print(binary)
