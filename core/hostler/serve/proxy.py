@@ -127,40 +127,49 @@ class CompletionProxy:
     ) -> None:
         engine, name = target.split(":", 1)
         path = str(scope["path"])
-        async with contextlib.AsyncExitStack() as stack:
-            try:
-                # the key only: the request queues first and its slot starts the engine, so
-                # the log has it (queue.enqueued) before the start made for it (PM21)
-                key = await self._runtime.place(engine, name, session)
-                cause = "one-shot" if session is None else "session"
-                held = self._runtime.hold(
-                    key, session=session, cause=cause, prompt_cache=path != EMBEDDINGS
-                )
-                it = await stack.enter_async_context(held)
-                fields = it.fields  # CC13: the session's slot, ``cache_prompt``
-                forced = self._runtime.request_model(key)
-                if forced is not None and payload.get("model") != forced:  # RD10
-                    fields["model"] = forced
-                if fields:
-                    body = await anyio.to_thread.run_sync(_with_fields, payload, fields)
-                answer = await self._upstream.send(it.port, path, body, "application/json")
-                stack.push_async_callback(_close_shielded, answer)
-            except HostlerError as exc:
-                await hostler_error_response(exc)(scope, receive, send)
+        key = ""
+        for attempt in range(2):
+            async with contextlib.AsyncExitStack() as stack:
+                try:
+                    # the key only: the request queues first and its slot starts the engine,
+                    # so the log has it (queue.enqueued) before the start made for it (PM21)
+                    key = await self._runtime.place(engine, name, session)
+                    cause = "one-shot" if session is None else "session"
+                    held = self._runtime.hold(
+                        key, session=session, cause=cause, prompt_cache=path != EMBEDDINGS
+                    )
+                    it = await stack.enter_async_context(held)
+                    fields = it.fields  # CC13: the session's slot, ``cache_prompt``
+                    forced = self._runtime.request_model(key)
+                    if forced is not None and payload.get("model") != forced:  # RD10
+                        fields["model"] = forced
+                    sent = body
+                    if fields:
+                        sent = await anyio.to_thread.run_sync(_with_fields, payload, fields)
+                    answer = await self._upstream.send(it.port, path, sent, "application/json")
+                    stack.push_async_callback(_close_shielded, answer)
+                except HostlerError as exc:
+                    await hostler_error_response(exc)(scope, receive, send)
+                    return
+                except UpstreamError as exc:
+                    # the engine died under it before answering (handed out between its death
+                    # and its exit being seen): once its crash is recorded, this request asks
+                    # again — the restart serves it — once
+                    if attempt == 0 and key and await self._runtime.engine_lost(key):
+                        continue
+                    await error_response(
+                        502,
+                        "server_error",
+                        "engine-crashed",
+                        f"the engine for {model!r} did not answer ({exc}); it will be "
+                        "restarted on the next request",
+                    )(scope, receive, send)
+                    return
+                tail = None if it.prepared is None else AnswerTail()
+                whole = await _relay(answer, send, model, tail, self._runtime)
+                if whole and tail is not None and it.prepared is not None and session is not None:
+                    await self._runtime.caches.finish(key, session, it.prepared, tail.usage())
                 return
-            except UpstreamError as exc:
-                await error_response(
-                    502,
-                    "server_error",
-                    "engine-crashed",
-                    f"the engine for {model!r} did not answer ({exc}); it will be restarted on "
-                    "the next request",
-                )(scope, receive, send)
-                return
-            tail = None if it.prepared is None else AnswerTail()
-            whole = await _relay(answer, send, model, tail, self._runtime)
-            if whole and tail is not None and it.prepared is not None and session is not None:
-                await self._runtime.caches.finish(key, session, it.prepared, tail.usage())
 
 
 async def _relay(
