@@ -155,9 +155,7 @@ def check_binaries(llama_configured: Path | None = None) -> list[Finding]:
 def _mlx_lm() -> Finding:
     """MLX's server (a Python package here, run by this interpreter)."""
     if importlib.util.find_spec("mlx_lm") is None:
-        return binary_verdict(
-            BinarySeen("mlx_lm"), required=False, fix="pip install mlx-lm (Apple Silicon)"
-        )
+        return binary_verdict(BinarySeen("mlx_lm"), required=False, fix="pip install mlx-lm")
     try:
         version = importlib.metadata.version("mlx-lm")
     except importlib.metadata.PackageNotFoundError:
