@@ -28,7 +28,12 @@ MAX_INSTALL_MIB = 400
 def _clean_env(home: Path) -> dict[str, str]:
     """This process's environment without what points at the development tree or its engine."""
     dropped = ("PYTHONPATH", "VIRTUAL_ENV", "HOSTLER_LLAMA_SERVER", "PYTHONHOME")
-    env = {k: v for k, v in os.environ.items() if k not in dropped and not k.startswith("HOSTLER")}
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in dropped  # the session guard's marker stays: it ends what a run leaves
+        and (not name.startswith("HOSTLER") or name.startswith("HOSTLER_TEST_"))
+    }
     bin_dir = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != bin_dir)
     return {**env, "HOME": str(home), "PYTHONDONTWRITEBYTECODE": "1"}
