@@ -36,6 +36,7 @@ COMMANDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("daemon", "add_serve_parser", ("serve",)),
     ("capacity", "add_parsers", ("budget", "preview")),
     ("engine", "add_parser", ("engine",)),
+    ("doctor", "add_parser", ("doctor",)),
 )
 
 

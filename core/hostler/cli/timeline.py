@@ -72,7 +72,10 @@ def run(args: argparse.Namespace) -> int:
     if since and until and since >= until:
         raise UsageError("--since must be before --until")
     take_log_argument(args, "timeline")
+    from hostler.postmortem.draw import render, require_plots  # noqa: PLC0415
     from hostler.postmortem.timeline import build_timeline  # noqa: PLC0415
+
+    require_plots()  # before the log is read: a missing extra is said at once
 
     with contextlib.ExitStack() as stack:
         store = stack.enter_context(open_existing_log(args))
@@ -102,8 +105,6 @@ def run(args: argparse.Namespace) -> int:
             "in the host ledger's log; give it with --ledger PATH",
             file=sys.stderr,
         )
-    from hostler.postmortem.draw import render  # noqa: PLC0415 - matplotlib only when drawing
-
     picture = io.BytesIO()
     render(
         timeline,
