@@ -120,6 +120,11 @@ def test_a_shutdown_answers_in_flight_and_queued_requests_503_shutting_down(
     assert into["status"] == 503
     body = into["body"]
     assert isinstance(body, dict) and body["code"] == "shutting-down"
+    # found by a breaking helper: it said "the runtime is closed (or was never entered...)"
+    assert (
+        body["message"]
+        == "hostler is shutting down: 'alpha' is not served; ask again once it is back"
+    )
     assert served.daemon.wait(timeout=60) in (0, 130)
     log = served.log.read_text()
     assert "Traceback" not in log and "CancelledError" not in log

@@ -24,7 +24,7 @@ import anyio
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from hostler.errors import HostlerError, RequestBodyError, UsageError
+from hostler.errors import HostlerError, RequestBodyError, RuntimeClosedError, UsageError
 from hostler.runtime.facade import Runtime
 from hostler.serve.answers import (
     ENGINE_ERROR_LIMIT,
@@ -148,6 +148,14 @@ class CompletionProxy:
                         sent = await anyio.to_thread.run_sync(_with_fields, payload, fields)
                     answer = await self._upstream.send(it.port, path, sent, "application/json")
                     stack.push_async_callback(_close_shielded, answer)
+                except RuntimeClosedError:
+                    await hostler_error_response(
+                        RuntimeClosedError(
+                            f"hostler is shutting down: {model!r} is not served; ask again "
+                            "once it is back"
+                        )
+                    )(scope, receive, send)
+                    return
                 except HostlerError as exc:
                     await hostler_error_response(exc)(scope, receive, send)
                     return
@@ -214,7 +222,7 @@ async def _relay_stream(
             if tail is not None:
                 tail.feed(chunk)
     except UpstreamError as exc:
-        log.warning("hostler: the engine's answer broke off: %s", exc)
+        log.debug("hostler: the engine's answer broke off: %s", exc)  # the story tells crashes
         # a stream that just stops reads as complete: say it is not, and why
         status, cut = _cut(model, runtime)
         del status  # the head is sent: the status cannot change any more
@@ -239,7 +247,7 @@ async def _relay_whole(
             if size > MAX_RENAMED:
                 break
     except UpstreamError as exc:
-        log.warning("hostler: the engine's answer broke off: %s", exc)
+        log.debug("hostler: the engine's answer broke off: %s", exc)  # the story tells crashes
         status, cut = _cut(model, runtime)
         await _send_whole(send, status, "application/json", json.dumps(cut).encode())
         return False
@@ -261,7 +269,7 @@ async def _relay_whole(
         async for chunk in body:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
     except UpstreamError as exc:
-        log.warning("hostler: the engine's answer broke off: %s", exc)
+        log.debug("hostler: the engine's answer broke off: %s", exc)  # the story tells crashes
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return False
     await send({"type": "http.response.body", "body": b"", "more_body": False})
