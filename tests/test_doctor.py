@@ -14,10 +14,7 @@ import pytest
 
 from hostler.config import DaemonConfig
 from hostler.drivers import doctor
-from hostler.events.cpu import CPU_STREAM, CpuUnsupported
-from hostler.plugin import LaunchCommand
-from hostler.pluginhost import PluginHost
-from hostler.policies.doctor import (
+from hostler.drivers.doctor_verdicts import (
     BUILD_FIX,
     BinarySeen,
     CpuSeen,
@@ -33,6 +30,9 @@ from hostler.policies.doctor import (
     port_verdict,
     token_verdict,
 )
+from hostler.events.cpu import CPU_STREAM, CpuUnsupported
+from hostler.plugin import LaunchCommand
+from hostler.pluginhost import PluginHost
 from hostler.probes.cpu import cpu_identity
 from hostler.store.log import EventStore
 from hostler_llamacpp.binary import find_llama_server

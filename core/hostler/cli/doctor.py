@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hostler.cli.common import data_directory, path_argument
-from hostler.policies.doctor import Finding
+from hostler.drivers.doctor_verdicts import Finding
 
 __all__ = ["add_parser", "render", "run"]
 

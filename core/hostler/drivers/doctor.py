@@ -3,7 +3,7 @@
 Every check looks — a binary found and asked its version, ``/proc/cpuinfo``, the log's
 ``cpu/host`` stream, NVML, ``stat`` and ``access`` of the data directory and token, a bind and
 a ``GET /health`` on the port, the models ``hostler serve`` would offer — and hands what it saw
-to :mod:`hostler.policies.doctor`, which says OK or the fix. Nothing is created or changed,
+to :mod:`hostler.drivers.doctor_verdicts`, which says OK or the fix. Nothing is created or changed,
 and every wait is bounded (``--version``: 10 s; ``/health``: 2 s).
 """
 
@@ -26,9 +26,7 @@ from pathlib import Path
 
 from hostler.capacity.keys import parse_key
 from hostler.config import DaemonConfig
-from hostler.errors import EngineBinaryError, HostlerError
-from hostler.paths import default_log_path
-from hostler.policies.doctor import (
+from hostler.drivers.doctor_verdicts import (
     BinarySeen,
     CpuSeen,
     DirSeen,
@@ -43,6 +41,8 @@ from hostler.policies.doctor import (
     port_verdict,
     token_verdict,
 )
+from hostler.errors import EngineBinaryError, HostlerError
+from hostler.paths import default_log_path
 from hostler.probes.cpu import cpu_identity, cpu_summary
 from hostler.settings_env import valid_token
 

@@ -8,7 +8,6 @@ the environment, a socket or a clock.
 
 from __future__ import annotations
 
-import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -209,7 +208,7 @@ def data_dir_verdict(seen: DirSeen) -> Finding:
         )
     if not seen.exists:
         return Finding("data dir", "ok", f"{where}: not yet there; made (0700) at first run")
-    mode = stat.S_IMODE(seen.mode)
+    mode = _permissions(seen.mode)
     tighten = ": made 0700 at the next start" if mode & 0o077 else ""
     return Finding("data dir", "ok", f"{where} (mode {mode:04o}{tighten})")
 
@@ -227,7 +226,7 @@ def _dir_problem(seen: DirSeen) -> tuple[str, str] | None:
     if seen.owner != seen.me:
         return f"owned by uid {seen.owner}, not by this user (uid {seen.me})", "chown it to you"
     if not seen.writable:
-        mode = stat.S_IMODE(seen.mode)
+        mode = _permissions(seen.mode)
         return f"cannot be written (mode {mode:04o})", f"chmod 700 {seen.path}"
     return None
 
@@ -265,7 +264,7 @@ def token_verdict(seen: TokenSeen) -> Finding:
     if problem is not None:
         detail, fix = problem
         return Finding("token", "fail", f"{seen.path}: {detail}", fix)
-    return Finding("token", "ok", f"{seen.path} (mode {stat.S_IMODE(seen.mode):04o})")
+    return Finding("token", "ok", f"{seen.path} (mode {_permissions(seen.mode):04o})")
 
 
 def _token_problem(seen: TokenSeen) -> tuple[str, str] | None:
@@ -277,7 +276,7 @@ def _token_problem(seen: TokenSeen) -> tuple[str, str] | None:
         return f"cannot be read ({seen.unreadable})", f"chmod 600 {seen.path}"
     if not seen.valid:
         return "not a hostler token", remake
-    mode = stat.S_IMODE(seen.mode)
+    mode = _permissions(seen.mode)
     if mode & 0o077:
         return f"readable by others (mode {mode:04o}): no secret any more", remake
     return None
@@ -368,3 +367,8 @@ def _named(names: tuple[str, ...]) -> str:
     shown = ", ".join(names[:_NAMED_MODELS])
     more = len(names) - _NAMED_MODELS
     return f"{shown} and {more} more" if more > 0 else shown
+
+
+def _permissions(mode: int) -> int:
+    """The permission bits of a file mode (``stat.S_IMODE``, kept here: no I/O module)."""
+    return mode & 0o7777
