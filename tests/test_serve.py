@@ -146,7 +146,8 @@ async def test_errors_come_back_in_openai_shape(
     surrogate = await client.post("/v1/chat/completions", content=lone)
     assert surrogate.status_code == 400, surrogate.text
     assert surrogate.json()["error"]["message"] == (
-        "user holds a lone UTF-16 surrogate (\\ud800-\\udfff): send valid Unicode"
+        "user holds a lone UTF-16 surrogate (\\ud800-\\udfff), in a value or a key: "
+        "send valid Unicode"
     )
     assert surrogate.json()["error"]["param"] == "user"
 
