@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hostler.capacity.cpu_limits import build_fix
 from hostler.machines.engine import made_room
 from hostler.postmortem.explain_wording import (
     candidates_of,
@@ -334,7 +335,7 @@ def _cpu_unsupported(_stream: str, p: Mapping[str, Any]) -> StoryLine:
         )
     return _trouble(
         f"{p.get('key')} cannot run its model's weights on this CPU (SIGILL even with f16 KV): "
-        "build an engine for this CPU with `hostler engine build llamacpp`"
+        f"{build_fix(str(p.get('key')))}"
     )
 
 

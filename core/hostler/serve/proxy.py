@@ -224,8 +224,7 @@ async def _relay_stream(
     except UpstreamError as exc:
         log.debug("hostler: the engine's answer broke off: %s", exc)  # the story tells crashes
         # a stream that just stops reads as complete: say it is not, and why
-        status, cut = _cut(model, runtime)
-        del status  # the head is sent: the status cannot change any more
+        _, cut = _cut(model, runtime)  # the head is sent: its status cannot change any more
         event = b"data: " + json.dumps(cut).encode() + b"\n\n"
         await send({"type": "http.response.body", "body": event, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
