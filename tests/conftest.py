@@ -29,6 +29,14 @@ pytest_plugins = ["_session_guard"]
 collect_ignore = [] if os.environ.get("HOSTLER_SD_SERVER") else ["test_sdcpp_real.py"]
 
 
+@pytest.fixture(autouse=True)
+def _no_terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table printed in this process takes any width, as in a pipe: pytest-xdist's workers set
+    ``COLUMNS``, which a table fits. A test that wants a width sets it."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
+
+
 @pytest.fixture
 def log_path(tmp_path: Path) -> Path:
     """Where a test's event log lives (not created yet)."""

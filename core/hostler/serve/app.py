@@ -39,7 +39,7 @@ from hostler.serve.openapi import OPENAPI_PATH, openapi_schema
 from hostler.serve.operator import Guard, JsonAnswer, is_number, operator_routes
 from hostler.serve.proxy import MAX_BODY, SESSION_HEADER, CompletionProxy
 from hostler.serve.upstream import PooledUpstream, Upstream
-from hostler.store.log import EventStore, RecordedEvent
+from hostler.store.log import EventStore, RecordedEvent, format_time
 
 __all__ = ["MAX_BODY", "SESSION_HEADER", "make_app"]
 
@@ -342,6 +342,7 @@ async def _tail(runtime: Runtime, after: int) -> AsyncIterator[bytes]:
             data = json.dumps(
                 {
                     "seq": record.seq,
+                    "recorded_at": format_time(record.recorded_at),
                     "stream": record.stream_id,
                     "version": record.version,
                     "type": record.type,
