@@ -50,7 +50,7 @@ _RIGHT = ("FOR", "PID", "PORT", "RESERVED", "MEASURED", "SLOTS", "QUEUED", "IDLE
 #: debugging, the measured bytes and the lease are in ``--json``, the model is in the key.
 _DROP = ("PORT", "MEASURED", "LEASE", "PID", "MODEL", "QUEUED", "FOR")
 #: Then the reason, and at last the key, are cut (with ``…``) to no less than this.
-_CUT = {"REASON": 14, "KEY": 20}
+_CUT = {"REASON": 20, "KEY": 20}
 
 
 def _lease(value: Any) -> str:

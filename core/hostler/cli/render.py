@@ -19,8 +19,10 @@ __all__ = ["EventRow", "TableWriter", "remote_row", "summarize_fields"]
 
 _SKIP_IN_SUMMARY = frozenset({"from_state", "to_state", "at"})
 
-#: At least this wide, a table shows the full layout (the date and the schema version too).
+#: At least this wide, a table shows the full layout (the date and the schema version too);
+#: at least :data:`TIME_WIDTH`, the time of day; narrower, the seq, stream, type and details.
 FULL_WIDTH = 120
+TIME_WIDTH = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,23 +85,37 @@ class _Column:
     header: str
     width: int
     right: bool = False
+    whole: bool = False  # never cut (a seq): a longer value shifts its row instead
 
 
 #: Every column, at the width that fits nearly every value (longer ones are cut with ``…``).
 _FULL = (
-    _Column("SEQ", 7, right=True),
+    _Column("SEQ", 7, right=True, whole=True),
     _Column("RECORDED (UTC)", 23),
     _Column("STREAM", 34),
     _Column("V", 3, right=True),
     _Column("TYPE", 26),
 )
-#: A narrow terminal's: the time of day only, no schema version, shorter stream and type.
-_NARROW = (
-    _Column("SEQ", 6, right=True),
+#: A narrower terminal's: the time of day only, no schema version, shorter stream and type
+#: (``engine/llamacpp:alpha:0``, ``engine.start_requested`` fit).
+_TIMED = (
+    _Column("SEQ", 5, right=True, whole=True),
     _Column("TIME", 8),
-    _Column("STREAM", 22),
+    _Column("STREAM", 23),
     _Column("TYPE", 22),
 )
+#: Under 100 columns: no time, so that the details keep a third of an 80-column line.
+_NARROW = (
+    _Column("SEQ", 5, right=True, whole=True),
+    _Column("STREAM", 23),
+    _Column("TYPE", 22),
+)
+
+
+def _layout(width: int | None) -> tuple[_Column, ...]:
+    if width is None or width >= FULL_WIDTH:
+        return _FULL
+    return _TIMED if width >= TIME_WIDTH else _NARROW
 
 
 class TableWriter:
@@ -115,7 +131,7 @@ class TableWriter:
         self, width: int | None = None, *, wide: bool = False, file: IO[str] | None = None
     ) -> None:
         self.width = None if wide else width or table_width(file or sys.stdout)
-        self.columns = _NARROW if self.width is not None and self.width < FULL_WIDTH else _FULL
+        self.columns = _layout(self.width)
         self.header_done = False
 
     def lines(self, rows: Iterable[EventRow]) -> Iterable[str]:
@@ -129,13 +145,16 @@ class TableWriter:
     def _cells(self, row: EventRow) -> list[str]:
         stamp = row.recorded_at[:23].replace("T", " ")
         if self.columns is _NARROW:
+            return [str(row.seq), row.stream, row.type]
+        if self.columns is _TIMED:
             return [str(row.seq), stamp[11:19], row.stream, row.type]
         return [str(row.seq), stamp, row.stream, str(row.version), row.type]
 
     def _fit(self, cells: list[str], details: str) -> str:
         parts = []
         for column, cell in zip(self.columns, cells, strict=True):
-            text = cell if len(cell) <= column.width else cell[: column.width - 1] + "…"
+            fits = len(cell) <= column.width or column.whole
+            text = cell if fits else cell[: column.width - 1] + "…"
             parts.append(text.rjust(column.width) if column.right else text.ljust(column.width))
         line = (" " * GAP).join(parts) + " " * GAP + details
         line = line.rstrip()
