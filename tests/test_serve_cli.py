@@ -409,3 +409,32 @@ def test_a_full_disk_is_not_answered_as_a_bug(tmp_path: Path) -> None:
             server.kill()
         kill_leftovers(data)
         subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_a_401_names_the_data_directory_whose_token_was_sent_and_the_fix(tmp_path: Path) -> None:
+    """Was: ``hostler unload`` without ``--data-dir`` sent the default data directory's token (an
+    earlier daemon's, at the same address) and said only ``401: ...``, naming no directory."""
+    with serving(tmp_path) as (base, _auth, data):
+        other = tmp_path / "other"  # the default data directory of a user who ran serve before
+        other.mkdir()
+        (other / "address").write_text(base)
+        (other / "token").write_text("o" * 43)
+        env = {"HOSTLER_HOME": str(other), "HOSTLER_TOKEN": ""}
+        refused = run_cli("unload", "llamacpp:alpha:0", "--url", base, env=env)
+        assert refused.returncode == 1 and refused.stdout == ""
+        assert refused.stderr.count("\n") == 1, refused.stderr
+        assert refused.stderr.startswith("hostler: error [daemon.refused]: ")
+        assert "/api/engines/llamacpp:alpha:0/unload: 401: " in refused.stderr
+        assert f"(sent the token of {other / 'token'})" in refused.stderr
+        assert "--data-dir DIR" in refused.stderr and "--token or $HOSTLER_TOKEN" in refused.stderr
+        # none sent: the default directory's daemon listens elsewhere
+        (other / "address").write_text("http://127.0.0.1:1")
+        unsent = run_cli("unload", "llamacpp:alpha:0", "--url", base, env=env)
+        assert unsent.returncode == 1
+        assert f"(sent no token: {other}'s daemon listens at http://127.0.0.1:1)" in unsent.stderr
+        # the fix the message names works
+        fixed = run_cli(
+            "unload", "llamacpp:alpha:0", "--url", base, "--data-dir", str(data), env=env
+        )
+        assert fixed.returncode == 0, fixed.stderr
+        assert fixed.stdout == "llamacpp:alpha:0: was not loaded\n"

@@ -29,8 +29,9 @@ from pydantic import (
     field_validator,
 )
 
+from hostler.address import DEFAULT_HOST, DEFAULT_PORT
+from hostler.capacity.bounds import MAX_SLOTS
 from hostler.capacity.keys import parse_key
-from hostler.capacity.slots import MAX_SLOTS
 from hostler.drivers.host_ledger import LedgerLocation, default_ledger_location
 from hostler.engines.logs import DEFAULT_LOG_KEEP, DEFAULT_LOG_MAX_BYTES
 from hostler.errors import UsageError
@@ -66,9 +67,6 @@ MAX_KEY_LENGTH = 128
 MAX_REPLICAS = 64
 #: The most engines a config may expand to (``[[engines]]`` plus every model's replicas).
 MAX_ENGINES = 1024
-#: ``hostler serve``'s default address and port (Ollama's port is 11434; llama-server's 8080).
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 11435
 #: A budget under 1 MiB is a unit mistake (``bytes = 8`` meant 8 GiB); past 2^60, a typo.
 MIN_BUDGET_BYTES = MIB
 MAX_BUDGET_BYTES = 2**60

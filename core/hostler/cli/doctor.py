@@ -14,36 +14,15 @@ import json
 import os
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
-from hostler.cli.common import data_directory, path_argument
 from hostler.drivers.doctor_verdicts import Finding
 
-__all__ = ["add_parser", "render", "run"]
+__all__ = ["render", "run"]
 
 #: How each status starts its line.
 _MARK = {"ok": "OK", "fail": "FAIL", "absent": "--"}
 #: The check column's width (the longest name, ``llama-server``).
 _NAME_WIDTH = 12
-
-
-def add_parser(sub: Any) -> None:
-    """Register ``doctor``."""
-    parser: argparse.ArgumentParser = sub.add_parser(
-        "doctor",
-        help="check engines, CPU, GPUs, data directory, token, port and models: OK or the fix",
-    )
-    parser.add_argument(
-        "--config",
-        type=path_argument,
-        help="the TOML config hostler serve would use (else $HOSTLER_CONFIG, else the models "
-        "in DATA_DIR/models)",
-    )
-    parser.add_argument(
-        "--data-dir", type=data_directory, help="data directory (default: $HOSTLER_HOME...)"
-    )
-    parser.add_argument("--json", action="store_true", help="print the checks as JSON")
-    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

