@@ -21,9 +21,12 @@ of the log it came from.
 Markers (PM31): an ``engine.stop_requested`` that made room for another engine
 (:func:`hostler.machines.engine.made_room`, rule PP4: ``evicted``), any other stop recorded with
 reason ``evicted`` — a lease's slot swap (GA1), a person's unload (PP6), a retire (PP9), a
-reconcile (PP10) — (``unloaded``), ``ledger.denied`` (``refused``), ``engine.crashed``
-(``crashed``) and ``engine.lost`` (``lost``); a lease is a span from ``lease.granted`` to
-``lease.released`` or ``lease.broken`` (still open at the end of the log: it runs to the end).
+reconcile (PP10) — (``unloaded``), a refusal (``refused``: the ledger's ``ledger.denied``, a
+start refused because the engine it drained for room stayed busy — ``pool.drain_ended`` with
+outcome ``busy`` — and a request that found no slot within its queue timeout —
+``queue.cancelled`` with why ``timeout``), ``engine.crashed`` (``crashed``) and ``engine.lost``
+(``lost``); a lease is a span from ``lease.granted`` to ``lease.released`` or ``lease.broken``
+(still open at the end of the log: it runs to the end).
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ from hostler.events.ledger import (
     LedgerDenied,
     LedgerReserved,
 )
+from hostler.events.pool import PoolDrainEnded, PoolDrainStarted
+from hostler.events.queue import QueueCancelled
 from hostler.machines.engine import (
     EngineCrashed,
     EngineLost,
@@ -193,6 +198,7 @@ class _Fold:
 
     since: float | None
     until: float | None
+    least: float = 0.0
     engines: list[str] = field(default_factory=list)
     reserved: dict[str, list[Step]] = field(default_factory=dict)
     measured: dict[str, list[Step]] = field(default_factory=dict)
@@ -200,6 +206,7 @@ class _Fold:
     markers: list[Marker] = field(default_factory=list)
     leases: dict[str, str] = field(default_factory=dict)
     granted: dict[str, tuple[int, float]] = field(default_factory=dict)
+    draining: dict[str, str | None] = field(default_factory=dict)  # victim -> the start it is for
     spans: list[Span] = field(default_factory=list)
     damaged: list[tuple[int, str]] = field(default_factory=list)
     first: float | None = None
@@ -246,6 +253,18 @@ def _unload_label(decision: dict[str, Any] | None) -> str:
     return f"unloaded ({rule})"
 
 
+def _refusal(fold: _Fold, event: object) -> tuple[str, str] | None:
+    """The engine a refusal not the ledger's turned away, and its label (None: no refusal)."""
+    if isinstance(event, QueueCancelled) and event.why == "timeout":
+        return event.engine, f"refused request {event.id}: no slot within its queue timeout"
+    if isinstance(event, PoolDrainEnded):
+        wanted = fold.draining.pop(event.key, None)
+        if event.outcome == "busy":  # PP5: it stays, and the start that needed its room fails
+            start = "a start" if wanted is None else wanted
+            return wanted or event.key, f"refused {start}: {event.key} still busy after its drain"
+    return None
+
+
 def _fold_one(fold: _Fold, record: RecordedEvent, at: float) -> None:  # noqa: PLR0912
     event, seq = record.event, record.seq
     if record.stream_id == LEDGER_STREAM and not isinstance(event, UnknownEvent):
@@ -279,6 +298,10 @@ def _fold_one(fold: _Fold, record: RecordedEvent, at: float) -> None:  # noqa: P
         fold.markers.append(
             Marker(seq, at, "lost", _engine_of(record.stream_id), f"lost ({event.cause})")
         )
+    elif isinstance(event, PoolDrainStarted):
+        fold.draining[event.key] = event.for_key
+    elif (refused := _refusal(fold, event)) is not None:
+        fold.markers.append(Marker(seq, at, "refused", *refused))
     elif isinstance(event, LeaseRequested):
         fold.leases[record.stream_id] = f"{event.slot}: {event.holder}"
     elif isinstance(event, LeaseGranted):
@@ -296,6 +319,7 @@ def build_timeline(
     ledger: Iterable[RecordedEvent] = (),
     since: float | None = None,
     until: float | None = None,
+    least: float = 0.0,
 ) -> Timeline:
     """Fold ``records`` (in seq order) into a :class:`Timeline`.
 
@@ -304,10 +328,12 @@ def build_timeline(
 
     ``since``/``until`` (seconds since the epoch) bound what is shown (from the later of
     ``since`` and the first event); what the series held at ``since`` is carried in as their
-    first step there. A damaged row, or one whose time
+    first step there. ``least``: the narrowest window shown (seconds); a shorter one starts
+    ``least`` before its end instead, before its first event (the live picture of a young
+    daemon, PM37). A damaged row, or one whose time
     cannot be read, is listed in ``damaged`` and skipped; events of other types are ignored.
     """
-    fold = _Fold(since, until)
+    fold = _Fold(since, until, least)
     count = 0
     for record in heapq.merge(records, ledger, key=lambda r: r.recorded_at):
         count += 1
@@ -334,6 +360,7 @@ def _finish(fold: _Fold, count: int) -> Timeline:
         start = fold.first
     end = fold.until if fold.until is not None else (fold.last or start)
     end = max(end, start)
+    start = min(start, end - fold.least)  # PM37: never narrower than ``least``
     spans = [*fold.spans]
     for stream, (seq, at) in fold.granted.items():
         spans.append(Span(stream, seq, at, end, fold.leases.get(stream, "lease"), open=True))

@@ -3,7 +3,8 @@
 Plain HTML and a little JavaScript (``static/``, shipped in the wheel), no build step and
 nothing fetched from outside the daemon. The page holds no data: its script reads the same
 routes as the CLI (``/api/engines``, ``/api/queues``, ``/api/leases``, ``/api/budget``), the
-live tail of ``/api/events`` and ``/api/timeline.svg``. Where reads need the token (a public
+live tail of ``/api/events`` and ``/api/timeline.svg``: the timeline of this daemon's own time,
+at most the minutes asked for (:func:`live_timeline`, PM37). Where reads need the token (a public
 daemon), the page takes it from the URL fragment (``/#token=...``: a fragment never reaches
 the server, nor its access log) and sends it as a bearer header (PM34).
 """
@@ -12,8 +13,10 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
+from datetime import UTC, datetime
 from functools import cache
 from importlib.resources import files
+from typing import TYPE_CHECKING
 
 import anyio
 from starlette.requests import Request
@@ -22,16 +25,22 @@ from starlette.routing import Route
 
 from hostler.clock import Clock
 from hostler.errors import HostlerError
+from hostler.events.daemon import DAEMON_STREAM
 from hostler.serve.errors import error_response, hostler_error_response
 from hostler.serve.operator import Guard, is_number
 from hostler.store.log import EventStore
 
+if TYPE_CHECKING:
+    from hostler.postmortem.timeline import Timeline
+
 __all__ = [
     "ASSETS",
+    "LEAST_SECONDS",
     "MAX_MINUTES",
     "TIMELINE_PATH",
     "TIMELINE_TYPES",
     "dashboard_routes",
+    "live_timeline",
     "timeline_svg",
 ]
 
@@ -45,8 +54,10 @@ ASSETS: dict[str, tuple[str, str]] = {
     "/dashboard.css": ("dashboard.css", "text/css; charset=utf-8"),
 }
 
-#: The event types the timeline folds (read alone, the rest of a large log is skipped).
+#: The event types the timeline folds (read alone, the rest of a large log is skipped);
+#: ``daemon.started`` marks nothing but where this daemon's time begins.
 TIMELINE_TYPES = (
+    "daemon.started",
     "ledger.reserved",
     "ledger.released",
     "ledger.adopted",
@@ -57,14 +68,19 @@ TIMELINE_TYPES = (
     "engine.stop_requested",
     "engine.crashed",
     "engine.lost",
+    "pool.drain_started",
+    "pool.drain_ended",
+    "queue.cancelled",
     "lease.requested",
     "lease.granted",
     "lease.released",
     "lease.broken",
 )
 
-#: The window the timeline shows by default, and the widest one asked for (minutes).
+#: The widest window the timeline shows by default, and the widest one asked for (minutes).
 DEFAULT_MINUTES, MAX_MINUTES = 30, 7 * 24 * 60
+#: The narrowest window it shows (seconds): a daemon younger than this is drawn this wide.
+LEAST_SECONDS = 60.0
 
 #: The page may load its own script, style and pictures, and talk to its own daemon only.
 _PAGE_POLICY = (
@@ -80,25 +96,53 @@ def _asset(name: str) -> bytes:
     return files("hostler.serve").joinpath("static", name).read_bytes()
 
 
-def timeline_svg(
-    store: EventStore, ledger: EventStore | None, *, minutes: int, now: float, title: str
-) -> bytes:
-    """The timeline of the last ``minutes`` of ``store`` as SVG (blocking: run it off the loop).
+def live_timeline(
+    store: EventStore, ledger: EventStore | None, *, minutes: int, now: float
+) -> Timeline:
+    """The dashboard's timeline (PM37; blocking: run it off the loop): this daemon's own time.
 
+    From the daemon's start (its last ``daemon.started`` in ``store``; a log without one:
+    its first event) to ``now``, at least :data:`LEAST_SECONDS` and at most ``minutes`` wide.
     ``ledger``: the host ledger's log, when the daemon keeps it apart from ``store``.
     """
-    from hostler.postmortem.draw import render  # noqa: PLC0415 - matplotlib when drawn only
     from hostler.postmortem.timeline import build_timeline  # noqa: PLC0415
 
-    timeline = build_timeline(
+    most = minutes * 60.0
+    until = datetime.fromtimestamp(now, UTC)
+    last = list(
+        store.read_all(streams=[DAEMON_STREAM], types=["daemon.started"], until=until, last=1)
+    )
+    since = now - most
+    if last and not last[0].damage:
+        since = max(since, last[0].recorded_at.timestamp())
+    return build_timeline(
         store.read_all(types=TIMELINE_TYPES),
         ledger=() if ledger is None else ledger.read_all(types=TIMELINE_TYPES),
-        since=now - minutes * 60,
+        since=since,
         until=now,
+        least=min(LEAST_SECONDS, most),
     )
+
+
+def timeline_svg(
+    store: EventStore, ledger: EventStore | None, *, minutes: int, now: float
+) -> bytes:
+    """:func:`live_timeline` drawn as SVG, titled with the time it shows (blocking)."""
+    from hostler.postmortem.draw import render  # noqa: PLC0415 - matplotlib when drawn only
+
+    timeline = live_timeline(store, ledger, minutes=minutes, now=now)
+    title = f"hostler memory timeline — last {_duration(timeline.end - timeline.start)}"
     out = io.BytesIO()
     render(timeline, out, fmt="svg", width=1200, height=520, title=title)
     return out.getvalue()
+
+
+def _duration(seconds: float) -> str:
+    """``45 s``, ``12 min``, ``5 h``, ``3 days``: the unit that keeps the figure small."""
+    for unit, size in (("days", 86_400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.0f} {unit}"
+    return f"{seconds:.0f} s"
 
 
 def dashboard_routes(
@@ -132,12 +176,9 @@ def dashboard_routes(
             message = f"minutes is a whole number from 1 to {MAX_MINUTES}, not {raw[:30]!r}"
             return error_response(400, "invalid_request_error", "invalid-request", message)
         minutes = int(raw)
-        title = f"hostler memory timeline — last {minutes} min"
         try:
             svg = await anyio.to_thread.run_sync(
-                lambda: timeline_svg(
-                    store, ledger(), minutes=minutes, now=clock.wall(), title=title
-                ),
+                lambda: timeline_svg(store, ledger(), minutes=minutes, now=clock.wall()),
                 limiter=limiter,
             )
         except HostlerError as exc:  # the log could not be read (busy, damaged file)
