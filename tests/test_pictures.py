@@ -317,7 +317,8 @@ def daemon_log(store: EventStore, clock: Clock, *, age: float, since: float) -> 
         (90.0, 90.0),
         (600.0, 600.0),
         (7200.0, 1800.0),  # two hours old: the last 30 minutes
-        (10.0, LEAST_SECONDS),  # ten seconds old: the narrowest window, 60 s
+        (10.0, 10.0),
+        (3.0, LEAST_SECONDS),  # three seconds old: the narrowest window, 10 s
     ],
 )
 def test_the_live_window_runs_from_the_daemons_start_within_its_bounds(
@@ -325,7 +326,7 @@ def test_the_live_window_runs_from_the_daemons_start_within_its_bounds(
 ) -> None:
     """Was: a one-minute-old daemon drew its minute at the right edge of a fixed 30-minute
     window (its log held a run of yesterday, so the window began 30 minutes back)."""
-    assert LEAST_SECONDS == 60.0
+    assert LEAST_SECONDS == 10.0
     daemon_log(store, clock, age=0.0, since=since)
     now = at(0.0)
     timeline = live_timeline(store, None, minutes=30, now=now)

@@ -21,6 +21,7 @@ and the y axis reaches high enough that the engines stay below them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, Any
@@ -220,8 +221,22 @@ def _cut(text: str, keep: int) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class _Label:
+    """A text written in the axes, and its element id (None: none of its own).
+
+    ``x`` is its left edge and ``y`` its top (a marker's label) or foot (a lease's), as
+    fractions of the axes.
+    """
+
+    x: float
+    y: float
+    text: str
+    gid: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class _Layout:
-    """Where everything goes (PM36): decided once, from the figure, legend and marker kinds.
+    """Where everything goes (PM36): decided once, from the figure, the legend and the marks.
 
     Attributes:
         rect: The axes (left, bottom, width, height), fractions of the figure.
@@ -229,8 +244,10 @@ class _Layout:
         headroom: The y axis reaches this many times the engines' peak: they stay below the
             marker rows.
         rows: Marker kind → where its row runs in the axes (fraction, from the bottom).
-        lanes: Marker kind → the top of each of its label lanes (fractions).
-        floor: Below every marker row and lane (fraction): where a note at the top begins.
+        labels: Marker kind → the names and counts written under its row (tops).
+        leases: What each lease was for, at the axes' foot.
+        floor: Below every marker row and its labels (fraction): where a note at the top
+            begins.
     """
 
     rect: tuple[float, float, float, float]
@@ -238,29 +255,74 @@ class _Layout:
     height: float
     headroom: float
     rows: dict[str, float]
-    lanes: dict[str, tuple[float, ...]]
+    labels: dict[str, tuple[_Label, ...]]
+    leases: tuple[_Label, ...]
     floor: float
 
 
-def _layout(figure: Any, legend_left: float, kinds: list[str]) -> _Layout:
-    """The axes left of the legend; a row per marker kind present, lanes under it."""
+def _layout(figure: Any, legend_left: float, timeline: Timeline, kinds: list[str]) -> _Layout:
+    """The axes left of the legend; a row per marker kind present, its labels' lanes under it.
+
+    Each row has as many lanes (up to :data:`_LANES`, and as half the axes' height allows)
+    as its labels take: the names that fit, then ``+N more`` (:func:`place_labels`).
+    """
     wide, tall = figure.bbox.width, figure.bbox.height
     right = legend_left - _LEGEND_GAP / wide
     rect = (_LEFT, _BOTTOM, max(right - _LEFT, 0.2), _TOP - _BOTTOM)
-    width, height = rect[2] * wide, rect[3] * tall
-    lanes = 0
+    width, height = float(rect[2] * wide), float(rect[3] * tall)
+    start, end = timeline.start, max(timeline.end, timeline.start + 1.0)
+
+    def pixel(at: float) -> float:
+        return (at - start) / (end - start) * width
+
+    most = 1
     if kinds:
-        room = _BANDS_MOST * height / len(kinds) - _ROW
-        lanes = max(1, min(_LANES, int(room // _LANE)))
-    band = _ROW + lanes * _LANE
-    rows, tops = {}, {}
-    for index, kind in enumerate(kinds):
-        top = _ROOF + index * band
+        most = max(1, min(_LANES, int((_BANDS_MOST * height / len(kinds) - _ROW) // _LANE)))
+    measure = _Measure(figure, _LABEL_PT)
+    rows: dict[str, float] = {}
+    labels: dict[str, tuple[_Label, ...]] = {}
+    top = _ROOF  # pixels from the axes' top
+    for kind in kinds:
+        markers = [m for m in timeline.markers if m.kind == kind]
+        where = [(pixel(m.at), _name(m, measure)) for m in markers]
+        placed = place_labels(where, measure, lanes=most, low=0, high=width, gap=_LABEL_GAP)
         rows[kind] = 1 - (top + _ROW / 2) / height
-        tops[kind] = tuple(1 - (top + _ROW + n * _LANE) / height for n in range(lanes))
-    floor = 1 - (_ROOF + len(kinds) * band) / height
+        labels[kind] = tuple(
+            _Label(
+                p.left / width,
+                1 - (top + _ROW + p.lane * _LANE) / height,
+                p.text,
+                f"{'label' if len(p.marks) == 1 else 'more'}-{kind}-{markers[p.marks[0]].seq}",
+            )
+            for p in placed
+        )
+        top += _ROW + _LANE * (1 + max((p.lane for p in placed), default=-1))
+    floor = 1 - top / height
     headroom = 1 / max(floor - _CLEAR, 1 - _BANDS_MOST - _CLEAR)  # the peak stays under them
-    return _Layout(rect, width, height, headroom, rows, tops, floor)
+    leases = _lease_labels(figure, timeline.spans, pixel, width=width, height=height)
+    return _Layout(rect, width, height, headroom, rows, labels, leases, floor)
+
+
+def _lease_labels(
+    figure: Any,
+    spans: tuple[Span, ...],
+    pixel: Callable[[float], float],
+    *,
+    width: float,
+    height: float,
+) -> tuple[_Label, ...]:
+    """What each lease was for, from where it begins, in two lanes up from the axes' foot."""
+    measure = _Measure(figure, _LEASE_PT)
+    texts = [
+        measure.fit(f"lease {s.label} {'held (still, at the end)' if s.open else 'held'}", 300)
+        for s in spans
+    ]  # each centred half its width after its start: it begins where the lease does
+    where = [(pixel(s.start) + measure(t) / 2 + 3, t) for s, t in zip(spans, texts, strict=True)]
+    placed = place_labels(where, measure, lanes=2, low=0, high=width, gap=_LABEL_GAP)
+    return tuple(
+        _Label(p.left / width, (_ROOF + p.lane * _LANE * 1.2) / height, p.text, None)
+        for p in placed
+    )
 
 
 def _legend(figure: Any, handles: list[Any], keys: int) -> float:
@@ -331,10 +393,6 @@ class _Plot:
 
         return float(dates.date2num(datetime.fromtimestamp(at, UTC)))  # type: ignore[no-untyped-call]
 
-    def pixel(self, at: float) -> float:
-        """``at`` in pixels from the axes' left edge."""
-        return (at - self.start) / (self.end - self.start) * self.layout.width
-
 
 def _draw(figure: Any, timeline: Timeline, title: str) -> None:
     from matplotlib import dates as typed_dates  # noqa: PLC0415
@@ -342,7 +400,7 @@ def _draw(figure: Any, timeline: Timeline, title: str) -> None:
     dates: Any = typed_dates  # matplotlib.dates is untyped
     kinds = [k for k in MARKER_KINDS if any(m.kind == k for m in timeline.markers)]
     legend = _legend(figure, _handles(timeline, kinds), len(timeline.engines))
-    layout = _layout(figure, legend, kinds)
+    layout = _layout(figure, legend, timeline, kinds)
     start, end = timeline.start, max(timeline.end, timeline.start + 1.0)
     plot = _Plot(figure.add_axes(layout.rect), layout, start, end)
     ax = plot.ax
@@ -361,6 +419,8 @@ def _draw(figure: Any, timeline: Timeline, title: str) -> None:
     ax.set_xlabel("time (UTC, MM-DD HH:MM)" if days else "time (UTC, HH:MM:SS)")
     most = max(3, min(14, int(layout.width // _TICK)))  # a narrow axis: fewer, never overlapping
     locator = dates.AutoDateLocator(tz=UTC, minticks=min(6, most - 1), maxticks=most)
+    if end - start <= most:  # a few seconds: a tick a second, never one label written twice
+        locator = dates.SecondLocator(tz=UTC)
     ax.xaxis.set_major_locator(locator)
     shown = "%m-%d %H:%M" if days else "%H:%M:%S"
     ax.xaxis.set_major_formatter(dates.DateFormatter(shown, tz=UTC))
@@ -436,33 +496,23 @@ def _subtitle(timeline: Timeline) -> str:
 
 
 def _spans(plot: _Plot, spans: tuple[Span, ...]) -> None:
-    """Each lease held, shaded; what it was for written at its foot, in lanes (PM36)."""
-    ax, layout = plot.ax, plot.layout
+    """Each lease held, shaded; what it was for written at its foot (PM36)."""
+    ax = plot.ax
     for span in spans:
         shade = ax.axvspan(
             plot.x(span.start), plot.x(span.end), color="#ffd27f", alpha=0.35, hatch="//", lw=0
         )
         shade.set_gid(f"lease-{span.seq}")
-    measure = _Measure(ax.figure, _LEASE_PT)
-    texts = [
-        measure.fit(f"lease {s.label} {'held (still, at the end)' if s.open else 'held'}", 300)
-        for s in spans
-    ]  # each centred half its width after its start: it begins where the lease does
-    where = [
-        (plot.pixel(s.start) + measure(t) / 2 + 3, t) for s, t in zip(spans, texts, strict=True)
-    ]
-    for label in place_labels(where, measure, lanes=2, low=0.0, high=layout.width, gap=_LABEL_GAP):
+    for label in plot.layout.leases:
         ax.text(
-            label.left / layout.width, (_ROOF + label.lane * _LANE * 1.2) / layout.height,
-            label.text, transform=ax.transAxes, fontsize=_LEASE_PT, va="bottom",
-            color="#8a5a00",
+            label.x, label.y, label.text, transform=ax.transAxes, fontsize=_LEASE_PT,
+            va="bottom", color="#8a5a00",
         )  # fmt: skip
 
 
 def _marks(plot: _Plot, timeline: Timeline, kinds: list[str]) -> None:
-    """Each kind's markers on its row, and the engines they concern in lanes under it (PM36)."""
+    """Each kind's markers on its row, and the engines they concern under it (PM36)."""
     ax, layout = plot.ax, plot.layout
-    measure = _Measure(ax.figure, _LABEL_PT)
     each = len(timeline.markers) <= _MARKERS_EACH
     for kind in kinds:
         markers = [m for m in timeline.markers if m.kind == kind]
@@ -478,19 +528,12 @@ def _marks(plot: _Plot, timeline: Timeline, kinds: list[str]) -> None:
                 clip_on=False,
             )  # fmt: skip
             points.set_gid(f"markers-{kind}")
-        where = [(plot.pixel(m.at), _name(m, measure)) for m in markers]
-        placed = place_labels(
-            where, measure, lanes=len(layout.lanes[kind]), low=0.0, high=layout.width,
-            gap=_LABEL_GAP,
-        )  # fmt: skip
-        for label in placed:
-            first = markers[label.marks[0]].seq
+        for label in layout.labels[kind]:
             text = ax.text(
-                label.left / layout.width, layout.lanes[kind][label.lane], label.text,
-                transform=ax.transAxes, fontsize=_LABEL_PT, ha="left", va="top", color=colour,
-                clip_on=False,
+                label.x, label.y, label.text, transform=ax.transAxes, fontsize=_LABEL_PT,
+                ha="left", va="top", color=colour, clip_on=False,
             )  # fmt: skip
-            text.set_gid(f"{'label' if len(label.marks) == 1 else 'more'}-{kind}-{first}")
+            text.set_gid(label.gid)
 
 
 def _name(marker: Marker, measure: _Measure) -> str:

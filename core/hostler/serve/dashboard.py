@@ -79,8 +79,9 @@ TIMELINE_TYPES = (
 
 #: The widest window the timeline shows by default, and the widest one asked for (minutes).
 DEFAULT_MINUTES, MAX_MINUTES = 30, 7 * 24 * 60
-#: The narrowest window it shows (seconds): a daemon younger than this is drawn this wide.
-LEAST_SECONDS = 60.0
+#: The narrowest window it shows (seconds): a daemon seconds old still has an axis to read,
+#: and its data most of the picture.
+LEAST_SECONDS = 10.0
 
 #: The page may load its own script, style and pictures, and talk to its own daemon only.
 _PAGE_POLICY = (
