@@ -13,14 +13,16 @@ the picture back (PM32): ``engine-<key>`` (its reserved area), ``engine-<key>-me
 (``markers-<kind>``); past one step per pixel column, each column shows the most each engine
 held within it (PM33).
 
-One place lays the picture out (:func:`_layout`): the legend takes the figure's right edge as
-wide as its texts (PM36), the axes the rest; each kind of marker present a row at the top of
-the axes, with lanes for its labels under it (:func:`hostler.postmortem.lanes.place_labels`),
+One place lays the picture out (:func:`_layout`, PM36): the legend takes the figure's right
+edge as wide as its texts, the axes the rest; each kind of marker present a row at the top of
+the axes, with as many lanes for its labels under it as they take
+(:func:`hostler.postmortem.lanes.place_labels`: no two overlap, every mark named or counted),
 and the y axis reaches high enough that the engines stay below them.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -80,6 +82,7 @@ _LEASE_PT = 8  # a lease's
 _LABEL_GAP = 6.0  # between two labels of a lane
 _LABEL_MOST = 150.0  # a label wider than this is shortened in the middle
 _TICK = 70.0  # the axis has at most one time tick per this many pixels of its width
+_COUNT, _FIGURE = re.compile(r"\+\d+ more"), re.compile(r"\d")  # what lanes.more writes
 
 
 def require_plots() -> None:
@@ -192,6 +195,8 @@ class _Measure:
         self._known: dict[str, float] = {}
 
     def __call__(self, text: str) -> float:
+        if _COUNT.fullmatch(text):  # ``+N more``: its figures are all one width (tabular)
+            text = _FIGURE.sub("0", text)
         known = self._known.get(text)
         if known is None:
             width, _height, _descent = self._renderer.get_text_width_height_descent(
@@ -386,12 +391,19 @@ class _Plot:
     layout: _Layout
     start: float
     end: float
+    origin: float  # ``start`` as matplotlib's date number (days)
 
-    def x(self, at: float) -> float:
-        """``at`` (seconds since the epoch) as matplotlib's date number."""
+    @classmethod
+    def of(cls, ax: Any, layout: _Layout, start: float, end: float) -> _Plot:
+        """The plot on ``ax`` from ``start`` to ``end`` (seconds since the epoch)."""
         from matplotlib import dates  # noqa: PLC0415
 
-        return float(dates.date2num(datetime.fromtimestamp(at, UTC)))  # type: ignore[no-untyped-call]
+        origin = dates.date2num(datetime.fromtimestamp(start, UTC))  # type: ignore[no-untyped-call]
+        return cls(ax, layout, start, end, float(origin))
+
+    def x(self, at: float) -> float:
+        """``at`` (seconds since the epoch) as matplotlib's date number: days, linear."""
+        return self.origin + (at - self.start) / _DAY
 
 
 def _draw(figure: Any, timeline: Timeline, title: str) -> None:
@@ -402,7 +414,7 @@ def _draw(figure: Any, timeline: Timeline, title: str) -> None:
     legend = _legend(figure, _handles(timeline, kinds), len(timeline.engines))
     layout = _layout(figure, legend, timeline, kinds)
     start, end = timeline.start, max(timeline.end, timeline.start + 1.0)
-    plot = _Plot(figure.add_axes(layout.rect), layout, start, end)
+    plot = _Plot.of(figure.add_axes(layout.rect), layout, start, end)
     ax = plot.ax
     peak = _axis_peak(timeline)
     scale, unit = _unit(peak)
