@@ -205,6 +205,22 @@ def test_place_labels_names_what_fits_and_counts_the_rest() -> None:
         ("left", 0.0, (0,)),
         ("+2 more", 400 - width("+2 more"), (2, 1)),
     ]
+    # a count is centred under the first mark it counts
+    spaced = place_labels(
+        [(200 + n, f"e{n}") for n in range(6)], width, lanes=2, low=0, high=400, gap=4
+    )
+    assert [(p.text, p.left, p.marks) for p in spaced] == [
+        ("e0", 194.0, (0,)),
+        ("+5 more", 201 - width("+5 more") / 2, (1, 2, 3, 4, 5)),
+    ]
+    # exactly the gap apart is apart: a name, and a count
+    touching = place_labels([(100, "aa"), (116, "bb")], width, lanes=2, low=0, high=400, gap=4)
+    assert [(p.left, p.lane) for p in touching] == [(94.0, 0), (110.0, 0)]
+    apart = place_labels([(50, "aa"), (81, "x"), (82, "y")], width, lanes=1, low=0, high=400, gap=4)
+    assert [(p.text, p.left, p.marks) for p in apart] == [
+        ("aa", 44.0, (0,)),
+        ("+2 more", 60.0, (1, 2)),
+    ]
     assert place_labels([], width, lanes=1, low=0, high=10, gap=1) == []
     with pytest.raises(ValueError, match="at least one lane"):
         place_labels([(1, "a")], width, lanes=0, low=0, high=10, gap=1)

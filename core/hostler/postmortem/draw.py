@@ -246,6 +246,10 @@ class _Layout:
     Attributes:
         rect: The axes (left, bottom, width, height), fractions of the figure.
         width: The axes' width in pixels; ``height`` its height.
+        start: The moment at the axes' left edge; ``end`` at the right (a second later at
+            least).
+        ticks: The most time ticks the axis has room for.
+        subtitle: The subtitle's font size (points): the largest that keeps it on one line.
         headroom: The y axis reaches this many times the engines' peak: they stay below the
             marker rows.
         rows: Marker kind → where its row runs in the axes (fraction, from the bottom).
@@ -258,6 +262,10 @@ class _Layout:
     rect: tuple[float, float, float, float]
     width: float
     height: float
+    start: float
+    end: float
+    ticks: int
+    subtitle: float
     headroom: float
     rows: dict[str, float]
     labels: dict[str, tuple[_Label, ...]]
@@ -305,7 +313,13 @@ def _layout(figure: Any, legend_left: float, timeline: Timeline, kinds: list[str
     floor = 1 - top / height
     headroom = 1 / max(floor - _CLEAR, 1 - _BANDS_MOST - _CLEAR)  # the peak stays under them
     leases = _lease_labels(figure, timeline.spans, pixel, width=width, height=height)
-    return _Layout(rect, width, height, headroom, rows, labels, leases, floor)
+    ticks = max(3, min(14, int(width // _TICK)))  # a narrow axis: fewer, never overlapping
+    room = (1 - _LEFT) * wide - _EDGE
+    sizes = (10.0, 9.0, 8.0, 7.0, 6.0)
+    subtitle = next((n for n in sizes if _Measure(figure, n)(_subtitle(timeline)) <= room), 6.0)
+    return _Layout(
+        rect, width, height, start, end, ticks, subtitle, headroom, rows, labels, leases, floor
+    )
 
 
 def _lease_labels(
@@ -413,7 +427,7 @@ def _draw(figure: Any, timeline: Timeline, title: str) -> None:
     kinds = [k for k in MARKER_KINDS if any(m.kind == k for m in timeline.markers)]
     legend = _legend(figure, _handles(timeline, kinds), len(timeline.engines))
     layout = _layout(figure, legend, timeline, kinds)
-    start, end = timeline.start, max(timeline.end, timeline.start + 1.0)
+    start, end = layout.start, layout.end
     plot = _Plot.of(figure.add_axes(layout.rect), layout, start, end)
     ax = plot.ax
     peak = _axis_peak(timeline)
@@ -429,7 +443,7 @@ def _draw(figure: Any, timeline: Timeline, title: str) -> None:
     ax.set_ylabel(f"memory ({unit})")
     days = end - start > _DAY  # past a day, the date matters more than the second
     ax.set_xlabel("time (UTC, MM-DD HH:MM)" if days else "time (UTC, HH:MM:SS)")
-    most = max(3, min(14, int(layout.width // _TICK)))  # a narrow axis: fewer, never overlapping
+    most = layout.ticks
     locator = dates.AutoDateLocator(tz=UTC, minticks=min(6, most - 1), maxticks=most)
     if end - start <= most:  # a few seconds: a tick a second, never one label written twice
         locator = dates.SecondLocator(tz=UTC)
@@ -442,11 +456,7 @@ def _draw(figure: Any, timeline: Timeline, title: str) -> None:
         ax.set_yticks([])
         ax.text(0.5, 0.5, "no memory decisions in this range", ha="center", transform=ax.transAxes)
     figure.suptitle(title, x=_LEFT, ha="left", fontsize=14, fontweight="bold")
-    subtitle = _subtitle(timeline)
-    room = (1 - _LEFT) * figure.bbox.width - _EDGE
-    sizes = (10.0, 9.0, 8.0, 7.0, 6.0)  # the largest that keeps it on one line, inside
-    size = next((n for n in sizes if _Measure(figure, n)(subtitle) <= room), sizes[-1])
-    figure.text(_LEFT, 0.905, subtitle, fontsize=size, color="#444444")
+    figure.text(_LEFT, 0.905, _subtitle(timeline), fontsize=layout.subtitle, color="#444444")
 
 
 def _series(plot: _Plot, timeline: Timeline, scale: float) -> None:
