@@ -1,6 +1,6 @@
 """Events of the host-wide capacity ledger (stream ``ledger/host``).
 
-Defined here, beside the event base, so that ``import hostler`` registers them without
+Defined here, beside the event base, so that a log's reader registers them without
 importing the capacity package; the ledger's rules (:mod:`hostler.capacity.ledger`) fold them.
 """
 
