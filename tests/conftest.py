@@ -32,6 +32,14 @@ if not os.environ.get("HOSTLER_BUILT_LLAMA_SERVER"):
     collect_ignore.append("test_llamacpp_built.py")
 
 
+@pytest.fixture(autouse=True)
+def _no_terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table printed in this process takes any width, as in a pipe: pytest-xdist's workers set
+    ``COLUMNS``, which a table fits. A test that wants a width sets it."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
+
+
 @pytest.fixture
 def log_path(tmp_path: Path) -> Path:
     """Where a test's event log lives (not created yet)."""

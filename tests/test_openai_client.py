@@ -210,7 +210,7 @@ BAD_BODIES = [
         "/v1/chat/completions",
         b'{"model": "alpha", "messages": [{"role": "user", "content": "hi"}], "n": 2}',
         "n",
-        "'n' is 2: only one choice",
+        "'n' is 2: hostler answers one choice",
     ),
     (
         "/v1/completions",

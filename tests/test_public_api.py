@@ -141,6 +141,7 @@ def test_the_plugin_contract_is_pinned() -> None:
         "flag_key_problem",
         "heuristic_per_slot_kv",
         "hookimpl",
+        "host_cpu_flags",
         "hookspec",
         "json_fields_match",
         "launch_command",

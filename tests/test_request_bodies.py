@@ -98,10 +98,41 @@ def test_a_strict_body_decodes_to_its_object() -> None:
             CHAT,
             {**CHAT_OK, "n": 2},
             "n",
-            "'n' is 2: only one choice per request is supported (n = 1); send 2 requests",
+            "'n' is 2: hostler answers one choice per request (n = 1); send one request per choice",
         ),
-        (CHAT, {**CHAT_OK, "n": "1"}, "n", "'n' must be a whole number, not a string"),
-        (CHAT, {**CHAT_OK, "n": True}, "n", "'n' must be a whole number, not a boolean"),
+        (CHAT, {**CHAT_OK, "n": 0}, "n", "'n' is 0: hostler answers one choice per request"),
+        (CHAT, {**CHAT_OK, "n": "1"}, "n", "'n' is a string: hostler answers one choice"),
+        (CHAT, {**CHAT_OK, "n": True}, "n", "'n' is a boolean: hostler answers one choice"),
+        # found by a breaking helper: these reached the engine (loaded for them) and came back
+        # as its 500 (502 engine-error), or passed unchecked
+        (
+            CHAT,
+            {
+                "model": "a",
+                "messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}],
+            },
+            "messages[0].content[0].text",
+            "'messages[0].content[0].text' must be a string, not a number",
+        ),
+        (
+            CHAT,
+            {"model": "a", "messages": [{"role": "user", "content": ["hi"]}]},
+            "messages[0].content[0]",
+            "'messages[0].content[0]' must be an object with a 'type', not a string",
+        ),
+        (
+            CHAT,
+            {"model": "a", "messages": [{"role": "assistant", "content": None, "tool_calls": "x"}]},
+            "messages[0].tool_calls",
+            "'messages[0].tool_calls' must be a list, not a string",
+        ),
+        (CHAT, {**CHAT_OK, "user": 5}, "user", "'user' must be a string, not a number"),
+        (
+            EMBEDDINGS,
+            {"model": "a", "input": "x", "user": {"a": 1}},
+            "user",
+            "'user' must be a string, not an object",
+        ),
         (
             CHAT,
             {**CHAT_OK, "stream": "yes"},
@@ -151,10 +182,31 @@ def test_fields_are_checked_by_type_naming_the_param(
         (COMPLETIONS, {"model": "a", "prompt": [1, 2, 3]}),
         (EMBEDDINGS, {"model": "a", "input": [[1, 2], [3]]}),
         (EMBEDDINGS, {"model": "a", "input": "text", "n": 2}),  # embeddings have no n
+        (CHAT, {**CHAT_OK, "n": 1.0}),  # one choice, however the number is spelled
     ],
 )
 def test_bodies_a_client_may_send_pass(route: str, payload: dict[str, object]) -> None:
     check_body(route, payload)
+
+
+def test_a_lone_surrogate_in_a_key_names_the_object_holding_it() -> None:
+    body = b'{"model": "a", "messages": [{"role": "user", "content": "x", "\\ud800": 1}]}'
+    with pytest.raises(RequestBodyError) as refused:
+        decode_body(body)
+    assert refused.value.param == "messages[0]"
+    assert refused.value.message == (
+        "messages[0] holds a lone UTF-16 surrogate (\\ud800-\\udfff), in a value or a key: "
+        "send valid Unicode"
+    )
+
+
+def test_an_integer_past_64_bits_is_valid_json_and_passes_to_the_engine() -> None:
+    """Found by a breaking helper: ``"seed": 9...9`` was refused as "not JSON"."""
+    huge = "9" * 30
+    assert decode_body(f'{{"model": "a", "seed": {huge}}}'.encode())["seed"] == int(huge)
+    with pytest.raises(RequestBodyError) as refused:  # past what Python reads: said so
+        decode_body(f'{{"model": "a", "seed": {"9" * 5000}}}'.encode())
+    assert refused.value.message == "a number in the body has over 4300 digits"
 
 
 def test_a_deeply_nested_body_is_walked_without_recursion() -> None:

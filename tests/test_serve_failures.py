@@ -16,6 +16,7 @@ from pathlib import Path
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionChunk
 
 from hostler.testing.smollm2 import smollm2_gguf
 
@@ -78,10 +79,10 @@ def wait_until_queued(served: Served) -> None:
         time.sleep(0.02)
 
 
-def test_a_crash_mid_stream_ends_it_with_an_error_and_the_request_behind_waits_for_the_restart(
-    served: Served,
-) -> None:
-    into: dict[str, object] = {}
+def streaming_with_one_queued(
+    served: Served, into: dict[str, object]
+) -> tuple[Iterator[ChatCompletionChunk], threading.Thread]:
+    """A 300-token stream, three chunks in, and a request queued behind it (answer: ``into``)."""
     stream = served.client.chat.completions.create(
         model="alpha", messages=HI, max_tokens=300, stream=True, extra_body={"ignore_eos": True}
     )
@@ -90,6 +91,14 @@ def test_a_crash_mid_stream_ends_it_with_an_error_and_the_request_behind_waits_f
         assert next(chunks).model == "alpha"
     behind = ask_in_background(served, into)
     wait_until_queued(served)
+    return chunks, behind
+
+
+def test_a_crash_mid_stream_ends_it_with_an_error_and_the_request_behind_waits_for_the_restart(
+    served: Served,
+) -> None:
+    into: dict[str, object] = {}
+    chunks, behind = streaming_with_one_queued(served, into)
     os.kill(served.engine_pid(), signal.SIGKILL)
     with pytest.raises(openai.APIError) as cut:
         list(chunks)
@@ -104,14 +113,7 @@ def test_a_shutdown_answers_in_flight_and_queued_requests_503_shutting_down(
     served: Served,
 ) -> None:
     into: dict[str, object] = {}
-    stream = served.client.chat.completions.create(
-        model="alpha", messages=HI, max_tokens=300, stream=True, extra_body={"ignore_eos": True}
-    )
-    chunks = iter(stream)
-    for _ in range(3):
-        next(chunks)
-    behind = ask_in_background(served, into)
-    wait_until_queued(served)
+    chunks, behind = streaming_with_one_queued(served, into)
     served.daemon.send_signal(signal.SIGINT)  # Ctrl-C
     with pytest.raises(openai.APIError) as cut:
         list(chunks)
@@ -120,6 +122,11 @@ def test_a_shutdown_answers_in_flight_and_queued_requests_503_shutting_down(
     assert into["status"] == 503
     body = into["body"]
     assert isinstance(body, dict) and body["code"] == "shutting-down"
+    # found by a breaking helper: it said "the runtime is closed (or was never entered...)"
+    assert (
+        body["message"]
+        == "hostler is shutting down: 'alpha' is not served; ask again once it is back"
+    )
     assert served.daemon.wait(timeout=60) in (0, 130)
     log = served.log.read_text()
     assert "Traceback" not in log and "CancelledError" not in log

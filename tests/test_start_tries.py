@@ -134,9 +134,9 @@ def test_sigill_with_a_quantized_kv_cache_is_tried_once_more_at_f16_once_recorde
     """L22: the cache is the suspect; the retry waits for its record (unrecorded, not taken)."""
     t = tries()
     assert sigill(t, kv_type="q8_0") == [RecordCpuLimit("quantized-kv", "q8_0")]
-    assert t.kv_type is None  # not taken before the log has it
+    before = t.kv_type  # not taken before the log has it
     assert t.handle(Recorded(True)) == [Retry("cpu-retry")]
-    assert t.kv_type == FALLBACK_KV == "f16"  # kept for every later start
+    assert (before, t.kv_type) == (None, FALLBACK_KV) and FALLBACK_KV == "f16"  # kept after
     # the retry at f16 dies the same way: the weights are the suspect, and that is the end
     assert sigill(t, kv_type="f16") == [RecordCpuLimit("weights", "f16")]
     assert t.handle(Recorded(True)) == [GiveUp()]

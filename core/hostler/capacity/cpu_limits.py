@@ -19,6 +19,7 @@ __all__ = [
     "FULL_PRECISION_KV",
     "CpuLimits",
     "CpuUnsupported",
+    "build_fix",
     "weights_unrunnable",
 ]
 
@@ -72,6 +73,12 @@ def weights_unrunnable(key: str, message: str) -> str:
     return (
         f"{key}: this engine build cannot run the model's weights on this CPU: it died of "
         "SIGILL (an instruction this CPU lacks) even with an f16 KV cache "
-        f"({message.removeprefix(key + ': ')[:200]}); build an engine for this CPU with "
-        "`hostler engine build llamacpp`, or use a model of another type (F16, Q4_K)"
+        f"({message.removeprefix(key + ': ')[:200]}); {build_fix(key)}, or use a model of "
+        "another type (F16, Q4_K)"
     )
+
+
+def build_fix(key: str) -> str:
+    """L22: how to get an engine build for this CPU, for ``key``'s engine."""
+    engine = key.split(":", 1)[0] or "ENGINE"
+    return f"build an engine for this CPU with `hostler engine build {engine}`"

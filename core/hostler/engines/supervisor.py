@@ -291,6 +291,22 @@ class Supervisor:
         child = self._child
         return self.state == EngineState.RUNNING and child is not None and not child.proc.alive()
 
+    async def confirm_exit(self, within: float) -> bool:
+        """Whether the engine's process is gone, waiting up to ``within`` s for an exit.
+
+        A crash the watch has not yet seen is recorded now. False while a process still runs
+        after ``within``: it is alive, just not answering.
+        """
+        clock = self._parts.clock
+        deadline = clock.monotonic() + within
+        while self.state == EngineState.RUNNING and not self.exited_unseen():
+            if clock.monotonic() >= deadline:
+                return False
+            await clock.sleep(0.01)  # polled: a child's exit has no event to wait on here
+        if self.exited_unseen():
+            await self.notice_exit()
+        return True
+
     async def notice_exit(self) -> None:
         """Record a crash :meth:`exited_unseen` found now, as the watch's next tick would."""
         await self._watcher.notice_exit()

@@ -7,7 +7,7 @@ import hashlib
 import platform
 from pathlib import Path
 
-__all__ = ["cpu_identity", "cpu_summary"]
+__all__ = ["cpu_flags", "cpu_identity", "cpu_summary"]
 
 _CPUINFO = Path("/proc/cpuinfo")
 #: The most of ``/proc/cpuinfo`` read (a machine with hundreds of cores repeats one block).
@@ -39,6 +39,11 @@ def cpu_summary() -> tuple[str, frozenset[str]]:
     name = block.get("model name") or block.get("Hardware") or platform.processor()
     flags = block.get("flags") or block.get("Features") or ""
     return name or platform.machine() or "unknown", frozenset(flags.split())
+
+
+def cpu_flags() -> frozenset[str]:
+    """This host's CPU feature flags (``/proc/cpuinfo``'s first processor; none elsewhere)."""
+    return cpu_summary()[1]
 
 
 @functools.cache

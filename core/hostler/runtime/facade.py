@@ -48,6 +48,10 @@ __all__ = ["LaunchSummary", "Runtime", "RuntimeStatus"]
 SETTLE_WAIT = 5.0
 
 
+#: How long a request that found its engine not answering waits for the engine's exit.
+ENGINE_EXIT_WAIT = 1.0
+
+
 class Runtime:
     """Engine lifetime, admission and routing for one daemon (or one embedding program).
 
@@ -331,6 +335,14 @@ class Runtime:
     def supervisor(self, key: str) -> Supervisor:
         """``key``'s supervisor, built by the runtime's factory on first use (starts nothing)."""
         return self.pool.supervisor(key)
+
+    async def engine_lost(self, key: str) -> bool:
+        """A request found ``key``'s engine not answering: whether its process is gone.
+
+        Waits up to a second for an exit under way, and records the crash at once (the watch
+        would at its next tick), so that the next request for it starts it again.
+        """
+        return await self.pool.supervisor(key).confirm_exit(ENGINE_EXIT_WAIT)
 
     def supervisors(self) -> dict[str, Supervisor]:
         """Every engine this runtime built, by key."""

@@ -48,32 +48,43 @@ def decode_body(body: bytes) -> dict[str, Any]:
     try:
         payload = _DECODER.decode(body)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
-        raise _why_not_json(body, exc) from None
+        payload = _slow_decode(body, exc)
     if not isinstance(payload, dict):
         raise RequestBodyError("the request body must be a JSON object", None)
     return payload
 
 
-def _why_not_json(body: bytes, error: Exception) -> RequestBodyError:
-    """The one-line reason ``body`` was refused (slow path: only for bodies that fail)."""
+def _slow_decode(body: bytes, error: Exception) -> object:
+    """What the fast decoder refused, decoded by the standard one, or the one-line reason.
+
+    Valid JSON the fast decoder cannot hold (an integer past 64 bits) is taken as it is: the
+    engine judges its own options.
+
+    Raises:
+        RequestBodyError: Not UTF-8 JSON, a number that is not finite, a lone surrogate.
+    """
     if (encoding := _encoding_problem(body)) is not None:
-        return RequestBodyError(encoding, None)
+        raise RequestBodyError(encoding, None)
     try:
         parsed = json.loads(body.decode("utf-8"), parse_constant=lambda _: _NOT_FINITE)
-    except (ValueError, RecursionError):
-        return RequestBodyError(f"the request body is not JSON ({_short(error)})", None)
+    except ValueError as exc:
+        if "digits" in str(exc):  # Python's int() limit: a number no engine could use
+            raise RequestBodyError("a number in the body has over 4300 digits", None) from None
+        raise RequestBodyError(f"the request body is not JSON ({_short(error)})", None) from None
+    except RecursionError:
+        raise RequestBodyError(f"the request body is not JSON ({_short(error)})", None) from None
     if (where := _find(parsed, _is_not_finite, "")) is not None:
-        return RequestBodyError(
+        raise RequestBodyError(
             f"{where or 'the body'} is not a finite number (NaN and Infinity are not JSON)",
             where or None,
         )
     if (where := _find(parsed, _has_lone_surrogate, "")) is not None:
-        return RequestBodyError(
-            f"{where or 'the body'} holds a lone UTF-16 surrogate (\\ud800-\\udfff): "
-            "send valid Unicode",
+        raise RequestBodyError(
+            f"{where or 'the body'} holds a lone UTF-16 surrogate (\\ud800-\\udfff), in a "
+            "value or a key: send valid Unicode",
             where or None,
         )
-    return RequestBodyError(f"the request body is not JSON ({_short(error)})", None)
+    return parsed
 
 
 def _encoding_problem(body: bytes) -> str | None:
@@ -122,15 +133,11 @@ def _find(value: object, bad: Callable[[object], bool], path: str) -> str | None
         if isinstance(item, dict):
             for key, inner in reversed(list(item.items())):
                 if bad(key):
-                    return f"{where}.{_safe(key)}".lstrip(".")
+                    return where  # the object holding the key
                 stack.append((inner, f"{where}.{key}".lstrip(".")))
         elif isinstance(item, list):
             stack.extend((inner, f"{where}[{i}]") for i, inner in reversed(list(enumerate(item))))
     return None
-
-
-def _safe(key: object) -> str:
-    return str(key).encode("utf-8", "replace").decode()[:40]
 
 
 def check_body(route: str, payload: Mapping[str, Any]) -> None:
@@ -149,6 +156,9 @@ def check_body(route: str, payload: Mapping[str, Any]) -> None:
     stream = payload.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise RequestBodyError(f"'stream' must be true or false, not {_kind(stream)}", "stream")
+    user = payload.get("user")
+    if user is not None and not isinstance(user, str):  # it names the session (CC13)
+        raise RequestBodyError(f"'user' must be a string, not {_kind(user)}", "user")
     if route == CHAT:
         _check_messages(payload.get("messages"))
     elif route == COMPLETIONS:
@@ -160,12 +170,12 @@ def check_body(route: str, payload: Mapping[str, Any]) -> None:
 
 
 def _check_n(n: object) -> None:
-    if n is None or (type(n) is int and n == 1):
+    if n is None or (type(n) in (int, float) and n == 1):
         return
-    if type(n) is not int:
-        raise RequestBodyError(f"'n' must be a whole number, not {_kind(n)}", "n")
+    shown = n if type(n) in (int, float) else _kind(n)
     raise RequestBodyError(
-        f"'n' is {n}: only one choice per request is supported (n = 1); send {n} requests",
+        f"'n' is {shown}: hostler answers one choice per request (n = 1); send one request "
+        "per choice",
         "n",
     )
 
@@ -194,6 +204,27 @@ def _check_messages(messages: object) -> None:
             raise RequestBodyError(
                 f"'{where}.content' must be a string or a list of parts, not {_kind(content)}",
                 f"{where}.content",
+            )
+        if isinstance(content, list):
+            _check_parts(content, f"{where}.content")
+        calls = message.get("tool_calls")
+        if calls is not None and not isinstance(calls, list):
+            raise RequestBodyError(
+                f"'{where}.tool_calls' must be a list, not {_kind(calls)}", f"{where}.tool_calls"
+            )
+
+
+def _check_parts(parts: list[Any], where: str) -> None:
+    """A message's content parts: objects with a ``type``; a text part's ``text`` a string."""
+    if len(parts) > MAX_ITEMS:
+        raise RequestBodyError(f"'{where}' holds over {MAX_ITEMS} parts", where)
+    for index, part in enumerate(parts):
+        at = f"{where}[{index}]"
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise RequestBodyError(f"'{at}' must be an object with a 'type', not {_kind(part)}", at)
+        if part["type"] == "text" and not isinstance(part.get("text"), str):
+            raise RequestBodyError(
+                f"'{at}.text' must be a string, not {_kind(part.get('text'))}", f"{at}.text"
             )
 
 

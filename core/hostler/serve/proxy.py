@@ -24,7 +24,7 @@ import anyio
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from hostler.errors import HostlerError, RequestBodyError, UsageError
+from hostler.errors import HostlerError, RequestBodyError, RuntimeClosedError, UsageError
 from hostler.runtime.facade import Runtime
 from hostler.serve.answers import (
     ENGINE_ERROR_LIMIT,
@@ -127,40 +127,57 @@ class CompletionProxy:
     ) -> None:
         engine, name = target.split(":", 1)
         path = str(scope["path"])
-        async with contextlib.AsyncExitStack() as stack:
-            try:
-                # the key only: the request queues first and its slot starts the engine, so
-                # the log has it (queue.enqueued) before the start made for it (PM21)
-                key = await self._runtime.place(engine, name, session)
-                cause = "one-shot" if session is None else "session"
-                held = self._runtime.hold(
-                    key, session=session, cause=cause, prompt_cache=path != EMBEDDINGS
-                )
-                it = await stack.enter_async_context(held)
-                fields = it.fields  # CC13: the session's slot, ``cache_prompt``
-                forced = self._runtime.request_model(key)
-                if forced is not None and payload.get("model") != forced:  # RD10
-                    fields["model"] = forced
-                if fields:
-                    body = await anyio.to_thread.run_sync(_with_fields, payload, fields)
-                answer = await self._upstream.send(it.port, path, body, "application/json")
-                stack.push_async_callback(_close_shielded, answer)
-            except HostlerError as exc:
-                await hostler_error_response(exc)(scope, receive, send)
+        key = ""
+        for attempt in range(2):
+            async with contextlib.AsyncExitStack() as stack:
+                try:
+                    # the key only: the request queues first and its slot starts the engine,
+                    # so the log has it (queue.enqueued) before the start made for it (PM21)
+                    key = await self._runtime.place(engine, name, session)
+                    cause = "one-shot" if session is None else "session"
+                    held = self._runtime.hold(
+                        key, session=session, cause=cause, prompt_cache=path != EMBEDDINGS
+                    )
+                    it = await stack.enter_async_context(held)
+                    fields = it.fields  # CC13: the session's slot, ``cache_prompt``
+                    forced = self._runtime.request_model(key)
+                    if forced is not None and payload.get("model") != forced:  # RD10
+                        fields["model"] = forced
+                    sent = body
+                    if fields:
+                        sent = await anyio.to_thread.run_sync(_with_fields, payload, fields)
+                    answer = await self._upstream.send(it.port, path, sent, "application/json")
+                    stack.push_async_callback(_close_shielded, answer)
+                except RuntimeClosedError:
+                    await hostler_error_response(
+                        RuntimeClosedError(
+                            f"hostler is shutting down: {model!r} is not served; ask again "
+                            "once it is back"
+                        )
+                    )(scope, receive, send)
+                    return
+                except HostlerError as exc:
+                    await hostler_error_response(exc)(scope, receive, send)
+                    return
+                except UpstreamError as exc:
+                    # the engine died under it before answering (handed out between its death
+                    # and its exit being seen): once its crash is recorded, this request asks
+                    # again — the restart serves it — once
+                    if attempt == 0 and key and await self._runtime.engine_lost(key):
+                        continue
+                    await error_response(
+                        502,
+                        "server_error",
+                        "engine-crashed",
+                        f"the engine for {model!r} did not answer ({exc}); it will be "
+                        "restarted on the next request",
+                    )(scope, receive, send)
+                    return
+                tail = None if it.prepared is None else AnswerTail()
+                whole = await _relay(answer, send, model, tail, self._runtime)
+                if whole and tail is not None and it.prepared is not None and session is not None:
+                    await self._runtime.caches.finish(key, session, it.prepared, tail.usage())
                 return
-            except UpstreamError as exc:
-                await error_response(
-                    502,
-                    "server_error",
-                    "engine-crashed",
-                    f"the engine for {model!r} did not answer ({exc}); it will be restarted on "
-                    "the next request",
-                )(scope, receive, send)
-                return
-            tail = None if it.prepared is None else AnswerTail()
-            whole = await _relay(answer, send, model, tail, self._runtime)
-            if whole and tail is not None and it.prepared is not None and session is not None:
-                await self._runtime.caches.finish(key, session, it.prepared, tail.usage())
 
 
 async def _relay(
@@ -205,10 +222,9 @@ async def _relay_stream(
             if tail is not None:
                 tail.feed(chunk)
     except UpstreamError as exc:
-        log.warning("hostler: the engine's answer broke off: %s", exc)
+        log.debug("hostler: the engine's answer broke off: %s", exc)  # the story tells crashes
         # a stream that just stops reads as complete: say it is not, and why
-        status, cut = _cut(model, runtime)
-        del status  # the head is sent: the status cannot change any more
+        _, cut = _cut(model, runtime)  # the head is sent: its status cannot change any more
         event = b"data: " + json.dumps(cut).encode() + b"\n\n"
         await send({"type": "http.response.body", "body": event, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -230,7 +246,7 @@ async def _relay_whole(
             if size > MAX_RENAMED:
                 break
     except UpstreamError as exc:
-        log.warning("hostler: the engine's answer broke off: %s", exc)
+        log.debug("hostler: the engine's answer broke off: %s", exc)  # the story tells crashes
         status, cut = _cut(model, runtime)
         await _send_whole(send, status, "application/json", json.dumps(cut).encode())
         return False
@@ -252,7 +268,7 @@ async def _relay_whole(
         async for chunk in body:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
     except UpstreamError as exc:
-        log.warning("hostler: the engine's answer broke off: %s", exc)
+        log.debug("hostler: the engine's answer broke off: %s", exc)  # the story tells crashes
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return False
     await send({"type": "http.response.body", "body": b"", "more_body": False})
