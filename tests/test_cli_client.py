@@ -436,6 +436,17 @@ def test_budget_against_the_daemon_reads_and_changes_it_live(
     assert out.startswith("budget     2.0 GiB (set by the operator")
     assert "spillover  off (set)" in out
     assert daemon.world.ledger.refresh().explicit_budget == 2 * 2**30
+    # CB1: under 1 GiB it would not be enforced: refused in one line, the daemon not asked
+    status, out, err = cli(
+        capsys, "budget", "--url", daemon.url, "--token", TOKEN, "--set", "1023MiB"
+    )
+    assert (status, out) == (2, "")
+    assert err == (
+        "hostler: error [usage.invalid]: --set: 1072693248 bytes is under 1 GiB (1073741824 "
+        "bytes), the smallest budget hostler enforces (CB1: a smaller one would let every model "
+        "start); give at least 1 GiB, or auto for the automatic budget\n"
+    )
+    assert daemon.world.ledger.refresh().explicit_budget == 2 * 2**30
     status, out, _ = cli(
         capsys, "budget", "--url", daemon.url, "--token", TOKEN, "--set", "auto", "--json"
     )
@@ -672,7 +683,9 @@ def test_hostler_url_points_budget_and_events_at_the_daemon(
     assert json.loads(out)["budget"] == 2**30  # the daemon's ledger, not this host's
     status, out, err = cli(capsys, "events", "--type", "ledger.budget_set", "--json")
     assert status == 0, err
-    assert [json.loads(line)["payload"] for line in out.splitlines()] == [{"budget": 2**30}]
+    assert [json.loads(line)["payload"] for line in out.splitlines()] == [
+        {"budget": 2**30, "source": "api"}  # ledger.budget_set v2: where it was set
+    ]
     monkeypatch.setenv("HOSTLER_URL", "not a url")
     status, _, err = cli(capsys, "ps")
     assert status == 2 and err.startswith("hostler: error [usage.setting]: HOSTLER_URL: ")

@@ -108,7 +108,7 @@ FIELDS: Mapping[str, Mapping[str, Kind]] = {
     "lease.requested": {**_STATES, "slot": S, "holder": Q},
     "ledger.adopted": {"key": S, "owner": S, "from_owner": S, "token": S},
     "ledger.bound": {"key": S, "owner": S},
-    "ledger.budget_set": {},
+    "ledger.budget_set": {"source": T},
     "ledger.carried": {"key": S, "owner": S, "token": S, "carried_by": S},
     "ledger.denied": {"key": S, "owner": S, "reason": T},
     "ledger.measured": {"key": S, "owner": S},
