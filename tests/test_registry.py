@@ -14,6 +14,7 @@ REGISTERED_ON_IMPORT = [
     "cache.restored",
     "cache.saved",
     "calibration.measured",
+    "cpu.unsupported",
     "daemon.gap",
     "daemon.log_recovered",
     "daemon.reaped",

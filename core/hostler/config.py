@@ -29,8 +29,9 @@ from pydantic import (
     field_validator,
 )
 
+from hostler.address import DEFAULT_HOST, DEFAULT_PORT
+from hostler.capacity.bounds import MAX_SLOTS
 from hostler.capacity.keys import parse_key
-from hostler.capacity.slots import MAX_SLOTS
 from hostler.drivers.host_ledger import LedgerLocation, default_ledger_location
 from hostler.engines.logs import DEFAULT_LOG_KEEP, DEFAULT_LOG_MAX_BYTES
 from hostler.errors import UsageError
@@ -66,9 +67,6 @@ MAX_KEY_LENGTH = 128
 MAX_REPLICAS = 64
 #: The most engines a config may expand to (``[[engines]]`` plus every model's replicas).
 MAX_ENGINES = 1024
-#: ``hostler serve``'s default address and port (Ollama's port is 11434; llama-server's 8080).
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 11435
 #: A budget under 1 MiB is a unit mistake (``bytes = 8`` meant 8 GiB); past 2^60, a typo.
 MIN_BUDGET_BYTES = MIB
 MAX_BUDGET_BYTES = 2**60
@@ -542,13 +540,17 @@ _MODEL_ID = re.compile(r"[^a-z0-9._-]+")
 def discovered_config(
     data_dir: Path | None = None, *, models_dir: Path | None = None
 ) -> DaemonConfig:
-    """The config of ``hostler serve`` with no file: every ``*.gguf`` in ``DATA_DIR/models``.
+    """The config of ``hostler serve`` with no file: every ``*.gguf`` under ``DATA_DIR/models``.
 
-    ``models_dir`` looks in another folder (``HOSTLER_MODELS_DIR``).
+    ``models_dir`` looks in another folder (``HOSTLER_MODELS_DIR``). The folder is searched
+    recursively (at most :data:`MAX_DEPTH` folders deep and :data:`MAX_VISITED` entries, never
+    through a symbolic link to a folder: a loop or a mount cannot run away with it).
 
-    Each becomes engine ``llamacpp:<id>:0`` (the file name, lower-cased, other characters as
-    ``-``), loaded on demand (no autostart), with the defaults of a config file. Split GGUF
-    parts after the first (``-00002-of-00003``) are not models of their own.
+    Each file becomes engine ``llamacpp:<id>:0`` (the file name, lower-cased, other characters
+    as ``-``; a name taken twice is told apart by its folder's), loaded on demand (no
+    autostart), with the defaults of a config file. Split GGUF parts after the first
+    (``-00002-of-00003``) are not models of their own, nor are vision projectors
+    (``mmproj*.gguf``: they belong beside their model).
 
     Raises:
         UsageError: The data directory cannot be used.
@@ -560,18 +562,59 @@ def discovered_config(
     folder = where / "models" if models_dir is None else models_dir
     engines: list[EngineConfig] = []
     seen: set[str] = set()
-    if folder.is_dir():
-        for path in sorted(folder.glob("*.gguf"))[:MAX_DISCOVERED]:
-            if not path.is_file() or re.search(r"-0000[2-9]-of-\d{5}$|-000[1-9]\d-of-", path.stem):
-                continue
-            model = _MODEL_ID.sub("-", path.stem.lower()).strip("-._")[:100] or "model"
-            if model in seen:
-                continue
-            seen.add(model)
-            engines.append(
-                EngineConfig(key=f"llamacpp:{model}:0", model=path.resolve(), autostart=False)
-            )
+    for path in _model_files(folder)[:MAX_DISCOVERED]:
+        model = _discovered_id(path.stem)
+        if model in seen:
+            model = _discovered_id(f"{path.parent.name}-{path.stem}")
+        if model in seen:
+            continue
+        seen.add(model)
+        engines.append(
+            EngineConfig(key=f"llamacpp:{model}:0", model=path.resolve(), autostart=False)
+        )
     return DaemonConfig(data_dir=where, engines=tuple(engines))
+
+
+#: How deep discovery looks below the models folder, and how many entries it visits at most.
+MAX_DEPTH = 6
+MAX_VISITED = 20_000
+
+
+def _discovered_id(stem: str) -> str:
+    return _MODEL_ID.sub("-", stem.lower()).strip("-._")[:100] or "model"
+
+
+def _model_files(folder: Path) -> list[Path]:
+    """Every model file under ``folder``, sorted by path (bounded; unreadable folders skipped)."""
+    found: list[Path] = []
+    visited = 0
+    stack = [(folder, 0)]
+    while stack and visited < MAX_VISITED:
+        current, depth = stack.pop()
+        try:
+            entries = sorted(os.scandir(current), key=lambda e: e.name)
+        except OSError:
+            continue  # unreadable, or not a folder
+        for entry in entries:
+            visited += 1
+            if visited > MAX_VISITED:
+                break
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if depth + 1 <= MAX_DEPTH and not entry.name.startswith("."):
+                        stack.append((Path(entry.path), depth + 1))
+                    continue
+                if not entry.name.lower().endswith(".gguf") or not entry.is_file():
+                    continue
+            except OSError:
+                continue
+            stem = entry.name[: -len(".gguf")]
+            if re.search(r"-0000[2-9]-of-\d{5}$|-000[1-9]\d-of-", stem):
+                continue  # a later part of a split model: the first part loads it
+            if stem.lower().startswith("mmproj"):
+                continue  # a vision projector, not a model
+            found.append(Path(entry.path))
+    return sorted(found)
 
 
 def _read_toml(file: Path) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from hostler.bearer import valid_token
 from hostler.config import (
     MAX_BUDGET_BYTES,
     MIN_BUDGET_BYTES,
@@ -69,11 +70,6 @@ class EnvOverrides:
     arbiter: ArbiterPolicy | None = None
     eviction: str | None = None
     models_dir: Path | None = None
-
-
-def valid_token(text: str) -> bool:
-    """Whether ``text`` can be a bearer token: 32 to 256 printable ASCII characters, no space."""
-    return 32 <= len(text) <= 256 and text.isascii() and text.isprintable() and " " not in text
 
 
 def read_overrides(environ: Mapping[str, str]) -> EnvOverrides:

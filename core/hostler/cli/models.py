@@ -7,23 +7,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from hostler.cli.client import add_client_options, checks_answers, daemon_url, fetch, token_of
+from hostler.cli.client import checks_answers, daemon_url, fetch, token_of
 from hostler.cli.load import model_of
 from hostler.cli.tables import print_table, size, table
 
-__all__ = ["MODELS_HEADERS", "add_parser", "model_rows", "run"]
+__all__ = ["MODELS_HEADERS", "model_rows", "run"]
 
 #: The table's columns, in order (pinned by the tests).
 MODELS_HEADERS = ("MODEL", "ENGINES", "RESIDENT", "RESERVED")
-
-
-def add_parser(sub: Any) -> None:
-    """Register ``models``."""
-    parser: argparse.ArgumentParser = sub.add_parser(
-        "models", help="the models the running `hostler serve` offers, and which are loaded"
-    )
-    add_client_options(parser)
-    parser.set_defaults(run=run)
 
 
 def model_rows(listed: Mapping[str, Any], engines: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -56,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    grid = table(MODELS_HEADERS, ("RESERVED",))
+    grid = table(MODELS_HEADERS, ("RESERVED",), cut={"ENGINES": 16, "MODEL": 16})
     for row in rows:
         grid.add_row(
             row["id"],
@@ -64,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
             "yes" if row["resident"] else "no",
             size(row["reserved_bytes"]),
         )
-    print_table(grid)
+    print_table(grid, wide=args.wide)
     if not rows:
         print("(no models: put *.gguf files in DATA_DIR/models, or give serve a --config)")
     return 0

@@ -99,6 +99,16 @@ class EngineWatcher:
                     log.error("hostler: %s: %s", self._key, exc.message)  # noqa: TRY400
                     complained = exc.message
 
+    async def notice_exit(self) -> None:
+        """One tick now, for an exit found between ticks.
+
+        A stop or a crash record under way ends first: the tick then finds the engine no
+        longer running.
+        """
+        async with self._hold.lock:
+            pass
+        await self.watch_once()
+
     async def watch_once(self) -> None:
         """One tick: the watch core told what is seen, and its effects carried out."""
         child = self._hold.child

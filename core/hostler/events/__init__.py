@@ -23,7 +23,7 @@ from hostler.events.base import (
 
 # Imported for their registrations (after base, which they need).
 from hostler.events import cache, calibration, daemon, device, ledger  # noqa: F401  # isort: skip
-from hostler.events import offload, plugin, pool, queue, router  # noqa: F401  # isort: skip
+from hostler.events import cpu, offload, plugin, pool, queue, router  # noqa: F401  # isort: skip
 
 __all__ = [
     "Event",

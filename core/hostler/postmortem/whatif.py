@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from hostler.capacity.ledger import LedgerLimits
 from hostler.capacity.ledger import shortfall as ledger_shortfall
 from hostler.policies.eviction import EvictionPolicy, eviction_policy
-from hostler.policies.pool import DRAIN_WAIT, drain_verdict
+from hostler.policies.pool import DRAIN_WAIT, drain_bound, drain_verdict
 from hostler.policies.queue import Pending
 from hostler.policies.room import RoomSearch, Standing, room_step, start_share
 from hostler.postmortem.figures import Figures, Tally
@@ -341,7 +341,9 @@ class _Sim:
                     victim.drain_started = now
                     build.drain = victim.key
                     build.blocked = True
-                    self.agenda.push(now + DRAIN_WAIT + DRAIN_POLL, DEADLINE, key=victim.key)
+                    bound = drain_bound(build.search.key, DRAIN_WAIT)
+                    if bound is not None:  # PP5: a start's drain has none (drain_bound)
+                        self.agenda.push(now + bound + DRAIN_POLL, DEADLINE, key=victim.key)
                     return
                 self.evict(victim)
                 build.delay = max(build.delay, victim.model.stop)

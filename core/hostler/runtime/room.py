@@ -29,7 +29,7 @@ from hostler.events.base import Event
 from hostler.events.pool import POOL_STREAM, PoolDrainEnded, PoolDrainStarted, PoolRoomPlanned
 from hostler.machines.engine import StopReason
 from hostler.policies.eviction import EvictionPolicy
-from hostler.policies.pool import PoolEntry, drain_step
+from hostler.policies.pool import PoolEntry, drain_bound, drain_step
 from hostler.policies.room import RoomSearch, Standing, room_step, start_share
 from hostler.runtime.table import EngineTable
 from hostler.store.log import EventStore
@@ -47,13 +47,14 @@ class DrainProgress:
         key: The draining engine.
         for_key: The engine the room is for (None for an unload or a reconcile).
         waited: Seconds since the drain began.
-        limit: Seconds it may take before the eviction gives up (PP5).
+        limit: Seconds it may take before the eviction gives up (PP5; None: as long as the
+            start it makes room for is wanted).
     """
 
     key: str
     for_key: str | None
     waited: float
-    limit: float
+    limit: float | None
 
 
 class StopNotice:
@@ -181,7 +182,7 @@ class RoomDriver:
                 for victim in step.evict:
                     evictions.start_soon(self._evict_logged, victim, key, why)
             if step.drain is not None:
-                await self.drain(step.drain, key, why, self.drain_wait)
+                await self.drain(step.drain, key, why, drain_bound(key, self.drain_wait))
 
     def _shortfall(self, key: str, wanted: int) -> tuple[int, dict[str, int]]:
         """CB5 against the ledger now, and what this daemon holds per key (blocking)."""
@@ -200,8 +201,12 @@ class RoomDriver:
         except HostlerError as exc:
             log.warning("hostler: %s", exc.message)
 
-    async def drain(self, key: str, for_key: str | None, why: dict[str, Any], wait: float) -> bool:
+    async def drain(
+        self, key: str, for_key: str | None, why: dict[str, Any], wait: float | None
+    ) -> bool:
         """PP5: no new work for ``key`` from now; evict it once idle, or give up after ``wait``.
+
+        ``wait`` None: no bound but the wish of those who asked for ``for_key`` (PP18).
 
         Returns whether it was evicted (False: it was already gone).
 
@@ -249,7 +254,7 @@ class RoomDriver:
                     )
                 if step.action == "busy":
                     raise EngineBusyError(
-                        f"{key} is busy and did not drain within {wait:g} s; not evicting it"
+                        f"{key} is busy and did not drain within {wait or 0:g} s; not evicting it"
                         + (f" for {for_key}" if for_key else "")
                         + ": it stays resident. Retry when its requests end"
                     )

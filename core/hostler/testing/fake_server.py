@@ -258,6 +258,8 @@ def _handler(state: _State) -> type[JsonHandler]:
                 "model": str(body.get("model") or MODEL_ID),
                 "choices": [choice],
                 "usage": usage,
+                # what it was sent, as sent (hostler renames ``model`` to the client's own)
+                "fake_engine": {"model": body.get("model")},
             }
             if not body.get("stream"):
                 self.send_json(200, reply)
