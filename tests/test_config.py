@@ -443,6 +443,27 @@ def test_engine_defaults_give_the_binary_and_extra_args_the_entries_win(tmp_path
         load_config(config)
 
 
+def test_a_relative_binary_keeps_its_symbolic_link(tmp_path: Path) -> None:
+    """A venv's ``bin/python`` named relative to the config stays the venv's, not its target.
+
+    Python finds its virtual environment by the path it is started as (``pyvenv.cfg`` beside
+    ``bin/``): a link resolved to the interpreter it points at runs without the venv's
+    packages (``python -m llama_cpp.server``: No module named llama_cpp). An absolute path was
+    kept as written; a relative one was resolved, links followed.
+    """
+    real = tmp_path / "base" / "python3.11"
+    real.parent.mkdir()
+    real.write_text("#!/bin/sh\n")
+    real.chmod(0o700)
+    venv = tmp_path / "engine-venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to(real)
+    config = tmp_path / "hostler.toml"
+    config.write_text('[engine_defaults.llamacpp]\nbinary = "engine-venv/bin/python"\n' + MODEL)
+    (engine,) = load_config(config).engines
+    assert engine.binary == tmp_path.resolve() / "engine-venv" / "bin" / "python"
+
+
 def test_idle_timeout_of_an_engine(tmp_path: Path) -> None:
     from hostler.config import DaemonConfig, EngineConfig
 

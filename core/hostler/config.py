@@ -97,6 +97,12 @@ def _as_used(value: str, info: ValidationInfo) -> str:
     return str(user_path(value, base=base))
 
 
+def _as_named(value: str, info: ValidationInfo) -> str:
+    """A program's path: as :func:`_as_used`, links kept (a venv's ``bin/python`` stays it)."""
+    base = info.context.get("base") if isinstance(info.context, dict) else None
+    return str(user_path(value, base=base, follow_links=False))
+
+
 def _arguments(value: dict[str, ExtraValue]) -> dict[str, ExtraValue]:
     """Flags an engine's command line can carry: finite numbers, no NUL anywhere."""
     for flag, item in value.items():
@@ -122,6 +128,10 @@ Options = Annotated[dict[str, ExtraValue], Field(max_length=256), AfterValidator
 
 PathText = Annotated[
     str, Field(min_length=1, max_length=4096), AfterValidator(_no_nul), AfterValidator(_as_used)
+]
+#: A program's path: as :data:`PathText`, but a relative one keeps the links it names.
+ProgramText = Annotated[
+    str, Field(min_length=1, max_length=4096), AfterValidator(_no_nul), AfterValidator(_as_named)
 ]
 
 
@@ -296,7 +306,7 @@ class _ModelEntry(_Strict):
 
 
 class _EngineDefaults(_Strict):
-    binary: PathText | None = None
+    binary: ProgramText | None = None
     idle_timeout: Seconds | None = None
     startup_timeout: StartupSeconds | None = None
     extra_args: ExtraArgs = {}
