@@ -80,8 +80,11 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
-        chunks = [{"delta": {"content": f"{word} "}, "finish_reason": None} for word in words]
-        for number, choice in enumerate([*chunks, {"delta": {}, "finish_reason": "stop"}]):
+        chunks: list[dict[str, object]] = [
+            {"delta": {"content": f"{word} "}, "finish_reason": None} for word in words
+        ]
+        chunks.append({"delta": {}, "finish_reason": "stop"})
+        for number, choice in enumerate(chunks):
             if number:
                 time.sleep(WORD_SECONDS)
             event = {"object": "chat.completion.chunk", "choices": [{"index": 0, **choice}]}
