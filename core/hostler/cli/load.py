@@ -27,7 +27,7 @@ from hostler.cli.client import (
     token_of,
 )
 from hostler.cli.tables import console, size
-from hostler.errors import HostlerError
+from hostler.errors import DaemonRefusedError, HostlerError
 
 __all__ = ["add_parser", "model_of", "run_load", "run_unload", "step_line"]
 
@@ -46,9 +46,15 @@ def add_parser(sub: Any) -> None:
     add_client_options(load)
     load.set_defaults(run=run_load)
     unload: argparse.ArgumentParser = sub.add_parser(
-        "unload", help="unload an idle engine of the running `hostler serve`"
+        "unload",
+        help="unload a model's idle engines (or one engine) of the running `hostler serve`",
     )
-    unload.add_argument("key", help="an engine key (as `hostler ps` lists it)")
+    unload.add_argument(
+        "key",
+        metavar="MODEL_OR_KEY",
+        help="a model id (as `hostler models` lists it: every engine of it) or an engine key "
+        "(as `hostler ps` lists it)",
+    )
     add_client_options(unload)
     unload.set_defaults(run=run_unload)
 
@@ -203,12 +209,45 @@ def _show(
 
 @checks_answers
 def run_unload(args: argparse.Namespace) -> int:
-    """Unload an idle engine now."""
+    """Unload an engine now, or every resident engine of a model (its replicas).
+
+    A name with ``:`` is an engine key; else a model id, whose resident engines are unloaded
+    one by one (an idle one goes; a busy one is refused, said in one line).
+    """
     url, token = daemon_url(args), token_of(args)
     assert url is not None  # noqa: S101 - a default is given
-    answer = call("POST", url, f"/api/engines/{quote(args.key, safe=':')}/unload", token)
+    keys = [args.key] if ":" in args.key else _engines_of(url, args.key, token)
+    answers = [
+        call("POST", url, f"/api/engines/{quote(key, safe=':')}/unload", token) for key in keys
+    ]
     if args.json:
-        print(json.dumps(answer, indent=2))
-    else:
+        print(json.dumps(answers[0] if ":" in args.key else answers, indent=2))
+    elif not answers:
+        print(f"{args.key}: was not loaded")
+    for answer in [] if args.json else answers:
         print(f"{answer['key']}: {'unloaded' if answer['unloaded'] else 'was not loaded'}")
     return 0
+
+
+def _engines_of(url: str, model: str, token: str | None) -> list[str]:
+    """The resident engines of ``model`` (none when it is offered but not loaded).
+
+    Raises:
+        DaemonRefusedError: The daemon offers no model of that id.
+    """
+    offered = {str(m["id"]) for m in fetch(url, "/v1/models", token).get("data") or []}
+    if model not in offered:
+        raise DaemonRefusedError(
+            f"{model[:100]!r} is neither a model id (`hostler models` lists them) nor an engine "
+            "key (engine:model:replica, as `hostler ps` lists them)"
+        )
+    engines = fetch(url, "/api/engines", token).get("engines") or []
+    return sorted(
+        str(e["key"])
+        for e in engines
+        if model_of(str(e["key"])) == model and e.get("state") in RESIDENT
+    )
+
+
+#: The engine states an unload acts on (a stopped engine has nothing to unload).
+RESIDENT = frozenset({"running"})
