@@ -12,6 +12,7 @@ import time
 import urllib.request
 from collections.abc import Collection
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -178,3 +179,67 @@ def first_launch_costs(config: Path, data: Path, ledger: Path, key: str) -> tupl
         probe.wait(60)
         kill_leftovers(data)
     return sizes["ledger.reserved"], sizes["ledger.measured"]
+
+
+class ServeChild:
+    """``hostler serve --config FOLDER/hostler.toml`` as a real child process, listening.
+
+    ``models`` is the config's ``[[models]]`` tables (TOML text); ``extra`` more TOML after
+    them; ``env`` variables set for the daemon beside this process's own. ``close()`` sends
+    SIGTERM and waits for the exit.
+    """
+
+    def __init__(
+        self, folder: Path, models: str, extra: str = "", env: dict[str, str] | None = None
+    ) -> None:
+        import socket
+
+        self.folder = folder
+        self.env = dict(env or {})
+        self.data = folder / "data"
+        self.config = folder / "hostler.toml"
+        self.config.write_text(
+            f'[daemon]\nledger = "ledger.db"\ndata_dir = "{self.data}"\n\n{models}\n{extra}'
+        )
+        self.log = folder / "serve.log"
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = int(sock.getsockname()[1])
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.daemon = self._start()
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        env = {**os.environ, "HOSTLER_HOME": str(self.folder / "home"), **self.env}
+        command = [*HOSTLER, "serve", "--config", str(self.config), "--port", str(self.port)]
+        with self.log.open("ab") as out:
+            daemon = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + 60
+        while True:  # polled: the daemon answers /health once it listens
+            assert daemon.poll() is None, self.log.read_text()
+            try:
+                with urllib.request.urlopen(f"{self.base}/health", timeout=5) as answer:
+                    if answer.status == 200:
+                        return daemon
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, f"{' '.join(command)}: no answer in 60 s"
+            time.sleep(0.1)
+
+    def restart(self) -> None:
+        """Stop the daemon (SIGTERM) and start it again on the same config and port."""
+        self.close()
+        self.daemon = self._start()
+
+    def get(self, path: str) -> Any:
+        """``GET path`` as JSON."""
+        with urllib.request.urlopen(f"{self.base}{path}", timeout=30) as answer:
+            return json.loads(answer.read())
+
+    def close(self) -> None:
+        """SIGTERM, then wait for the exit (60 s)."""
+        if self.daemon.poll() is None:
+            self.daemon.send_signal(signal.SIGTERM)
+        self.daemon.wait(timeout=60)
+
+
+HOSTLER = [sys.executable, "-c", "import sys; from hostler.cli import main; sys.exit(main())"]

@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 #: The capacity modules of the pure core (the rest of capacity/ reads files it is handed).
 PURE_CAPACITY_NAMES = (
+    "bounds",
     "budget",
     "context",
     "estimate",

@@ -27,6 +27,17 @@ pytest_plugins = ["_session_guard"]
 #: The tests of a real sd-server are collected only when ``$HOSTLER_SD_SERVER`` names one (the
 #: opt-in ``tox -e sdcpp-real`` builds it); the default suite does not collect them at all.
 collect_ignore = [] if os.environ.get("HOSTLER_SD_SERVER") else ["test_sdcpp_real.py"]
+# `tox -e llamacpp-build` builds llama-server for any CPU first, and names it
+if not os.environ.get("HOSTLER_BUILT_LLAMA_SERVER"):
+    collect_ignore.append("test_llamacpp_built.py")
+
+
+@pytest.fixture(autouse=True)
+def _no_terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table printed in this process takes any width, as in a pipe: pytest-xdist's workers set
+    ``COLUMNS``, which a table fits. A test that wants a width sets it."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
 
 
 @pytest.fixture

@@ -300,8 +300,15 @@ def test_ps_is_a_table_with_pinned_columns_and_json_with_documented_keys(
         "reserved_bytes",
         "measured_bytes",
         "lease",
+        "slots",
     }
     assert engine["state"] == "running" and engine["pid"] == pid
+    # SLOTS counts what the engine was launched with (its --parallel), not its queue's width,
+    # which is one more (a background one-shot's lane): launched with 1, it reads 0/1, not 0/2
+    launched = daemon.runtime.pool.supervisor("llamacpp:alpha:0").launch_spec
+    assert launched is not None and engine["slots"] == launched.slots == 1
+    assert listed["queues"]["llamacpp:alpha:0"]["width"] == 2
+    assert " 0/1 " in alpha and "/2 " not in alpha
     assert engine["progress"] is None  # idle, and llama.cpp reads no progress (PG1)
     assert engine["reserved_bytes"] == PRICE
     assert engine["measured_bytes"] == committed  # the ledger holds the measured footprint
@@ -342,6 +349,51 @@ def test_ps_says_why_an_engine_was_evicted_and_load_shows_the_steps(
         "key": "llamacpp:beta:0",
         "loaded": True,
     }
+
+
+#: The columns ``hostler ps`` keeps at 80 columns, whatever else goes.
+PS_KEPT = ("KEY", "STATE", "RESERVED", "SLOTS", "IDLE STOP", "REASON")
+
+
+def _at(capsys: pytest.CaptureFixture[str], columns: str, *argv: str) -> list[str]:
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("COLUMNS", columns)
+        status, out, err = cli(capsys, *argv)
+    assert status == 0, err
+    return out.splitlines()
+
+
+def test_every_table_fits_80_columns_and_wide_shows_every_column(
+    daemon: Daemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    load(capsys, daemon, "alpha")
+    load(capsys, daemon, "beta")
+    load(capsys, daemon, "gamma")  # one of them evicted: a long REASON
+    ps = _at(capsys, "80", "ps", "--url", daemon.url)
+    assert all(len(line) <= 80 for line in ps), ps
+    shown = [h for h in PS_HEADERS if h in ps[0]]
+    assert set(PS_KEPT) <= set(shown) and len(shown) < len(PS_HEADERS)
+    evicted = next(line for line in ps if "stopped" in line)
+    assert evicted.endswith("…") and "evicted for" in evicted  # cut, not lost
+    assert "0/1" in next(line for line in ps if line.startswith("llamacpp:gamma:0"))
+    wide = _at(capsys, "80", "ps", "--url", daemon.url, "--wide")
+    assert [h for h in PS_HEADERS if h in wide[0]] == list(PS_HEADERS)
+    assert any(line.endswith("evicted for llamacpp:gamma:0") for line in wide)
+    for argv in (("models",), ("budget",), ("events",)):
+        lines = _at(capsys, "80", *argv, "--url", daemon.url)
+        assert len(lines) > 1 and all(len(line) <= 80 for line in lines), (argv, lines)
+    models = _at(capsys, "80", "models", "--url", daemon.url)
+    assert models[0].split() == list(MODELS_HEADERS)  # four columns fit as they are
+    budget = _at(capsys, "80", "budget", "--url", daemon.url)
+    assert next(line for line in budget if line.startswith("KEY")).split()[:3] == [
+        "KEY",
+        "BYTES",
+        "OWNER",
+    ]
+    plugins = _at(capsys, "80", "plugins")
+    assert plugins[0].split()[:3] == ["PLUGIN", "VERSION", "STATUS"]
+    assert all(len(line) <= 80 for line in plugins)
+    assert all(len(line) <= 40 for line in _at(capsys, "40", "ps", "--url", daemon.url))
 
 
 def test_models_lists_ids_engines_and_residency(
@@ -401,6 +453,17 @@ def test_budget_against_the_daemon_reads_and_changes_it_live(
     assert out.startswith("budget     2.0 GiB (set by the operator")
     assert "spillover  off (set)" in out
     assert daemon.world.ledger.refresh().explicit_budget == 2 * 2**30
+    # CB1: under 1 GiB it would not be enforced: refused in one line, the daemon not asked
+    status, out, err = cli(
+        capsys, "budget", "--url", daemon.url, "--token", TOKEN, "--set", "1023MiB"
+    )
+    assert (status, out) == (2, "")
+    assert err == (
+        "hostler: error [usage.invalid]: --set: 1072693248 bytes is under 1 GiB (1073741824 "
+        "bytes), the smallest budget hostler enforces (CB1: a smaller one would let every model "
+        "start); give at least 1 GiB, or auto for the automatic budget\n"
+    )
+    assert daemon.world.ledger.refresh().explicit_budget == 2 * 2**30
     status, out, _ = cli(
         capsys, "budget", "--url", daemon.url, "--token", TOKEN, "--set", "auto", "--json"
     )
@@ -441,10 +504,26 @@ def test_events_against_the_daemon_resume_after_a_seq(
     resumed = [json.loads(line) for line in out.splitlines()]
     assert resumed and all(e["seq"] > after for e in resumed)
     assert resumed[0]["type"] == "engine.ready"
+    assert {"seq", "recorded_at", "stream", "version", "type", "payload"} == set(events[0])
     status, out, _ = cli(capsys, "events", "--url", daemon.url, "--type", "engine.ready")
     lines = out.splitlines()
-    assert lines[0].split() == ["SEQ", "STREAM", "V", "TYPE", "DETAILS"]
+    assert lines[0].split() == ["SEQ", "RECORDED", "(UTC)", "STREAM", "V", "TYPE", "DETAILS"]
     assert len(lines) == 2 and "engine/llamacpp:alpha:0" in lines[1]
+    # the same table as the log file's: same columns, same rows, same renderer
+    db = str(daemon.world.tmp_path / "events.db")
+    status, local, err = cli(capsys, "events", "--db", db, "--type", "engine.ready")
+    assert status == 0, err
+    assert local == out
+    for width in ("80", "100"):
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("COLUMNS", width)
+            _, narrow, _ = cli(capsys, "events", "--url", daemon.url)
+            _, narrow_local, _ = cli(capsys, "events", "--db", db)
+        assert narrow == narrow_local
+        assert all(len(line) <= int(width) for line in narrow.splitlines())
+        header = ["SEQ", "STREAM", "TYPE", "DETAILS"] if width == "80" else ["SEQ", "TIME"]
+        assert narrow.splitlines()[0].split()[: len(header)] == header
+        assert "engine/llamacpp:alpha:0 " in narrow  # a stream id is not cut at 80
     status, out, err = cli(capsys, "events", "--url", daemon.url, "--limit", "1", "--json")
     assert status == 0 and len(out.splitlines()) == 1
     status, _, err = cli(capsys, "events", "--url", daemon.url, "--tail", "3")
@@ -509,6 +588,7 @@ def test_ps_rows_say_when_and_why_from_the_daemons_fields() -> None:
         "reserved_bytes": None,
         "measured_bytes": None,
         "lease": {"slot": "llm", "holder": "chat"},
+        "slots": 1,
     }
     queues = {"llamacpp:alpha:0": {"running": 1, "width": 2, "pending": [{}, {}]}}
 
@@ -520,7 +600,9 @@ def test_ps_rows_say_when_and_why_from_the_daemons_fields() -> None:
     assert first["FOR"] == "60s" and first["IDLE STOP"] == "in 3m"
     assert first["RESERVED"] == "5.0 MiB"  # no reservation event known: what is held
     assert first["MEASURED"] == "-" and first["REASON"] == "-"
-    assert first["SLOTS"] == "1/2" and first["QUEUED"] == "2" and first["LEASE"] == "chat"
+    assert first["SLOTS"] == "1/1" and first["QUEUED"] == "2" and first["LEASE"] == "chat"
+    assert row(slots=4)["SLOTS"] == "1/4"  # as launched, whatever the queue's width
+    assert row(slots=None)["SLOTS"] == "-"  # no process: no slots
     assert row(idle_deadline=1060.0)["IDLE STOP"] == "due"
     assert row(idle_deadline=1061.0)["IDLE STOP"] == "in 1s"
     assert row(busy=True)["IDLE STOP"] == "busy"
@@ -533,7 +615,7 @@ def test_ps_rows_say_when_and_why_from_the_daemons_fields() -> None:
     assert row(bytes=0, reserved_bytes=None)["RESERVED"] == "-"
     assert row(pid=None)["PID"] == "-"
     empty = ps_rows({"now": 1.0, "engines": [{**base, "key": "llamacpp:beta:0"}]}, {})
-    assert dict(zip(PS_HEADERS, empty[0], strict=True))["SLOTS"] == "-"
+    assert dict(zip(PS_HEADERS, empty[0], strict=True))["SLOTS"] == "0/1"  # no queue yet
 
 
 @pytest.mark.anyio
@@ -618,7 +700,9 @@ def test_hostler_url_points_budget_and_events_at_the_daemon(
     assert json.loads(out)["budget"] == 2**30  # the daemon's ledger, not this host's
     status, out, err = cli(capsys, "events", "--type", "ledger.budget_set", "--json")
     assert status == 0, err
-    assert [json.loads(line)["payload"] for line in out.splitlines()] == [{"budget": 2**30}]
+    assert [json.loads(line)["payload"] for line in out.splitlines()] == [
+        {"budget": 2**30, "source": "api"}  # ledger.budget_set v2: where it was set
+    ]
     monkeypatch.setenv("HOSTLER_URL", "not a url")
     status, _, err = cli(capsys, "ps")
     assert status == 2 and err.startswith("hostler: error [usage.setting]: HOSTLER_URL: ")

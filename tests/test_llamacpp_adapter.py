@@ -34,7 +34,38 @@ def test_argv_follows_the_plan() -> None:
     )
     assert "--slot-save-path /w" in joined
     assert "--cache-type-k q8_0 --cache-type-v q8_0 --flash-attn on" in joined
-    assert joined.endswith("--cache-reuse 256")
+    # L21: every engine also serves /v1/embeddings; a model declaring no pooling gets mean
+    assert joined.endswith("--cache-reuse 256 --embeddings --pooling mean")
+
+
+def header_only_gguf(path: Path, architecture: str, pooling: int | None) -> Path:
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), architecture)
+    if pooling is not None:
+        writer.add_pooling_type(gguf.PoolingType(pooling))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_an_embedding_model_keeps_its_own_pooling(tmp_path: Path) -> None:
+    """L21: ``--pooling mean`` only for a model that declares none (a chat model)."""
+    bert = header_only_gguf(tmp_path / "bge.gguf", "bert", pooling=2)  # CLS
+    chat = header_only_gguf(tmp_path / "chat.gguf", "llama", pooling=None)
+    argv = LlamaCppAdapter().build_command(spec(model=bert)).argv
+    assert argv[-1] == "--embeddings" and "--pooling" not in argv
+    argv = LlamaCppAdapter().build_command(spec(model=chat)).argv
+    assert argv[-3:] == ["--embeddings", "--pooling", "mean"]
+
+
+def test_embeddings_can_be_turned_off_or_overridden() -> None:
+    off = LlamaCppAdapter().build_command(spec(options={"embeddings": False})).argv
+    assert "--embeddings" not in off and "--pooling" not in off
+    cls = LlamaCppAdapter().build_command(spec(extra_args={"pooling": "cls"})).argv
+    assert cls[-3:] == ["--embeddings", "--pooling", "cls"]
 
 
 def test_full_precision_kv_does_not_force_flash_attention() -> None:

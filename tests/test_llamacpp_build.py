@@ -7,7 +7,17 @@ import stat
 import sys
 from pathlib import Path
 
-from hostler_llamacpp.build import CMAKE_OPTIONS, SOURCE_VERSION, built_binary, cache_folder, probe
+import pytest
+
+from hostler_llamacpp.build import (
+    CMAKE_OPTIONS,
+    SOURCE_VERSION,
+    VARIANT_OPTIONS,
+    built_binary,
+    cache_folder,
+    engine_build,
+    probe,
+)
 
 
 def _script(tmp_path: Path, body: str) -> Path:
@@ -63,3 +73,49 @@ def test_the_cache_is_per_version_and_options_and_holds_nothing_before_a_build(
     (folder / "built").write_text(f"{binary}\n", encoding="utf-8")
     assert built_binary(folder) == binary
     assert os.fspath(folder).startswith(os.fspath(tmp_path))
+
+
+def test_a_cpu_variant_that_dies_here_is_set_aside_until_one_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """L22: a CPU may report a feature its kernel does not let a program use (AMX in some VMs):
+    the variant the loader picks then dies of SIGILL. Found on this machine: the built
+    sapphirerapids variant died on a quantized model; without it, the next one ran."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    folder = cache_folder(options=VARIANT_OPTIONS)
+    bin_dir = folder / "build" / "bin"
+    bin_dir.mkdir(parents=True)
+    for name in ("sapphirerapids", "icelake", "haswell"):
+        (bin_dir / f"libggml-cpu-{name}.so").write_bytes(b"")
+    binary = _script(
+        bin_dir,
+        "import os, signal, sys, time\n"
+        "here = os.path.dirname(os.path.abspath(sys.argv[0]))\n"
+        "if os.path.exists(os.path.join(here, 'libggml-cpu-sapphirerapids.so')):\n"
+        "    os.kill(os.getpid(), signal.SIGILL)\n"
+        "print('main: server is listening on http://127.0.0.1:1', flush=True)\ntime.sleep(60)",
+    )
+    (folder / "built").write_text(f"{binary}\n")
+    said: list[str] = []
+    assert engine_build(jobs=1, say=said.append, check_model=tmp_path / "m.gguf") == binary
+    assert sorted(p.name for p in bin_dir.glob("libggml-cpu-*.so")) == [
+        "libggml-cpu-haswell.so",
+        "libggml-cpu-icelake.so",
+    ]
+    assert (bin_dir / "disabled" / "libggml-cpu-sapphirerapids.so").is_file()
+    assert said[0].startswith("hostler: the sapphirerapids CPU variant dies here (")
+    assert said[1] == f"hostler: {binary} runs on this CPU"
+
+
+def test_a_build_no_variant_of_which_runs_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    folder = cache_folder(options=VARIANT_OPTIONS)
+    bin_dir = folder / "build" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "libggml-cpu-haswell.so").write_bytes(b"")
+    binary = _script(bin_dir, "import os, signal\nos.kill(os.getpid(), signal.SIGILL)")
+    (folder / "built").write_text(f"{binary}\n")
+    with pytest.raises(RuntimeError, match=r"built, but it does not run here: .* \(signal 4\)"):
+        engine_build(jobs=1, say=lambda _: None, check_model=tmp_path / "m.gguf")

@@ -632,3 +632,25 @@ def test_a_model_replaced_by_one_of_the_same_size_and_time_is_another_version(
     os.utime(model, ns=(facts.st_atime_ns, facts.st_mtime_ns))
     assert model.stat().st_size == facts.st_size and model.stat().st_mtime_ns == facts.st_mtime_ns
     assert model_stamp(model) != before
+
+
+async def test_an_engine_that_stopped_answering_is_polled_less_and_less_and_said_once(
+    server: FakeServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 21: a stopped engine's ``GET /slots`` failed every 5 s, each time an INFO line."""
+    now = [1000.0]
+    cache = LlamaCacheAdapter(server.port, 1, None, clock=lambda: now[0], timeout=2)
+    assert await cache.report_usage() == []
+    server.close()  # the engine is gone: its port refuses
+    caplog.set_level(logging.DEBUG, logger="hostler_llamacpp.cache")
+    polled_at = []
+    for _ in range(60):  # five minutes of the controller's polls, one every 5 s
+        before = len(caplog.records)
+        assert await cache.report_usage() is None
+        if len(caplog.records) > before:
+            polled_at.append(now[0] - 1000.0)
+        now[0] += 5.0
+    assert polled_at == [0.0, 5.0, 15.0, 35.0, 75.0, 155.0]  # paused 5, 10, 20, 40, 80 s
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert len(said) == 1
+    assert said[0].startswith("llama-server GET /slots failed: ") and "paused" in said[0]

@@ -359,3 +359,24 @@ def test_effective_values_reads_the_last_occurrence() -> None:
     assert effective_values(["--a", "--b"]) == {"--a": None, "--b": None}
     assert effective_values(["-v", "3"]) == {"-v": "3"}
     assert effective_values(["stray", "--a", "1"]) == {"--a": "1"}  # a leading value is skipped
+
+
+def test_embeddings_come_after_the_engine_flags_and_before_the_extras() -> None:
+    """L21: ``--embeddings`` and a ``--pooling`` for a model without its own; extras win."""
+    flags = llama_flags(
+        model="/m.gguf", port=1, ctx_per_slot=512, slots=1, embeddings=True, pooling="mean"
+    )
+    assert flags.argv[-3:] == ["--embeddings", "--pooling", "mean"]
+    assert flags.decision["embeddings"] is True and flags.decision["pooling"] == "mean"
+    bare = llama_flags(model="/m.gguf", port=1, ctx_per_slot=512, slots=1, embeddings=True)
+    assert bare.argv[-1] == "--embeddings"
+    off = llama_flags(
+        model="/m.gguf",
+        port=1,
+        ctx_per_slot=512,
+        slots=1,
+        embeddings=True,
+        pooling="mean",
+        extra_args={"embeddings": False, "pooling": "last"},
+    )
+    assert "--embeddings" not in off.argv and off.argv[-2:] == ["--pooling", "last"]

@@ -211,7 +211,9 @@ def _moe_launch(
     ]
     argv = adapter.build_command(priced.spec(8080)).argv
     assert argv[: len(head)] == head
-    return priced.price.plan, argv[len(head) :]
+    tail = ["--embeddings", "--pooling", "mean"]  # L21, after every engine flag
+    assert argv[-len(tail) :] == tail
+    return priced.price.plan, argv[len(head) : -len(tail)]
 
 
 def test_a_moe_that_fits_the_card_whole_launches_with_every_layer_on_it(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -17,9 +18,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from hostler.testing.tiny_gguf import write_tiny_llama
 
@@ -150,3 +153,172 @@ def test_the_tour_swaps_two_real_models_and_explains_it(tmp_path: Path) -> None:
     assert out.count("pool.room_planned") == 2
     assert out.count("reason=evicted") == 2
     assert "exited with status 0" in out
+    # the folder the tour says holds its models does: DATA_DIR/cache, not the tour's folder
+    folder = Path(re.search(r"1\. models \(in (.+)\):", out)[1])  # type: ignore[index]
+    assert folder == tmp_path / "cache"
+    assert sorted(p.name for p in folder.glob("*.gguf")) == sorted(
+        re.findall(r"= (\S+\.gguf) \(", out)
+    )
+
+
+def spawned_engines(base: str) -> list[str]:
+    listed = httpx.get(f"{base}/api/engines").json()["engines"]
+    return [e["key"] for e in listed if e["state"] not in {"stopped", "idle", "declared"}]
+
+
+BAD_BODIES = [
+    # (route, raw body, param, the message's start)
+    (
+        "/v1/chat/completions",
+        b'{"model": "alpha", "messages": [{"role": "user", "content": "\xff"}]}',
+        None,
+        "the request body is not valid UTF-8",
+    ),
+    (
+        "/v1/chat/completions",
+        json.dumps({"model": "alpha", "messages": [{"role": "user", "content": "hi"}]}).encode(
+            "utf-16"
+        ),
+        None,
+        "the request body is UTF-16 or UTF-32",
+    ),
+    (
+        "/v1/chat/completions",
+        b'{"model": "alpha", "messages": [{"role": "user", "content": "\\ud800"}]}',
+        "messages[0].content",
+        "messages[0].content holds a lone UTF-16 surrogate",
+    ),
+    (
+        "/v1/chat/completions",
+        b'{"model": "alpha", "messages": [{"role": "user", "content": "hi"}], "temperature": NaN}',
+        "temperature",
+        "temperature is not a finite number",
+    ),
+    (
+        "/v1/chat/completions",
+        b'{"messages": [{"role": "user", "content": "hi"}]}',
+        "model",
+        "'model' is required",
+    ),
+    (
+        "/v1/chat/completions",
+        b'{"model": 7, "messages": [{"role": "user", "content": "hi"}]}',
+        "model",
+        "'model' must be a model id",
+    ),
+    ("/v1/chat/completions", b'{"model": "alpha"}', "messages", "'messages' is required"),
+    (
+        "/v1/chat/completions",
+        b'{"model": "alpha", "messages": "hi"}',
+        "messages",
+        "'messages' must be a non-empty list",
+    ),
+    (
+        "/v1/chat/completions",
+        b'{"model": "alpha", "messages": [{"role": "user", "content": "hi"}], "n": 2}',
+        "n",
+        "'n' is 2: hostler answers one choice",
+    ),
+    (
+        "/v1/completions",
+        b'{"model": "alpha", "prompt": {"a": 1}}',
+        "prompt",
+        "'prompt' must be a string",
+    ),
+    ("/v1/completions", b'{"model": "alpha"}', "prompt", "'prompt' is required"),
+    ("/v1/embeddings", b'{"model": "alpha", "input": 5}', "input", "'input' must be a string"),
+    ("/v1/embeddings", b'{"model": "alpha"}', "input", "'input' is required"),
+]
+
+
+def test_bad_bodies_are_openai_400s_naming_the_param_before_any_engine_loads(
+    served: tuple[str, Path],
+) -> None:
+    base, _ = served
+    for route, body, param, message in BAD_BODIES:
+        answer = httpx.post(
+            f"{base}{route}", content=body, headers={"content-type": "application/json"}
+        )
+        assert answer.status_code == 400, (route, body, answer.text)
+        error = answer.json()["error"]
+        assert error["param"] == param, (body, error)
+        assert error["message"].startswith(message), (body, error)
+        assert (error["type"], error["code"]) == ("invalid_request_error", "invalid-request")
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            model="alpha", messages=[{"role": "user", "content": "hi"}], n=2
+        )
+    assert refused.value.param == "n" and refused.value.code == "invalid-request"
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.embeddings.create(model="alpha", input=[])
+    assert refused.value.param == "input"
+    assert spawned_engines(base) == []  # no engine was loaded for any of them
+
+
+def test_the_answer_names_the_model_asked_for_streamed_or_not(served: tuple[str, Path]) -> None:
+    base, _ = served
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="x")
+    hi: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
+    whole = client.chat.completions.create(model="alpha", messages=hi, max_tokens=3)
+    assert whole.model == "alpha"
+    chunks = list(
+        client.chat.completions.create(model="alpha", messages=hi, max_tokens=3, stream=True)
+    )
+    assert len(chunks) >= 2 and {chunk.model for chunk in chunks} == {"alpha"}
+    assert client.completions.create(model="alpha", prompt="once", max_tokens=2).model == "alpha"
+
+    async def asynchronous() -> tuple[str, set[str]]:
+        aclient = openai.AsyncOpenAI(base_url=f"{base}/v1", api_key="x")
+        whole = await aclient.chat.completions.create(model="alpha", messages=hi, max_tokens=3)
+        streamed = await aclient.chat.completions.create(
+            model="alpha", messages=hi, max_tokens=3, stream=True
+        )
+        names = {chunk.model async for chunk in streamed}
+        await aclient.close()
+        return whole.model, names
+
+    assert anyio.run(asynchronous) == ("alpha", {"alpha"})
+
+
+def test_an_engine_error_reaches_the_client_in_openai_shape(served: tuple[str, Path]) -> None:
+    base, _ = served
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
+    ask = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    with pytest.raises(openai.BadRequestError) as rejected:  # llama-server's own 400
+        client.chat.completions.create(
+            model="alpha",
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=2,
+            extra_body={"response_format": {"type": "bogus"}},
+        )
+    assert rejected.value.code == "engine-rejected"
+    assert rejected.value.message.startswith(
+        "Error code: 400 - the engine for 'alpha' refused the request (400): "
+    )
+    assert "response_format type must be one of" in rejected.value.message
+    failed = httpx.post(  # llama-server answers a 500 for tools that are not a list
+        f"{base}/v1/chat/completions", json={"model": "alpha", "tools": "x", **ask}, timeout=60
+    )
+    assert failed.status_code == 502
+    error = failed.json()["error"]
+    assert (error["type"], error["code"], error["param"]) == ("server_error", "engine-error", None)
+    assert error["message"].startswith("the engine for 'alpha' failed the request (500): ")
+
+
+def test_embeddings_from_a_chat_model_on_the_same_engine(served: tuple[str, Path]) -> None:
+    """L21: ``/v1/embeddings`` works for any llama.cpp model, chat models included, served by
+    the engine that chats (one load, one reservation), as Ollama's does."""
+    base, _ = served
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
+    vectors = client.embeddings.create(model="alpha", input=["hello there", "general kenobi"])
+    assert vectors.model == "alpha"
+    assert [item.index for item in vectors.data] == [0, 1]
+    sizes = {len(item.embedding) for item in vectors.data}
+    assert len(sizes) == 1 and sizes.pop() >= 8
+    assert vectors.data[0].embedding != vectors.data[1].embedding
+    chat = client.chat.completions.create(
+        model="alpha", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+    )
+    assert chat.choices[0].message.content is not None
+    assert spawned_engines(base) == ["llamacpp:alpha:0"]  # the same engine answered both

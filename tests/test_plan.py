@@ -182,7 +182,12 @@ def test_preview_cli(tmp_path: Path) -> None:
     # the one price: the footprint estimate at peak for exactly this launch (nothing learned)
     fixed = runtime_fixed_of(find_llama_server())  # the build the CLI prices for
     expected = estimate_llama(
-        read_geometry(model), ctx_total=16384, slots=2, kv_type="f16", runtime_fixed=fixed
+        read_geometry(model),
+        ctx_total=16384,
+        slots=2,
+        kv_type="f16",
+        runtime_fixed=fixed,
+        embeddings=True,  # L21: every llama.cpp launch serves /v1/embeddings too
     )
     assert expected.kv == 2 * 8192 * 131072
     assert data["reserved_bytes"] == data["estimated_bytes"] == expected.peak

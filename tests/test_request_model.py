@@ -56,7 +56,8 @@ async def test_the_engine_gets_the_adapters_model_name_or_the_clients(
     async with httpx.AsyncClient(base_url=base, timeout=60) as client:
         answer = await client.post("/v1/chat/completions", json=body)
     assert answer.status_code == 200, answer.text
-    assert answer.json()["model"] == (pinned or "alpha")
+    assert answer.json()["fake_engine"]["model"] == (pinned or "alpha")  # what the engine got
+    assert answer.json()["model"] == "alpha"  # what the client asked for, either way
 
 
 async def test_a_streamed_request_carries_the_adapters_model_name_too(
@@ -75,7 +76,8 @@ async def test_a_streamed_request_carries_the_adapters_model_name_too(
             if line.startswith("data: {")
         ]
     assert chunks
-    assert {chunk["model"] for chunk in chunks} == {pinned or "alpha"}
+    assert {chunk["fake_engine"]["model"] for chunk in chunks} == {pinned or "alpha"}
+    assert {chunk["model"] for chunk in chunks} == {"alpha"}
 
 
 @pytest.mark.parametrize("bad", ["", "x" * 201, "two\nlines", 5, b"bytes"])

@@ -112,27 +112,51 @@ async def test_eviction_releases_only_after_the_engine_exited(world: World) -> N
         assert exited < released
 
 
-async def test_a_busy_victim_drains_then_eviction_fails_with_engine_busy(world: World) -> None:
+async def test_a_busy_victim_drains_past_the_bound_while_the_start_is_wanted(world: World) -> None:
+    """PP5 (issue 21): a drain that makes room for a start waits for its victim's requests as
+    long as the start is wanted (its requesters' own deadlines end it, PP18) — once it gave up
+    at ``drain_wait`` and refused everyone behind it ``engine-busy``."""
     async with world.pool(drain_wait=0.4) as pool:
         port_a = await pool.ensure(A)
         await pool.ensure(B)
 
-        async def long_request(key: str, port: int) -> None:
+        async def long_request(key: str, port: int, seconds: float) -> None:
             async with pool.use(key):
-                await anyio.to_thread.run_sync(work, port, 2.0)
+                await anyio.to_thread.run_sync(work, port, seconds)
 
         async with anyio.create_task_group() as tg:
-            tg.start_soon(long_request, A, port_a)
-            tg.start_soon(long_request, B, pool.supervisor(B).port or 0)
+            tg.start_soon(long_request, A, port_a, 1.5)
+            tg.start_soon(long_request, B, pool.supervisor(B).port or 0, 3.0)
+            await anyio.sleep(0.2)
+            await pool.ensure(C)  # the least recently used victim, A, once its request ends
+            assert pool.resident(C) and pool.resident(B) and not pool.resident(A)
+        ended = world.pool_events("pool.drain_ended")
+        assert [(e["key"], e["outcome"]) for e in ended] == [(A, "evicted")]
+        assert ended[0]["waited"] > 0.4  # past the old bound, recorded
+        started = world.pool_events("pool.drain_started")
+        assert [(e["key"], e["wait"]) for e in started] == [(A, None)]
+
+
+async def test_an_operator_drain_keeps_its_bound(world: World) -> None:
+    """PP5: a drain for nobody's start (a reconcile) still gives up after ``drain_wait``."""
+    async with world.pool(drain_wait=0.4) as pool:
+        port_a = await pool.ensure(A)
+
+        async def long_request() -> None:
+            async with pool.use(A):
+                await anyio.to_thread.run_sync(work, port_a, 2.0)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(long_request)
             await anyio.sleep(0.2)
             started = time.monotonic()
-            with pytest.raises(EngineBusyError, match=r"did not drain within 0\.4 s"):
-                await pool.ensure(C)
+            report = await pool.reconcile({"ballast:a": 0})
             assert time.monotonic() - started < 1.5
-            assert pool.resident(A) and pool.resident(B)
+            assert report.evicted == ()
+            assert "did not drain within 0.4 s" in report.failed[A]
+            assert pool.resident(A)
         ended = world.pool_events("pool.drain_ended")
-        assert [e["outcome"] for e in ended] == ["busy"] and ended[0]["key"] == A
-        assert ended[0]["waited"] > 0.4
+        assert [e["outcome"] for e in ended] == ["busy"] and ended[0]["waited"] > 0.4
         assert world.stops(A) == []  # it stays, reservation and all
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, MutableMapping
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -13,6 +14,7 @@ import pytest
 import hostler
 from _rigs import LlamaRig, room_for
 from hostler import EventStore
+from hostler.events.daemon import DaemonStopped
 from hostler.serve.app import MAX_BODY, make_app
 from hostler.serve.server import HttpServer, is_loopback, load_token
 
@@ -143,7 +145,11 @@ async def test_errors_come_back_in_openai_shape(
     lone = b'{"model": "alpha", "messages": [{"role": "user", "content": "hi"}], "user": "\\ud800"}'
     surrogate = await client.post("/v1/chat/completions", content=lone)
     assert surrogate.status_code == 400, surrogate.text
-    assert "not valid Unicode" in surrogate.json()["error"]["message"]
+    assert surrogate.json()["error"]["message"] == (
+        "user holds a lone UTF-16 surrogate (\\ud800-\\udfff), in a value or a key: "
+        "send valid Unicode"
+    )
+    assert surrogate.json()["error"]["param"] == "user"
 
 
 async def test_state_changing_routes_need_the_token(
@@ -213,6 +219,13 @@ async def test_operator_routes_answer_and_check_their_input(
         answer = await client.put("/api/budget", json=bad, headers=AUTH)
         assert answer.status_code == 400, bad
         assert answer.json()["error"]["code"] == "invalid-request"
+    # CB1: a budget under 1 GiB would not be enforced: refused, naming the floor
+    small = await client.put("/api/budget", json={"bytes": 100 * 2**20}, headers=AUTH)
+    assert small.status_code == 400
+    assert small.json()["error"]["message"].startswith(
+        "104857600 bytes is under 1 GiB (1073741824 bytes), the smallest budget hostler enforces"
+    )
+    assert (await client.get("/api/budget")).json()["budget"] == 8 * GIB  # unchanged
     # queues: cancel and move by id (QA3, QA4)
     assert (await client.delete(f"/api/queues/{key}/7", headers=AUTH)).json() == {
         "cancelled": False
@@ -328,3 +341,49 @@ def test_a_log_that_cannot_record_is_a_503_to_retry_never_a_bug() -> None:
     for error in (StoreError("'start' not done: the disk is full"), StoreFullError("full")):
         answer = http_error_for(error)
         assert (answer.status, answer.code, answer.retry_after) == (503, "store-unavailable", 10)
+
+
+async def test_the_event_stream_sends_each_page_of_the_log_as_one_write(face: Face) -> None:
+    """Issue 21: after ``hostler events --limit 1`` left, asyncio logged ``socket.send() raised
+    exception.`` 204 times: the tail wrote event by event, with no pause in between for the
+    server to see the closed connection. A page now goes out as one write.
+    """
+    after = face.store.last_seq()
+    face.store.append(
+        "test/stream", [DaemonStopped(at=float(n), pid=n) for n in range(40)], expected_version=None
+    )
+    runtime = hostler.Runtime(face.store, face.build, ledger=face.ledger)
+    bodies: list[bytes] = []
+    gone = anyio.Event()
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            bodies.append(message["body"])
+            if len(bodies) == 2:
+                gone.set()
+
+    async def receive() -> dict[str, Any]:
+        await gone.wait()  # the client leaves once the first page came
+        return {"type": "http.disconnect"}
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/api/events",
+        "raw_path": b"/api/events",
+        "query_string": f"after={after}".encode(),
+        "headers": [(b"host", b"127.0.0.1")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 2),
+    }
+    async with runtime:
+        with anyio.fail_after(30):
+            await make_app(runtime, MODELS, token=TOKEN)(scope, receive, send)
+    assert bodies[0] == b": hostler event stream\n\n"
+    page = bodies[1].decode()
+    assert page.count("event: daemon.stopped\n") == 40
+    assert page.startswith(f"id: {after + 1}\nevent: daemon.stopped\ndata: ")
+    assert len(bodies) == 2 or bodies[2:] == [b""]  # the stream ended with its client

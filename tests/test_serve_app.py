@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 import hostler
+from hostler.events.pool import PoolDrainEnded
 from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec
 from hostler.serve.app import make_app
 from hostler.serve.server import HttpServer
@@ -135,7 +136,7 @@ def slow_world(tmp_path: Path) -> Iterator[World]:
 
 @contextlib.asynccontextmanager
 async def slow_face(
-    world: World, engine: SlowChat, price: int = 1020 * MIB
+    world: World, engine: SlowChat, price: int = 1020 * MIB, drain_wait: float = 30.0
 ) -> AsyncIterator[tuple[hostler.Runtime, httpx.AsyncClient]]:
     """Two slow engines priced ``price`` each under the 1 GiB budget: one fits."""
     runtime = hostler.Runtime(
@@ -143,6 +144,7 @@ async def slow_face(
         world.supervisor_factory(engine, price),
         ledger=world.ledger,
         drain_poll=0.02,
+        drain_wait=drain_wait,
     )
     async with runtime, anyio.create_task_group() as tg:
         server = HttpServer(make_app(runtime, SLOW_MODELS, token="t" * 43), "127.0.0.1", 0)
@@ -156,7 +158,13 @@ async def slow_face(
 
 
 def ask(model: str, tag: str, n: int, *, stream: bool = False) -> dict[str, object]:
-    return {"model": model, "tag": tag, "max_tokens": n, "stream": stream}
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": tag}],
+        "tag": tag,
+        "max_tokens": n,
+        "stream": stream,
+    }
 
 
 @pytest.mark.anyio
@@ -272,10 +280,53 @@ async def test_an_engine_killed_mid_stream_ends_the_stream_with_an_error_event(
         last = json.loads(data[-1][len("data: ") :])
         assert last == {
             "error": {
-                "message": "the engine stopped answering mid-answer (it crashed or was "
+                "message": "the engine for 'a' stopped answering mid-answer (it crashed or was "
                 "killed); the answer is incomplete: ask again",
                 "type": "server_error",
                 "code": "engine-crashed",
                 "param": None,
             }
         }
+
+
+@pytest.mark.anyio
+async def test_a_request_that_needs_room_keeps_its_place_past_the_drain_bound(
+    slow_world: World,
+) -> None:
+    """Issue 21 (6): a request for ``b`` behind a stream on ``a`` that outlasts the drain bound
+    was refused ``503 engine-busy`` (the peer replay: b never got a token). It keeps its place
+    until its own deadline instead: a's stream finishes uncut, a's requests queued after b do
+    not jump ahead of it, then b is served; the drain records the whole wait."""
+    engine = SlowChat(slow_world.tmp_path, tick=0.05)
+    async with slow_face(slow_world, engine, drain_wait=0.5) as (runtime, client):
+        answers: dict[str, httpx.Response] = {}
+
+        async def post(name: str, model: str, n: int) -> None:
+            answers[name] = await client.post("/v1/chat/completions", json=ask(model, name, n))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(post, "long", "a", 40)  # 2 s of a: four times the drain bound
+            while "start long" not in engine.lines():
+                await anyio.sleep(0.01)
+            tg.start_soon(post, "bee", "b", 1)
+            while not any(view.draining for view in runtime.pool.snapshot()):
+                await anyio.sleep(0.01)
+            tg.start_soon(post, "late", "a", 1)  # a's request after b's: waits behind it
+        assert {name: answer.status_code for name, answer in answers.items()} == {
+            "long": 200,
+            "bee": 200,
+            "late": 200,
+        }
+        lines = engine.lines()
+        assert lines.index("done long") < lines.index("start bee") < lines.index("start late")
+        assert "cut long" not in lines
+        drains = [
+            r.event for r in slow_world.store.read_all() if isinstance(r.event, PoolDrainEnded)
+        ]
+        # a for b once its stream ended (the whole wait recorded, past the old bound); then b
+        # for the late request to a
+        assert [(d.key, d.outcome) for d in drains] == [
+            ("slow:a:0", "evicted"),
+            ("slow:b:0", "evicted"),
+        ]
+        assert drains[0].waited >= 1.0

@@ -105,7 +105,17 @@ def test_serve_answers_openai_requests_and_stops_its_engines(tmp_path: Path) -> 
         assert "404: model 'gamma' is not configured here" in missing.stderr
         unloaded = run_cli("unload", "llamacpp:alpha:0", "--url", base, "--data-dir", str(data))
         assert unloaded.stdout == "llamacpp:alpha:0: unloaded\n"
+        again = run_cli("unload", "alpha", "--url", base, "--data-dir", str(data))  # a model id
+        assert again.stdout == "alpha: was not loaded\n"
+        by_model = run_cli("unload", "beta", "--url", base, "--data-dir", str(data))
+        assert by_model.stdout == "llamacpp:beta:0: unloaded\n"
+        no_such = run_cli("unload", "gamma", "--url", base, "--data-dir", str(data))
+        assert no_such.returncode == 2 and no_such.stderr == (
+            "hostler: error [usage.invalid]: unload: 'gamma' is neither a model id nor an "
+            "engine key (models: alpha, beta; `hostler ps` lists the keys)\n"
+        )
         no_token = run_cli("unload", "llamacpp:beta:0", "--url", base, "--token", "wrong")
+        # (beta is unloaded already: the token is refused before anything is looked at)
         assert no_token.returncode == 1 and "401" in no_token.stderr
     finally:
         server.send_signal(signal.SIGTERM)
@@ -146,11 +156,23 @@ def test_discovered_config_takes_every_model_file_once(tmp_path: Path) -> None:
     ):
         (models / name).write_bytes(b"GGUF")
     (models / "folder.gguf").mkdir()
+    # searched recursively: nested folders, a name taken twice, a projector, a symlink loop
+    nested = models / "org" / "repo"
+    nested.mkdir(parents=True)
+    (nested / "deep.Q8_0.gguf").write_bytes(b"GGUF")
+    (nested / "a.gguf").write_bytes(b"GGUF")
+    (nested / "mmproj-model-f16.gguf").write_bytes(b"GGUF")
+    (nested / "loop").symlink_to(models, target_is_directory=True)
+    too_deep = models.joinpath(*"abcdefg")
+    too_deep.mkdir(parents=True)
+    (too_deep / "lost.gguf").write_bytes(b"GGUF")
     config = discovered_config(tmp_path)
     assert config.data_dir == tmp_path.resolve()
     assert sorted(e.key for e in config.engines) == [
         "llamacpp:a:0",
         "llamacpp:big-00001-of-00002:0",
+        "llamacpp:deep.q8_0:0",
+        "llamacpp:repo-a:0",
         "llamacpp:smollm2-135m.q4:0",
     ]
     assert all(not e.autostart and e.model.is_absolute() for e in config.engines)
@@ -387,3 +409,32 @@ def test_a_full_disk_is_not_answered_as_a_bug(tmp_path: Path) -> None:
             server.kill()
         kill_leftovers(data)
         subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_a_401_names_the_data_directory_whose_token_was_sent_and_the_fix(tmp_path: Path) -> None:
+    """Was: ``hostler unload`` without ``--data-dir`` sent the default data directory's token (an
+    earlier daemon's, at the same address) and said only ``401: ...``, naming no directory."""
+    with serving(tmp_path) as (base, _auth, data):
+        other = tmp_path / "other"  # the default data directory of a user who ran serve before
+        other.mkdir()
+        (other / "address").write_text(base)
+        (other / "token").write_text("o" * 43)
+        env = {"HOSTLER_HOME": str(other), "HOSTLER_TOKEN": ""}
+        refused = run_cli("unload", "llamacpp:alpha:0", "--url", base, env=env)
+        assert refused.returncode == 1 and refused.stdout == ""
+        assert refused.stderr.count("\n") == 1, refused.stderr
+        assert refused.stderr.startswith("hostler: error [daemon.refused]: ")
+        assert "/api/engines/llamacpp:alpha:0/unload: 401: " in refused.stderr
+        assert f"(sent the token of {other / 'token'})" in refused.stderr
+        assert "--data-dir DIR" in refused.stderr and "--token or $HOSTLER_TOKEN" in refused.stderr
+        # none sent: the default directory's daemon listens elsewhere
+        (other / "address").write_text("http://127.0.0.1:1")
+        unsent = run_cli("unload", "llamacpp:alpha:0", "--url", base, env=env)
+        assert unsent.returncode == 1
+        assert f"(sent no token: {other}'s daemon listens at http://127.0.0.1:1)" in unsent.stderr
+        # the fix the message names works
+        fixed = run_cli(
+            "unload", "llamacpp:alpha:0", "--url", base, "--data-dir", str(data), env=env
+        )
+        assert fixed.returncode == 0, fixed.stderr
+        assert fixed.stdout == "llamacpp:alpha:0: was not loaded\n"

@@ -66,6 +66,7 @@ def test_the_file_beats_the_defaults(tmp_path: Path) -> None:
     config = serve_config(write(tmp_path), tmp_path, environ={})
     assert (config.host, config.port) == ("127.0.0.2", 9000)
     assert (config.budget_bytes, config.spillover, config.arbiter) == (2**31, True, "swap")
+    assert config.budget_from == f"config:{(tmp_path / 'hostler.toml').resolve()}"
     assert config.idle_timeout == 60
 
 
@@ -88,6 +89,7 @@ def test_the_environment_beats_the_file_and_flags_beat_both(tmp_path: Path) -> N
         TOKEN,
     )
     assert (config.idle_timeout, config.budget_bytes, config.spillover) == (0.0, "auto", False)
+    assert config.budget_from == "env:HOSTLER_BUDGET_BYTES"  # recorded as the variable's
     assert config.arbiter == "coexist"
     flagged = serve_config(write(tmp_path), tmp_path, host="::1", port=0, environ=env)
     assert (flagged.host, flagged.port) == ("::1", 0)
@@ -206,10 +208,12 @@ def test_an_empty_variable_counts_as_unset() -> None:
         ("HOSTLER_IDLE_TIMEOUT", "nan", "seconds from 0 to 31536000"),
         ("HOSTLER_IDLE_TIMEOUT", "31536001", "seconds from 0 to 31536000"),
         ("HOSTLER_IDLE_TIMEOUT", "soon", "seconds from 0 to 31536000"),
-        ("HOSTLER_BUDGET_BYTES", "8GiB", "a whole number of bytes from 1048576"),
-        ("HOSTLER_BUDGET_BYTES", "1048575", "a whole number of bytes from 1048576"),
-        ("HOSTLER_BUDGET_BYTES", str(2**60 + 1), "a whole number of bytes from 1048576"),
-        ("HOSTLER_BUDGET_BYTES", "9" * 400, "a whole number of bytes from 1048576"),
+        ("HOSTLER_BUDGET_BYTES", "8GiB", "a whole number of bytes from 1073741824"),
+        ("HOSTLER_BUDGET_BYTES", "0", "a whole number of bytes from 1073741824"),
+        ("HOSTLER_BUDGET_BYTES", "1048575", "1048575 bytes is under 1 GiB (1073741824 bytes)"),
+        ("HOSTLER_BUDGET_BYTES", "1073741823", "the smallest budget hostler enforces (CB1"),
+        ("HOSTLER_BUDGET_BYTES", str(2**60 + 1), "a whole number of bytes from 1073741824"),
+        ("HOSTLER_BUDGET_BYTES", "9" * 400, "a whole number of bytes from 1073741824"),
         ("HOSTLER_SPILLOVER", "maybe", "true, false or auto"),
         ("HOSTLER_ARBITER", "share", "one of auto, swap, coexist"),
         ("HOSTLER_CONFIG", "~hostler-no-such-user/h.toml", "no home directory known"),

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from hostler.capacity.offload import Offload, OffloadPlan
 from hostler.machines.start import (
+    FALLBACK_KV,
+    SIGILL,
     AskSweep,
     AttemptBegan,
     EnsureBegan,
     GiveUp,
     Launched,
+    RecordCpuLimit,
     RecordDegrade,
     Recorded,
     Retry,
@@ -118,3 +121,46 @@ def test_a_start_that_never_launched_has_no_facts_from_the_last_one() -> None:
 def test_a_plan_given_at_construction_is_the_one_kept() -> None:
     plan = OffloadPlan(Offload.ALL_EXPERTS_CPU, None, "from the log")
     assert StartTries(offload=plan, pinned=False).offload == plan
+
+
+def sigill(t: StartTries, *, kv_type: str | None) -> list[object]:
+    assert t.handle(AttemptBegan()) == []
+    assert t.handle(Launched(None, ARGV, kv_type)) == []
+    assert t.handle(StartEnded(None, timed_out=False, signal=SIGILL)) == []
+    return list(t.handle(StartFailed(True, "m: exited (signal 4) before becoming ready")))
+
+
+def test_sigill_with_a_quantized_kv_cache_is_tried_once_more_at_f16_once_recorded() -> None:
+    """L22: the cache is the suspect; the retry waits for its record (unrecorded, not taken)."""
+    t = tries()
+    assert sigill(t, kv_type="q8_0") == [RecordCpuLimit("quantized-kv", "q8_0")]
+    before = t.kv_type  # not taken before the log has it
+    assert t.handle(Recorded(True)) == [Retry("cpu-retry")]
+    assert (before, t.kv_type) == (None, FALLBACK_KV) and FALLBACK_KV == "f16"  # kept after
+    # the retry at f16 dies the same way: the weights are the suspect, and that is the end
+    assert sigill(t, kv_type="f16") == [RecordCpuLimit("weights", "f16")]
+    assert t.handle(Recorded(True)) == [GiveUp()]
+
+
+def test_sigill_with_f16_kv_is_the_weights_and_never_retried() -> None:
+    t = tries()
+    assert sigill(t, kv_type="f16") == [RecordCpuLimit("weights", "f16")]
+    assert t.handle(Recorded(True)) == [GiveUp()]
+    assert t.kv_type is None
+    t2 = tries()
+    assert sigill(t2, kv_type=None) == [RecordCpuLimit("weights", "f16")]  # the engine's own
+
+
+def test_an_unrecorded_cpu_limit_is_not_acted_on() -> None:
+    t = tries()
+    assert sigill(t, kv_type="q4_0") == [RecordCpuLimit("quantized-kv", "q4_0")]
+    assert t.handle(Recorded(False)) == [GiveUp()]
+    assert t.kv_type is None
+
+
+def test_another_signal_is_no_cpu_limit() -> None:
+    t = tries()
+    assert t.handle(AttemptBegan()) == []
+    assert t.handle(Launched(None, ARGV, "q8_0")) == []
+    assert t.handle(StartEnded(None, timed_out=False, signal=9)) == []
+    assert t.handle(StartFailed(True, "m: exited (signal 9)")) == [AskSweep("m: exited (signal 9)")]

@@ -162,3 +162,34 @@ def test_pressure_stops_only_an_idle_engine_under_pressure() -> None:
     assert stop.decision["unused_for"] == 60.0
     assert stop.decision["pressure_idle"] == 60.0
     assert stop.decision["pressure"] == {"available": 5}
+
+
+def test_a_chosen_stop_ends_a_residency_and_only_crashes_count_against_the_budget() -> None:
+    """SP1. Found by a breaking helper: Ctrl-C during a crash's restart (``start-cancelled``),
+    then a new daemon's first load and one crash locked the model out for 60 s — "started 3
+    times within 60 s" after two crashes. A stop hostler or a person chose ends a residency:
+    its next start is not a restart; crashes, lost engines, failed starts and health restarts
+    still count."""
+    from hostler.machines.engine import StopReason
+
+    spawn = {
+        "pid": 1, "create_time": 1.0, "boot_id": "b", "launch_token": "t",
+        "argv_fingerprint": "f", "port": 1,
+    }  # fmt: skip
+    for reason in (
+        StopReason.IDLE, StopReason.USER, StopReason.SHUTDOWN, StopReason.START_CANCELLED,
+        StopReason.MEMORY_PRESSURE, StopReason.UNCONFIGURED, StopReason.EVICTED,
+    ):  # fmt: skip
+        engine = Engine("llamacpp:m:0")
+        engine.fire("start", at=1.0, cause="request")
+        engine.fire("crashed", at=2.0, exit_code=1, signal=None, reached_ready=False, retry_at=2.0)
+        engine.fire("start", at=3.0, cause="request")
+        engine.fire("spawned", at=3.1, **spawn)
+        engine.fire("stop", at=4.0, reason=reason)
+        assert engine.start_times == [], reason
+    engine = Engine("llamacpp:m:0")
+    engine.fire("start", at=1.0, cause="request")
+    engine.fire("spawned", at=1.1, **spawn)
+    engine.fire("ready", at=1.2)
+    engine.fire("stop", at=4.0, reason=StopReason.HEALTH_RESTART)
+    assert engine.start_times == [1.0]  # a restart for failing health still counts

@@ -31,6 +31,7 @@ from hostler.engines import runner as runner_module
 from hostler.engines.process import Termination
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.errors import EngineStartError, PluginError, RestartBudgetError, StoreError
+from hostler.machines.engine import StopReason
 from hostler.plugin import LaunchCommand, LaunchSpec, Panic, ReadinessProbe
 from hostler.probes.nvml import open_nvml
 from hostler.testing.tiny_gguf import write_tiny_llama
@@ -276,7 +277,8 @@ async def test_the_restart_budget_survives_a_new_supervisor(
     first = make(store, tiny, tmp_path, restart_budget=2, lockout=30)
     for _ in range(2):
         await first.ensure_running()
-        await first.stop()
+        # a restart for failing health counts (SP1: a chosen stop, say a person's, would not)
+        await first.stop(StopReason.HEALTH_RESTART)
     second = make(store, tiny, tmp_path, restart_budget=2, lockout=30)  # a daemon restart
     with pytest.raises(RestartBudgetError, match="started 2 times within 60 s"):
         await second.ensure_running()

@@ -440,6 +440,24 @@ def test_the_cli_starts_without_matplotlib() -> None:
     assert done.stdout.strip() == "False", done.stderr
 
 
+def test_without_the_plots_extra_the_cli_names_it_in_one_line(tmp_path: Path) -> None:
+    """A lean install (``pip install .``) has no matplotlib: ``hostler timeline`` says which
+    extra draws, before it reads the log, and writes nothing."""
+    picture = tmp_path / "t.svg"
+    code = (  # as if matplotlib were not installed: its import fails
+        "import sys; sys.modules['matplotlib'] = None; "
+        "from hostler.cli import main; sys.exit(main())"
+    )
+    done = run_python(code, "timeline", str(tmp_path / "none.db"), "-o", str(picture))
+    assert done.returncode == 1
+    assert done.stderr == (
+        "hostler: error [install.extra-missing]: the timeline picture is drawn with matplotlib, "
+        "which is not installed here (import of matplotlib halted; None in sys.modules): "
+        "install the plots extra, pip install 'hostler[plots]'\n"
+    )
+    assert not picture.exists()
+
+
 @pytest.mark.slow
 def test_the_cli_draws_a_real_run_with_every_engine_the_budget_and_each_eviction(
     scenario: Scenario, tmp_path: Path

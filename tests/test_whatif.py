@@ -276,13 +276,14 @@ def test_a_busy_victim_is_drained_then_evicted() -> None:
     assert figures.by_key[B].waits == Waits(2, 2.875, 5.75, 5.75)
 
 
-def test_a_drain_past_its_bound_refuses_the_start_and_the_victim_stays() -> None:
+def test_a_drain_past_the_old_bound_waits_for_the_victim_as_the_daemon_does() -> None:
+    """PP5 (issue 21): a start's drain has no bound but its requesters' own: replayed so."""
     requests = [Request(0.0, A, 100.0), Request(2.0, B, 1.0), Request(3.0, B, 1.0)]
     figures = run(requests, 10)
-    assert figures.by_key[A].counts() == (1, 0, 0, 1)
-    assert figures.by_key[B].counts() == (2, 0, 2, 0)
-    # the first b is refused at 2 + 30 + 0.5; the second then gets its queue slot
-    assert figures.by_key[B].waits.max == pytest.approx(29.5)
+    assert figures.by_key[A].counts() == (1, 1, 0, 1)  # evicted once its 100 s request ended
+    assert figures.by_key[B].counts() == (2, 0, 0, 1)  # never refused
+    # the first b waited from 2 until a's request ended at 100
+    assert figures.by_key[B].waits.max == pytest.approx(98.0)
 
 
 def test_an_engine_being_built_is_spoken_for_and_not_a_victim() -> None:

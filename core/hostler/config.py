@@ -28,8 +28,10 @@ from pydantic import (
     field_validator,
 )
 
+from hostler.address import DEFAULT_HOST, DEFAULT_PORT
+from hostler.capacity.bounds import MAX_SLOTS
 from hostler.capacity.keys import parse_key
-from hostler.capacity.slots import MAX_SLOTS
+from hostler.capacity.origin import BUDGET_FLOOR, config_source, floor_problem
 from hostler.drivers.host_ledger import LedgerLocation, default_ledger_location
 from hostler.engines.logs import DEFAULT_LOG_KEEP, DEFAULT_LOG_MAX_BYTES
 from hostler.errors import UsageError
@@ -68,11 +70,9 @@ MAX_KEY_LENGTH = 128
 MAX_REPLICAS = 64
 #: The most engines a config may expand to (``[[engines]]`` plus every model's replicas).
 MAX_ENGINES = 1024
-#: ``hostler serve``'s default address and port (Ollama's port is 11434; llama-server's 8080).
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 11435
-#: A budget under 1 MiB is a unit mistake (``bytes = 8`` meant 8 GiB); past 2^60, a typo.
-MIN_BUDGET_BYTES = MIB
+#: CB1: a budget under 1 GiB would not be enforced (and ``bytes = 8`` meant 8 GiB): refused;
+#: past 2^60, a typo.
+MIN_BUDGET_BYTES = BUDGET_FLOOR
 MAX_BUDGET_BYTES = 2**60
 Auth = Literal["token", "none"]
 ArbiterPolicy = Literal["auto", "swap", "coexist"]
@@ -100,6 +100,12 @@ def _as_used(value: str, info: ValidationInfo) -> str:
     return str(user_path(value, base=base))
 
 
+def _as_named(value: str, info: ValidationInfo) -> str:
+    """A program's path: as :func:`_as_used`, links kept (a venv's ``bin/python`` stays it)."""
+    base = info.context.get("base") if isinstance(info.context, dict) else None
+    return str(user_path(value, base=base, follow_links=False))
+
+
 def _arguments(value: dict[str, ExtraValue]) -> dict[str, ExtraValue]:
     """Flags an engine's command line can carry: finite numbers, no NUL anywhere."""
     for flag, item in value.items():
@@ -125,6 +131,10 @@ Options = Annotated[dict[str, ExtraValue], Field(max_length=256), AfterValidator
 
 PathText = Annotated[
     str, Field(min_length=1, max_length=4096), AfterValidator(_no_nul), AfterValidator(_as_used)
+]
+#: A program's path: as :data:`PathText`, but a relative one keeps the links it names.
+ProgramText = Annotated[
+    str, Field(min_length=1, max_length=4096), AfterValidator(_no_nul), AfterValidator(_as_named)
 ]
 
 
@@ -191,7 +201,10 @@ class DaemonConfig:
 
     ``host``, ``port`` and ``auth`` are the HTTP face's (``hostler serve``); ``token`` a
     token given from outside (``HOSTLER_TOKEN``; None: the data directory's ``token`` file).
-    ``budget_bytes`` and ``spillover`` are applied to the memory ledger at start when not None.
+    ``budget_bytes`` and ``spillover`` are applied to the memory ledger at start when not None;
+    ``budget_from`` says where ``budget_bytes`` was set, as the ledger records it
+    (:mod:`hostler.capacity.origin`: ``config:<file>``, ``env:HOSTLER_BUDGET_BYTES``; "" for a
+    config built in code).
     """
 
     data_dir: Path
@@ -209,6 +222,7 @@ class DaemonConfig:
     token: str | None = field(default=None, repr=False)
     budget_bytes: BudgetSetting = None
     spillover: SpilloverSetting = None
+    budget_from: str = ""
     arbiter: ArbiterPolicy = "auto"
     #: The eviction policy's name (EV1, ``[pool] eviction``); checked against the built-ins and
     #: the plugins' policies when the daemon starts (PM17).
@@ -326,7 +340,7 @@ class _ModelEntry(_Strict):
 
 
 class _EngineDefaults(_Strict):
-    binary: PathText | None = None
+    binary: ProgramText | None = None
     idle_timeout: Seconds | None = None
     startup_timeout: StartupSeconds | None = None
     extra_args: ExtraArgs = {}
@@ -363,8 +377,11 @@ class _BudgetSection(_Strict):
     def _bytes(cls, value: object) -> BudgetSetting:
         if value == "auto" or value is None:
             return "auto" if value else None
-        if type(value) is int and MIN_BUDGET_BYTES <= value <= MAX_BUDGET_BYTES:
-            return value
+        if type(value) is int and 0 < value <= MAX_BUDGET_BYTES:
+            problem = floor_problem(value)
+            if problem is None:
+                return value
+            raise ValueError(problem)
         raise ValueError(f'a whole number of bytes from {MIN_BUDGET_BYTES} to 2^60, or "auto"')
 
     @field_validator("spillover")
@@ -467,6 +484,7 @@ def load_config(path: str | os.PathLike[str], *, data_dir: Path | None = None) -
         auth=parsed.server.auth,
         budget_bytes=parsed.budget.bytes,
         spillover=parsed.budget.spillover,
+        budget_from=("" if parsed.budget.bytes is None else config_source(str(file.resolve()))),
         arbiter=parsed.arbiter.policy,
         eviction=parsed.pool.eviction,
         default_options={

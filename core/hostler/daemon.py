@@ -21,6 +21,7 @@ from hostler.clock import SYSTEM_CLOCK, Clock
 from hostler.config import DaemonConfig, EngineConfig, load_config
 from hostler.daemon_parts.catalog import Catalog
 from hostler.daemon_parts.http_face import check_listen, http_face, http_token, serve_http
+from hostler.daemon_parts.narrator import Narrator
 from hostler.daemon_parts.options import check_engine_options
 from hostler.daemon_parts.ownership import open_owned_log
 from hostler.daemon_parts.shutdown import shut_down
@@ -37,6 +38,7 @@ from hostler.engines.supervisor import Supervisor
 from hostler.errors import HostlerError
 from hostler.events.daemon import DaemonStarted
 from hostler.paths import private_dir
+from hostler.postmortem.story import Story
 from hostler.probes.nvml import NvmlProbe
 from hostler.runtime.arbiter import GpuArbiter
 from hostler.runtime.facade import Runtime
@@ -68,8 +70,10 @@ class Daemon:
         *,
         listen: tuple[str, int] | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        narrate: bool = False,
     ) -> None:
         self.config = config
+        self.narrate = narrate
         self.listen = listen
         self.clock = clock
         self._listener: socket.socket | None = None
@@ -85,6 +89,8 @@ class Daemon:
         self._health_gate: DeviceHealthGate | None = None
         self._scope: anyio.CancelScope | None = None
         self._stop_cause: str | None = None
+        self._narrator: Narrator | None = None
+        self._told_from = 0  # the log's last seq before this daemon wrote anything
 
     @property
     def probe(self) -> NvmlProbe | None:
@@ -166,6 +172,8 @@ class Daemon:
                 if self._stop_cause is not None:
                     tasks.cancel_scope.cancel()
                 tasks.start_soon(first_signal, signals, tasks.cancel_scope, received)
+                if self.narrate:
+                    self._told_from = await self.offloop.run(store.last_seq)
                 try:
                     opened = await self._startup.open_parts(store, ledger_store)
                 except HostlerError as exc:
@@ -177,6 +185,8 @@ class Daemon:
             with anyio.CancelScope(shield=True):
                 if not self._shut_down:  # start-up ended before the runtime was made
                     await self._shutdown(store, self._cause(received))
+                if self._narrator is not None:
+                    await self._narrator.catch_up()  # the shutdown's own lines
             self._startup.close()
         if failed:
             raise failed[0]
@@ -217,6 +227,9 @@ class Daemon:
         )
         self.runtime = runtime
         self.catalog = opened.catalog
+        if self.narrate:
+            self._narrator = await self._narrator_of(store, runtime)
+            tasks.start_soon(self._narrator.run)
         # the runtime's pool outlives the daemon's other tasks: its engines are stopped first
         async with runtime:
             try:
@@ -234,6 +247,16 @@ class Daemon:
                 # Whatever ended the daemon (a signal, or a bug in a task), it stops what it owns.
                 with anyio.CancelScope(shield=True):
                     await self._shutdown(store, self._cause(received))
+
+    async def _narrator_of(self, store: EventStore, runtime: Runtime) -> Narrator:
+        """The story of this daemon's log (and its ledger's), from where this run began."""
+        logs, after = [store], [self._told_from]
+        ledger_log = runtime.memory.ledger_log()
+        if ledger_log is not None:  # another file: its events from now on
+            logs.append(ledger_log)
+            after.append(await self.offloop.run(ledger_log.last_seq))
+        story = Story(owner=None if self.ledger is None else self.ledger.owner)
+        return Narrator(logs, after, story, clock=self.clock, offloop=self.offloop)
 
     async def _shutdown(self, store: EventStore, cause: str) -> None:
         """Every engine stopped and recorded, once (:mod:`hostler.daemon_parts.shutdown`)."""

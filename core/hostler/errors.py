@@ -19,6 +19,7 @@ __all__ = [
     "EngineBusyError",
     "EngineStartError",
     "ExportFormatError",
+    "ExtraMissingError",
     "HostlerError",
     "IllegalTransitionError",
     "ModelFileError",
@@ -26,6 +27,7 @@ __all__ = [
     "PluginError",
     "QueueCancelledError",
     "QueueTimeoutError",
+    "RequestBodyError",
     "RestartBudgetError",
     "RuntimeClosedError",
     "SettingError",
@@ -75,6 +77,20 @@ class UsageError(HostlerError):
 
     code = "usage.invalid"
     exit_status = 2
+
+
+class RequestBodyError(UsageError):
+    """An OpenAI request's body is malformed: answered 400 with the ``param`` at fault.
+
+    Attributes:
+        param: The body's field at fault (``messages[0].content``), None for the whole body.
+    """
+
+    code = "request.invalid"
+
+    def __init__(self, message: str, param: str | None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class SettingError(UsageError):
@@ -167,6 +183,16 @@ class ExportFormatError(HostlerError):
     """
 
     code = "export.format"
+
+
+class ExtraMissingError(HostlerError):
+    """A command needs an optional part of hostler that is not installed (an extra).
+
+    The message names the command, the package and the install line (``pip install
+    'hostler[plots]'``).
+    """
+
+    code = "install.extra-missing"
 
 
 class OutputError(HostlerError):

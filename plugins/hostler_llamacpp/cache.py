@@ -52,6 +52,10 @@ log = logging.getLogger(__name__)
 
 #: Seconds one slot action or ``/slots`` read may take.
 HTTP_TIMEOUT = 30.0
+#: After the engine did not answer a usage poll: the first pause before it is polled again
+#: (seconds), doubled after each miss up to :data:`POLL_BACKOFF_MAX`; an answer resets it.
+POLL_BACKOFF = 5.0
+POLL_BACKOFF_MAX = 300.0
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
@@ -206,6 +210,8 @@ class LlamaCacheAdapter:
         # does not make the states this engine saves pass for the new file's
         self._version = version + model_stamp(model) if version else ""
         self._version_checked = save_dir is None or not version  # "": nothing to check
+        self._misses = 0  # usage polls in a row the engine did not answer
+        self._quiet_until = 0.0  # no usage poll before this (clock) time
 
     @property
     def slots(self) -> int:
@@ -517,8 +523,13 @@ class LlamaCacheAdapter:
         """The bound sessions' caches as ``GET /slots`` tells them; None if it cannot.
 
         A slot's tokens are its ``n_cache_tokens`` (older servers), else ``n_prompt_tokens``,
-        else what its last restore brought back; a slot that tells nothing is left out.
+        else what its last restore brought back; a slot that tells nothing is left out. An
+        engine that did not answer (stopped, hung) is not polled again for a while: 5 s after
+        the first miss, doubling to 5 min, until it answers; only the first miss is logged at
+        INFO, the rest at DEBUG.
         """
+        if self._clock() < self._quiet_until:
+            return None  # it did not answer lately: not asked again before its pause ends
         told = await self._slot_tokens()
         if told is None:
             return None
@@ -562,7 +573,19 @@ class LlamaCacheAdapter:
         """The status and JSON of one call, or None when the engine did not answer."""
         call = partial(_http, self._base + path, method, body, self._timeout)
         try:
-            return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+            answer = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
         except (OSError, ValueError) as error:
-            log.info("llama-server %s %s failed: %s", method, path, error)
+            self._missed(f"llama-server {method} {path} failed: {error}")
             return None
+        self._misses, self._quiet_until = 0, 0.0
+        return answer
+
+    def _missed(self, what: str) -> None:
+        """The engine did not answer: pause the usage polls, longer after each miss in a row."""
+        self._misses += 1
+        pause = min(POLL_BACKOFF * 2 ** min(self._misses - 1, 16), POLL_BACKOFF_MAX)
+        self._quiet_until = self._clock() + pause
+        if self._misses == 1:
+            log.info("%s (usage polls paused, longer after each miss, until it answers)", what)
+        else:
+            log.debug("%s (miss %d in a row; next poll in %.0f s)", what, self._misses, pause)

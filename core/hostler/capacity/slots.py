@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from hostler.capacity.bounds import MAX_SLOTS
 from hostler.capacity.kv import heuristic_per_slot_kv, kv_scale
 from hostler.capacity.ledger import fallback_resident_bytes
 from hostler.capacity.units import GIB, round_half_up
@@ -11,10 +12,6 @@ from hostler.errors import UsageError
 
 __all__ = ["MAX_SLOTS", "compute_headroom", "default_slots", "planned_slots", "slot_ceiling"]
 
-#: S2: the most slots (``--parallel``) an engine may be asked for. Each slot keeps at least
-#: 256 KV cells and its own compute state; past a thousand the count is a typo, and the
-#: planner's slot ladder (C6) and growth (C7) walk the slots, so this bounds them.
-MAX_SLOTS = 1024
 
 _HEADROOM = {"llamacpp": 0.20, "llama-cpp": 0.20, "ds4": 0.20, "mlx": 0.35}
 

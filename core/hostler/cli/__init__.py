@@ -14,10 +14,11 @@ from hostler.errors import HostlerError, OutputError
 
 __all__ = ["build_parser", "main"]
 
-#: Every subcommand as (module in ``hostler.cli``, the function that registers it, the names it
-#: registers), in the order ``hostler --help`` lists them. A command's module is imported only
-#: when that command runs (or when every command is listed): ``hostler state`` does not pay for
-#: the HTTP face's or the plotting libraries' imports.
+#: Every subcommand as (module in ``hostler.cli.parsers``, the function that registers it, the
+#: names it registers), in the order ``hostler --help`` lists them. A parser's module is imported
+#: only when its command is named (or when every command is listed), and imports nothing heavy;
+#: the command's body (its module in ``hostler.cli``) only when it runs: ``hostler --help``
+#: and every ``--help`` start at once, ``hostler state`` does not pay for the HTTP face.
 COMMANDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("events", "add_parser", ("events",)),
     ("state", "add_parser", ("state",)),
@@ -35,6 +36,8 @@ COMMANDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("export", "add_parser", ("export", "import")),
     ("daemon", "add_serve_parser", ("serve",)),
     ("capacity", "add_parsers", ("budget", "preview")),
+    ("engine", "add_parser", ("engine",)),
+    ("doctor", "add_parser", ("doctor",)),
 )
 
 
@@ -56,7 +59,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     chosen = [entry for entry in COMMANDS if command in entry[2]] or COMMANDS
     for module_name, register, _ in chosen:
-        module = importlib.import_module(f"hostler.cli.{module_name}")
+        module = importlib.import_module(f"hostler.cli.parsers.{module_name}")
         getattr(module, register)(sub)
     return parser
 

@@ -1,33 +1,47 @@
 """The client commands' one way to talk to a running ``hostler serve``: address, token, calls.
 
 Every failure is one line: nothing answering is ``daemon.unreachable``; an answer that is an
-error (401 for a wrong token, 404 for an unknown model...) carries the daemon's own message.
+error (401 for a wrong token, 404 for an unknown model...) carries the daemon's own message, and
+a 401 also says which token was sent, from where, and how to send the right one.
+
+HTTP is the standard library's (:mod:`http.client`): ``hostler ps`` starts in a few hundredths
+of a second, with no HTTP library to import.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import http.client
 import json
 import os
 from collections.abc import Callable, Iterator
-from typing import Any, ParamSpec
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Concatenate, ParamSpec
 from urllib.parse import urlsplit
 
-import httpx
-
-from hostler.cli.common import data_directory
+from hostler.bearer import valid_token
+from hostler.cli.options import (
+    DEFAULT_URL,
+    TOKEN_VARIABLE,
+    URL_VARIABLE,
+    add_client_options,
+    check_url,
+    url_argument,
+)
 from hostler.errors import DaemonRefusedError, DaemonUnreachableError, SettingError
 from hostler.paths import default_data_dir
-from hostler.settings_env import valid_token
 
 __all__ = [
     "DEFAULT_URL",
     "URL_VARIABLE",
+    "Credential",
     "add_client_options",
     "call",
     "check_url",
     "checks_answers",
+    "credential_of",
     "daemon_url",
     "event_stream",
     "fetch",
@@ -36,38 +50,8 @@ __all__ = [
     "url_argument",
 ]
 
-DEFAULT_URL = "http://127.0.0.1:11435"
-#: The environment variable that names the daemon when ``--url`` is not given.
-URL_VARIABLE = "HOSTLER_URL"
-TOKEN_VARIABLE = "HOSTLER_TOKEN"  # noqa: S105 - a variable name, not a secret
-_MAX_URL = 2048
-
-
-def check_url(text: str) -> str:
-    """``text`` as a daemon address (``http(s)://host[:port][/prefix]``, no trailing slash).
-
-    Raises:
-        ValueError: It is not one; the message says what is expected.
-    """
-    if not text or len(text) > _MAX_URL or any(c.isspace() for c in text):
-        raise ValueError(f"{text[:60]!r} is not a daemon URL (http://HOST:PORT)")
-    try:
-        parts = urlsplit(text)
-        port = parts.port
-    except ValueError:
-        raise ValueError(f"{text[:60]!r} is not a daemon URL (http://HOST:PORT)") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query:
-        raise ValueError(f"{text[:60]!r} is not a daemon URL (http://HOST:PORT)")
-    del port  # parsed only to refuse a bad one
-    return text.rstrip("/")
-
-
-def url_argument(text: str) -> str:
-    """An argparse type: a daemon URL (see :func:`check_url`), refused in one line otherwise."""
-    try:
-        return check_url(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+#: The most of an answer read into memory (the largest, ``hostler ps --json``'s, is far less).
+MAX_ANSWER = 64 * 2**20
 
 
 def daemon_url(args: argparse.Namespace, *, default: str | None = DEFAULT_URL) -> str | None:
@@ -88,28 +72,23 @@ def daemon_url(args: argparse.Namespace, *, default: str | None = DEFAULT_URL) -
     return default
 
 
-def add_client_options(
-    parser: argparse.ArgumentParser, *, json_flag: bool = True, url_help: str | None = None
-) -> None:
-    """``--url``, ``--token``, ``--data-dir`` (where the token file is), and ``--json``."""
-    parser.add_argument(
-        "--url",
-        type=url_argument,
-        help=url_help
-        or f"where hostler serve listens (default ${URL_VARIABLE}, else {DEFAULT_URL})",
-    )
-    parser.add_argument(
-        "--token", help="the daemon's token (default: read from --data-dir's 'token' file)"
-    )
-    parser.add_argument(
-        "--data-dir", type=data_directory, help="the daemon's data directory (for its token)"
-    )
-    if json_flag:
-        parser.add_argument("--json", action="store_true", help="print JSON (for scripts)")
+@dataclass(frozen=True, slots=True)
+class Credential:
+    """The token a command sends (None: none) and where it came from, in words for people.
+
+    Attributes:
+        token: The bearer token, or None.
+        source: ``--token``, ``$HOSTLER_TOKEN``, ``DIR/token`` or why none is sent.
+        folder: The data directory whose token file was read (or would have been).
+    """
+
+    token: str | None
+    source: str
+    folder: Path
 
 
-def token_of(args: argparse.Namespace) -> str | None:
-    """``--token``, else ``$HOSTLER_TOKEN`` (the daemon's own), else the ``token`` file, else None.
+def credential_of(args: argparse.Namespace) -> Credential:
+    """``--token``, else ``$HOSTLER_TOKEN`` (the daemon's own), else the ``token`` file, else none.
 
     The data directory's token file is sent only to the address its daemon listens on (the
     ``address`` file it writes at start): it is that daemon's secret, never handed to another
@@ -118,8 +97,9 @@ def token_of(args: argparse.Namespace) -> str | None:
     Raises:
         SettingError: ``$HOSTLER_TOKEN`` is set and cannot be a token.
     """
+    folder: Path = getattr(args, "data_dir", None) or default_data_dir()
     if getattr(args, "token", None):
-        return str(args.token)
+        return Credential(str(args.token), "--token", folder)
     named = os.environ.get(TOKEN_VARIABLE, "")
     if named:
         if not valid_token(named):  # never echoed: it is a secret
@@ -127,17 +107,28 @@ def token_of(args: argparse.Namespace) -> str | None:
                 f"{TOKEN_VARIABLE}: not a token (32 to 256 printable characters, no space); "
                 "fix it or unset the variable"
             )
-        return named
-    folder = getattr(args, "data_dir", None) or default_data_dir()
+        return Credential(named, f"${TOKEN_VARIABLE}", folder)
     try:
         served = (folder / "address").read_text(encoding="utf-8").strip()
         token = (folder / "token").read_text(encoding="utf-8").strip()
     except OSError:
-        return None
+        return Credential(None, f"no token: {folder} holds no token file", folder)
     url = daemon_url(args)
     if url is None or _endpoint(url) != _endpoint(served):
-        return None  # the data directory's token goes to its own daemon only
-    return token or None
+        # the data directory's token goes to its own daemon only
+        return Credential(None, f"no token: {folder}'s daemon listens at {served[:200]}", folder)
+    if not token:
+        return Credential(None, f"no token: {folder / 'token'} is empty", folder)
+    return Credential(token, f"the token of {folder / 'token'}", folder)
+
+
+def token_of(args: argparse.Namespace) -> str | None:
+    """The token to send (see :func:`credential_of`), or None.
+
+    Raises:
+        SettingError: ``$HOSTLER_TOKEN`` is set and cannot be a token.
+    """
+    return credential_of(args).token
 
 
 def _endpoint(url: str) -> tuple[str, int | None] | None:
@@ -151,21 +142,38 @@ def _endpoint(url: str) -> tuple[str, int | None] | None:
     return ("127.0.0.1" if host == "localhost" else host), port
 
 
+def unauthorized(refused: DaemonRefusedError, credential: Credential) -> DaemonRefusedError:
+    """A 401 told with the token sent, where it came from, and the fix that works."""
+    return DaemonRefusedError(
+        f"{refused.message} (sent {credential.source}); give the data directory of the daemon "
+        f"at that address with --data-dir DIR (its token is DIR/token), or its token with "
+        f"--token or ${TOKEN_VARIABLE}",
+        refused.status,
+    )
+
+
 P = ParamSpec("P")
 
 
-def checks_answers(command: Callable[P, int]) -> Callable[P, int]:
+def checks_answers(
+    command: Callable[Concatenate[argparse.Namespace, P], int],
+) -> Callable[Concatenate[argparse.Namespace, P], int]:
     """``command`` (a client command), with a daemon answer of the wrong shape as one line.
 
     What a daemon answers is input from outside: something else on the port, or another
     version, may answer 200 with JSON the command cannot read. That is said in one line
-    (``daemon.refused``), never a traceback.
+    (``daemon.refused``), never a traceback. A 401 (the wrong token, or none) says which token
+    was sent and from where (:func:`unauthorized`).
     """
 
     @functools.wraps(command)
-    def checked(*args: P.args, **kwargs: P.kwargs) -> int:
+    def checked(args: argparse.Namespace, /, *rest: P.args, **kwargs: P.kwargs) -> int:
         try:
-            return command(*args, **kwargs)
+            return command(args, *rest, **kwargs)
+        except DaemonRefusedError as exc:
+            if exc.status != 401:
+                raise
+            raise unauthorized(exc, credential_of(args)) from None
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             raise DaemonRefusedError(
                 f"the answer is not one hostler serve gives ({type(exc).__name__}: "
@@ -179,21 +187,43 @@ def _headers(token: str | None) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"} if token else {}
 
 
-def _unreachable(url: str, exc: Exception) -> DaemonUnreachableError:
+def _unreachable(url: str, exc: BaseException) -> DaemonUnreachableError:
     return DaemonUnreachableError(
         f"no hostler serve answers at {url[:200]} ({type(exc).__name__}); start it with "
         "`hostler serve`, or give --url"
     )
 
 
-def _refused(url: str, path: str, response: httpx.Response) -> DaemonRefusedError:
+def _refused(url: str, path: str, status: int, body: bytes) -> DaemonRefusedError:
     try:
-        message = response.json()["error"]["message"]
+        message = json.loads(body)["error"]["message"]
     except (ValueError, KeyError, TypeError):
-        message = response.text[:200]
-    return DaemonRefusedError(
-        f"{url[:200]}{path}: {response.status_code}: {message}", response.status_code
-    )
+        message = body[:200].decode("utf-8", "replace")
+    return DaemonRefusedError(f"{url[:200]}{path}: {status}: {str(message)[:500]}", status)
+
+
+def _open(
+    method: str,
+    url: str,
+    path: str,
+    token: str | None,
+    *,
+    body: bytes | None,
+    timeout: float,
+) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+    """A request sent and its answer's head read; the caller closes the connection."""
+    parts = urlsplit(url)
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    connection = kind(parts.hostname or "", parts.port, timeout=timeout)
+    headers = _headers(token)
+    if body is not None:
+        headers["content-type"] = "application/json"
+    try:
+        connection.request(method, parts.path + path, body=body, headers=headers)
+        return connection, connection.getresponse()
+    except (OSError, http.client.HTTPException) as exc:
+        connection.close()
+        raise _unreachable(url, exc) from None
 
 
 def call(
@@ -208,23 +238,21 @@ def call(
     """One request to the daemon; its JSON answer.
 
     Raises:
-        DaemonUnreachableError: Nothing answers there, or it answered with an error (the
-            message carries the status and the daemon's own message).
+        DaemonUnreachableError: Nothing answers there, or the answer is not JSON.
+        DaemonRefusedError: It answered with an error (the status and the daemon's message).
     """
     content = None if body is None else json.dumps(body).encode()
-    headers = _headers(token)
-    if content is not None:
-        headers["content-type"] = "application/json"
+    connection, response = _open(method, url, path, token, body=content, timeout=timeout)
     try:
-        response = httpx.request(
-            method, url + path, headers=headers, content=content, timeout=timeout
-        )
-    except httpx.HTTPError as exc:
+        data = response.read(MAX_ANSWER)
+    except (OSError, http.client.HTTPException) as exc:
         raise _unreachable(url, exc) from None
-    if response.status_code != 200:
-        raise _refused(url, path, response)
+    finally:
+        connection.close()
+    if response.status != 200:
+        raise _refused(url, path, response.status, data)
     try:
-        return response.json()
+        return json.loads(data)
     except ValueError:
         raise DaemonUnreachableError(
             f"{url[:200]}{path}: the answer is not JSON; is that a hostler serve?"
@@ -246,23 +274,26 @@ def event_stream(
 ) -> Iterator[dict[str, Any]]:
     """The daemon's events after seq ``after``, as they are written (``GET /api/events``).
 
-    Each is ``{"seq", "stream", "version", "type", "payload"}``. It ends only when no event
-    came for ``idle`` seconds (None: never); resume from the last seq seen.
+    Each is ``{"seq", "recorded_at", "stream", "version", "type", "payload"}``. It ends only
+    when no event came for ``idle`` seconds (None: never); resume from the last seq seen.
 
     Raises:
-        DaemonUnreachableError: Nothing answers there, it refused, or the stream broke off.
+        DaemonUnreachableError: Nothing answers there, or the stream broke off.
+        DaemonRefusedError: It refused (the status and the daemon's message).
     """
     path = f"/api/events?after={after}"
-    timeout = httpx.Timeout(10.0, read=idle)
+    connection, answer = _open("GET", url, path, token, body=None, timeout=10.0)
     try:
-        with httpx.stream("GET", url + path, headers=_headers(token), timeout=timeout) as answer:
-            if answer.status_code != 200:
-                answer.read()
-                raise _refused(url, path, answer)
-            for line in answer.iter_lines():
-                if line.startswith("data: "):
-                    yield json.loads(line[6:])
-    except httpx.ReadTimeout:
+        if answer.status != 200:
+            raise _refused(url, path, answer.status, answer.read(MAX_ANSWER))
+        if connection.sock is not None:
+            connection.sock.settimeout(idle)  # from here on, a read waits at most ``idle``
+        while line := answer.readline(MAX_ANSWER):
+            if line.startswith(b"data: "):
+                yield json.loads(line[6:])
+    except TimeoutError:
         return  # quiet for ``idle`` seconds: the caller resumes, or stops
-    except httpx.HTTPError as exc:
+    except (OSError, http.client.HTTPException) as exc:
         raise _unreachable(url, exc) from None
+    finally:
+        connection.close()

@@ -1,4 +1,4 @@
-"""Options and helpers shared by the CLI's commands."""
+"""Helpers shared by the CLI's command bodies (their options: :mod:`hostler.cli.options`)."""
 
 from __future__ import annotations
 
@@ -12,100 +12,20 @@ from pathlib import Path
 from typing import IO
 
 from hostler.errors import OutputError, StoreDamagedRowError, StoreError, UsageError
-from hostler.paths import default_log_path, user_path
+from hostler.paths import default_log_path
 from hostler.store.connect import sqlite_path_of
 from hostler.store.log import EventStore
 
 __all__ = [
     "DamageReport",
-    "add_log_options",
-    "add_log_source",
     "atomic_output",
-    "data_directory",
-    "log_argument",
     "log_target",
     "open_existing_log",
-    "path_argument",
     "take_log_argument",
 ]
 
 #: Damaged rows named one per line before the rest are counted.
 _DAMAGED_SHOWN = 20
-
-#: Longer than any path a kernel accepts (PATH_MAX is 4096 on Linux).
-_MAX_PATH = 4096
-
-
-def _given_path(text: str, *, resolve: bool = False) -> Path:
-    """``text`` as :func:`hostler.paths.user_path` makes it, or argparse's one-line refusal."""
-    if not text or len(text) > _MAX_PATH:
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a usable path")
-    try:
-        return user_path(text, resolve=resolve)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text[:200]!r}: {exc}") from None
-
-
-def path_argument(text: str) -> Path:
-    """An argparse type: a file path as given, ``~`` and ``~user`` expanded.
-
-    Refused in one line (usage error, exit 2) when it cannot be expanded or holds a NUL.
-    """
-    return _given_path(text)
-
-
-def log_argument(text: str) -> str:
-    """An argparse type for ``--db``: a URL as given, a file path expanded and resolved.
-
-    A path that cannot be (a ``~user`` nobody knows, a symbolic link loop) is refused in one
-    line; a URL is checked when the log is opened.
-    """
-    if not text or "://" in text:
-        return text
-    return str(_given_path(text, resolve=True))
-
-
-def data_directory(text: str) -> Path:
-    """An argparse type: a data directory, resolved (engines run in other working directories).
-
-    Refused in one line when it cannot be expanded or resolved, or names something that is not
-    a directory.
-    """
-    if not text or len(text) > _MAX_PATH or "\0" in text:
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a usable directory path")
-    path = _given_path(text, resolve=True)
-    if path.exists() and not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{path}: exists and is not a directory")
-    return path
-
-
-def add_log_options(parser: argparse.ArgumentParser) -> None:
-    """``--db`` and ``--data-dir``, shared by every command that reads a log."""
-    parser.add_argument(
-        "--db",
-        type=log_argument,
-        help="event log file or SQLAlchemy URL (default: DATA_DIR/events.db)",
-    )
-    parser.add_argument(
-        "--data-dir",
-        type=data_directory,
-        help="data directory (default: $HOSTLER_HOME or ~/.local/share/hostler)",
-    )
-
-
-def add_log_source(parser: argparse.ArgumentParser) -> None:
-    """An optional ``LOG`` argument beside ``--db`` and ``--data-dir`` (the post-mortem commands).
-
-    :func:`take_log_argument` folds it into ``--db``; giving both is refused.
-    """
-    parser.add_argument(
-        "log",
-        nargs="?",
-        type=log_argument,
-        metavar="LOG",
-        help="event log file or SQLAlchemy URL, as --db (default: DATA_DIR/events.db)",
-    )
-    add_log_options(parser)
 
 
 def take_log_argument(args: argparse.Namespace, command: str) -> None:

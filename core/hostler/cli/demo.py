@@ -11,10 +11,9 @@ import argparse
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 from hostler.capacity.units import GIB, MIB
-from hostler.cli.common import add_log_options, path_argument
+from hostler.cli.events import event_row
 from hostler.cli.live_demo import Say, run_live
 from hostler.cli.render import TableWriter
 from hostler.cli.state import format_world
@@ -23,28 +22,7 @@ from hostler.paths import default_data_dir
 from hostler.replay import commit, replay
 from hostler.store.log import EventStore
 
-__all__ = ["add_parser", "run", "run_story"]
-
-
-def add_parser(sub: Any) -> None:
-    """Register the subcommand."""
-    parser: argparse.ArgumentParser = sub.add_parser(
-        "demo",
-        help="run a real engine through its lifecycle into a fresh demo log, and show it",
-        description="Writes DATA_DIR/demo/events.db anew (replacing an earlier demo log): a "
-        "tiny model is made, a real llama-server started, asked, crashed, restarted and "
-        "idle-stopped; then the events and the state replayed from them are printed.",
-    )
-    add_log_options(parser)
-    parser.add_argument(
-        "--model", type=path_argument, help="a GGUF model to use instead of a generated tiny one"
-    )
-    parser.add_argument(
-        "--scripted",
-        action="store_true",
-        help="no engine: drive the machines with scripted observations",
-    )
-    parser.set_defaults(run=run)
+__all__ = ["run", "run_story"]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
             run_live(store, path.parent, model, Say())
             print()
         print(f"demo event log: {path}\n")
-        for line in TableWriter().lines(store.read_all()):
+        for line in TableWriter().lines(event_row(r) for r in store.read_all()):
             print(line)
         print()
         print("\n".join(format_world(replay(store))))

@@ -3,60 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 from hostler.cli import remote_events
-from hostler.cli.client import URL_VARIABLE, daemon_url, url_argument
-from hostler.cli.common import DamageReport, add_log_options, open_existing_log
-from hostler.cli.numbers import count, seconds
-from hostler.cli.render import TableWriter, record_json
+from hostler.cli.client import daemon_url
+from hostler.cli.common import DamageReport, open_existing_log
+from hostler.cli.render import EventRow, TableWriter, summarize_fields
 from hostler.cli.timeparse import parse_moment
 from hostler.errors import UsageError
-from hostler.store.log import EventStore, RecordedEvent
+from hostler.events.base import UnknownEvent
+from hostler.store.log import EventStore, RecordedEvent, format_time
 
-__all__ = ["add_parser", "run"]
-
-
-def add_parser(sub: Any) -> None:
-    """Register the subcommand."""
-    parser: argparse.ArgumentParser = sub.add_parser(
-        "events",
-        help="list, filter and tail the event log",
-        description="List the event log, oldest first. Filters combine with AND; --type and "
-        "--stream may repeat (any of them matches).",
-    )
-    add_log_options(parser)
-    parser.add_argument("--stream", action="append", help="exact stream id (engine/KEY, ...)")
-    parser.add_argument("--stream-prefix", help="stream ids starting with this (engine/)")
-    parser.add_argument(
-        "--type", action="append", dest="types", help="event type, e.g. engine.crashed"
-    )
-    parser.add_argument("--since", help="recorded at or after (ISO-8601 UTC, or 15m, 2h, 1d ago)")
-    parser.add_argument("--until", help="recorded at or before (same forms as --since)")
-    parser.add_argument("--after-seq", type=count(0), default=0, help="only events with seq > N")
-    parser.add_argument("--limit", type=count(1), help="at most N events (the oldest N)")
-    parser.add_argument(
-        "--tail", type=count(1), metavar="N", help="only the newest N matching events"
-    )
-    parser.add_argument("--json", action="store_true", help="one JSON object per line")
-    parser.add_argument("-f", "--follow", action="store_true", help="keep printing new events")
-    parser.add_argument(
-        "--interval",
-        type=seconds(0.01, 3600),
-        default=0.5,
-        help="seconds between polls with --follow",
-    )
-    parser.add_argument(
-        "--url",
-        type=url_argument,
-        help=f"tail the running hostler serve there instead of the file (also ${URL_VARIABLE})",
-    )
-    parser.add_argument("--token", help="the daemon's token when it listens publicly")
-    parser.set_defaults(run=run)
+__all__ = ["event_row", "record_json", "run"]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,7 +39,10 @@ def run(args: argparse.Namespace) -> int:
     with open_existing_log(args) as store:
         damage = DamageReport(store.name)
         records = _noting_damage(_records(store, args, since, until), damage)
-        lines = (record_json(r) for r in records) if args.json else TableWriter().lines(records)
+        if args.json:
+            lines: Iterator[str] | Iterable[str] = (record_json(r) for r in records)
+        else:
+            lines = TableWriter(wide=args.wide).lines(event_row(r) for r in records)
         shown = 0
         for line in lines:
             print(line, flush=args.follow)
@@ -84,6 +50,43 @@ def run(args: argparse.Namespace) -> int:
         if shown == 0 and not args.json:
             print("(no events match)", file=sys.stderr)
         return damage.status()
+
+
+def event_row(record: RecordedEvent) -> EventRow:
+    """A log record as the event table shows it (a damaged or unknown row says so)."""
+    if record.damage:
+        details = f"[DAMAGED ROW: {record.damage}]"
+    else:
+        details = summarize_fields(record.payload)
+        if isinstance(record.event, UnknownEvent):
+            details = f"{details} [unknown: {record.event.reason}]".lstrip()
+    return EventRow(
+        record.seq,
+        format_time(record.recorded_at),
+        record.stream_id,
+        record.version,
+        record.type,
+        details,
+    )
+
+
+def record_json(record: RecordedEvent) -> str:
+    """One JSON line for a record (the stored payload, plus the upcast one if it differs)."""
+    data: dict[str, Any] = {
+        "seq": record.seq,
+        "recorded_at": format_time(record.recorded_at),
+        "stream_id": record.stream_id,
+        "version": record.version,
+        "type": record.type,
+        "schema_version": record.schema_version,
+        "payload": record.payload,
+        "metadata": record.metadata,
+    }
+    if record.damage:
+        data["damaged"] = record.damage
+    elif isinstance(record.event, UnknownEvent):
+        data["unknown"] = record.event.reason
+    return json.dumps(data, separators=(",", ":"), sort_keys=False)
 
 
 def _noting_damage(

@@ -5,33 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 from datetime import UTC, datetime
-from typing import Any
 
-from hostler.cli.common import DamageReport, add_log_options, open_existing_log
+from hostler.cli.common import DamageReport, open_existing_log
 from hostler.cli.timeparse import parse_moment
 from hostler.errors import UsageError
 from hostler.postmortem.explain import explain, findings_json, resolve_target
 
-__all__ = ["add_parser", "run"]
-
-
-def add_parser(sub: Any) -> None:
-    """Register the subcommand."""
-    parser: argparse.ArgumentParser = sub.add_parser(
-        "explain",
-        help="say why: every decision that touched an engine, model, session or request",
-        description=(
-            "TARGET is an engine key (llamacpp:qwen:0), a model (qwen or llamacpp:qwen: every "
-            "replica), a session id, or a request as ENGINE_KEY#N (N: the id its queue gave "
-            "it). engine=, model=, session= or request= before it forces the kind."
-        ),
-    )
-    parser.add_argument("target", help="engine key, model, session id, or ENGINE_KEY#N")
-    add_log_options(parser)
-    parser.add_argument("--since", help="only decisions recorded from this time on")
-    parser.add_argument("--until", help="only decisions recorded up to this time")
-    parser.add_argument("--json", action="store_true", help="print the findings as JSON")
-    parser.set_defaults(run=run)
+__all__ = ["run"]
 
 
 def run(args: argparse.Namespace) -> int:

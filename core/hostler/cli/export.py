@@ -15,15 +15,12 @@ import msgspec
 from hostler._version import __version__
 from hostler.cli.common import (
     DamageReport,
-    add_log_options,
-    add_log_source,
     atomic_output,
     log_target,
     open_existing_log,
-    path_argument,
     take_log_argument,
 )
-from hostler.cli.numbers import count
+from hostler.cli.options import path_argument
 from hostler.cli.timeparse import parse_moment
 from hostler.errors import ExportFormatError, UsageError
 from hostler.postmortem.exchange import (
@@ -42,55 +39,17 @@ from hostler.postmortem.snapshots import SIDECAR_SUFFIX
 from hostler.store.connect import sqlite_path_of
 from hostler.store.log import EventStore, RawRow, format_time
 
-__all__ = ["add_parser", "run_export", "run_import"]
+__all__ = ["run_export", "run_import"]
 
 _encode = msgspec.json.Encoder().encode
 
 
-def _redaction(text: str) -> Redaction:
+def redaction_argument(text: str) -> Redaction:
+    """An argparse type: what ``--redact`` takes (see :func:`parse_redaction`)."""
     try:
         return parse_redaction(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def add_parser(sub: Any) -> None:
-    """Register ``export`` and ``import``."""
-    export: argparse.ArgumentParser = sub.add_parser(
-        "export",
-        help="write the log (or part of it) as JSON lines, optionally redacted",
-        description="Write the log's rows as JSON lines (a header, one line per row, an end "
-        "line) to stdout or -o FILE, to attach to a bug report; `hostler import` reads it back. "
-        "Damaged rows are written as stored, flagged, and named on stderr (exit 1).",
-    )
-    add_log_source(export)
-    export.add_argument("--since", help="rows recorded at or after (ISO-8601 UTC, or 15m, 2h)")
-    export.add_argument("--until", help="rows recorded at or before (same forms as --since)")
-    export.add_argument("--after-seq", type=count(0), default=0, help="only rows with seq > N")
-    export.add_argument(
-        "--redact",
-        type=_redaction,
-        default=Redaction(),
-        metavar="WHAT",
-        help="paths (pseudonyms keeping the extension), prompts (user text removed, session "
-        "ids pseudonymised), paths,prompts, all, or none (the default)",
-    )
-    export.add_argument(
-        "-o", "--output", type=path_argument, help="write FILE (atomically) instead of stdout"
-    )
-    export.set_defaults(run=run_export)
-
-    imp: argparse.ArgumentParser = sub.add_parser(
-        "import",
-        help="fill an empty log from a `hostler export` file",
-        description="Read an export (FILE, or - for stdin) into an EMPTY log, keeping every "
-        "seq, time, payload and metadata, so that state, events and replay answer as on the "
-        "original. The whole file is checked as it is written, in one transaction: a bad line "
-        "is named and nothing is imported. SQLite logs only.",
-    )
-    imp.add_argument("file", metavar="FILE", help="the export file, or - for stdin")
-    add_log_options(imp)
-    imp.set_defaults(run=run_import)
 
 
 # -- export --------------------------------------------------------------------------------

@@ -10,15 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 from urllib.parse import quote
 
 from hostler.cli.client import (
-    add_client_options,
     call,
     checks_answers,
     daemon_url,
@@ -26,37 +25,15 @@ from hostler.cli.client import (
     fetch,
     token_of,
 )
-from hostler.cli.tables import console, size
+from hostler.cli.tables import size
 from hostler.errors import DaemonRefusedError, HostlerError
 
-__all__ = ["add_parser", "model_of", "run_load", "run_unload", "step_line"]
+__all__ = ["model_of", "run_load", "run_unload", "step_line"]
 
 #: After the load answered, how long the event tail may take to deliver its last steps.
 CATCH_UP = 2.0
 #: How long the tail waits for an event before it checks whether it should stop.
 TAIL_IDLE = 0.5
-
-
-def add_parser(sub: Any) -> None:
-    """Register ``load`` and ``unload``."""
-    load: argparse.ArgumentParser = sub.add_parser(
-        "load", help="load a model in the running `hostler serve` now, showing each step"
-    )
-    load.add_argument("model", help="a model id (as `hostler models` lists it)")
-    add_client_options(load)
-    load.set_defaults(run=run_load)
-    unload: argparse.ArgumentParser = sub.add_parser(
-        "unload",
-        help="unload a model's idle engines (or one engine) of the running `hostler serve`",
-    )
-    unload.add_argument(
-        "key",
-        metavar="MODEL_OR_KEY",
-        help="a model id (as `hostler models` lists it: every engine of it) or an engine key "
-        "(as `hostler ps` lists it)",
-    )
-    add_client_options(unload)
-    unload.set_defaults(run=run_unload)
 
 
 def model_of(key: str) -> str:
@@ -166,29 +143,22 @@ def _with_progress(
 ) -> None:
     tail = _Tail(url, int(before.get("last_seq") or 0), token)
     loader = threading.Thread(target=_load, args=(url, model, token, answer), daemon=True)
-    out = console()
     started = time.monotonic()
-    status: AbstractContextManager[Any] = (
-        out.status(f"loading {model}…") if out.is_terminal else nullcontext()
-    )
+    if sys.stdout.isatty():  # a terminal sees at once that it began; a pipe gets the steps
+        print(f"loading {model}…", flush=True)
 
     def say(line: str) -> None:
-        text = f"{time.monotonic() - started:6.1f}s  {line}"
-        if out.is_terminal:
-            out.print(text)
-        else:
-            print(text, flush=True)
+        print(f"{time.monotonic() - started:6.1f}s  {line}", flush=True)
 
-    with status:
-        loader.start()
-        _show(tail, model, say, lambda _seq: loader.is_alive())
-        # the answer came: its steps are in the log already; let the tail deliver them
-        try:
-            last = int(fetch(url, "/api/engines", token).get("last_seq") or 0)
-        except HostlerError:
-            last = 0
-        deadline = time.monotonic() + CATCH_UP
-        _show(tail, model, say, lambda seq: seq < last and time.monotonic() < deadline)
+    loader.start()
+    _show(tail, model, say, lambda _seq: loader.is_alive())
+    # the answer came: its steps are in the log already; let the tail deliver them
+    try:
+        last = int(fetch(url, "/api/engines", token).get("last_seq") or 0)
+    except HostlerError:
+        last = 0
+    deadline = time.monotonic() + CATCH_UP
+    _show(tail, model, say, lambda seq: seq < last and time.monotonic() < deadline)
     tail.stop()
 
 

@@ -12,25 +12,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from hostler.cli.client import add_client_options, checks_answers, daemon_url, fetch, token_of
+from hostler.cli.client import checks_answers, daemon_url, fetch, token_of
 from hostler.cli.load import model_of
 from hostler.cli.tables import print_table, size, table
 
-__all__ = ["MODELS_HEADERS", "add_parser", "model_rows", "run"]
+__all__ = ["MODELS_HEADERS", "model_rows", "run"]
 
 #: The table's columns, in order (pinned by the tests).
 MODELS_HEADERS = ("MODEL", "SOURCE", "SIZE", "RESIDENT", "RESERVED")
-#: The widest model id the table shows whole (80 columns in all).
-MODEL_WIDTH = 36
-
-
-def add_parser(sub: Any) -> None:
-    """Register ``models``."""
-    parser: argparse.ArgumentParser = sub.add_parser(
-        "models", help="the models the running `hostler serve` offers, and which are loaded"
-    )
-    add_client_options(parser)
-    parser.set_defaults(run=run)
 
 
 def model_rows(listed: Mapping[str, Any], engines: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -68,17 +57,17 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    grid = table(MODELS_HEADERS, ("SIZE", "RESERVED"))
+    grid = table(MODELS_HEADERS, ("SIZE", "RESERVED"), cut={"MODEL": 16, "SOURCE": 8})
     for row in rows:
         name = str(row["id"])
         grid.add_row(
-            name if len(name) <= MODEL_WIDTH else name[: MODEL_WIDTH - 1] + "…",
+            name,
             str(row["source"] or "-"),
             size(row["size_bytes"]),
             "yes" if row["resident"] else "no",
             size(row["reserved_bytes"]),
         )
-    print_table(grid)
+    print_table(grid, wide=args.wide)
     if not rows:
         print(
             "(no models: put *.gguf files in DATA_DIR/models (found while serving), or give "

@@ -9,7 +9,6 @@ from typing import Any
 
 from hostler.cli.client import (
     DEFAULT_URL,
-    add_client_options,
     checks_answers,
     daemon_url,
     fetch,
@@ -23,7 +22,6 @@ __all__ = [
     "CACHE_HEADERS",
     "DEFAULT_URL",
     "PS_HEADERS",
-    "add_parser",
     "cache_rows",
     "fetch",
     "post",
@@ -48,15 +46,11 @@ PS_HEADERS = (
     "REASON",
 )
 _RIGHT = ("FOR", "PID", "PORT", "RESERVED", "MEASURED", "SLOTS", "QUEUED", "IDLE STOP")
-
-
-def add_parser(sub: Any) -> None:
-    """Register ``ps``."""
-    parser: argparse.ArgumentParser = sub.add_parser(
-        "ps", help="the engines the running `hostler serve` holds, their memory and queues"
-    )
-    add_client_options(parser)
-    parser.set_defaults(run=run)
+#: What a narrow terminal loses first (``--wide`` shows all): the port and pid are for
+#: debugging, the measured bytes and the lease are in ``--json``, the model is in the key.
+_DROP = ("PORT", "MEASURED", "LEASE", "PID", "MODEL", "QUEUED", "FOR")
+#: Then the reason, and at last the key, are cut (with ``…``) to no less than this.
+_CUT = {"REASON": 20, "KEY": 20}
 
 
 def _lease(value: Any) -> str:
@@ -91,7 +85,7 @@ def ps_rows(engines: Mapping[str, Any], queues: Mapping[str, Any]) -> list[tuple
     rows: list[tuple[str, ...]] = []
     for engine in engines["engines"]:
         queue = queues.get(engine["key"]) or {}
-        width = queue.get("width")
+        slots = engine.get("slots")  # as launched (--parallel), not the queue's width
         since = engine.get("state_since")
         reserved = engine.get("reserved_bytes")
         rows.append(
@@ -104,7 +98,7 @@ def ps_rows(engines: Mapping[str, Any], queues: Mapping[str, Any]) -> list[tuple
                 str(engine.get("port") or "-"),  # the engine's own loopback port
                 size(reserved if reserved is not None else engine.get("bytes") or None),
                 size(engine.get("measured_bytes")),
-                f"{queue.get('running', 0)}/{width}" if width else "-",
+                f"{queue.get('running', 0)}/{slots}" if slots else "-",
                 str(len(queue.get("pending", []))),
                 _idle_stop(engine, now),
                 _lease(engine.get("lease")),
@@ -134,10 +128,10 @@ def run(args: argparse.Namespace) -> int:
         }
         print(json.dumps(summary, indent=2))
         return 0
-    grid = table(PS_HEADERS, _RIGHT)
+    grid = table(PS_HEADERS, _RIGHT, drop=_DROP, cut=_CUT)
     for row in ps_rows(engines, queues):
         grid.add_row(*row)
-    print_table(grid)
+    print_table(grid, wide=args.wide)
     ledger = engines.get("ledger") or {}
     if ledger:
         print(f"\ncommitted {size(ledger.get('committed') or 0)} in the host ledger")
@@ -145,15 +139,16 @@ def run(args: argparse.Namespace) -> int:
         print("(no engines: the daemon serves no model yet)")
     if caches:
         print("\nprompt caches (sessions held or saved to disk, against each engine's budget):")
-        grid = table(CACHE_HEADERS, CACHE_HEADERS[1:])
+        grid = table(CACHE_HEADERS, CACHE_HEADERS[1:], drop=_CACHE_DROP, cut={"KEY": 20})
         for row in cache_rows(caches):
             grid.add_row(*row)
-        print_table(grid)
+        print_table(grid, wide=args.wide)
     return 0
 
 
 #: The prompt-cache table's columns (CC10, CC14).
 CACHE_HEADERS = ("KEY", "SESSIONS", "FILES", "ON DISK", "COUNTED", "BUDGET", "HITS", "MISSES")
+_CACHE_DROP = ("FILES", "MISSES", "HITS", "ON DISK")
 
 
 def cache_rows(caches: list[Any]) -> list[tuple[str, ...]]:

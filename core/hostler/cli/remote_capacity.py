@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
+from hostler.capacity.origin import floor_problem
 from hostler.cli.client import call, checks_answers, fetch, token_of
 from hostler.cli.load import model_of
+from hostler.cli.options import bytes_argument, spillover_argument
 from hostler.cli.tables import print_table, size, table
 from hostler.errors import UsageError
 
@@ -34,40 +35,6 @@ BUDGET_HEADERS = ("KEY", "BYTES", "OWNER", "PID")
 LOCAL_PREVIEW_OPTIONS = (
     "engine", "ctx", "slots", "kv", "mmproj", "standalone", "live", "ledger", "config",
 )  # fmt: skip
-
-_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?", re.IGNORECASE)
-_MAX_BYTES = 2**60
-
-
-def bytes_argument(text: str) -> int | str:
-    """An argparse type: ``auto`` (kept as the word), or bytes.
-
-    ``8589934592``, ``8G``, ``8 GiB``, ``512MiB``: units are binary (``G`` = GiB); refused
-    in one line otherwise or past 2^60.
-    """
-    cleaned = text.strip()
-    if cleaned.lower() == "auto":
-        return "auto"
-    match = _SIZE.fullmatch(cleaned) if len(cleaned) <= 40 else None
-    if match is None:
-        raise argparse.ArgumentTypeError(
-            f"{text[:40]!r} is not a size: give bytes (8589934592), a size (8G, 512MiB) or auto"
-        )
-    number, unit = match.group(1), _UNITS[match.group(2).lower()]
-    value = round(float(number) * unit) if "." in number else int(number) * unit
-    if value > _MAX_BYTES:
-        raise argparse.ArgumentTypeError(f"{text[:40]} is over 2^60 bytes")
-    return value
-
-
-def spillover_argument(text: str) -> bool | str:
-    """An argparse type: ``on`` (True), ``off`` (False) or ``auto`` (kept as the word)."""
-    choices: dict[str, bool | str] = {"on": True, "off": False, "auto": "auto"}
-    key = text.strip().lower()
-    if key not in choices:
-        raise argparse.ArgumentTypeError(f"spillover is on, off or auto, not {text[:20]!r}")
-    return choices[key]
 
 
 def budget_lines(snapshot: Mapping[str, Any]) -> list[str]:
@@ -92,6 +59,9 @@ def budget_lines(snapshot: Mapping[str, Any]) -> list[str]:
 @checks_answers
 def run_budget(args: argparse.Namespace, url: str) -> int:
     """Show the daemon's budget; with ``--set`` / ``--spillover``, change it first (live)."""
+    problem = floor_problem(args.set) if isinstance(args.set, int) else None
+    if problem is not None:  # CB1: refused here, as the daemon would, before asking it
+        raise UsageError(f"--set: {problem}")
     token = token_of(args)
     change: dict[str, Any] = {}
     if args.set is not None:
@@ -111,13 +81,13 @@ def run_budget(args: argparse.Namespace, url: str) -> int:
     rows = snapshot.get("by_key") or []
     if rows:
         print()
-        grid = table(BUDGET_HEADERS, ("BYTES", "PID"))
+        grid = table(BUDGET_HEADERS, ("BYTES", "PID"), drop=("PID",), cut={"OWNER": 12, "KEY": 20})
         for row in rows:
             owner = str(row.get("owner"))
             if row.get("owner_alive") is False:
                 owner += " (gone)"
             grid.add_row(row["key"], size(row.get("bytes")), owner, str(row.get("pid") or "-"))
-        print_table(grid)
+        print_table(grid, wide=args.wide)
     return 0
 
 

@@ -13,10 +13,10 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from hostler.cli.client import checks_answers, event_stream, fetch, token_of
-from hostler.cli.render import summarize_fields
+from hostler.cli.render import TableWriter, remote_row
 from hostler.errors import UsageError
 
-__all__ = ["LOCAL_ONLY", "event_line", "matches", "run"]
+__all__ = ["LOCAL_ONLY", "matches", "run"]
 
 #: ``hostler events`` options that need the log file itself (they filter on its times).
 LOCAL_ONLY = ("since", "until", "tail", "db")
@@ -30,16 +30,6 @@ def matches(event: Mapping[str, Any], args: argparse.Namespace) -> bool:
         and (not args.stream or stream in args.stream)
         and (not args.stream_prefix or stream.startswith(args.stream_prefix))
     )
-
-
-def event_line(event: Mapping[str, Any]) -> str:
-    """One readable line: seq, stream, version, type, the payload's fields."""
-    payload = event.get("payload")
-    details = summarize_fields(payload) if isinstance(payload, dict) else ""
-    return (
-        f"{event.get('seq', '?'):>7}  {event.get('stream', '')!s:<34} "
-        f"{event.get('version', ''):>3}  {event.get('type', '')!s:<26} {details}"
-    ).rstrip()
 
 
 def _events(url: str, args: argparse.Namespace, token: str | None) -> Iterator[dict[str, Any]]:
@@ -63,13 +53,16 @@ def run(args: argparse.Namespace, url: str) -> int:
         raise UsageError(f"{', '.join(used)}: only for the log file itself, not with --url")
     token = token_of(args)
     shown = 0
+    writer = TableWriter(wide=args.wide)
     for event in _events(url, args, token):
         if not matches(event, args):
             continue
-        line = json.dumps(event, separators=(",", ":")) if args.json else event_line(event)
-        if shown == 0 and not args.json:
-            print(f"{'SEQ':>7}  {'STREAM':<34} {'V':>3}  {'TYPE':<26} DETAILS")
-        print(line, flush=True)
+        if args.json:
+            lines = [json.dumps(event, separators=(",", ":"))]
+        else:
+            lines = list(writer.lines([remote_row(event)]))
+        for line in lines:
+            print(line, flush=True)
         shown += 1
         if args.limit is not None and shown >= args.limit:
             break

@@ -14,32 +14,15 @@ import logging
 import sys
 from typing import Any
 
-from hostler.cli.common import add_log_source, open_existing_log, take_log_argument
+from hostler.cli.common import open_existing_log, take_log_argument
 from hostler.errors import UsageError
 from hostler.pluginhost import PluginHost
 from hostler.postmortem.verify import Context, Finding, VerifyReport, verify_records
 
-__all__ = ["add_parser", "format_report", "run"]
+__all__ = ["format_report", "run"]
 
 #: Decisions that cannot be re-derived are listed one per line up to this many.
 _SHOWN = 20
-
-
-def add_parser(sub: Any) -> None:
-    """Register the subcommand."""
-    parser: argparse.ArgumentParser = sub.add_parser(
-        "replay",
-        help="re-derive every recorded decision with the current policy code (--verify)",
-        description="Re-derive every recorded decision from the inputs the log recorded, with "
-        "this hostler's policy code, and report each one that comes out differently (both "
-        "answers side by side). Exit 0 when all agree, 1 when any differs.",
-    )
-    add_log_source(parser)
-    parser.add_argument(
-        "--verify", action="store_true", help="re-derive and compare every decision"
-    )
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,8 +7,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from hostler.cli.common import DamageReport, add_log_options, open_existing_log
-from hostler.cli.numbers import count
+from hostler.cli.common import DamageReport, open_existing_log
 from hostler.cli.tables import size
 from hostler.cli.timeparse import parse_moment
 from hostler.errors import UsageError
@@ -17,7 +16,7 @@ from hostler.postmortem.snapshots import SnapshotCache, as_of, seq_at
 from hostler.replay import World
 from hostler.store.log import EventStore
 
-__all__ = ["add_parser", "format_runtime", "format_world", "parse_at", "run"]
+__all__ = ["format_runtime", "format_world", "parse_at", "run"]
 
 _COLUMNS: dict[str, tuple[str, ...]] = {
     "Engine": ("pid", "stop_reason", "starts", "crashes", "retry_at", "last_error"),
@@ -27,35 +26,6 @@ _COLUMNS: dict[str, tuple[str, ...]] = {
 
 #: The largest seq ``--at`` takes (SQLite's integer limit).
 _MAX_SEQ = 2**63 - 1
-
-
-def add_parser(sub: Any) -> None:
-    """Register the subcommand."""
-    parser: argparse.ArgumentParser = sub.add_parser(
-        "state",
-        help="the whole runtime rebuilt from the log (now, or as of a seq or time)",
-        description=(
-            "Resident engines, reservations, the budget, leases, queues and sessions, and "
-            "every lifecycle machine, as the log describes them after one row. Snapshots "
-            "kept beside the log (LOG.snapshots, a cache rebuilt whenever stale) make a "
-            "moment deep in a large log quick to reach."
-        ),
-    )
-    add_log_options(parser)
-    parser.add_argument(
-        "--at",
-        help="a seq (a whole number) or a time (ISO-8601, or relative: 15m, 2h): the state "
-        "after the last row recorded then",
-    )
-    parser.add_argument("--until-seq", type=count(0), help="the same as --at SEQ")
-    parser.add_argument("--until", help="the same as --at TIME")
-    parser.add_argument(
-        "--no-snapshots",
-        action="store_true",
-        help="fold the whole log from its start, neither reading nor saving snapshots",
-    )
-    parser.add_argument("--json", action="store_true", help="print the state as JSON")
-    parser.set_defaults(run=run)
 
 
 def parse_at(text: str, *, now: datetime) -> int | datetime:

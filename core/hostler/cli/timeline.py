@@ -11,53 +11,19 @@ from pathlib import Path
 
 from hostler.cli.common import (
     DamageReport,
-    add_log_source,
     atomic_output,
     open_existing_log,
-    path_argument,
     take_log_argument,
 )
 from hostler.cli.ledger_rows import recorded_ledger_rows
-from hostler.cli.numbers import count
 from hostler.cli.timeparse import parse_moment
 from hostler.errors import UsageError
 from hostler.events.ledger import LEDGER_STREAM
 from hostler.store.log import RecordedEvent
 
-__all__ = ["add_parser", "run"]
+__all__ = ["run"]
 
 #: Picture sizes accepted, in pixels.
-_MIN_SIDE, _MAX_SIDE = 300, 10_000
-
-
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register the subcommand."""
-    parser = sub.add_parser(
-        "timeline",
-        help="draw reserved and measured memory per engine over time (SVG or PNG)",
-        description="Reserved (light) and measured (solid) memory per engine as stacked "
-        "areas under the budget line, with markers for evictions, unloads, refusals and crashes, "
-        "and GPU lease holds shaded.",
-    )
-    add_log_source(parser)
-    parser.add_argument(
-        "-o", "--output", type=path_argument, required=True, help="picture to write: .svg or .png"
-    )
-    parser.add_argument(
-        "--ledger",
-        type=path_argument,
-        help="the host ledger's log, when the daemon kept its memory decisions there (default: "
-        "the one the log's daemon recorded using, read for that daemon's rows)",
-    )
-    parser.add_argument("--since", help="from this time (ISO-8601 UTC, or 15m, 2h ago)")
-    parser.add_argument("--until", help="up to this time")
-    parser.add_argument(
-        "--width", type=count(_MIN_SIDE, _MAX_SIDE), default=1400, help="pixels (1400)"
-    )
-    parser.add_argument(
-        "--height", type=count(_MIN_SIDE, _MAX_SIDE), default=700, help="pixels (700)"
-    )
-    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,7 +38,10 @@ def run(args: argparse.Namespace) -> int:
     if since and until and since >= until:
         raise UsageError("--since must be before --until")
     take_log_argument(args, "timeline")
+    from hostler.postmortem.draw import render, require_plots  # noqa: PLC0415
     from hostler.postmortem.timeline import build_timeline  # noqa: PLC0415
+
+    require_plots()  # before the log is read: a missing extra is said at once
 
     with contextlib.ExitStack() as stack:
         store = stack.enter_context(open_existing_log(args))
@@ -102,8 +71,6 @@ def run(args: argparse.Namespace) -> int:
             "in the host ledger's log; give it with --ledger PATH",
             file=sys.stderr,
         )
-    from hostler.postmortem.draw import render  # noqa: PLC0415 - matplotlib only when drawing
-
     picture = io.BytesIO()
     render(
         timeline,

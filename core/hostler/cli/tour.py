@@ -21,16 +21,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 
-from hostler.cli.common import data_directory
 from hostler.errors import UsageError
 from hostler.paths import default_data_dir
 from hostler.testing.smollm2 import smollm2_gguf
 
-__all__ = ["add_parser", "run"]
+__all__ = ["run"]
 
 MARKER = ".hostler-tour"
 SMOL = "llamacpp:smollm2:0"
@@ -40,21 +38,6 @@ MIN_BUDGET = 2**30
 #: How long the daemon may take to listen, and a request to finish (seconds).
 START_WAIT = 60.0
 REQUEST_WAIT = 300.0
-
-
-def add_parser(sub: Any) -> None:
-    """Register the subcommand."""
-    parser: argparse.ArgumentParser = sub.add_parser(
-        "tour",
-        help="start hostler serve with two real models under a budget for one; make it swap",
-        description="Writes DATA_DIR/tour anew, starts the real `hostler serve` there, sends "
-        "OpenAI requests that make it swap models, and shows `hostler ps` and the events.",
-    )
-    parser.add_argument("--data-dir", type=data_directory, help="where DATA_DIR/tour goes")
-    parser.add_argument(
-        "--keep", action="store_true", help="leave the daemon running at the end (for a try)"
-    )
-    parser.set_defaults(run=run)
 
 
 def _say(text: str) -> None:
@@ -162,10 +145,11 @@ def _resident(client: httpx.Client) -> list[str]:
 def run(args: argparse.Namespace) -> int:  # noqa: PLR0915 - one story, told in order
     """Give the tour; exit status 0 when every step did what it says."""
     folder = (args.data_dir or default_data_dir()) / "tour"
+    cache = (args.data_dir or default_data_dir()) / "cache"  # kept: the tour replaces only tour/
     _fresh(folder)
-    _say(f"1. models (in {folder}):")
-    smol = smollm2_gguf((args.data_dir or default_data_dir()) / "cache")
-    tiny = smollm2_gguf((args.data_dir or default_data_dir()) / "cache", "f32")
+    _say(f"1. models (in {cache}):")
+    smol = smollm2_gguf(cache)
+    tiny = smollm2_gguf(cache, "f32")
     _say(f"   smollm2     = {smol.name} ({smol.stat().st_size / 2**20:.0f} MiB)")
     _say(f"   smollm2-f32 = {tiny.name} ({tiny.stat().st_size / 2**20:.0f} MiB)")
     config = _config(folder, smol, tiny)

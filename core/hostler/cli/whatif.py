@@ -12,11 +12,8 @@ import heapq
 import json
 from typing import Any
 
-from hostler.capacity.slots import MAX_SLOTS
-from hostler.cli.common import DamageReport, add_log_source, open_existing_log, take_log_argument
+from hostler.cli.common import DamageReport, open_existing_log, take_log_argument
 from hostler.cli.ledger_rows import recorded_ledger_rows
-from hostler.cli.numbers import count
-from hostler.cli.remote_capacity import bytes_argument
 from hostler.cli.tables import size
 from hostler.errors import UsageError
 from hostler.policies.eviction import (
@@ -29,56 +26,16 @@ from hostler.postmortem.figures import Figures, KeyFigures, recorded_figures
 from hostler.postmortem.whatif import simulate
 from hostler.postmortem.workload import Settings, Workload, workload_from
 
-__all__ = ["add_parser", "budget_argument", "changed_settings", "report_lines", "run"]
+__all__ = ["changed_settings", "policy_argument", "report_lines", "run"]
 
 
-def budget_argument(text: str) -> int:
-    """An argparse type: a budget in bytes (``24GiB``, ``512MiB``, ``8589934592``); not ``auto``."""
-    value = bytes_argument(text)
-    if not isinstance(value, int):
-        raise argparse.ArgumentTypeError(
-            f"{text[:40]!r} is not a size: give bytes (8589934592) or a size (24GiB, 512MiB)"
-        )
-    return value
-
-
-def _spillover(text: str) -> bool:
-    choices = {"on": True, "off": False}
-    key = text.strip().lower()
-    if key not in choices:
-        raise argparse.ArgumentTypeError(f"spillover is on or off, not {text[:20]!r}")
-    return choices[key]
-
-
-def _policy_name(text: str) -> str:
+def policy_argument(text: str) -> str:
+    """An argparse type: an eviction policy's name (it need not be installed here)."""
     if not valid_policy_name(text):
         raise argparse.ArgumentTypeError(
             f"{text[:40]!r} is not a policy name (lowercase letters, digits and dashes)"
         )
     return text
-
-
-def add_parser(sub: Any) -> None:
-    """Register the subcommand."""
-    parser: argparse.ArgumentParser = sub.add_parser(
-        "whatif",
-        help="replay a log's requests under another budget, eviction policy, spillover or width",
-    )
-    add_log_source(parser)
-    parser.add_argument(
-        "--budget", type=budget_argument, metavar="BYTES", help="the budget (24GiB, 512MiB...)"
-    )
-    parser.add_argument(
-        "--policy", type=_policy_name, metavar="NAME", help="eviction policy (demand-lru, lru...)"
-    )
-    parser.add_argument(
-        "--spillover", type=_spillover, metavar="on|off", help="RAM spillover of co-resident models"
-    )
-    parser.add_argument(
-        "--slots", type=count(1, MAX_SLOTS), metavar="N", help="slots per engine, every engine"
-    )
-    parser.add_argument("--json", action="store_true", help="print JSON")
-    parser.set_defaults(run=run)
 
 
 def changed_settings(recorded: Settings, args: argparse.Namespace) -> Settings:

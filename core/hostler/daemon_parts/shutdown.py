@@ -51,6 +51,10 @@ async def shut_down(
         return {} if runtime is None else runtime.supervisors()
 
     decision = {"cause": cause}
+    if runtime is not None:
+        # first: an answer cut by these stops reads as a shutdown, and a request queued
+        # behind one is refused (503 shutting-down) instead of starting its engine again
+        runtime.stop_taking_work()
     async with anyio.create_task_group() as stopping:
         for supervisor in supervisors().values():
             stopping.start_soon(stop_one, supervisor, StopReason.SHUTDOWN, decision)

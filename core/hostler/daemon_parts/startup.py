@@ -22,6 +22,7 @@ import psutil
 
 from hostler._version import __version__
 from hostler.capacity.keys import parse_key
+from hostler.capacity.origin import config_source
 from hostler.clock import Clock
 from hostler.config import DaemonConfig
 from hostler.daemon_parts.catalog import Catalog
@@ -251,12 +252,15 @@ class StartUp:
         """The config's ``[budget]``, applied to the ledger before any engine starts.
 
         Unset, the ledger keeps what it was told last (``hostler budget``, PUT /api/budget);
-        ``"auto"`` puts it back to the automatic value.
+        ``"auto"`` puts it back to the automatic value. The budget is recorded with where it
+        was set (the file, or ``HOSTLER_BUDGET_BYTES``), so a refusal names it.
         """
-        budget, spillover = self._config.budget_bytes, self._config.spillover
+        config = self._config
+        budget, spillover = config.budget_bytes, config.spillover
+        source = config.budget_from or config_source("")
         if budget is not None:
             await self._io.run_patiently(
-                lambda: ledger.set_budget(None if budget == "auto" else budget)
+                lambda: ledger.set_budget(None if budget == "auto" else budget, source=source)
             )
         if spillover is not None:
             await self._io.run_patiently(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hostler.capacity.cpu_limits import CPU_STREAM, CpuLimits, CpuUnsupported
 from hostler.capacity.learning import CALIBRATION_STREAM, Calibration, FootprintMeasured
 from hostler.drivers.host_ledger import HostLedger
 from hostler.events.fold import fold
@@ -17,7 +18,7 @@ from hostler.probes.nvml import NvmlProbe
 from hostler.probes.process import measure_process
 from hostler.store.log import EventStore
 
-__all__ = ["LaunchFacts", "load_calibration", "record_launch"]
+__all__ = ["LaunchFacts", "load_calibration", "load_cpu_limits", "record_launch"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,3 +66,8 @@ def load_calibration(store: EventStore) -> Calibration:
     """Fold every recorded measurement of the host (with the one fold, as replay folds)."""
     records = store.read_stream(CALIBRATION_STREAM)
     return fold(Calibration(), records, accepts={FootprintMeasured})
+
+
+def load_cpu_limits(store: EventStore) -> CpuLimits:
+    """L22: fold what this data directory's starts learned engine builds cannot run here."""
+    return fold(CpuLimits(), store.read_stream(CPU_STREAM), accepts={CpuUnsupported})

@@ -164,7 +164,9 @@ class ConfiguredEngines:
 
     def _launcher(self, engine: EngineConfig, adapter: EngineAdapter) -> LedgerLauncher:
         """The one launcher of a configured engine: its request, priced against the ledger."""
-        return LedgerLauncher(adapter, self.ledger, configured_request(self.config, engine))
+        return LedgerLauncher(
+            adapter, self.ledger, configured_request(self.config, engine), limits=self.store
+        )
 
     def _stop_only(self, key: str) -> Supervisor:
         def no_spec(_port: int) -> LaunchSpec:

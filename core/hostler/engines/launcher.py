@@ -15,8 +15,10 @@ from collections.abc import Callable
 from typing import Protocol
 
 from hostler.drivers.host_ledger import HostLedger
+from hostler.drivers.measure import load_cpu_limits
 from hostler.engines.price import LaunchRequest, PricedLaunch, price_from_ledger
 from hostler.plugin import EngineAdapter, LaunchSpec
+from hostler.store.log import EventStore
 
 __all__ = ["FixedLauncher", "Launch", "Launcher", "LedgerLauncher"]
 
@@ -53,16 +55,26 @@ class LedgerLauncher:
         adapter: The engine's adapter.
         ledger: The host ledger whose budget, residents and learning price the launch.
         request: What the operator configured for the engine.
+        limits: The log whose ``cpu.unsupported`` say what builds cannot run here (L22).
     """
 
-    def __init__(self, adapter: EngineAdapter, ledger: HostLedger, request: LaunchRequest) -> None:
+    def __init__(
+        self,
+        adapter: EngineAdapter,
+        ledger: HostLedger,
+        request: LaunchRequest,
+        *,
+        limits: EventStore | None = None,
+    ) -> None:
         self._adapter = adapter
         self._ledger = ledger
+        self._limits = limits
         self.request = request
 
     def price(self) -> PricedLaunch:
         """:func:`~hostler.engines.price.price_from_ledger` of the request, now."""
-        return price_from_ledger(self._adapter, self._ledger, self.request)
+        limits = None if self._limits is None else load_cpu_limits(self._limits)
+        return price_from_ledger(self._adapter, self._ledger, self.request, cpu_limits=limits)
 
 
 class _FixedLaunch:

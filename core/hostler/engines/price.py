@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hostler.capacity.budget import CapacityBudget
+from hostler.capacity.cpu_limits import CpuLimits, weights_unrunnable
 from hostler.capacity.geometry import ModelGeometry
 from hostler.capacity.keys import parse_key
 from hostler.capacity.learning import Calibration
@@ -27,9 +28,10 @@ from hostler.capacity.pricing import LaunchPrice, price_launch
 from hostler.capacity.slots import MAX_SLOTS
 from hostler.drivers.host_ledger import HostLedger
 from hostler.drivers.measure import load_calibration
-from hostler.errors import HostlerError, PluginError
+from hostler.errors import EngineStartError, HostlerError, PluginError
 from hostler.plugin import EngineAdapter, LaunchCommand, LaunchSpec, launch_command
 from hostler.pluginhost import ask_adapter, plugin_fault
+from hostler.probes.cpu import cpu_identity
 
 __all__ = [
     "LaunchRequest",
@@ -170,12 +172,15 @@ def price_engine(
     free_ram: int | None = None,
     standalone: bool = False,
     geometry: ModelGeometry | None = None,
+    cpu_limits: CpuLimits | None = None,
 ) -> PricedLaunch:
     """Plan and price a launch of ``request`` (see the module's docstring).
 
     The request's ``ctx`` and ``slots`` are what the operator asked for (a per-model window,
     taken as a deliberate override, C4); ``standalone`` prices the model as the only resident;
-    ``geometry`` is the model's, when the caller read it already (with a projector, say).
+    ``geometry`` is the model's, when the caller read it already (with a projector, say);
+    ``cpu_limits`` what builds were seen unable to run on this CPU (L22: a quantized KV cache,
+    or the model's weights).
 
     The same for every engine (RD4): the model validated by its adapter, the adapter's
     geometry and raw estimate, the adapter's S5 headroom (``kv_headroom``) in slot sizing,
@@ -206,6 +211,15 @@ def price_engine(
         )
 
     build = engine_build(adapter, spec(256, 1, kv_type or "f16"))
+    kv_types = adapter.kv_types
+    if cpu_limits is not None:
+        cpu = cpu_identity()
+        failed = cpu_limits.unrunnable(build, cpu, identity)
+        if failed is not None:  # L22: it died of SIGILL here at f16 KV: refused at once
+            raise EngineStartError(weights_unrunnable(key, failed.message))
+        kv_types = cpu_limits.kv_types(build, cpu, kv_types)
+        if kv_type is not None and kv_types is not None and kv_type not in kv_types:
+            kv_type = kv_types[0]  # the operator's quantized type died here: f16, as L22 retries
 
     def estimate(ctx_total: int, count: int, cache_type: str) -> int:
         planned = spec(ctx_total, count, cache_type)
@@ -241,7 +255,7 @@ def price_engine(
             engine=engine,
             kv_headroom=adapter.kv_headroom,
             max_slots=slot_limit_of(adapter, geometry),
-            kv_types=adapter.kv_types,
+            kv_types=kv_types,
         ),
         geometry,
         budget,
@@ -255,7 +269,11 @@ def price_engine(
 
 
 def price_from_ledger(
-    adapter: EngineAdapter, ledger: HostLedger, request: LaunchRequest
+    adapter: EngineAdapter,
+    ledger: HostLedger,
+    request: LaunchRequest,
+    *,
+    cpu_limits: CpuLimits | None = None,
 ) -> PricedLaunch:
     """:func:`price_engine` against the host ledger as it stands now (the daemon's way)."""
     return price_engine(
@@ -265,4 +283,5 @@ def price_from_ledger(
         state=ledger.refresh(),
         calibration=load_calibration(ledger.store),
         overrides=read_context_overrides(os.environ),  # C1, C3: as preview reads them
+        cpu_limits=cpu_limits,
     )

@@ -190,7 +190,9 @@ class ReadinessDriver:
             await self._await_own_exit(child, self._pacing.panic_exit_wait)
         child.read_lines(self._guard, final=True)
         panic = child.panic.kind if child.panic is not None else None
-        self._tries.handle(StartEnded(panic, timed_out=timed_out))
+        status = child.proc.exit_status()
+        signal = status.signal if status is not None else None
+        self._tries.handle(StartEnded(panic, timed_out=timed_out, signal=signal))
         reason = child.failure_reason(timed_out=timed_out)
         await self._stopper.record_crash(child)
         raise EngineStartError(f"{self._key}: {reason}")

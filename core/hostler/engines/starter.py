@@ -11,6 +11,7 @@ process's identity recorded before the start can return, and the readiness wait 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -25,6 +26,7 @@ from typing import Any
 
 import anyio
 
+from hostler.capacity.cpu_limits import weights_unrunnable
 from hostler.capacity.offload import OffloadPlan
 from hostler.drivers.loghealth import LogHealth
 from hostler.engines.child import EngineChild
@@ -49,6 +51,7 @@ from hostler.errors import (
     StoreCorruptError,
     StoreError,
 )
+from hostler.events.cpu import CPU_STREAM, CpuUnsupported
 from hostler.events.offload import OffloadDegraded, offload_stream
 from hostler.machines.engine import EngineState, StopReason
 from hostler.machines.start import (
@@ -57,6 +60,7 @@ from hostler.machines.start import (
     EnsureBegan,
     GiveUp,
     Launched,
+    RecordCpuLimit,
     RecordDegrade,
     Recorded,
     Retry,
@@ -76,6 +80,7 @@ from hostler.plugin import (
 )
 from hostler.pluginhost import answer_problem
 from hostler.policies.supervision import SupervisionPolicy, decide_start
+from hostler.probes.cpu import cpu_identity
 from hostler.store.log import EventStore
 
 __all__ = ["EngineStarter", "StartSetting", "free_port"]
@@ -95,7 +100,7 @@ class StartSetting:
     """Where and under what rules an engine key's starts run.
 
     Attributes:
-        store: The daemon's event log (``offload.degraded`` goes there).
+        store: The daemon's event log (``offload.degraded`` and ``cpu.unsupported`` go there).
         health: The log's write health (no start while it is corrupt).
         rules: The restart budget and lockout (SP1).
         startup_timeout: RD7: the operator's bound on a start (None: the adapter's).
@@ -156,6 +161,7 @@ class EngineStarter:
         self._run_dir = run_dir
         self._runner = runner
         self._build = "unknown"
+        self._launched_spec: LaunchSpec | None = None  # the last start's (L22 names its model)
 
     @property
     def startup_timeout(self) -> float:
@@ -269,23 +275,35 @@ class EngineStarter:
             with anyio.CancelScope(shield=True):
                 await self._abandon(exc)
             retry = await self._after_failed_start(exc)
+            if isinstance(retry, HostlerError):
+                raise retry from exc
             if retry is None:
                 raise
             return retry
         await self._learn(reserved or 0)
         return port
 
-    async def _after_failed_start(self, exc: BaseException) -> Retry | None:
-        """Carry out what the tries say follows a failed start: the retry, or None."""
+    async def _after_failed_start(self, exc: BaseException) -> Retry | HostlerError | None:
+        """Carry out what the tries say follows a failed start.
+
+        The retry; or the error to raise instead of ``exc`` (L22: weights this CPU cannot
+        run, said with the fix); or None (``exc`` stands).
+        """
         start_error = isinstance(exc, EngineStartError)
         message = exc.message if isinstance(exc, HostlerError) else ""
         effects = self._tries.handle(StartFailed(start_error, message))
+        unrunnable: HostlerError | None = None
         while effects:
             match effects[0]:
                 case Retry() as retry:
                     return retry
                 case GiveUp():
-                    return None
+                    return unrunnable
+                case RecordCpuLimit() as limit:
+                    recorded = await self._record_cpu_limit(limit, message)
+                    if limit.what == "weights":
+                        unrunnable = EngineStartError(weights_unrunnable(self._key, message))
+                    effects = self._tries.handle(Recorded(recorded))
                 case RecordDegrade() as degrade:
                     effects = self._tries.handle(Recorded(await self._record_degrade(degrade)))
                 case AskSweep(message):
@@ -293,6 +311,32 @@ class EngineStarter:
                 case Sweep(argv):
                     effects = self._tries.handle(Swept(await self._sweep(argv)))
         return None
+
+    async def _record_cpu_limit(self, limit: RecordCpuLimit, message: str) -> bool:
+        """L22: record what this build cannot run on this CPU; whether the log took it."""
+        spec = self._launched_spec
+        model = spec.model.name if spec is not None else ""
+        if spec is not None:
+            with contextlib.suppress(HostlerError):  # a raising plugin costs the model's name
+                model = self._guard.ask(
+                    "model_identity", self._adapter.model_identity, spec.model, returns=str
+                )
+        event = CpuUnsupported(
+            at=self._clock.wall(),
+            key=self._key,
+            build=self._build or "unknown",
+            cpu=cpu_identity(),
+            what=limit.what,
+            kv_type=limit.kv_type,
+            model=model,
+            message=message[:500],
+        )
+        store = self._setting.store
+        try:
+            await self._io.run(lambda: store.append(CPU_STREAM, [event], expected_version=None))
+        except HostlerError:
+            return False
+        return True
 
     async def _record_degrade(self, degrade: RecordDegrade) -> bool:
         """L13: record ``offload.degraded`` before the next plan is tried; whether it was."""
@@ -404,6 +448,8 @@ class EngineStarter:
             spec = dataclasses.replace(spec, reserved_bytes=reserved)
         if self.offload is not None:  # a degraded plan (L13) outlives the start that chose it
             spec = dataclasses.replace(spec, offload=self.offload)
+        if self._tries.kv_type is not None:  # L22: so does the KV type a SIGILL left
+            spec = dataclasses.replace(spec, kv_type=self._tries.kv_type)
         try:  # RD2: absolute, and a file or a directory as the adapter says
             model: object = self._guard.call(
                 "validate_model", self._adapter.validate_model, spec.model
@@ -434,7 +480,8 @@ class EngineStarter:
         command = self._guard.ask(
             "build_command", launch_command, self._adapter, spec, returns=LaunchCommand
         )
-        self._tries.handle(Launched(spec.offload, tuple(command.argv)))
+        self._tries.handle(Launched(spec.offload, tuple(command.argv), spec.kv_type))
+        self._launched_spec = spec
         self._build = self._guard.ask(
             "build_identity", self._adapter.build_identity, command, returns=str
         )

@@ -282,6 +282,35 @@ class Supervisor:
         child = self._child
         return child.identity.port if child else None
 
+    def exited_unseen(self) -> bool:
+        """Running, as far as the log knows, though its process is gone (a crash not yet seen).
+
+        The watch sees such an exit at its next tick; a request must not be handed the dead
+        port meanwhile (a non-blocking check: ``waitpid`` with no wait, or a pidfd signal 0).
+        """
+        child = self._child
+        return self.state == EngineState.RUNNING and child is not None and not child.proc.alive()
+
+    async def confirm_exit(self, within: float) -> bool:
+        """Whether the engine's process is gone, waiting up to ``within`` s for an exit.
+
+        A crash the watch has not yet seen is recorded now. False while a process still runs
+        after ``within``: it is alive, just not answering.
+        """
+        clock = self._parts.clock
+        deadline = clock.monotonic() + within
+        while self.state == EngineState.RUNNING and not self.exited_unseen():
+            if clock.monotonic() >= deadline:
+                return False
+            await clock.sleep(0.01)  # polled: a child's exit has no event to wait on here
+        if self.exited_unseen():
+            await self.notice_exit()
+        return True
+
+    async def notice_exit(self) -> None:
+        """Record a crash :meth:`exited_unseen` found now, as the watch's next tick would."""
+        await self._watcher.notice_exit()
+
     @property
     def launch_spec(self) -> LaunchSpec | None:
         """What the live process was launched with (None when none runs, or it was adopted)."""

@@ -38,9 +38,12 @@ from hostler.machines.watch import (
     WatchEffect,
 )
 
-__all__ = ["EngineWatcher"]
+__all__ = ["HEALTH_WAIT", "EngineWatcher"]
 
 log = logging.getLogger(__name__)
+
+#: Seconds a health probe (``GET readiness_path``) may take; a later answer is a failed probe.
+HEALTH_WAIT = 2.0
 
 
 class EngineWatcher:
@@ -95,6 +98,16 @@ class EngineWatcher:
                 if exc.message != complained:  # once per distinct trouble, not every tick
                     log.error("hostler: %s: %s", self._key, exc.message)  # noqa: TRY400
                     complained = exc.message
+
+    async def notice_exit(self) -> None:
+        """One tick now, for an exit found between ticks.
+
+        A stop or a crash record under way ends first: the tick then finds the engine no
+        longer running.
+        """
+        async with self._hold.lock:
+            pass
+        await self.watch_once()
 
     async def watch_once(self) -> None:
         """One tick: the watch core told what is seen, and its effects carried out."""
@@ -152,7 +165,7 @@ class EngineWatcher:
         try:
             answer = await self._transport.probe(
                 Probe(child.identity.port, adapter.readiness_path),
-                wait=2,
+                wait=HEALTH_WAIT,
                 clock=self._clock,
                 with_body=False,
             )

@@ -23,9 +23,9 @@ from hostler.events.base import (
 )
 
 # Imported for their registrations (after base, which they need).
-from hostler.events import cache, calibration, daemon, device, discovery  # noqa: F401  # isort: skip
-from hostler.events import ledger  # noqa: F401  # isort: skip
-from hostler.events import offload, plugin, pool, queue, router  # noqa: F401  # isort: skip
+from hostler.events import cache, calibration, cpu, daemon, device  # noqa: F401  # isort: skip
+from hostler.events import discovery, ledger, offload  # noqa: F401  # isort: skip
+from hostler.events import plugin, pool, queue, router  # noqa: F401  # isort: skip
 
 __all__ = [
     "Event",

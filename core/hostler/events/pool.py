@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hostler.events.base import Event, event_type
+from hostler.events.base import Event, event_type, upcaster
 
 __all__ = ["POOL_STREAM", "PoolDrainEnded", "PoolDrainStarted", "PoolRoomPlanned"]
 
@@ -46,15 +46,23 @@ class PoolRoomPlanned(Event):
     decision: dict[str, Any]
 
 
-@event_type("pool.drain_started")
+@event_type("pool.drain_started", schema_version=2)
 @dataclass(frozen=True, slots=True)
 class PoolDrainStarted(Event):
-    """PP5: ``key`` takes no new work from now; it is evicted once idle, or stays after ``wait``."""
+    """PP5: ``key`` takes no new work from now; it is evicted once idle, or stays after ``wait``.
+
+    ``wait`` None (version 2): no bound but the wish of those who asked for ``for_key``.
+    """
 
     at: float
     key: str
     for_key: str | None
-    wait: float
+    wait: float | None
+
+
+@upcaster("pool.drain_started", from_version=1)
+def _drain_started_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    return payload  # every version 1 drain had its bound: the payload reads the same
 
 
 @event_type("pool.drain_ended")

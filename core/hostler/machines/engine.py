@@ -77,6 +77,18 @@ class StopReason(StrEnum):
 
 #: How many start times an engine keeps (the restart budget's window is rebuilt from them).
 START_HISTORY = 32
+#: SP1: stops that end a residency by choice (their next start is no restart).
+CHOSEN_STOPS = frozenset(
+    {
+        StopReason.IDLE,
+        StopReason.MEMORY_PRESSURE,
+        StopReason.EVICTED,
+        StopReason.USER,
+        StopReason.SHUTDOWN,
+        StopReason.UNCONFIGURED,
+        StopReason.START_CANCELLED,
+    }
+)
 
 
 @event_type("engine.start_requested")
@@ -368,9 +380,10 @@ class Engine(LifecycleModel):
 
     def _on_stop(self, e: EngineStopRequested) -> None:
         self.stop_reason = e.reason
-        if e.reason == StopReason.EVICTED:
-            # SP1: an evicted engine's next start is a new residency, not a restart: swapping
-            # models in and out must never lock one out (crashes and failures still count)
+        if e.reason in CHOSEN_STOPS:
+            # SP1: after a stop hostler or a person chose, the next start is a new residency,
+            # not a restart: swapping models, idling out, a shutdown (a start it cancelled
+            # included) must never lock one out (crashes and failures still count)
             self.start_times = []
         if e.to_state == S.STOPPED:
             self.retry_at = None

@@ -26,11 +26,14 @@ from dataclasses import dataclass
 from hostler.capacity.offload import OffloadPlan, next_oom_plan
 
 __all__ = [
+    "FALLBACK_KV",
+    "SIGILL",
     "AskSweep",
     "AttemptBegan",
     "EnsureBegan",
     "GiveUp",
     "Launched",
+    "RecordCpuLimit",
     "RecordDegrade",
     "Recorded",
     "Retry",
@@ -65,18 +68,26 @@ class AttemptBegan:
 
 @dataclass(frozen=True, slots=True)
 class Launched:
-    """A start launched its command with this offload plan (None: the spec's own had none)."""
+    """A start launched its command with this offload plan (None: the spec's own had none).
+
+    ``kv_type`` is the KV cache type it was launched with (None: the engine's default).
+    """
 
     offload: OffloadPlan | None
     argv: tuple[str, ...]
+    kv_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class StartEnded:
-    """A start ended before ready: the panic its output named, and whether it just timed out."""
+    """A start ended before ready: the panic its output named, and whether it just timed out.
+
+    ``signal`` is the signal that ended its process, when one did (4: SIGILL).
+    """
 
     panic: str | None
     timed_out: bool
+    signal: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +136,18 @@ class RecordDegrade:
 
 
 @dataclass(frozen=True, slots=True)
+class RecordCpuLimit:
+    """L22: record ``cpu.unsupported`` (what this build cannot run on this CPU) first.
+
+    ``what`` is ``quantized-kv`` (then the start is tried again at f16 KV, once) or
+    ``weights`` (then it is not: the model cannot run on this build here).
+    """
+
+    what: str
+    kv_type: str
+
+
+@dataclass(frozen=True, slots=True)
 class AskSweep:
     """Ask the adapter whether this failure may be a stale engine's (``on_exited_before_ready``)."""
 
@@ -150,7 +173,12 @@ class GiveUp:
     """No further try: the failure stands."""
 
 
-StartEffect = RecordDegrade | AskSweep | Sweep | Retry | GiveUp
+StartEffect = RecordDegrade | RecordCpuLimit | AskSweep | Sweep | Retry | GiveUp
+
+#: The signal of an instruction the CPU does not have.
+SIGILL = 4
+#: L22: the KV type a build that cannot run a quantized cache here is tried again with.
+FALLBACK_KV = "f16"
 
 
 class StartTries:
@@ -169,7 +197,9 @@ class StartTries:
         self._swept = False
         self._launched: Launched | None = None
         self._ended: StartEnded | None = None
-        self._pending: RecordDegrade | None = None
+        self._pending: RecordDegrade | RecordCpuLimit | None = None
+        #: L22: the KV type every later start uses instead of its price's (None: the price's).
+        self.kv_type: str | None = None
 
     def handle(self, observation: StartObservation) -> list[StartEffect]:  # noqa: PLR0911
         """Take ``observation``; what the driver does next (nothing, for reports of a start)."""
@@ -189,17 +219,17 @@ class StartTries:
             case StartFailed(start_error, message):
                 if not start_error:
                     return [GiveUp()]
+                limit = self._cpu_limit()
+                if limit is not None:
+                    self._pending = limit
+                    return [limit]
                 degrade = self._next_plan()
                 if degrade is not None:
                     self._pending = degrade
                     return [degrade]
                 return self._sweep_or_give_up(message)
             case Recorded(ok):
-                pending, self._pending = self._pending, None
-                if not ok or pending is None:
-                    return [GiveUp()]
-                self.offload = pending.plan
-                return [Retry("oom-retry")]
+                return self._recorded(ok)
             case SweepAnswered(wanted):
                 if not wanted or self._launched is None:
                     return [GiveUp()]
@@ -207,6 +237,30 @@ class StartTries:
                 return [Sweep(self._launched.argv)]
             case Swept(stopped):
                 return [Retry("resweep-retry")] if stopped > 0 else [GiveUp()]
+
+    def _recorded(self, ok: bool) -> list[StartEffect]:
+        """The pending record was taken (or not): its retry, or none (unrecorded, not taken)."""
+        pending, self._pending = self._pending, None
+        if not ok or pending is None:
+            return [GiveUp()]
+        if isinstance(pending, RecordCpuLimit):
+            if pending.what != "quantized-kv":
+                return [GiveUp()]
+            self.kv_type = FALLBACK_KV
+            return [Retry("cpu-retry")]
+        self.offload = pending.plan
+        return [Retry("oom-retry")]
+
+    def _cpu_limit(self) -> RecordCpuLimit | None:
+        """L22: a start SIGILL ended before ready: what this build cannot run here."""
+        launched, ended = self._launched, self._ended
+        if launched is None or ended is None or ended.signal != SIGILL:
+            return None
+        kv_type = launched.kv_type or FALLBACK_KV
+        quantized = kv_type.lower() not in ("f16", "f32", "bf16")
+        if quantized and self.kv_type is None:
+            return RecordCpuLimit("quantized-kv", kv_type)
+        return RecordCpuLimit("weights", kv_type)
 
     def _next_plan(self) -> RecordDegrade | None:
         launched, ended = self._launched, self._ended

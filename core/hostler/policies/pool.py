@@ -161,19 +161,32 @@ class DrainVerdict:
     decision: dict[str, Any]
 
 
+def drain_bound(for_key: str | None, wait: float = DRAIN_WAIT) -> float | None:
+    """PP5: how long a drain may wait for its victim's requests.
+
+    A drain that makes room for a start (``for_key``) has no bound of its own: the requests
+    that asked for that start keep their place until their own deadlines, and when the last
+    of them leaves the drain ends (PP18), so a stream that outlasts ``wait`` is neither cut
+    nor turned into a refusal of everyone behind it. An operator's drain (an unload, a
+    reconcile: no ``for_key``) keeps ``wait``.
+    """
+    return None if for_key is not None else wait
+
+
 def drain_verdict(
-    *, busy: bool, started_at: float, now: float, wait: float = DRAIN_WAIT
+    *, busy: bool, started_at: float, now: float, wait: float | None = DRAIN_WAIT
 ) -> DrainVerdict:
     """PP5: a draining victim is evicted once idle; past ``wait`` seconds still busy, it stays.
 
     The deadline itself still waits (``now - started_at == wait`` is not yet past); a clock
-    that went backwards counts as no time spent. A negative ``wait`` is taken as 0.
+    that went backwards counts as no time spent. A negative ``wait`` is taken as 0; None is
+    no bound (:func:`drain_bound`).
     """
     waited = max(now - started_at, 0.0)
-    limit = max(wait, 0.0)
+    limit = None if wait is None else max(wait, 0.0)
     if not busy:
         action: Literal["evict", "wait", "busy"] = "evict"
-    elif waited > limit:
+    elif limit is not None and waited > limit:
         action = "busy"
     else:
         action = "wait"
@@ -221,7 +234,7 @@ def drain_step(
     wanted: bool,
     started_at: float,
     now: float,
-    wait: float = DRAIN_WAIT,
+    wait: float | None = DRAIN_WAIT,
 ) -> DrainStep:
     """PP5 and PP18, in the order a drain asks them, for one look at its victim.
 

@@ -1,6 +1,8 @@
 """Draw a :class:`~hostler.postmortem.timeline.Timeline` as SVG or PNG (matplotlib, Agg).
 
-matplotlib is imported here only, when a picture is asked for: the CLI starts without it.
+matplotlib is imported here only, when a picture is asked for: the CLI starts without it. It is
+the ``plots`` extra (``pip install 'hostler[plots]'``): without it, :func:`require_plots` says so
+in one line.
 No pyplot: a :class:`~matplotlib.figure.Figure` of its own per picture, no global state.
 
 Every series and marker carries a stable SVG element id (``gid``), so that a program can read
@@ -15,6 +17,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import IO, Any
 
+from hostler.errors import ExtraMissingError
 from hostler.postmortem.timeline import (
     MARKER_KINDS,
     Marker,
@@ -24,7 +27,7 @@ from hostler.postmortem.timeline import (
     values_at,
 )
 
-__all__ = ["FORMATS", "MARKER_STYLE", "render"]
+__all__ = ["FORMATS", "MARKER_STYLE", "render", "require_plots"]
 
 #: The formats :func:`render` writes.
 FORMATS = ("svg", "png")
@@ -55,6 +58,21 @@ _LABELLED = 40
 _MARKERS_EACH = 1000
 
 
+def require_plots() -> None:
+    """Check that matplotlib (the ``plots`` extra) can be imported.
+
+    Raises:
+        ExtraMissingError: It cannot; the message names the install line.
+    """
+    try:
+        import matplotlib  # noqa: F401, PLC0415 - lazily: the CLI must start fast
+    except ImportError as exc:
+        raise ExtraMissingError(
+            f"the timeline picture is drawn with matplotlib, which is not installed here "
+            f"({exc}): install the plots extra, pip install 'hostler[plots]'"
+        ) from None
+
+
 def render(
     timeline: Timeline,
     out: IO[bytes],
@@ -70,6 +88,7 @@ def render(
     """
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: one of {', '.join(FORMATS)}")
+    require_plots()
     import matplotlib  # noqa: PLC0415 - lazily: the CLI must start fast
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415
     from matplotlib.figure import Figure  # noqa: PLC0415

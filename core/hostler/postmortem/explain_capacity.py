@@ -236,8 +236,12 @@ class CapacitySentences:
                 record,
                 event.key,
                 "drain",
-                f"draining{why}: takes no new work, waits up to {secs(event.wait)} for its "
-                "requests to end",
+                f"draining{why}: takes no new work, waits "
+                + (
+                    "for its requests to end, as long as the start waits (PP5)"
+                    if event.wait is None
+                    else f"up to {secs(event.wait)} for its requests to end"
+                ),
                 wait=event.wait,
                 for_key=event.for_key,
             )

@@ -20,7 +20,14 @@ from hostler.machines.engine import (
     EngineStopRequested,
 )
 from hostler.postmortem.explain_memory import WalkMemory
-from hostler.postmortem.explain_wording import exit_how, mapping_of, pick, secs
+from hostler.postmortem.explain_wording import (
+    crash_how,
+    exit_how,
+    mapping_of,
+    pick,
+    secs,
+    stop_why,
+)
 from hostler.postmortem.findings import Finding, cite
 from hostler.store.log import RecordedEvent
 
@@ -106,38 +113,19 @@ class EngineSentences:
         rule = decision.get("rule")
         reason = event.reason
         cause: dict[str, Any] = {"reason": reason, "rule": rule}
+        text = f"stop requested: {stop_why(reason, decision)}"
         if rule == "SP4":
-            text = (
-                f"stop requested: idle (SP4): unused for {secs(decision.get('unused_for'))}, "
-                f"idle timeout {secs(decision.get('idle_timeout'))}"
-            )
             cause.update(pick(decision, "unused_for", "idle_timeout"))
         elif rule == "SP5":
-            text = (
-                "stop requested: memory pressure (SP5): unused for "
-                f"{secs(decision.get('unused_for'))}, early-stop threshold "
-                f"{secs(decision.get('pressure_idle'))} under pressure"
-            )
             cause.update(pick(decision, "unused_for", "pressure_idle", "pressure"))
         elif rule == "SP3":
-            text = (
-                f"stop requested: health restart (SP3): {decision.get('consecutive_failures')} "
-                f"failed probes in a row, limit {decision.get('health_failures')}"
-            )
             cause.update(pick(decision, "consecutive_failures", "health_failures"))
         elif rule == "PP4":
-            text = f"stop requested: evicted (PP4) to make room for {decision.get('for')}"
             drain = decision.get("drain")
             if isinstance(drain, dict) and "waited" in drain:
                 text += f", after draining {secs(drain.get('waited'))}"
             cause["for"] = decision.get("for")
         elif rule in ("PP6", "GA1"):
-            text = (
-                "stop requested: evicted (PP6): unloaded while idle"
-                if rule == "PP6"
-                else f"stop requested: unloaded (GA1): its GPU slot ({decision.get('slot')}) "
-                "gave the card to another slot"
-            )
             near = self._memory.lease_near(record)
             if near is not None:
                 grant, lease = near
@@ -148,30 +136,20 @@ class EngineSentences:
                     f"(seq {grant.seq})"
                 )
                 cause.update(lease=lease, lease_seq=grant.seq, slot=slot, holder=holder)
-        elif rule == "PP9":
-            text = "stop requested: evicted (PP9): the pool is retiring, work done"
         elif rule == "PP10":
-            text = (
-                f"stop requested: evicted (PP10): above the replica target {decision.get('target')}"
-            )
             cause["target"] = decision.get("target")
-        else:
-            text = f"stop requested: {reason}"
-            if rule:
-                text += f" ({rule})"
         return cite(record, key, "stop", text, **cause)
 
     def _crash(self, record: RecordedEvent, key: str, event: EngineCrashed) -> Finding:
-        how = exit_how(event.exit_code, event.signal)
-        if event.panic_kind:
-            panic = f"panic kind {event.panic_kind}"
-            if event.panic_line:
-                panic += f": {event.panic_line[:200]!r}"
-        else:
-            panic = "no panic line recognised in its output"
-        ran = "" if event.uptime is None else f"after {secs(event.uptime)}"
-        ready = "had become ready" if event.reached_ready else "never became ready"
-        text = f"crashed: {how}; {panic}; {ran}{', ' if ran else ''}{ready}"
+        how = crash_how(
+            event.exit_code,
+            event.signal,
+            event.panic_kind,
+            event.panic_line,
+            event.uptime,
+            reached_ready=event.reached_ready,
+        )
+        text = f"crashed: {how}"
         return cite(
             record,
             key,

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from hostler.capacity.victims import DEMAND_WINDOW
 
-__all__ = ["candidates_of", "exit_how", "figures_of", "mapping_of", "pick", "secs", "size"]
+__all__ = [
+    "candidates_of",
+    "crash_how",
+    "exit_how",
+    "figures_of",
+    "mapping_of",
+    "pick",
+    "secs",
+    "size",
+    "stop_why",
+]
 
 
 def candidates_of(decision: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -91,3 +101,65 @@ def exit_how(code: int | None, number: int | None) -> str:
     if code is None:
         return "exit status unknown"
     return f"exit code {code}"
+
+
+_STOP_WORDS: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    "SP4": lambda d: (
+        f"idle (SP4): unused for {secs(d.get('unused_for'))}, "
+        f"idle timeout {secs(d.get('idle_timeout'))}"
+    ),
+    "SP5": lambda d: (
+        f"memory pressure (SP5): unused for {secs(d.get('unused_for'))}, early-stop "
+        f"threshold {secs(d.get('pressure_idle'))} under pressure"
+    ),
+    "SP3": lambda d: (
+        f"health restart (SP3): {d.get('consecutive_failures')} failed probes in a "
+        f"row, limit {d.get('health_failures')}"
+    ),
+    "PP4": lambda d: f"evicted (PP4) to make room for {d.get('for')}",
+    "PP6": lambda _d: "evicted (PP6): unloaded while idle",
+    "GA1": lambda d: (
+        f"unloaded (GA1): its GPU slot ({d.get('slot')}) gave the card to another slot"
+    ),
+    "PP9": lambda _d: "evicted (PP9): the pool is retiring, work done",
+    "PP10": lambda d: f"evicted (PP10): above the replica target {d.get('target')}",
+}
+
+
+def stop_why(reason: object, decision: Mapping[str, Any]) -> str:
+    """Why a stop was asked, from its recorded ``reason`` and ``decision``: the rule and figures.
+
+    ``idle (SP4): unused for 5.0 min, idle timeout 5.0 min``; an eviction to make room (PP4)
+    names the engine it made room for. The one wording of a stop's cause: ``hostler explain``
+    and the serve terminal's story both say it this way.
+    """
+    rule = decision.get("rule")
+    say = _STOP_WORDS.get(rule) if isinstance(rule, str) else None
+    if say is not None:
+        return say(decision)
+    return f"{reason} ({rule})" if rule else str(reason)
+
+
+def crash_how(
+    exit_code: int | None,
+    number: int | None,
+    panic_kind: str | None,
+    panic_line: str | None,
+    uptime: float | None,
+    *,
+    reached_ready: bool,
+) -> str:
+    """How an engine crashed: its end, its panic line, how long it ran, whether it was ready.
+
+    ``exit code 1; panic kind oom: 'out of memory'; after 2.0 s, never became ready``: the one
+    wording of a crash snapshot (``hostler explain`` and the serve terminal's story).
+    """
+    if panic_kind:
+        panic = f"panic kind {panic_kind}"
+        if panic_line:
+            panic += f": {panic_line[:200]!r}"
+    else:
+        panic = "no panic line recognised in its output"
+    ran = "" if uptime is None else f"after {secs(uptime)}"
+    ready = "had become ready" if reached_ready else "never became ready"
+    return f"{exit_how(exit_code, number)}; {panic}; {ran}{', ' if ran else ''}{ready}"

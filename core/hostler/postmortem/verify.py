@@ -278,8 +278,12 @@ def _drain(decision: Mapping[str, Any]) -> str:
         started, now = float(decision["started_at"]), float(decision["now"])
     else:
         started, now = 0.0, float(decision["waited"])
+    bound = decision["drain_wait"]
     verdict = drain_verdict(
-        busy=bool(decision["busy"]), started_at=started, now=now, wait=float(decision["drain_wait"])
+        busy=bool(decision["busy"]),
+        started_at=started,
+        now=now,
+        wait=None if bound is None else float(bound),
     )
     return verdict.action
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from hostler.capacity.ledger import LedgerLimits
 from hostler.capacity.ledger import shortfall as ledger_shortfall
 from hostler.policies.eviction import EvictionPolicy, eviction_policy
-from hostler.policies.pool import DRAIN_WAIT, drain_verdict
+from hostler.policies.pool import DRAIN_WAIT, drain_bound, drain_verdict
 from hostler.policies.queue import Pending
 from hostler.policies.room import RoomSearch, Standing, room_step, start_share
 from hostler.postmortem.figures import Figures, Tally
@@ -319,7 +319,9 @@ class _Sim:
                 Standing(e.entry(), spoken=e.state == BUILDING or bool(e.waiters), kept=e.pinned)
                 for e in self.resident.values()
             ]
-            step = room_step(build.search, short, standing, now, policy=self.policy)
+            step = room_step(
+                build.search, short, standing, now, limits=self.limits, policy=self.policy
+            )
             if step.action == "fit":
                 self.start(engine, build.search.wanted, now, build.delay)
                 return
@@ -341,7 +343,9 @@ class _Sim:
                     victim.drain_started = now
                     build.drain = victim.key
                     build.blocked = True
-                    self.agenda.push(now + DRAIN_WAIT + DRAIN_POLL, DEADLINE, key=victim.key)
+                    bound = drain_bound(build.search.key, DRAIN_WAIT)
+                    if bound is not None:  # PP5: a start's drain has none (drain_bound)
+                        self.agenda.push(now + bound + DRAIN_POLL, DEADLINE, key=victim.key)
                     return
                 self.evict(victim)
                 build.delay = max(build.delay, victim.model.stop)

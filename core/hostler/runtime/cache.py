@@ -482,6 +482,9 @@ class CacheController:
                 await self.reconcile_once()
             except Exception:
                 log.warning("cache reconcile failed", exc_info=True)
+            else:
+                running = sorted(k for k, e in self._engines.items() if e.running and e.adapter)
+                log.debug("prompt caches reconciled: asked %s", ", ".join(running) or "no engine")
 
     # -- statistics ---------------------------------------------------------------------
 

@@ -48,6 +48,10 @@ __all__ = ["LaunchSummary", "Runtime", "RuntimeStatus"]
 SETTLE_WAIT = 5.0
 
 
+#: How long a request that found its engine not answering waits for the engine's exit.
+ENGINE_EXIT_WAIT = 1.0
+
+
 class Runtime:
     """Engine lifetime, admission and routing for one daemon (or one embedding program).
 
@@ -166,9 +170,18 @@ class Runtime:
             await self._writer.flush()
             await self.caches.forget_stopped()
 
+    def stop_taking_work(self) -> None:
+        """Refuse new work (``shutting-down``) from now on; engines are stopped by the caller."""
+        self.pool.stop_taking_work()
+
     async def close(self) -> None:
         """Stop every engine (a build in flight included) and take no new work (NR3, PP8)."""
         await self.pool.close()
+
+    @property
+    def closing(self) -> bool:
+        """Whether the runtime takes no new work (it is shutting down, or shut down)."""
+        return self.pool.closed
 
     @property
     def clock(self) -> Clock:
@@ -322,6 +335,14 @@ class Runtime:
     def supervisor(self, key: str) -> Supervisor:
         """``key``'s supervisor, built by the runtime's factory on first use (starts nothing)."""
         return self.pool.supervisor(key)
+
+    async def engine_lost(self, key: str) -> bool:
+        """A request found ``key``'s engine not answering: whether its process is gone.
+
+        Waits up to a second for an exit under way, and records the crash at once (the watch
+        would at its next tick), so that the next request for it starts it again.
+        """
+        return await self.pool.supervisor(key).confirm_exit(ENGINE_EXIT_WAIT)
 
     def supervisors(self) -> dict[str, Supervisor]:
         """Every engine this runtime built, by key."""

@@ -175,6 +175,14 @@ class Pool:
         """Whether the pool takes no new work (closing or closed)."""
         return self._tasks.closed
 
+    def stop_taking_work(self) -> None:
+        """Take no new work from now on and cancel builds in flight (the first step of close).
+
+        A daemon stopping its engines itself calls it first, so that what breaks off meanwhile
+        reads as a shutdown, and a request behind a stopped engine is refused, not started.
+        """
+        self._tasks.cancel()
+
     async def close(self, cause: str = StopReason.SHUTDOWN) -> None:
         """PP8: take no new work, cancel builds in flight, stop every engine; idempotent.
 
@@ -182,7 +190,7 @@ class Pool:
         (``start-cancelled``, SG1); every running engine is stopped (reason ``shutdown``),
         recorded when the log takes it and stopped all the same when it does not (SF2).
         """
-        self._tasks.cancel()  # builds, watches, the pin keeper; not the caller
+        self.stop_taking_work()  # builds, watches, the pin keeper; not the caller
         await self._unloader.stop_all(str(cause))
 
     def on_stopping(self, listener: Callable[[int], Awaitable[None]]) -> None:

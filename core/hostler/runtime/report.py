@@ -114,7 +114,9 @@ class EngineReport:
         ``last_reason`` (why it is in its state, from its latest lifecycle event),
         ``reserved_bytes`` and ``measured_bytes`` (what its reservation was admitted with and
         its measured footprint once ready; None without one), ``lease`` (the GPU lease held
-        now: ``{"slot", "holder"}``, or None). The logs are read off the event loop.
+        now: ``{"slot", "holder"}``, or None), ``slots`` (how many requests it was launched to
+        serve at once, its ``--parallel``; None when no process runs). The logs are read off
+        the event loop.
         """
         pinned = self._pool.pinned
         facts: dict[str, dict[str, Any]] = {}
@@ -122,9 +124,11 @@ class EngineReport:
             sup = self._pool.supervisor(key)
             timeout = sup.rules.idle_timeout
             idle = sup.state == "running" and timeout > 0 and key not in pinned
+            spec = sup.launch_spec
             facts[key] = {
                 "state_since": sup.engine.changed_at,
                 "idle_deadline": sup.last_used + timeout if idle else None,
+                "slots": spec.slots if spec is not None and sup.pid is not None else None,
             }
         held = next((row for row in self._arbiter.leases() if row["state"] == "held"), None)
         lease = None if held is None else {"slot": held["slot"], "holder": held["holder"]}

@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 
+from hostler.capacity.ledger import LedgerLimits
 from hostler.capacity.ledger import shortfall as ledger_shortfall
 from hostler.clock import Clock
 from hostler.drivers.host_ledger import HostLedger
@@ -29,7 +30,7 @@ from hostler.events.base import Event
 from hostler.events.pool import POOL_STREAM, PoolDrainEnded, PoolDrainStarted, PoolRoomPlanned
 from hostler.machines.engine import StopReason
 from hostler.policies.eviction import EvictionPolicy
-from hostler.policies.pool import PoolEntry, drain_step
+from hostler.policies.pool import PoolEntry, drain_bound, drain_step
 from hostler.policies.room import RoomSearch, Standing, room_step, start_share
 from hostler.runtime.table import EngineTable
 from hostler.store.log import EventStore
@@ -47,13 +48,14 @@ class DrainProgress:
         key: The draining engine.
         for_key: The engine the room is for (None for an unload or a reconcile).
         waited: Seconds since the drain began.
-        limit: Seconds it may take before the eviction gives up (PP5).
+        limit: Seconds it may take before the eviction gives up (PP5; None: as long as the
+            start it makes room for is wanted).
     """
 
     key: str
     for_key: str | None
     waited: float
-    limit: float
+    limit: float | None
 
 
 class StopNotice:
@@ -134,7 +136,7 @@ class RoomDriver:
         table = self._table
         search = RoomSearch(key, wanted, self._clock.monotonic() + self.drain_wait)
         while True:
-            short, held = await self._io.run(self._shortfall, key, wanted)
+            short, held, limits = await self._io.run(self._shortfall, key, wanted)
             now = self._clock.wall()
             standing = [
                 Standing(
@@ -152,6 +154,7 @@ class RoomDriver:
                 short,
                 standing,
                 now,
+                limits=limits,
                 policy=self._eviction,
                 patience_now=self._clock.monotonic(),
             )
@@ -181,10 +184,10 @@ class RoomDriver:
                 for victim in step.evict:
                     evictions.start_soon(self._evict_logged, victim, key, why)
             if step.drain is not None:
-                await self.drain(step.drain, key, why, self.drain_wait)
+                await self.drain(step.drain, key, why, drain_bound(key, self.drain_wait))
 
-    def _shortfall(self, key: str, wanted: int) -> tuple[int, dict[str, int]]:
-        """CB5 against the ledger now, and what this daemon holds per key (blocking)."""
+    def _shortfall(self, key: str, wanted: int) -> tuple[int, dict[str, int], LedgerLimits]:
+        """CB5 against the ledger now, what this daemon holds per key, the limits (blocking)."""
         ledger = self._ledger
         assert ledger is not None  # noqa: S101 - only called with a ledger
         limits = ledger.limits()
@@ -192,7 +195,7 @@ class RoomDriver:
         wanted = start_share(wanted, limits.budget)
         mine = {h.key: h.bytes for h in state.reservations.values() if h.owner == ledger.owner}
         short = ledger_shortfall(limits, state.committed, wanted, mine.get(key, 0))
-        return short, mine
+        return short, mine, limits
 
     async def _evict_logged(self, key: str, for_key: str, why: dict[str, Any]) -> None:
         try:
@@ -200,8 +203,12 @@ class RoomDriver:
         except HostlerError as exc:
             log.warning("hostler: %s", exc.message)
 
-    async def drain(self, key: str, for_key: str | None, why: dict[str, Any], wait: float) -> bool:
+    async def drain(
+        self, key: str, for_key: str | None, why: dict[str, Any], wait: float | None
+    ) -> bool:
         """PP5: no new work for ``key`` from now; evict it once idle, or give up after ``wait``.
+
+        ``wait`` None: no bound but the wish of those who asked for ``for_key`` (PP18).
 
         Returns whether it was evicted (False: it was already gone).
 
@@ -249,7 +256,7 @@ class RoomDriver:
                     )
                 if step.action == "busy":
                     raise EngineBusyError(
-                        f"{key} is busy and did not drain within {wait:g} s; not evicting it"
+                        f"{key} is busy and did not drain within {wait or 0:g} s; not evicting it"
                         + (f" for {for_key}" if for_key else "")
                         + ": it stays resident. Retry when its requests end"
                     )

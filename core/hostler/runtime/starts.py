@@ -106,12 +106,20 @@ class Starter:
         touched = touch(self._table.as_policy(key, entry, 0), now)
         entry.hits, entry.last_used_at = touched.hits, now
         entry.waiting += 1  # until handed out: the caller increments in_use with no await
+        noticed = False
         try:
             while True:
                 while entry.draining:
                     await entry.drained.wait()
                     self._tasks.check_open()
                 sup = entry.supervisor
+                if sup.exited_unseen() and not noticed:
+                    # its process died since the watch last looked (a request behind a crash
+                    # must wait for the restart, never be sent to the dead port): the crash is
+                    # recorded now, and the loop builds it again
+                    noticed = True
+                    await sup.notice_exit()
+                    continue
                 if sup.state == EngineState.RUNNING and sup.port is not None and not entry.flight:
                     return entry
                 flight = entry.flight

@@ -30,6 +30,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from hostler.drivers.tail import follow
 from hostler.runtime.facade import Runtime
 from hostler.serve.access import is_loopback
 from hostler.serve.dashboard import dashboard_routes
@@ -39,7 +40,7 @@ from hostler.serve.openapi import OPENAPI_PATH, openapi_schema
 from hostler.serve.operator import Guard, JsonAnswer, is_number, operator_routes
 from hostler.serve.proxy import MAX_BODY, SESSION_HEADER, CompletionProxy
 from hostler.serve.upstream import PooledUpstream, Upstream
-from hostler.store.log import EventStore, RecordedEvent
+from hostler.store.log import RecordedEvent, format_time
 
 __all__ = ["MAX_BODY", "SESSION_HEADER", "make_app"]
 
@@ -327,33 +328,30 @@ class _OneLine:
             await answer(scope, receive, send)
 
 
-#: How often the event tail looks for new events (seconds), and how many it sends at once.
-TAIL_POLL = 0.25
-TAIL_PAGE = 500
-
-
-def _page(store: EventStore, after: int) -> list[RecordedEvent]:
-    return list(store.read_all(after_seq=after, limit=TAIL_PAGE))
-
-
 async def _tail(runtime: Runtime, after: int) -> AsyncIterator[bytes]:
-    """Server-Sent Events: every event after ``after``, then each new one as it is written."""
-    store = runtime.store
+    """Server-Sent Events: every event after ``after``, then each new one as it is written.
+
+    Each page of the log goes out as one write: a client that left is noticed before the
+    next page (uvicorn then drops what is sent and Starlette ends this stream), never
+    written to event by event (asyncio logs ``socket.send() raised exception.`` for each
+    write to a closed socket).
+    """
     yield b": hostler event stream\n\n"
-    while True:
-        page = await anyio.to_thread.run_sync(_page, store, after)
-        for record in page:
-            data = json.dumps(
-                {
-                    "seq": record.seq,
-                    "stream": record.stream_id,
-                    "version": record.version,
-                    "type": record.type,
-                    "payload": record.payload,
-                },
-                default=str,
-            )
-            yield f"id: {record.seq}\nevent: {record.type}\ndata: {data}\n\n".encode()
-            after = record.seq
-        if len(page) < TAIL_PAGE:
-            await runtime.clock.sleep(TAIL_POLL)
+    async for page in follow(runtime.store, after, runtime.clock):
+        yield b"".join(_sse(record) for record in page)
+
+
+def _sse(record: RecordedEvent) -> bytes:
+    """One event as a Server-Sent Event (``id:`` its seq, ``event:`` its type)."""
+    data = json.dumps(
+        {
+            "seq": record.seq,
+            "recorded_at": format_time(record.recorded_at),
+            "stream": record.stream_id,
+            "version": record.version,
+            "type": record.type,
+            "payload": record.payload,
+        },
+        default=str,
+    )
+    return f"id: {record.seq}\nevent: {record.type}\ndata: {data}\n\n".encode()

@@ -38,6 +38,7 @@ class HttpError:
 _BY_CODE: dict[str, HttpError] = {
     "usage.invalid": HttpError(400, "invalid_request_error", "invalid-request"),
     "usage.setting": HttpError(400, "invalid_request_error", "invalid-request"),
+    "request.invalid": HttpError(400, "invalid_request_error", "invalid-request"),
     "plugin.unknown-engine": HttpError(404, "invalid_request_error", "model_not_found"),
     "capacity.denied": HttpError(503, "server_error", "capacity-denied"),
     "engine.busy": HttpError(503, "server_error", "engine-busy", retry_after=30),
@@ -64,10 +65,19 @@ def http_error_for(error: HostlerError) -> HttpError:
 
 
 def error_response(
-    status: int, kind: str, code: str, message: str, retry_after: int | None = None
+    status: int,
+    kind: str,
+    code: str,
+    message: str,
+    retry_after: int | None = None,
+    *,
+    param: str | None = None,
 ) -> Response:
-    """An OpenAI-shaped error body with its status and, when given, ``Retry-After``."""
-    body = {"error": {"message": message, "type": kind, "code": code, "param": None}}
+    """An OpenAI-shaped error body with its status and, when given, ``Retry-After``.
+
+    ``param`` names the request's field at fault (OpenAI's ``error.param``).
+    """
+    body = {"error": {"message": message, "type": kind, "code": code, "param": param}}
     headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
     return Response(
         json.dumps(body), status_code=status, headers=headers, media_type="application/json"

@@ -59,7 +59,8 @@ def _error_response(description: str, *, retry: bool = False) -> _Schema:
 _RESPONSES: dict[str, _Schema] = {
     "BadRequest": _error_response(
         "`invalid-request`: the body, a path or query parameter is malformed (one line saying "
-        "what was expected)"
+        "what was expected; `param` names the body's field at fault), or `engine-rejected`: "
+        "the engine refused the request (its own 4xx status and message)"
     ),
     "Unauthorized": _error_response(
         "`unauthorized`: the route needs `Authorization: Bearer <token>` (the data "
@@ -71,7 +72,8 @@ _RESPONSES: dict[str, _Schema] = {
     ),
     "Conflict": _error_response("`queue-cancelled`: an operator cancelled the queued request"),
     "BadGateway": _error_response(
-        "`engine-crashed`: the engine could not start, or died under the request"
+        "`engine-crashed`: the engine could not start, or died under the request; "
+        "`engine-error`: the engine failed the request (its own 5xx, its message kept)"
     ),
     "Unavailable": _error_response(
         "`capacity-denied`, `engine-busy` (Retry-After 30), `queue-timeout` (5), "

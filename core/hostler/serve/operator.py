@@ -89,6 +89,26 @@ def _bad(message: str) -> Response:
     return error_response(400, "invalid_request_error", "invalid-request", message[:300])
 
 
+async def read_body(chunks: AsyncIterator[bytes], declared: str | None, limit: int) -> bytes:
+    """A request body (``chunks`` as they come), refused as soon as it is over ``limit``.
+
+    Raises:
+        UsageError: The declared (``Content-Length``) or actual size is over ``limit``.
+    """
+    unit = f"{limit // 2**20} MiB" if limit >= 2**20 else f"{limit // 1024} KiB"
+    too_large = f"the request body is over {unit}"
+    if declared is not None and not (is_number(declared) and int(declared) <= limit):
+        raise UsageError(too_large)
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            raise UsageError(too_large)
+        parts.append(chunk)
+    return b"".join(parts)
+
+
 async def read_json_object(
     chunks: AsyncIterator[bytes],
     declared: str | None,
@@ -106,18 +126,7 @@ async def read_json_object(
     Raises:
         UsageError: Too large, not JSON, not an object, or holding a lone UTF-16 surrogate.
     """
-    unit = f"{limit // 2**20} MiB" if limit >= 2**20 else f"{limit // 1024} KiB"
-    too_large = f"the request body is over {unit}"
-    if declared is not None and not (is_number(declared) and int(declared) <= limit):
-        raise UsageError(too_large)
-    parts: list[bytes] = []
-    size = 0
-    async for chunk in chunks:
-        size += len(chunk)
-        if size > limit:
-            raise UsageError(too_large)
-        parts.append(chunk)
-    body = b"".join(parts)
+    body = await read_body(chunks, declared, limit)
     try:
         payload = json.loads(body or empty)
     except (ValueError, RecursionError):

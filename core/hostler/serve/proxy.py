@@ -24,10 +24,18 @@ import anyio
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from hostler.errors import HostlerError, UsageError
+from hostler.errors import HostlerError, RequestBodyError, RuntimeClosedError, UsageError
 from hostler.runtime.facade import Runtime
+from hostler.serve.answers import (
+    ENGINE_ERROR_LIMIT,
+    SseRenamer,
+    engine_error,
+    renamed,
+    shaped_error,
+)
+from hostler.serve.bodies import check_body, decode_body
 from hostler.serve.errors import error_response, hostler_error_response, unknown_model_response
-from hostler.serve.operator import Guard, read_json_object
+from hostler.serve.operator import Guard, read_body
 from hostler.serve.turns import AnswerTail
 from hostler.serve.upstream import Upstream, UpstreamError, UpstreamResponse
 
@@ -71,29 +79,22 @@ class CompletionProxy:
             await denied(scope, receive, send)
             return
         try:
-            body, payload = await _read_json(scope, receive)
+            body, payload = await _read_checked(scope, receive)
         except UsageError as exc:
-            answer = error_response(400, "invalid_request_error", "invalid-request", exc.message)
+            param = exc.param if isinstance(exc, RequestBodyError) else None
+            answer = error_response(
+                400, "invalid_request_error", "invalid-request", exc.message, param=param
+            )
             await answer(scope, receive, send)
             return
         except _ClientGone:
             return
-        model = payload.get("model")
-        target = self._models.get(model) if isinstance(model, str) else None
+        model = payload["model"]
+        target = self._models.get(model)
         if target is None:
             await unknown_model_response(model, self._models)(scope, receive, send)
             return
-        session = _session(scope, payload)
-        if session is not None and not _is_text(session):
-            answer = error_response(
-                400,
-                "invalid_request_error",
-                "invalid-request",
-                "the session ('user', or the X-Hostler-Session header) is not valid Unicode "
-                "(a lone surrogate): send a plain string",
-            )
-            await answer(scope, receive, send)
-            return
+        session = _session(scope, payload)  # valid Unicode: the body was decoded strictly
         async with anyio.create_task_group() as tasks:
             # The client's only remaining message is its disconnect: waiting for it is how a
             # request that waits in the queue, or is mid-answer, learns that nobody wants it.
@@ -121,87 +122,199 @@ class CompletionProxy:
         body: bytes,
         payload: dict[str, Any],
         target: str,
-        model: object,
+        model: str,
         session: str | None,
     ) -> None:
         engine, name = target.split(":", 1)
         path = str(scope["path"])
-        async with contextlib.AsyncExitStack() as stack:
-            try:
-                # the key only: the request queues first and its slot starts the engine, so
-                # the log has it (queue.enqueued) before the start made for it (PM21)
-                key = await self._runtime.place(engine, name, session)
-                cause = "one-shot" if session is None else "session"
-                held = self._runtime.hold(
-                    key, session=session, cause=cause, prompt_cache=path != EMBEDDINGS
-                )
-                it = await stack.enter_async_context(held)
-                fields = it.fields  # CC13: the session's slot, ``cache_prompt``
-                forced = self._runtime.request_model(key)
-                if forced is not None and payload.get("model") != forced:  # RD10
-                    fields["model"] = forced
-                if fields:
-                    body = await anyio.to_thread.run_sync(_with_fields, payload, fields)
-                answer = await self._upstream.send(it.port, path, body, "application/json")
-                stack.push_async_callback(_close_shielded, answer)
-            except HostlerError as exc:
-                await hostler_error_response(exc)(scope, receive, send)
+        key = ""
+        for attempt in range(2):
+            async with contextlib.AsyncExitStack() as stack:
+                try:
+                    # the key only: the request queues first and its slot starts the engine,
+                    # so the log has it (queue.enqueued) before the start made for it (PM21)
+                    key = await self._runtime.place(engine, name, session)
+                    cause = "one-shot" if session is None else "session"
+                    held = self._runtime.hold(
+                        key, session=session, cause=cause, prompt_cache=path != EMBEDDINGS
+                    )
+                    it = await stack.enter_async_context(held)
+                    fields = it.fields  # CC13: the session's slot, ``cache_prompt``
+                    forced = self._runtime.request_model(key)
+                    if forced is not None and payload.get("model") != forced:  # RD10
+                        fields["model"] = forced
+                    sent = body
+                    if fields:
+                        sent = await anyio.to_thread.run_sync(_with_fields, payload, fields)
+                    answer = await self._upstream.send(it.port, path, sent, "application/json")
+                    stack.push_async_callback(_close_shielded, answer)
+                except RuntimeClosedError:
+                    await hostler_error_response(
+                        RuntimeClosedError(
+                            f"hostler is shutting down: {model!r} is not served; ask again "
+                            "once it is back"
+                        )
+                    )(scope, receive, send)
+                    return
+                except HostlerError as exc:
+                    await hostler_error_response(exc)(scope, receive, send)
+                    return
+                except UpstreamError as exc:
+                    # the engine died under it before answering (handed out between its death
+                    # and its exit being seen): once its crash is recorded, this request asks
+                    # again — the restart serves it — once
+                    if attempt == 0 and key and await self._runtime.engine_lost(key):
+                        continue
+                    await error_response(
+                        502,
+                        "server_error",
+                        "engine-crashed",
+                        f"the engine for {model!r} did not answer ({exc}); it will be "
+                        "restarted on the next request",
+                    )(scope, receive, send)
+                    return
+                tail = None if it.prepared is None else AnswerTail()
+                whole = await _relay(answer, send, model, tail, self._runtime)
+                if whole and tail is not None and it.prepared is not None and session is not None:
+                    await self._runtime.caches.finish(key, session, it.prepared, tail.usage())
                 return
-            except UpstreamError as exc:
-                await error_response(
-                    502,
-                    "server_error",
-                    "engine-crashed",
-                    f"the engine for {model!r} did not answer ({exc}); it will be restarted on "
-                    "the next request",
-                )(scope, receive, send)
-                return
-            tail = None if it.prepared is None else AnswerTail()
-            whole = await _relay(answer, send, tail)
-            if whole and tail is not None and it.prepared is not None and session is not None:
-                await self._runtime.caches.finish(key, session, it.prepared, tail.usage())
 
 
-async def _relay(answer: UpstreamResponse, send: Send, tail: AnswerTail | None = None) -> bool:
-    """Pass the engine's status, head and body through as they come; whether it was whole."""
-    headers = [
-        (name.encode("latin-1"), value.encode("latin-1"))
-        for name, value in answer.headers
-        if name in _PASSED
-    ]
-    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+async def _relay(
+    answer: UpstreamResponse, send: Send, model: str, tail: AnswerTail | None, runtime: Runtime
+) -> bool:
+    """Relay the engine's answer as the client asked for it; whether it was whole.
+
+    A stream is passed on chunk by chunk, each event's ``model`` renamed to the one the client
+    asked for; a whole answer is renamed once complete (past :data:`MAX_RENAMED` bytes it
+    passes as it is); an engine's error becomes hostler's, in OpenAI's shape.
+    """
+    if answer.status >= 400:
+        await _relay_error(answer, send, model)
+        return False
+    if _is_stream(answer):
+        return await _relay_stream(answer, send, model, tail, runtime)
+    return await _relay_whole(answer, send, model, tail, runtime)
+
+
+async def _relay_error(answer: UpstreamResponse, send: Send, model: str) -> None:
+    parts: list[bytes] = []
+    size = 0
+    with contextlib.suppress(UpstreamError):
+        async for chunk in answer.body():
+            parts.append(chunk)
+            size += len(chunk)
+            if size >= ENGINE_ERROR_LIMIT:
+                break
+    status, shaped = engine_error(answer.status, b"".join(parts), model)
+    await _send_whole(send, status, "application/json", json.dumps(shaped).encode())
+
+
+async def _relay_stream(
+    answer: UpstreamResponse, send: Send, model: str, tail: AnswerTail | None, runtime: Runtime
+) -> bool:
+    await send({"type": "http.response.start", "status": answer.status, "headers": _head(answer)})
+    renamer = SseRenamer(model)
     try:
         async for chunk in answer.body():
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if ready := renamer.feed(chunk):
+                await send({"type": "http.response.body", "body": ready, "more_body": True})
             if tail is not None:
                 tail.feed(chunk)
     except UpstreamError as exc:
-        log.warning("hostler: the engine's answer broke off: %s", exc)
-        if _is_stream(answer):  # a stream that just stops reads as complete: say it is not
-            await send({"type": "http.response.body", "body": _CUT_EVENT, "more_body": True})
+        log.debug("hostler: the engine's answer broke off: %s", exc)  # the story tells crashes
+        # a stream that just stops reads as complete: say it is not, and why
+        _, cut = _cut(model, runtime)  # the head is sent: its status cannot change any more
+        event = b"data: " + json.dumps(cut).encode() + b"\n\n"
+        await send({"type": "http.response.body", "body": event, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return False
+    await send({"type": "http.response.body", "body": renamer.flush(), "more_body": False})
+    return True
+
+
+async def _relay_whole(
+    answer: UpstreamResponse, send: Send, model: str, tail: AnswerTail | None, runtime: Runtime
+) -> bool:
+    parts: list[bytes] = []
+    size = 0
+    body = answer.body()
+    try:
+        async for chunk in body:
+            parts.append(chunk)
+            size += len(chunk)
+            if size > MAX_RENAMED:
+                break
+    except UpstreamError as exc:
+        log.debug("hostler: the engine's answer broke off: %s", exc)  # the story tells crashes
+        status, cut = _cut(model, runtime)
+        await _send_whole(send, status, "application/json", json.dumps(cut).encode())
+        return False
+    whole = b"".join(parts)
+    if tail is not None:
+        tail.feed(whole)
+    if size <= MAX_RENAMED:
+        if len(whole) > _CHECKED_ON_LOOP:
+            whole = await anyio.to_thread.run_sync(renamed, whole, model)
+        else:
+            whole = renamed(whole, model)
+        await _send_whole(send, answer.status, _content_type(answer), whole)
+        return True
+    # too large to hold: the rest is passed as it comes, unrenamed
+    headers = [(k, v) for k, v in _head(answer) if k != b"content-length"]
+    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+    await send({"type": "http.response.body", "body": whole, "more_body": True})
+    try:
+        async for chunk in body:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    except UpstreamError as exc:
+        log.debug("hostler: the engine's answer broke off: %s", exc)  # the story tells crashes
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return False
     await send({"type": "http.response.body", "body": b"", "more_body": False})
     return True
 
 
-#: The last event of a stream whose engine stopped answering mid-answer (an OpenAI error
-#: event: the ``openai`` client raises it as an ``APIError``).
-_CUT_EVENT = (
-    "data: "
-    + json.dumps(
-        {
-            "error": {
-                "message": "the engine stopped answering mid-answer (it crashed or was "
-                "killed); the answer is incomplete: ask again",
-                "type": "server_error",
-                "code": "engine-crashed",
-                "param": None,
-            }
-        }
+async def _send_whole(send: Send, status: int, content_type: str, body: bytes) -> None:
+    headers = [
+        (b"content-type", content_type.encode("latin-1")),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def _head(answer: UpstreamResponse) -> list[tuple[bytes, bytes]]:
+    return [
+        (name.encode("latin-1"), value.encode("latin-1"))
+        for name, value in answer.headers
+        if name in _PASSED
+    ]
+
+
+def _content_type(answer: UpstreamResponse) -> str:
+    return next((v for k, v in answer.headers if k == "content-type"), "application/json")
+
+
+#: A whole answer up to this size is renamed; a larger one passes as the engine sent it.
+MAX_RENAMED = 64 * 1024 * 1024
+
+
+def _cut(model: str, runtime: Runtime) -> tuple[int, dict[str, Any]]:
+    """Why an answer broke off mid-way, as OpenAI's error: the daemon stopping, or the engine."""
+    if runtime.closing:
+        return 503, shaped_error(
+            f"hostler is shutting down: the engine for {model!r} was stopped mid-answer; "
+            "the answer is incomplete: ask again once it is back",
+            "server_error",
+            "shutting-down",
+        )
+    return 502, shaped_error(
+        f"the engine for {model!r} stopped answering mid-answer (it crashed or was killed); "
+        "the answer is incomplete: ask again",
+        "server_error",
+        "engine-crashed",
     )
-    + "\n\n"
-).encode()
 
 
 def _is_stream(answer: UpstreamResponse) -> bool:
@@ -225,11 +338,13 @@ async def _watch(receive: Receive, scope: anyio.CancelScope) -> None:
             return
 
 
-async def _read_json(scope: Scope, receive: Receive) -> tuple[bytes, dict[str, Any]]:
-    """The body (at most :data:`MAX_BODY` bytes, read as it comes) and its JSON object.
+async def _read_checked(scope: Scope, receive: Receive) -> tuple[bytes, dict[str, Any]]:
+    """The body (at most :data:`MAX_BODY` bytes, read as it comes) and its checked JSON object.
+
+    A large body is decoded and checked off the loop (16 MiB takes tens of milliseconds).
 
     Raises:
-        UsageError: Too large, not JSON, or not an object.
+        UsageError: Too large (a :class:`RequestBodyError` for what :mod:`.bodies` refuses).
         _ClientGone: The client left while sending it.
     """
 
@@ -243,7 +358,21 @@ async def _read_json(scope: Scope, receive: Receive) -> tuple[bytes, dict[str, A
                 return
 
     declared = _header(scope, b"content-length")
-    return await read_json_object(chunks(), declared, MAX_BODY, echoable=False)
+    body = await read_body(chunks(), declared, MAX_BODY)
+    route = str(scope["path"])
+    if len(body) > _CHECKED_ON_LOOP:
+        return body, await anyio.to_thread.run_sync(_decoded_and_checked, route, body)
+    return body, _decoded_and_checked(route, body)
+
+
+#: Bodies up to this size are decoded on the loop: a thread hop costs more than the decode.
+_CHECKED_ON_LOOP = 256 * 1024
+
+
+def _decoded_and_checked(route: str, body: bytes) -> dict[str, Any]:
+    payload = decode_body(body)
+    check_body(route, payload)
+    return payload
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -259,15 +388,6 @@ def _session(scope: Scope, payload: Mapping[str, Any]) -> str | None:
     if isinstance(session, str) and 0 < len(session) <= MAX_SESSION:
         return session
     return None
-
-
-def _is_text(value: str) -> bool:
-    """Whether ``value`` is valid Unicode (a JSON escape can make a lone surrogate)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _with_fields(payload: dict[str, Any], fields: Mapping[str, Any]) -> bytes:
