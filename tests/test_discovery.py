@@ -26,6 +26,7 @@ from hostler.events.discovery import MODELS_STREAM
 from hostler.policies.offer import (
     Candidate,
     Offered,
+    Source,
     model_id,
     offer_changes,
     plan_offer,
@@ -383,7 +384,7 @@ def test_the_newest_snapshot_is_used_when_refs_main_is_missing(tmp_path: Path) -
 def catalog_of(
     data: Path,
     store: EventStore,
-    places: list[tuple[str, Path]],
+    places: list[tuple[Source, Path]],
     engines: tuple[EngineConfig, ...] = (),
 ) -> Catalog:
     config = DaemonConfig(

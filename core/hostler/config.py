@@ -9,6 +9,7 @@ the working directory. The result is the plain :class:`DaemonConfig` the daemon 
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 import os
@@ -38,6 +39,7 @@ from hostler.errors import UsageError
 from hostler.paths import default_data_dir, user_path
 from hostler.plugin import ENGINE_NAME_MAX, engine_name_problem, flag_key_problem, flag_of
 from hostler.policies.eviction import DEFAULT_EVICTION_POLICY, valid_policy_name
+from hostler.policies.offer import Source
 
 __all__ = [
     "DEFAULT_HOST",
@@ -50,6 +52,7 @@ __all__ = [
     "discovered_config",
     "load_config",
     "source_places",
+    "with_places",
 ]
 
 #: Bigger than any model's window (2^24 tokens); a value past it is a typo, not a wish.
@@ -189,7 +192,7 @@ class DiscoverySettings:
     sources: tuple[DiscoverySource, ...] = DISCOVERY_SOURCES
     folders: tuple[Path, ...] = ()
     rescan_seconds: float = DEFAULT_RESCAN
-    places: tuple[tuple[str, Path], ...] = ()
+    places: tuple[tuple[Source, Path], ...] = ()
     template: EngineConfig = field(
         default_factory=lambda: EngineConfig(key="llamacpp:model:0", model=Path(), autostart=False)
     )
@@ -612,13 +615,25 @@ def discovered_config(data_dir: Path | None = None) -> DaemonConfig:
     return DaemonConfig(data_dir=where, discovery=DiscoverySettings())
 
 
+def with_places(
+    settings: DaemonConfig, environ: Mapping[str, str], *, models_dir: Path | None = None
+) -> DaemonConfig:
+    """``settings`` with its discovery's places found (:func:`source_places`), if it discovers."""
+    if settings.discovery is None:
+        return settings
+    places = source_places(settings.discovery, settings.data_dir, environ, models_dir=models_dir)
+    return dataclasses.replace(
+        settings, discovery=dataclasses.replace(settings.discovery, places=places)
+    )
+
+
 def source_places(
     discovery: DiscoverySettings,
     data_dir: Path,
     environ: Mapping[str, str],
     *,
     models_dir: Path | None = None,
-) -> tuple[tuple[str, Path], ...]:
+) -> tuple[tuple[Source, Path], ...]:
     """Where each of ``discovery``'s sources is, read from ``environ`` as each program does.
 
     ``models``: ``models_dir`` (``HOSTLER_MODELS_DIR``), else ``DATA_DIR/models``;

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import anyio
 
-from hostler.config import DEFAULT_PORT, DaemonConfig, discovered_config, source_places
+from hostler.config import DEFAULT_PORT, DaemonConfig, discovered_config, with_places
 from hostler.daemon import Daemon, load_config
 from hostler.daemon_parts.narrator import STORY_LOGGER
 from hostler.errors import UsageError
@@ -70,13 +70,8 @@ def serve_config(
     else:
         settings = discovered_config(data_dir)
     settings = apply_overrides(settings, env)
-    if settings.discovery is not None:  # where each source is, as its own program finds it
-        places = source_places(
-            settings.discovery, settings.data_dir, variables, models_dir=env.models_dir
-        )
-        settings = dataclasses.replace(
-            settings, discovery=dataclasses.replace(settings.discovery, places=places)
-        )
+    # where each source is, as its own program finds it
+    settings = with_places(settings, variables, models_dir=env.models_dir)
     settings = dataclasses.replace(
         settings,
         host=settings.host if host is None else host,

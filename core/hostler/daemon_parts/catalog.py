@@ -28,19 +28,17 @@ from typing import Any
 from hostler.capacity.keys import parse_key
 from hostler.clock import Clock
 from hostler.config import DaemonConfig, EngineConfig
-from hostler.drivers.model_walk import Walked, walk_places
+from hostler.drivers.model_walk import survey
 from hostler.drivers.offloop import OffLoop
 from hostler.errors import HostlerError
 from hostler.events.discovery import MODELS_STREAM, ModelsOffered
-from hostler.policies.offer import Offer, Offered, Refusal, offer_changes, plan_offer, replay_offer
+from hostler.policies.offer import Offer, Offered, Refusal, offer_changes, replay_offer
 from hostler.store.log import EventStore
 
-__all__ = ["MAX_OFFERED", "SETTLE", "Catalog"]
+__all__ = ["SETTLE", "Catalog"]
 
 log = logging.getLogger("hostler.daemon")  # the daemon's records keep its logger's name
 
-#: The most discovered models offered at once (MD5).
-MAX_OFFERED = 256
 #: MD7: a file written within this many seconds is not offered yet (a copy in progress).
 SETTLE = 2.0
 #: The refusals one ``models.offered`` keeps (the rest are counted).
@@ -164,18 +162,12 @@ class Catalog(Mapping[str, str]):
         discovery = self._discovery
         if discovery is None:
             return False
-        places = [(source, path) for source, path in discovery.places]
-        walked: Walked = await self._io.run(walk_places, places)
-        now = self._clock.wall()
-        offer = plan_offer(
-            walked.candidates,
-            previous=self._offer.by_path(),
-            taken=self._configured,
-            limit=MAX_OFFERED,
-            now=now,
-            settle=SETTLE,
+        previous, taken = self._offer.by_path(), set(self._configured)
+        now = self._clock.wall()  # a file written since is younger than SETTLE: not yet
+        surveyed = await self._io.run(
+            lambda: survey(discovery.places, previous=previous, taken=taken, now=now, settle=SETTLE)
         )
-        refused = (*offer.refused, *walked.refused)
+        offer, refused = surveyed.offer, surveyed.refused
         added, removed = offer_changes(self._offer.offered, offer.offered)
         if not added and not removed and set(refused) == set(self._refused):
             return False
@@ -184,7 +176,7 @@ class Catalog(Mapping[str, str]):
             [dataclasses.asdict(m) for m in added],
             [dataclasses.asdict(m) for m in removed],
             [dataclasses.asdict(r) for r in refused[:RECORDED_REFUSALS]],
-            max(0, len(refused) - RECORDED_REFUSALS) + walked.more_refused,
+            max(0, len(refused) - RECORDED_REFUSALS) + surveyed.more_refused,
         )
         store = self._store
         try:

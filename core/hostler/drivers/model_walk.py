@@ -23,14 +23,22 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hostler.policies.offer import Candidate, Refusal, Source
+from hostler.policies.offer import MAX_OFFERED, Candidate, Offer, Refusal, Source, plan_offer
 from hostler.untrusted import parse_json
 
-__all__ = ["MAX_DEPTH", "MAX_ENTRIES", "MAX_MANIFEST", "Walked", "walk_places"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_ENTRIES",
+    "MAX_MANIFEST",
+    "Surveyed",
+    "Walked",
+    "survey",
+    "walk_places",
+]
 
 #: Directory entries looked at per place (a folder of 100k files is cut there, said so).
 MAX_ENTRIES = 20_000
@@ -189,6 +197,39 @@ def walk_places(
             for path, found in walk.files(root):
                 walk.model(source, path, found, path.stem)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Surveyed:
+    """A walk and its plan: the models offered, and every refusal (the plan's, then the walk's).
+
+    ``more_refused`` counts the walk's refusals past those it kept.
+    """
+
+    offer: Offer
+    refused: tuple[Refusal, ...]
+    more_refused: int
+
+
+def survey(
+    places: Sequence[tuple[Source, Path]],
+    *,
+    previous: Mapping[str, str],
+    taken: Collection[str],
+    now: float,
+    settle: float,
+    limit: int = MAX_OFFERED,
+) -> Surveyed:
+    """Walk ``places`` and decide the offer (:func:`~hostler.policies.offer.plan_offer`).
+
+    The one way the daemon's catalog and ``hostler doctor`` find models: what the doctor says
+    is offered is what ``hostler serve`` offers. Blocking: run it off the event loop.
+    """
+    walked = walk_places(places)
+    offer = plan_offer(
+        walked.candidates, previous=previous, taken=taken, limit=limit, now=now, settle=settle
+    )
+    return Surveyed(offer, (*offer.refused, *walked.refused), walked.more_refused)
 
 
 def _hugging_face(walk: _Walk, hub: Path) -> None:

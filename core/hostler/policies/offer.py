@@ -34,6 +34,7 @@ from typing import Literal
 
 __all__ = [
     "MAX_ID",
+    "MAX_OFFERED",
     "SOURCES",
     "Candidate",
     "Offer",
@@ -51,6 +52,8 @@ __all__ = [
 #: cache, Ollama's store, LM Studio's models folder, a folder the config names.
 Source = Literal["models", "huggingface", "ollama", "lmstudio", "config"]
 SOURCES: tuple[Source, ...] = ("models", "huggingface", "ollama", "lmstudio", "config")
+#: MD5: the most discovered models offered at once.
+MAX_OFFERED = 256
 #: The longest model id (a config's ``[[models]] id`` has the same bound).
 MAX_ID = 100
 
@@ -188,7 +191,7 @@ def plan_offer(
     *,
     previous: Mapping[str, str],
     taken: Collection[str] = (),
-    limit: int = 256,
+    limit: int = MAX_OFFERED,
     now: float = 0.0,
     settle: float = 0.0,
 ) -> Offer:
