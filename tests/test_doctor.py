@@ -367,16 +367,26 @@ def test_what_the_log_learned_about_this_build_fails_the_cpu_check(tmp_path: Pat
     assert found.fix == BUILD_FIX
 
 
+#: What a model file starts with (the walk reads these 4 bytes; the rest is not read here).
+GGUF = b"GGUF\x03\x00\x00\x00"
+
+
 def test_models_are_those_serve_would_offer(tmp_path: Path) -> None:
-    from hostler.config import discovered_config
+    from hostler.config import discovered_config, with_places
 
     models = tmp_path / "models"
     models.mkdir()
-    (models / "Alpha-F16.gguf").write_bytes(b"")
-    (models / "beta.gguf").write_bytes(b"")
-    config = discovered_config(tmp_path)
+    (models / "Alpha-F16.gguf").write_bytes(GGUF)
+    (models / "beta.gguf").write_bytes(GGUF)
+    (models / "empty.gguf").write_bytes(b"")  # not a model: serve refuses it, and so here
+    hub = tmp_path / "user" / ".cache" / "huggingface" / "hub" / "models--org--Gamma-GGUF"
+    (hub / "snapshots" / "abc123").mkdir(parents=True)
+    (hub / "snapshots" / "abc123" / "gamma-Q8_0.gguf").write_bytes(GGUF)
+    config = with_places(discovered_config(tmp_path), {"HOME": str(tmp_path / "user")})
     assert doctor.check_models(config, models, configured=False) == Finding(
-        "models", "ok", f"2 in {models}: alpha-f16, beta"
+        "models",
+        "ok",
+        f"3 in {models}, {hub / 'snapshots' / 'abc123'}: alpha-f16, beta, hf-org-gamma-q8_0",
     )
 
 
@@ -388,11 +398,16 @@ def _ready_home(tmp_path: Path) -> dict[str, str]:
     data = tmp_path / "data"
     (data / "models").mkdir(parents=True, mode=0o700)
     data.chmod(0o700)
-    (data / "models" / "tiny.gguf").write_bytes(b"")
+    (data / "models" / "tiny.gguf").write_bytes(GGUF)
     token = data / "token"
     token.write_text(secrets.token_urlsafe(32))
     token.chmod(0o600)
-    return {"HOSTLER_HOME": str(data), "HOSTLER_PORT": str(_free_port())}
+    # HOME: this user's own Hugging Face cache, Ollama and LM Studio folders (none here)
+    return {
+        "HOSTLER_HOME": str(data),
+        "HOSTLER_PORT": str(_free_port()),
+        "HOME": str(tmp_path / "user"),
+    }
 
 
 def test_doctor_on_a_ready_machine_says_ok_and_exits_0(tmp_path: Path) -> None:

@@ -52,6 +52,7 @@ REGISTERED_ON_IMPORT = [
     "ledger.released",
     "ledger.reserved",
     "ledger.spillover_set",
+    "models.offered",
     "offload.degraded",
     "plugin.failed",
     "plugin.loaded",

@@ -26,7 +26,7 @@ from hostler.cli.client import (
     token_of,
 )
 from hostler.cli.tables import size
-from hostler.errors import HostlerError, UsageError
+from hostler.errors import DaemonRefusedError, HostlerError
 
 __all__ = ["model_of", "run_load", "run_unload", "step_line"]
 
@@ -177,35 +177,47 @@ def _show(
             say(line)
 
 
-#: An engine key has three parts (``engine:model:replica``); a model id is anything else.
-_KEY_PARTS = 3
-
-
 @checks_answers
 def run_unload(args: argparse.Namespace) -> int:
-    """Unload an idle engine now: the one a key names, or every resident one of a model."""
+    """Unload an engine now, or every resident engine of a model (its replicas).
+
+    A name with ``:`` is an engine key; else a model id, whose resident engines are unloaded
+    one by one (an idle one goes; a busy one is refused, said in one line).
+    """
     url, token = daemon_url(args), token_of(args)
     assert url is not None  # noqa: S101 - a default is given
-    keys = [args.key] if len(str(args.key).split(":")) == _KEY_PARTS else []
-    if not keys:
-        listed = fetch(url, "/api/engines", token).get("engines") or []
-        mine = [e for e in listed if model_of(str(e.get("key"))) == args.key]
-        if not mine:
-            models = sorted({model_of(str(e.get("key"))) for e in listed})
-            raise UsageError(
-                f"unload: {str(args.key)[:100]!r} is neither a model id nor an engine key "
-                f"(models: {', '.join(models) or 'none'}; `hostler ps` lists the keys)"
-            )
-        keys = [str(e["key"]) for e in mine if e.get("state") not in ("stopped", "declared")]
-        if not keys:
-            print(f"{args.key}: was not loaded")
-            return 0
+    keys = [args.key] if ":" in args.key else _engines_of(url, args.key, token)
     answers = [
         call("POST", url, f"/api/engines/{quote(key, safe=':')}/unload", token) for key in keys
     ]
     if args.json:
-        print(json.dumps(answers[0] if len(answers) == 1 else answers, indent=2))
-        return 0
-    for answer in answers:
+        print(json.dumps(answers[0] if ":" in args.key else answers, indent=2))
+    elif not answers:
+        print(f"{args.key}: was not loaded")
+    for answer in [] if args.json else answers:
         print(f"{answer['key']}: {'unloaded' if answer['unloaded'] else 'was not loaded'}")
     return 0
+
+
+def _engines_of(url: str, model: str, token: str | None) -> list[str]:
+    """The resident engines of ``model`` (none when it is offered but not loaded).
+
+    Raises:
+        DaemonRefusedError: The daemon offers no model of that id.
+    """
+    offered = {str(m["id"]) for m in fetch(url, "/v1/models", token).get("data") or []}
+    if model not in offered:
+        raise DaemonRefusedError(
+            f"{model[:100]!r} is neither a model id (`hostler models` lists them) nor an engine "
+            "key (engine:model:replica, as `hostler ps` lists them)"
+        )
+    engines = fetch(url, "/api/engines", token).get("engines") or []
+    return sorted(
+        str(e["key"])
+        for e in engines
+        if model_of(str(e["key"])) == model and e.get("state") in RESIDENT
+    )
+
+
+#: The engine states an unload acts on (a stopped engine has nothing to unload).
+RESIDENT = frozenset({"running"})

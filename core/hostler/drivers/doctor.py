@@ -21,6 +21,7 @@ import platform
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -41,6 +42,7 @@ from hostler.drivers.doctor_verdicts import (
     port_verdict,
     token_verdict,
 )
+from hostler.drivers.model_walk import survey
 from hostler.errors import EngineBinaryError, HostlerError
 from hostler.paths import default_log_path
 from hostler.probes.cpu import cpu_identity, cpu_summary
@@ -348,7 +350,11 @@ def _hostler_health(status: int, body: bytes) -> str | None:
 
 
 def check_models(config: DaemonConfig, where: Path, *, configured: bool) -> Finding:
-    """The models ``hostler serve`` would offer, by id and file, and configured files missing."""
+    """The models ``hostler serve`` would offer, by id and file, and configured files missing.
+
+    Discovered models are found as the daemon finds them (:func:`survey`: the same walk and
+    plan), less the ids an earlier run of the daemon kept for renamed or clashing files.
+    """
     models: list[tuple[str, Path]] = []
     missing: list[Path] = []
     for engine in config.engines:
@@ -357,4 +363,13 @@ def check_models(config: DaemonConfig, where: Path, *, configured: bool) -> Find
             missing.append(engine.model)
         elif key is not None and all(key.model != known for known, _ in models):
             models.append((key.model, engine.model))
+    if config.discovery is not None:
+        found = survey(
+            config.discovery.places,
+            previous={},
+            taken={model for model, _ in models},
+            now=time.time(),
+            settle=0.0,
+        )
+        models.extend((model.id, Path(model.path)) for model in found.offer.offered)
     return models_verdict(models, missing, where, configured=configured)

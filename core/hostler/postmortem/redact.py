@@ -115,6 +115,7 @@ FIELDS: Mapping[str, Mapping[str, Kind]] = {
     "ledger.released": {"key": S, "owner": S, "cause": T},
     "ledger.reserved": {"key": S, "owner": S, "token": S},
     "ledger.spillover_set": {},
+    "models.offered": {"added": J, "removed": J, "refused": J},
     "offload.degraded": {"key": S, "panic_kind": S, "previous": J, "plan": J},
     "plugin.failed": {"name": S, "version": S, "stage": S, "error": T},
     "plugin.loaded": {"name": S, "version": S, "engines": S},
