@@ -29,6 +29,7 @@ import sys
 from dataclasses import replace
 
 from hostler.plugin import LaunchCommand, Panic, SessionPrepared, SessionSaved, hookimpl
+from hostler.engines.watcher import HEALTH_WAIT
 from hostler.testing.fake_engine import Behaviour, FakeEngineAdapter
 
 #: every engine here streams for half a second: the busy checks ask while a stream runs
@@ -155,11 +156,16 @@ class Impatient(Fake):
 
 
 class Serial(Fake):
-    """Its /health waits behind a running completion (one request at a time)."""
+    """Its /health waits behind a running completion (one request at a time).
+
+    Its stream outlasts the health check's wait three times: the check cannot get an answer
+    in time however loaded the machine (a short stream could end, and release the health
+    path, before a loaded machine's reader saw its end).
+    """
     engine_type = "serial"
 
     def __init__(self):
-        super().__init__(Behaviour(stream_seconds=LASTS, serial=True))
+        super().__init__(Behaviour(stream_seconds=3 * HEALTH_WAIT, serial=True))
 
 
 class Cutter(Fake):

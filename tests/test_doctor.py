@@ -379,6 +379,20 @@ def test_models_are_those_serve_would_offer(tmp_path: Path) -> None:
     (models / "Alpha-F16.gguf").write_bytes(GGUF)
     (models / "beta.gguf").write_bytes(GGUF)
     (models / "empty.gguf").write_bytes(b"")  # not a model: serve refuses it, and so here
+    only_empty = with_places(discovered_config(tmp_path / "other"), {})
+    (tmp_path / "other" / "models").mkdir(parents=True)
+    (tmp_path / "other" / "models" / "empty.gguf").write_bytes(b"")
+    assert doctor.check_models(only_empty, tmp_path / "other" / "models", configured=False) == (
+        Finding(
+            "models",
+            "fail",
+            f"no models in {tmp_path / 'other' / 'models'}: 1 found but not offered "
+            f"({tmp_path.resolve() / 'other' / 'models' / 'empty.gguf'}: not a GGUF file (it "
+            "does not start with 'GGUF'))",
+            f"put a .gguf model into {tmp_path / 'other' / 'models'} (or set HOSTLER_MODELS_DIR, "
+            "or give --config FILE)",
+        )
+    )
     hub = tmp_path / "user" / ".cache" / "huggingface" / "hub" / "models--org--Gamma-GGUF"
     (hub / "snapshots" / "abc123").mkdir(parents=True)
     (hub / "snapshots" / "abc123" / "gamma-Q8_0.gguf").write_bytes(GGUF)

@@ -200,7 +200,10 @@ def test_every_place_a_user_keeps_models_is_offered_and_served(served: Served) -
     not_loaded = served.cli("unload", "hf-bartowski-tiny-q4_k_m")
     assert not_loaded.stdout.strip() == "hf-bartowski-tiny-q4_k_m: was not loaded"
     unknown = served.cli("unload", "nothing-of-the-sort")
-    assert unknown.returncode != 0 and "`hostler models` lists them" in unknown.stderr
+    assert unknown.returncode == 2 and unknown.stderr.startswith(
+        "hostler: error [usage.invalid]: unload: 'nothing-of-the-sort' is neither a model id nor "
+        "an engine key (models: hf-bartowski-tiny-q4_k_m, lms-lmstudio-community-tiny-q8_0, "
+    )
 
 
 def test_a_file_copied_in_while_serving_is_offered_and_one_removed_is_not(

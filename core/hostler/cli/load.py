@@ -26,7 +26,7 @@ from hostler.cli.client import (
     token_of,
 )
 from hostler.cli.tables import size
-from hostler.errors import DaemonRefusedError, HostlerError
+from hostler.errors import HostlerError, UsageError
 
 __all__ = ["model_of", "run_load", "run_unload", "step_line"]
 
@@ -203,13 +203,16 @@ def _engines_of(url: str, model: str, token: str | None) -> list[str]:
     """The resident engines of ``model`` (none when it is offered but not loaded).
 
     Raises:
-        DaemonRefusedError: The daemon offers no model of that id.
+        UsageError: The daemon offers no model of that id (the ones it offers named).
     """
-    offered = {str(m["id"]) for m in fetch(url, "/v1/models", token).get("data") or []}
+    offered = sorted({str(m["id"]) for m in fetch(url, "/v1/models", token).get("data") or []})
     if model not in offered:
-        raise DaemonRefusedError(
-            f"{model[:100]!r} is neither a model id (`hostler models` lists them) nor an engine "
-            "key (engine:model:replica, as `hostler ps` lists them)"
+        shown = ", ".join(offered[:_NAMED]) + (
+            f" and {len(offered) - _NAMED} more" if len(offered) > _NAMED else ""
+        )
+        raise UsageError(
+            f"unload: {model[:100]!r} is neither a model id nor an engine key (models: "
+            f"{shown or 'none'}; `hostler ps` lists the keys)"
         )
     engines = fetch(url, "/api/engines", token).get("engines") or []
     return sorted(
@@ -219,5 +222,7 @@ def _engines_of(url: str, model: str, token: str | None) -> list[str]:
     )
 
 
+#: The most model ids a refusal names.
+_NAMED = 10
 #: The engine states an unload acts on (a stopped engine has nothing to unload).
 RESIDENT = frozenset({"running"})

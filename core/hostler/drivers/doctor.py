@@ -357,6 +357,7 @@ def check_models(config: DaemonConfig, where: Path, *, configured: bool) -> Find
     """
     models: list[tuple[str, Path]] = []
     missing: list[Path] = []
+    refused: list[tuple[str, str]] = []
     for engine in config.engines:
         key = parse_key(engine.key)
         if not engine.model.exists():
@@ -372,4 +373,5 @@ def check_models(config: DaemonConfig, where: Path, *, configured: bool) -> Find
             settle=0.0,
         )
         models.extend((model.id, Path(model.path)) for model in found.offer.offered)
-    return models_verdict(models, missing, where, configured=configured)
+        refused.extend((refusal.path, refusal.reason) for refusal in found.refused)
+    return models_verdict(models, missing, where, configured=configured, refused=refused)
