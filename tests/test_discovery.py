@@ -20,7 +20,7 @@ from hostler import EventStore
 from hostler.clock import SYSTEM_CLOCK
 from hostler.config import DaemonConfig, DiscoverySettings, EngineConfig
 from hostler.daemon_parts.catalog import Catalog
-from hostler.drivers.model_walk import OLLAMA_MODEL, walk_places
+from hostler.drivers.model_walk import OLLAMA_MODEL, survey, walk_places
 from hostler.drivers.offloop import OffLoop
 from hostler.events.discovery import MODELS_STREAM
 from hostler.policies.offer import (
@@ -310,6 +310,41 @@ def test_a_link_loop_is_seen_and_not_followed(tmp_path: Path) -> None:
     assert [c.label for c in walked.candidates] == ["one"]
     assert [(Path(r.path).name, r.reason) for r in walked.refused] == [
         ("dangling.gguf", "cannot be read (no such file or directory)")
+    ]
+
+
+def test_a_walk_cut_short_keeps_what_it_did_not_reach(tmp_path: Path) -> None:
+    """A huge folder spends a place's entries: models past it were not seen, not gone (MD6).
+
+    Broken once: 25,000 files in ``models/huge`` withdrew ``models/sub/alpha.gguf`` (its id then
+    free for another file) though it was still there.
+    """
+    models = tmp_path / "models"
+    gguf(models / "sub" / "alpha.gguf")
+    gguf(models / "top.gguf")
+    first = survey([("models", models)], before=(), taken=(), now=OLD + 7200, settle=2.0)
+    assert [m.id for m in first.offer.offered] == ["alpha", "top"]
+    (models / "huge").mkdir()  # scanned before sub/, it spends every entry
+    for n in range(200):
+        (models / "huge" / f"{n:04}.txt").touch()
+    gguf(models / "sub" / "alpha-copy" / "alpha.gguf")  # would take "alpha" were it free
+    later = survey(
+        [("models", models)],
+        before=first.offer.offered,
+        taken=(),
+        now=OLD + 7200,
+        settle=2.0,
+        max_entries=100,
+    )
+    assert later.offer.offered == first.offer.offered
+    assert [r.reason[:27] for r in later.refused] == ["over 100 entries looked at:"]
+    (models / "sub" / "alpha.gguf").unlink()  # gone for real: a whole walk withdraws it
+    whole = survey(
+        [("models", models)], before=later.offer.offered, taken=(), now=OLD + 7200, settle=2.0
+    )
+    assert [(m.id, Path(m.path).relative_to(models)) for m in whole.offer.offered] == [
+        ("alpha", Path("sub/alpha-copy/alpha.gguf")),
+        ("top", Path("top.gguf")),
     ]
 
 

@@ -172,7 +172,7 @@ def test_discovered_config_takes_every_model_file_once(tmp_path: Path) -> None:
     assert config.engines == ()  # found while serving, by the daemon's catalog
     assert config.discovery is not None
     assert config.discovery.places == (("models", tmp_path.resolve() / "models"),)  # no HOME
-    found = survey(config.discovery.places, previous={}, taken=(), now=0.0, settle=0.0)
+    found = survey(config.discovery.places, before=(), taken=(), now=0.0, settle=0.0)
     assert {m.id: Path(m.path).relative_to(tmp_path.resolve()) for m in found.offer.offered} == {
         "a": Path("models/a.gguf"),
         "a-2": Path("models/org/repo/a.gguf"),
@@ -185,7 +185,7 @@ def test_discovered_config_takes_every_model_file_once(tmp_path: Path) -> None:
     assert refused["i"] == "over 8 folders deep: not searched"
     empty = with_places(discovered_config(tmp_path / "empty"), {})
     assert empty.discovery is not None
-    assert survey(empty.discovery.places, previous={}, taken=(), now=0.0, settle=0.0) == (
+    assert survey(empty.discovery.places, before=(), taken=(), now=0.0, settle=0.0) == (
         Surveyed(Offer((), ()), (), 0)
     )
 

@@ -162,10 +162,10 @@ class Catalog(Mapping[str, str]):
         discovery = self._discovery
         if discovery is None:
             return False
-        previous, taken = self._offer.by_path(), set(self._configured)
+        before, taken = self._offer.offered, set(self._configured)
         now = self._clock.wall()  # a file written since is younger than SETTLE: not yet
         surveyed = await self._io.run(
-            lambda: survey(discovery.places, previous=previous, taken=taken, now=now, settle=SETTLE)
+            lambda: survey(discovery.places, before=before, taken=taken, now=now, settle=SETTLE)
         )
         offer, refused = surveyed.offer, surveyed.refused
         added, removed = offer_changes(self._offer.offered, offer.offered)

@@ -367,7 +367,7 @@ def check_models(config: DaemonConfig, where: Path, *, configured: bool) -> Find
     if config.discovery is not None:
         found = survey(
             config.discovery.places,
-            previous={},
+            before=(),
             taken={model for model, _ in models},
             now=time.time(),
             settle=0.0,

@@ -23,11 +23,19 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hostler.policies.offer import MAX_OFFERED, Candidate, Offer, Refusal, Source, plan_offer
+from hostler.policies.offer import (
+    MAX_OFFERED,
+    Candidate,
+    Offer,
+    Offered,
+    Refusal,
+    Source,
+    plan_offer,
+)
 from hostler.untrusted import parse_json
 
 __all__ = [
@@ -62,6 +70,8 @@ class Walked:
     candidates: list[Candidate] = field(default_factory=list)
     refused: list[Refusal] = field(default_factory=list)
     more_refused: int = 0
+    #: The places whose walk was cut short (over their entries): what is there was not all seen.
+    cut: list[tuple[Source, Path]] = field(default_factory=list)
 
     def refuse(self, path: Path | str, reason: str) -> None:
         """Keep a refusal (past :data:`MAX_REFUSALS`, count it)."""
@@ -196,6 +206,8 @@ def walk_places(
         else:
             for path, found in walk.files(root):
                 walk.model(source, path, found, path.stem)
+        if walk.cut:
+            out.cut.append((source, root))
     return out
 
 
@@ -214,20 +226,38 @@ class Surveyed:
 def survey(
     places: Sequence[tuple[Source, Path]],
     *,
-    previous: Mapping[str, str],
+    before: Sequence[Offered],
     taken: Collection[str],
     now: float,
     settle: float,
     limit: int = MAX_OFFERED,
+    max_entries: int = MAX_ENTRIES,
 ) -> Surveyed:
     """Walk ``places`` and decide the offer (:func:`~hostler.policies.offer.plan_offer`).
 
     The one way the daemon's catalog and ``hostler doctor`` find models: what the doctor says
-    is offered is what ``hostler serve`` offers. Blocking: run it off the event loop.
+    is offered is what ``hostler serve`` offers. ``before`` is the last offer: its files keep
+    their ids (MD2), and one in a place whose walk was cut short (over ``max_entries``) stays
+    offered as it was: not seen is not gone. Blocking: run it off the event loop.
     """
-    walked = walk_places(places)
+    walked = walk_places(places, max_entries=max_entries)
+    seen = {candidate.path for candidate in walked.candidates}
+    unreached = [
+        Candidate(model.source, model.path, model.id, model.size, 0.0)
+        for model in before
+        if model.path not in seen
+        and any(
+            source == model.source and Path(model.path).is_relative_to(root)
+            for source, root in walked.cut
+        )
+    ]
     offer = plan_offer(
-        walked.candidates, previous=previous, taken=taken, limit=limit, now=now, settle=settle
+        [*walked.candidates, *unreached],
+        previous={model.path: model.id for model in before},
+        taken=taken,
+        limit=limit,
+        now=now,
+        settle=settle,
     )
     return Surveyed(offer, (*offer.refused, *walked.refused), walked.more_refused)
 
