@@ -225,6 +225,14 @@ def test_a_file_copied_in_while_serving_is_offered_and_one_removed_is_not(
     studio = served.home / ".lmstudio" / "models" / "lmstudio-community" / "Tiny-GGUF"
     (studio / "Tiny-Q8_0.gguf").unlink()
     served.offered_soon({"second-model"}, gone=frozenset({"lms-lmstudio-community-tiny-q8_0"}))
+    # an engine running a model whose file went finishes, and an unload by its id stops it
+    client.chat.completions.create(
+        model="tiny-chat-q8_0", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+    )
+    source.unlink()
+    served.offered_soon(set(), gone=frozenset({"tiny-chat-q8_0"}))
+    unloaded = served.cli("unload", "tiny-chat-q8_0")
+    assert unloaded.stdout.strip() == "llamacpp:tiny-chat-q8_0:0: unloaded", unloaded.stderr
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(
             model="lms-lmstudio-community-tiny-q8_0",

@@ -170,6 +170,18 @@ BAD_BODIES = [
     # (route, raw body, param, the message's start)
     (
         "/v1/chat/completions",
+        b'{"model": "alpha", "messages": [{"role": "user", "content": "hi"}], "tools": "x"}',
+        "tools",
+        "'tools' must be a list of tools, not a string",
+    ),
+    (
+        "/v1/chat/completions",
+        b'{"model": "alpha", "messages": [{"role": "user", "content": "hi"}], "temperature": "hot"}',
+        "temperature",
+        "'temperature' must be a number from 0 to 2, not a string",
+    ),
+    (
+        "/v1/chat/completions",
         b'{"model": "alpha", "messages": [{"role": "user", "content": "\xff"}]}',
         None,
         "the request body is not valid UTF-8",

@@ -177,6 +177,10 @@ def test_a_config_file_discovers_nothing_unless_it_says_discovery(tmp_path: Path
         ('[discovery]\nsources = ["ollamma"]\n', "discovery.sources[0]: should be 'models'"),
         ("[discovery]\nrescan = 3\n", "unknown setting; did you mean 'rescan_seconds'?"),
         ("[discovery]\nrescan_seconds = -1\n", "discovery.rescan_seconds"),
+        (
+            "[discovery]\nrescan_seconds = 0.001\n",
+            "discovery.rescan_seconds: 0 (search only at start) or at least 1 seconds",
+        ),
         ('[discovery]\nfolders = ["a\\u0000b"]\n', "cannot hold a NUL"),
     ],
 )

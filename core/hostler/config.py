@@ -86,6 +86,13 @@ SpilloverSetting = bool | Literal["auto"] | None
 DiscoverySource = Literal["models", "huggingface", "ollama", "lmstudio"]
 
 
+def _rescan_pace(value: float) -> float:
+    """0 (only at start) or at least :data:`MIN_RESCAN` seconds: a walk is not a busy loop."""
+    if 0 < value < MIN_RESCAN:
+        raise ValueError(f"0 (search only at start) or at least {MIN_RESCAN:g} seconds")
+    return value
+
+
 def _no_nul(value: str) -> str:
     """A path the operating system can take: no NUL character (TOML can write one)."""
     if "\0" in value:
@@ -173,6 +180,8 @@ class EngineConfig:
 DISCOVERY_SOURCES: tuple[DiscoverySource, ...] = ("models", "huggingface", "ollama", "lmstudio")
 #: How often a running daemon walks its places again (seconds; ``[discovery] rescan_seconds``).
 DEFAULT_RESCAN = 5.0
+#: The shortest pace between walks (each reads every folder of every place).
+MIN_RESCAN = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -417,7 +426,9 @@ class _PoolSection(_Strict):
 class _DiscoverySection(_Strict):
     sources: Annotated[list[DiscoverySource], Field(max_length=4)] = list(DISCOVERY_SOURCES)
     folders: Annotated[list[PathText], Field(max_length=64)] = []
-    rescan_seconds: Seconds = DEFAULT_RESCAN
+    rescan_seconds: Annotated[
+        float, Field(ge=0, le=365 * 24 * 3600), AfterValidator(_rescan_pace)
+    ] = DEFAULT_RESCAN
 
 
 class _DaemonSection(_Strict):

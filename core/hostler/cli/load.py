@@ -202,11 +202,21 @@ def run_unload(args: argparse.Namespace) -> int:
 def _engines_of(url: str, model: str, token: str | None) -> list[str]:
     """The resident engines of ``model`` (none when it is offered but not loaded).
 
+    A model no longer offered (its file gone, MD6) whose engine still runs is found by that
+    engine: the unload is how it leaves.
+
     Raises:
-        UsageError: The daemon offers no model of that id (the ones it offers named).
+        UsageError: The daemon neither offers a model of that id nor runs one (the models it
+            offers named).
     """
     offered = sorted({str(m["id"]) for m in fetch(url, "/v1/models", token).get("data") or []})
-    if model not in offered:
+    engines = fetch(url, "/api/engines", token).get("engines") or []
+    resident = sorted(
+        str(e["key"])
+        for e in engines
+        if model_of(str(e["key"])) == model and e.get("state") in RESIDENT
+    )
+    if model not in offered and not resident:
         shown = ", ".join(offered[:_NAMED]) + (
             f" and {len(offered) - _NAMED} more" if len(offered) > _NAMED else ""
         )
@@ -214,12 +224,7 @@ def _engines_of(url: str, model: str, token: str | None) -> list[str]:
             f"unload: {model[:100]!r} is neither a model id nor an engine key (models: "
             f"{shown or 'none'}; `hostler ps` lists the keys)"
         )
-    engines = fetch(url, "/api/engines", token).get("engines") or []
-    return sorted(
-        str(e["key"])
-        for e in engines
-        if model_of(str(e["key"])) == model and e.get("state") in RESIDENT
-    )
+    return resident
 
 
 #: The most model ids a refusal names.

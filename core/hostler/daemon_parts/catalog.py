@@ -200,11 +200,21 @@ class Catalog(Mapping[str, str]):
     def _say(
         self, added: list[Offered], removed: list[Offered], refused: tuple[Refusal, ...]
     ) -> None:
-        """One log line per change, and one per new refusal."""
-        for model in added:
-            log.info("hostler: offering %s (%s: %s)", model.id, model.source, model.path)
+        """One log line per model that changed, and one per new refusal.
+
+        A model withdrawn and offered again under its id (its file replaced) is one line.
+        """
+        again = {model.id for model in added} & {model.id for model in removed}
         for model in removed:
-            log.info("hostler: no longer offering %s (%s is gone or changed)", model.id, model.path)
+            if model.id not in again:
+                log.info(
+                    "hostler: no longer offering %s (%s is gone, or no longer searched)",
+                    model.id,
+                    model.path,
+                )
+        for model in added:
+            verb = "offering again, changed," if model.id in again else "offering"
+            log.info("hostler: %s %s (%s: %s)", verb, model.id, model.source, model.path)
         for refusal in sorted(set(refused) - set(self._refused), key=lambda r: r.path):
             log.warning("hostler: not offered: %s: %s", refusal.path, refusal.reason)
 

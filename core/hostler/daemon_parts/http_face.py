@@ -104,11 +104,20 @@ async def serve_http(
         len(models),
         face.where,
     )
-    if not models:
+    folders = [
+        str(folder)
+        for source, folder in (config.discovery.places if config.discovery else ())
+        if source in ("models", "config")
+    ]
+    if not models and folders:
         log.warning(
-            "hostler: no models to serve yet: put *.gguf files in %s (HOSTLER_MODELS_DIR; "
-            "looked for again while serving), or give --config FILE with [[models]] "
-            "(docs/daemon.md)",
-            config.data_dir / "models",
+            "hostler: no models to serve yet: put *.gguf files in %s (looked for again while "
+            "serving), or give --config FILE with [[models]] (docs/daemon.md)",
+            " or ".join(folders),
+        )
+    elif not models:
+        log.warning(
+            "hostler: no models to serve: the config names none and searches no folder; add "
+            "[[models]] or [discovery] folders to it (docs/daemon.md)"
         )
     return server

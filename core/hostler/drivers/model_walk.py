@@ -187,12 +187,15 @@ def walk_places(
 ) -> Walked:
     """Every candidate model in ``places`` (source, folder), read as each source lays it out.
 
-    A place that does not exist is skipped quietly (nobody installed that program); one that
+    A place that does not exist is skipped quietly (nobody installed that program), but for a
+    folder the config names (said so); one that
     cannot be read is refused with its reason.
     """
     out = Walked()
     for source, root in places:
         if not root.is_dir():
+            if source == "config":  # named on purpose: say why nothing comes of it
+                out.refuse(root, "a [discovery] folder that is not a folder (it does not exist)")
             continue
         walk = _Walk(out, max_entries, max_depth)
         if source == "huggingface":
