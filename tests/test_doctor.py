@@ -489,3 +489,29 @@ def test_doctor_sees_the_hostler_serve_on_its_port(tmp_path: Path) -> None:
         "config (docs/daemon.md)"
     )
     assert done.returncode == 1
+
+
+def test_models_keep_the_ids_the_daemons_log_gave_them(tmp_path: Path) -> None:
+    """The doctor names a file by the id the daemon serves it under (its recorded offer), not
+    by a fresh plan (a breaking helper saw ``alpha-3``, which the daemon did not have)."""
+    from hostler.config import discovered_config, with_places
+    from hostler.events.discovery import MODELS_STREAM, ModelsOffered
+    from hostler.store.log import EventStore
+
+    models = tmp_path / "models"
+    first, second = models / "a" / "alpha.gguf", models / "b" / "alpha.gguf"
+    for path in (first, second):
+        path.parent.mkdir(parents=True)
+        path.write_bytes(GGUF)
+    recorded = [  # a's file holds an id a fresh plan would not give it (alpha, a sorting first)
+        {"id": "alpha", "path": str(second.resolve()), "source": "models", "size": len(GGUF)},
+        {"id": "legacy", "path": str(first.resolve()), "source": "models", "size": len(GGUF)},
+    ]
+    with EventStore.open(tmp_path / "events.db", owner=True) as store:
+        store.append(MODELS_STREAM, [ModelsOffered(1.0, recorded, [], [])], expected_version=None)
+    config = with_places(discovered_config(tmp_path), {})
+    assert doctor.check_models(config, models, configured=False) == Finding(
+        "models",
+        "ok",
+        f"2 in {first.resolve().parent}, {second.resolve().parent}: alpha, legacy",
+    )

@@ -28,11 +28,11 @@ from typing import Any
 from hostler.capacity.keys import parse_key
 from hostler.clock import Clock
 from hostler.config import DaemonConfig, EngineConfig
-from hostler.drivers.model_walk import survey
+from hostler.drivers.model_walk import recorded_offer, survey
 from hostler.drivers.offloop import OffLoop
 from hostler.errors import HostlerError
 from hostler.events.discovery import MODELS_STREAM, ModelsOffered
-from hostler.policies.offer import Offer, Offered, Refusal, offer_changes, replay_offer
+from hostler.policies.offer import Offer, Offered, Refusal, offer_changes
 from hostler.store.log import EventStore
 
 __all__ = ["SETTLE", "Catalog"]
@@ -132,14 +132,8 @@ class Catalog(Mapping[str, str]):
         if self._discovery is None:
             return
         store = self._store
-        recorded = await self._io.run_patiently(
-            lambda: [
-                (r.event.added, r.event.removed)
-                for r in store.read_all(streams=[MODELS_STREAM], types=[ModelsOffered.TYPE])
-                if isinstance(r.event, ModelsOffered)
-            ]
-        )
-        self._apply(Offer(replay_offer(recorded), ()), ())
+        recorded = await self._io.run_patiently(lambda: recorded_offer(store))
+        self._apply(Offer(recorded, ()), ())
         await self.scan()
 
     async def run(self) -> None:

@@ -42,9 +42,10 @@ from hostler.drivers.doctor_verdicts import (
     port_verdict,
     token_verdict,
 )
-from hostler.drivers.model_walk import survey
+from hostler.drivers.model_walk import recorded_offer, survey
 from hostler.errors import EngineBinaryError, HostlerError
 from hostler.paths import default_log_path
+from hostler.policies.offer import Offered
 from hostler.probes.cpu import cpu_identity, cpu_summary
 from hostler.settings_env import valid_token
 
@@ -349,11 +350,26 @@ def _hostler_health(status: int, body: bytes) -> str | None:
     return "closing" if answer["closed"] else "ok"
 
 
+def _recorded_offer(data_dir: Path) -> tuple[Offered, ...]:
+    """The models the daemon of ``data_dir`` last offered (none without a readable log)."""
+    log = default_log_path(data_dir)
+    if not log.is_file():
+        return ()
+    from hostler.store.log import EventStore  # noqa: PLC0415 - the log's store
+
+    try:
+        with EventStore.open(log) as store:
+            return recorded_offer(store)
+    except HostlerError:  # the log check says what is wrong with it
+        return ()
+
+
 def check_models(config: DaemonConfig, where: Path, *, configured: bool) -> Finding:
     """The models ``hostler serve`` would offer, by id and file, and configured files missing.
 
     Discovered models are found as the daemon finds them (:func:`survey`: the same walk and
-    plan), less the ids an earlier run of the daemon kept for renamed or clashing files.
+    plan), each file keeping the id the daemon's log gave it (the data directory's
+    ``events.db``, read when it is there).
     """
     models: list[tuple[str, Path]] = []
     missing: list[Path] = []
@@ -367,7 +383,7 @@ def check_models(config: DaemonConfig, where: Path, *, configured: bool) -> Find
     if config.discovery is not None:
         found = survey(
             config.discovery.places,
-            before=(),
+            before=_recorded_offer(config.data_dir),
             taken={model for model, _ in models},
             now=time.time(),
             settle=0.0,

@@ -27,6 +27,7 @@ from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hostler.events.discovery import MODELS_STREAM, ModelsOffered
 from hostler.policies.offer import (
     MAX_OFFERED,
     Candidate,
@@ -35,7 +36,9 @@ from hostler.policies.offer import (
     Refusal,
     Source,
     plan_offer,
+    replay_offer,
 )
+from hostler.store.log import EventStore
 from hostler.untrusted import parse_json
 
 __all__ = [
@@ -44,6 +47,7 @@ __all__ = [
     "MAX_MANIFEST",
     "Surveyed",
     "Walked",
+    "recorded_offer",
     "survey",
     "walk_places",
 ]
@@ -263,6 +267,19 @@ def survey(
         settle=settle,
     )
     return Surveyed(offer, (*offer.refused, *walked.refused), walked.more_refused)
+
+
+def recorded_offer(store: EventStore) -> tuple[Offered, ...]:
+    """The offer the log's ``models.offered`` records leave (what a restart keeps ids from).
+
+    Read by the daemon's catalog when it opens, and by ``hostler doctor``: both then give a
+    file the id the daemon gave it. Blocking: run it off the event loop.
+    """
+    return replay_offer(
+        (record.event.added, record.event.removed)
+        for record in store.read_all(streams=[MODELS_STREAM], types=[ModelsOffered.TYPE])
+        if isinstance(record.event, ModelsOffered)
+    )
 
 
 def _hugging_face(walk: _Walk, hub: Path) -> None:
