@@ -31,6 +31,7 @@ from pathlib import Path
 
 from hostler.capacity.budget import HostMemory, compute_budget
 from hostler.capacity.ledger import shortfall
+from hostler.capacity.origin import API_SOURCE
 from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
 from hostler.events.pool import POOL_STREAM, PoolRoomPlanned
 from hostler.policies.pool import PoolEntry, plan_make_room
@@ -78,7 +79,7 @@ def main() -> None:
         now = time.time()
         entries = residents(rng, now)
         # room for the 64 and 1 GiB more: a 2 GiB engine is 1 GiB short
-        ledger.set_budget(sum(e.bytes for e in entries) + GIB)
+        ledger.set_budget(sum(e.bytes for e in entries) + GIB, source=API_SOURCE)
         ledger.set_spillover(True)
         for entry in entries:  # the 64 residents hold their bytes in the ledger
             assert ledger.reserve(entry.key, entry.bytes).granted

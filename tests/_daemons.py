@@ -185,13 +185,17 @@ class ServeChild:
     """``hostler serve --config FOLDER/hostler.toml`` as a real child process, listening.
 
     ``models`` is the config's ``[[models]]`` tables (TOML text); ``extra`` more TOML after
-    them. ``close()`` sends SIGTERM and waits for the exit.
+    them; ``env`` variables set for the daemon beside this process's own. ``close()`` sends
+    SIGTERM and waits for the exit.
     """
 
-    def __init__(self, folder: Path, models: str, extra: str = "") -> None:
+    def __init__(
+        self, folder: Path, models: str, extra: str = "", env: dict[str, str] | None = None
+    ) -> None:
         import socket
 
         self.folder = folder
+        self.env = dict(env or {})
         self.data = folder / "data"
         self.config = folder / "hostler.toml"
         self.config.write_text(
@@ -205,7 +209,7 @@ class ServeChild:
         self.daemon = self._start()
 
     def _start(self) -> subprocess.Popen[bytes]:
-        env = {**os.environ, "HOSTLER_HOME": str(self.folder / "home")}
+        env = {**os.environ, "HOSTLER_HOME": str(self.folder / "home"), **self.env}
         command = [*HOSTLER, "serve", "--config", str(self.config), "--port", str(self.port)]
         with self.log.open("ab") as out:
             daemon = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)

@@ -16,6 +16,7 @@ import psutil
 
 from hostler import EventStore
 from hostler.capacity.budget import HostMemory, compute_budget
+from hostler.capacity.origin import API_SOURCE
 from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
 from hostler.events.pool import POOL_STREAM
@@ -126,7 +127,7 @@ def world_at(tmp_path: Path) -> Iterator[World]:
         ledger = HostLedger(
             store, OwnerIdentity.current("pooltest"), lambda: compute_budget(HostMemory(64 * GIB))
         )
-        ledger.set_budget(GIB)
+        ledger.set_budget(GIB, source=API_SOURCE)
         ledger.set_spillover(True)
         yield World(tmp_path, store, ledger)
 

@@ -27,6 +27,7 @@ PURE_CAPACITY_NAMES = (
     "learning",
     "ledger",
     "offload",
+    "origin",
     "overrides",
     "plan",
     "pricing",

@@ -54,6 +54,7 @@ from hostler.capacity.ledger import (
     shortfall,
     state_from,
 )
+from hostler.capacity.origin import BudgetOrigin, BudgetSource
 from hostler.capacity.plan import LaunchPlan, PlanRequest, default_kv_type, plan_llama
 from hostler.capacity.slots import compute_headroom, default_slots, planned_slots, slot_ceiling
 from hostler.capacity.victims import DEMAND_WINDOW, Resident, VictimPlan, choose_victims
@@ -967,8 +968,10 @@ def test_plan_admits_at_exactly_the_budget() -> None:
     short = _plan(geometry=weightless_kv, limits=LedgerLimits(True, tight, tight, True, tight))
     assert short.admitted is False
     assert short.denial == (
-        "m needs 1.3 GiB but 1.3 GiB is available (budget 1.3 GiB, 4% of 32.0 GiB of RAM). "
-        "Raise the memory budget (HOSTLER_CAPACITY_BUDGET_GB) or unload a model."
+        "m needs 1.3 GiB but 1.3 GiB is available. The budget, 1.3 GiB, is automatic (a share "
+        "of this host's memory): set a larger one with `hostler budget --set SIZE` (PUT "
+        "/api/budget), a config's [budget] bytes, or HOSTLER_CAPACITY_BUDGET_GB; or unload a "
+        "model."
     )
 
 
@@ -982,8 +985,10 @@ def test_plan_below_the_minimum_is_denied_with_the_reason() -> None:
     assert p.window_denial == "needs a window of 65536 tokens; one slot could hold 1"
     assert p.denial.endswith(  # C6: the window required and what one slot could hold
         "other models hold 18.0 GiB; even one slot at the minimum context window does not "
-        "fit (needs a window of 65536 tokens; one slot could hold 1). Raise the memory budget "
-        "(HOSTLER_CAPACITY_BUDGET_GB) or unload a model."
+        "fit (needs a window of 65536 tokens; one slot could hold 1). The budget, 19.2 GiB, is "
+        "automatic (60% of 32.0 GiB of RAM): set a larger one with `hostler budget --set SIZE` "
+        "(PUT /api/budget), a config's [budget] bytes, or HOSTLER_CAPACITY_BUDGET_GB; or unload "
+        "a model."
     )
 
 
@@ -1039,6 +1044,11 @@ _CARD = CapacityBudget(
 _RAMHOST = replace(_CARD, kind=BudgetKind.SYSTEM_RAM, vram=0, fast=40 * G, ram_spillover_auto=True)
 
 
+#: The automatic budget of the card host; an explicit one whose record names no source (v1).
+_AUTO = BudgetOrigin(BudgetSource.AUTOMATIC, auto=_CARD)
+_SET = BudgetOrigin(BudgetSource.RECORDED)
+
+
 def _state(
     *pairs: tuple[str, int], budget: int | None = None, spill: bool | None = None
 ) -> LedgerState:
@@ -1051,15 +1061,15 @@ def _state(
 @pytest.mark.parametrize(
     ("budget", "spill", "expected"),
     [
-        (None, None, LedgerLimits(True, 40 * G, 10 * G, False, 10 * G)),
-        (G, None, LedgerLimits(True, G, G, False, G)),  # exactly 1 GiB is enforced
-        (G - 1, None, LedgerLimits(False, G - 1, 10 * G, False, G - 1)),
-        (0, None, LedgerLimits(False, 0, 10 * G, False, 0)),
-        (10 * G, None, LedgerLimits(True, 10 * G, 10 * G, False, 10 * G)),
-        (11 * G, None, LedgerLimits(True, 11 * G, 10 * G, False, 10 * G)),  # never raised
-        (None, True, LedgerLimits(True, 40 * G, 10 * G, True, 40 * G)),
-        (5 * G, True, LedgerLimits(True, 5 * G, 5 * G, True, 5 * G)),
-        (None, False, LedgerLimits(True, 40 * G, 10 * G, False, 10 * G)),
+        (None, None, LedgerLimits(True, 40 * G, 10 * G, False, 10 * G, _AUTO)),
+        (G, None, LedgerLimits(True, G, G, False, G, _SET)),  # exactly 1 GiB is enforced
+        (G - 1, None, LedgerLimits(False, G - 1, 10 * G, False, G - 1, _SET)),
+        (0, None, LedgerLimits(False, 0, 10 * G, False, 0, _SET)),
+        (10 * G, None, LedgerLimits(True, 10 * G, 10 * G, False, 10 * G, _SET)),
+        (11 * G, None, LedgerLimits(True, 11 * G, 10 * G, False, 10 * G, _SET)),  # never raised
+        (None, True, LedgerLimits(True, 40 * G, 10 * G, True, 40 * G, _AUTO)),
+        (5 * G, True, LedgerLimits(True, 5 * G, 5 * G, True, 5 * G, _SET)),
+        (None, False, LedgerLimits(True, 40 * G, 10 * G, False, 10 * G, _AUTO)),
     ],
 )
 def test_limits_edges(budget: int | None, spill: bool | None, expected: LedgerLimits) -> None:
@@ -1067,7 +1077,9 @@ def test_limits_edges(budget: int | None, spill: bool | None, expected: LedgerLi
 
 
 def test_limits_on_a_ram_host_spill_by_default() -> None:
-    assert limits_of(_state(), _RAMHOST) == LedgerLimits(True, 40 * G, 40 * G, True, 40 * G)
+    assert limits_of(_state(), _RAMHOST) == LedgerLimits(
+        True, 40 * G, 40 * G, True, 40 * G, BudgetOrigin(BudgetSource.AUTOMATIC, auto=_RAMHOST)
+    )
     assert limits_of(_state(spill=False), _RAMHOST).ceiling == 40 * G
 
 
@@ -1156,28 +1168,31 @@ def test_fallback_resident_edges(engine: str, size: int, mmproj: int, expected: 
 
 def test_format_denial_edges() -> None:
     card = limits_of(_state(), _CARD)
-    assert format_denial("m", 12 * G, card, _CARD, 3 * G) == (
+    assert format_denial("m", 12 * G, card, 3 * G) == (
         "m needs 12.0 GiB, and hostler keeps co-resident models on the graphics card "
         "(10.0 GiB), where other models hold 3.0 GiB and are busy. Wait for them to finish, "
         "or allow RAM spillover."
     )
-    alone = format_denial("m", 50 * G, card, _CARD, 0)
+    alone = format_denial("m", 50 * G, card, 0)
     assert alone == (
-        "m needs 50.0 GiB but 40.0 GiB is available (budget 40.0 GiB: 10.0 GiB of usable "
-        "VRAM plus a 30.0 GiB share of system RAM). Raise the memory budget "
-        "(HOSTLER_CAPACITY_BUDGET_GB) or unload a model."
+        "m needs 50.0 GiB but 40.0 GiB is available. The budget, 40.0 GiB, is automatic "
+        "(10.0 GiB of usable VRAM plus 30.0 GiB of system RAM): set a larger one with "
+        "`hostler budget --set SIZE` (PUT /api/budget), a config's [budget] bytes, or "
+        "HOSTLER_CAPACITY_BUDGET_GB; or unload a model."
     )
-    ram = limits_of(_state(), _RAMHOST)
     ram48 = replace(_RAMHOST, system_ram=48 * G)
-    assert format_denial("m", 50 * G, ram, ram48, 45 * G, below_minimum=True) == (
-        "m needs 50.0 GiB but 0.0 GiB is available (budget 40.0 GiB, 83% of 48.0 GiB of RAM); "
-        "other models hold 45.0 GiB; even one slot at the minimum context window does not "
-        "fit. Raise the memory budget (HOSTLER_CAPACITY_BUDGET_GB) or unload a model."
+    ram = limits_of(_state(), ram48)
+    assert format_denial("m", 50 * G, ram, 45 * G, below_minimum=True) == (
+        "m needs 50.0 GiB but 0.0 GiB is available; other models hold 45.0 GiB; even one slot "
+        "at the minimum context window does not fit. The budget, 40.0 GiB, is automatic (83% "
+        "of 48.0 GiB of RAM): set a larger one with `hostler budget --set SIZE` (PUT "
+        "/api/budget), a config's [budget] bytes, or HOSTLER_CAPACITY_BUDGET_GB; or unload a "
+        "model."
     )
-    no_ram = replace(_RAMHOST, system_ram=0)
-    assert "% of" not in format_denial("m", 50 * G, ram, no_ram, 0)
+    no_ram = limits_of(_state(), replace(_RAMHOST, system_ram=0))
+    assert "is automatic (a share of this host's memory)" in format_denial("m", 50 * G, no_ram, 0)
     spill = limits_of(_state(spill=True), _CARD)
-    assert "graphics card" not in format_denial("m", 50 * G, spill, _CARD, 3 * G)
+    assert "graphics card" not in format_denial("m", 50 * G, spill, 3 * G)
 
 
 def test_committed_snapshot_and_others_edges() -> None:
@@ -1209,9 +1224,7 @@ def test_committed_snapshot_and_others_edges() -> None:
 
 def test_format_denial_percent_rounds_half_up() -> None:
     ram = limits_of(_state(), _RAMHOST)  # 40 of 64 GiB: 62.5 %
-    assert "(budget 40.0 GiB, 63% of 64.0 GiB of RAM)" in format_denial(
-        "m", 50 * G, ram, _RAMHOST, 0
-    )
+    assert "(63% of 64.0 GiB of RAM)" in format_denial("m", 50 * G, ram, 0)
 
 
 def test_plan_operator_floor_reason_only_when_positive() -> None:
@@ -1252,14 +1265,12 @@ def test_plan_ladder_prices_the_windowed_fixed_block_per_slot() -> None:
 def test_format_denial_one_byte_edges() -> None:
     card = limits_of(_state(), _CARD)
     assert "graphics card (10.0 GiB), where other models hold 0.0 GiB" in format_denial(
-        "m", 12 * G, card, _CARD, 1
+        "m", 12 * G, card, 1
     )
     ram = limits_of(_state(), _RAMHOST)
-    assert "; other models hold 0.0 GiB." in format_denial("m", 50 * G, ram, _RAMHOST, 1)
-    one_byte = replace(_RAMHOST, system_ram=1)
-    assert "(budget 40.0 GiB, 4294967296000% of 0.0 GiB of RAM)" in format_denial(
-        "m", 50 * G, ram, one_byte, 0
-    )
+    assert "; other models hold 0.0 GiB." in format_denial("m", 50 * G, ram, 1)
+    one_byte = limits_of(_state(), replace(_RAMHOST, system_ram=1))
+    assert "(4294967296000% of 0.0 GiB of RAM)" in format_denial("m", 50 * G, one_byte, 0)
 
 
 def test_state_from_starts_at_version_zero() -> None:

@@ -403,19 +403,36 @@ def test_models_lists_ids_engines_and_residency(
     status, out, err = cli(capsys, "models", "--url", daemon.url)
     assert status == 0, err
     lines = out.splitlines()
-    assert lines[0].split() == ["MODEL", "ENGINES", "RESIDENT", "RESERVED"]
-    assert MODELS_HEADERS == ("MODEL", "ENGINES", "RESIDENT", "RESERVED")
+    assert lines[0].split() == ["MODEL", "SOURCE", "SIZE", "RESIDENT", "RESERVED"]
+    assert MODELS_HEADERS == ("MODEL", "SOURCE", "SIZE", "RESIDENT", "RESERVED")
     beta = next(line for line in lines if line.startswith("beta"))
-    assert beta.split()[1:3] == ["llamacpp:beta:0", "yes"]
+    assert beta.split()[1:4] == ["-", "-", "yes"]  # this app says no source nor size
     gamma = next(line for line in lines if line.startswith("gamma"))
-    assert gamma.split()[2:] == ["no", "-"]
+    assert gamma.split()[1:] == ["-", "-", "no", "-"]
+    assert max(map(len, lines)) <= 80
     _, out, _ = cli(capsys, "models", "--url", daemon.url, "--json")
     rows = json.loads(out)
     assert [r["id"] for r in rows] == ["alpha", "beta", "gamma"]
-    assert set(rows[0]) == {"id", "engines", "resident", "reserved_bytes"}
+    assert set(rows[0]) == {"id", "source", "size_bytes", "engines", "resident", "reserved_bytes"}
     beta_row = rows[1]
     assert beta_row["resident"] is True and beta_row["engines"] == ["llamacpp:beta:0"]
     assert beta_row["reserved_bytes"] is not None and beta_row["reserved_bytes"] > 0
+
+
+def test_unload_takes_a_model_id_and_unloads_its_engines(
+    daemon: Daemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    load(capsys, daemon, "beta")
+    status, out, err = cli(capsys, "unload", "beta", "--url", daemon.url, "--token", TOKEN)
+    assert (status, out) == (0, "llamacpp:beta:0: unloaded\n"), err
+    status, out, _ = cli(capsys, "unload", "beta", "--url", daemon.url, "--token", TOKEN)
+    assert (status, out) == (0, "beta: was not loaded\n")
+    status, out, err = cli(capsys, "unload", "smollm", "--url", daemon.url, "--token", TOKEN)
+    assert status == 1 and out == "" and err.count("\n") == 1
+    assert err.startswith("hostler: error [daemon.refused]: 'smollm' is neither a model id")
+    load(capsys, daemon, "alpha")
+    status, out, _ = cli(capsys, "unload", "alpha", "--url", daemon.url, "--token", TOKEN, "--json")
+    assert json.loads(out) == [{"key": "llamacpp:alpha:0", "unloaded": True}]
 
 
 def test_budget_against_the_daemon_reads_and_changes_it_live(
@@ -435,6 +452,17 @@ def test_budget_against_the_daemon_reads_and_changes_it_live(
     assert status == 0, err
     assert out.startswith("budget     2.0 GiB (set by the operator")
     assert "spillover  off (set)" in out
+    assert daemon.world.ledger.refresh().explicit_budget == 2 * 2**30
+    # CB1: under 1 GiB it would not be enforced: refused in one line, the daemon not asked
+    status, out, err = cli(
+        capsys, "budget", "--url", daemon.url, "--token", TOKEN, "--set", "1023MiB"
+    )
+    assert (status, out) == (2, "")
+    assert err == (
+        "hostler: error [usage.invalid]: --set: 1072693248 bytes is under 1 GiB (1073741824 "
+        "bytes), the smallest budget hostler enforces (CB1: a smaller one would let every model "
+        "start); give at least 1 GiB, or auto for the automatic budget\n"
+    )
     assert daemon.world.ledger.refresh().explicit_budget == 2 * 2**30
     status, out, _ = cli(
         capsys, "budget", "--url", daemon.url, "--token", TOKEN, "--set", "auto", "--json"
@@ -672,7 +700,9 @@ def test_hostler_url_points_budget_and_events_at_the_daemon(
     assert json.loads(out)["budget"] == 2**30  # the daemon's ledger, not this host's
     status, out, err = cli(capsys, "events", "--type", "ledger.budget_set", "--json")
     assert status == 0, err
-    assert [json.loads(line)["payload"] for line in out.splitlines()] == [{"budget": 2**30}]
+    assert [json.loads(line)["payload"] for line in out.splitlines()] == [
+        {"budget": 2**30, "source": "api"}  # ledger.budget_set v2: where it was set
+    ]
     monkeypatch.setenv("HOSTLER_URL", "not a url")
     status, _, err = cli(capsys, "ps")
     assert status == 2 and err.startswith("hostler: error [usage.setting]: HOSTLER_URL: ")

@@ -280,7 +280,15 @@ BAD_MODELS = [
     ('[server]\nhost = "http://0.0.0.0/"\n', "server.host", "no scheme, no path"),
     ('[server]\nauth = "basic"\n', "server.auth", "should be 'token' or 'none'"),
     ('[server]\nadress = "x"\n', "server.adress", "unknown setting"),
-    ("[budget]\nbytes = 1048575\n", "budget.bytes", "a whole number of bytes from 1048576"),
+    (
+        "[budget]\nbytes = 1073741823\n",
+        "budget.bytes",
+        "1073741823 bytes is under 1 GiB (1073741824 bytes), the smallest budget hostler "
+        "enforces (CB1: a smaller one would let every model start); give at least 1 GiB, or "
+        "auto for the automatic budget (got 1073741823)",
+    ),
+    ("[budget]\nbytes = 104857600\n", "budget.bytes", "104857600 bytes is under 1 GiB"),
+    ("[budget]\nbytes = 1048576\n", "budget.bytes", "the smallest budget hostler enforces"),
     ("[budget]\nbytes = 1152921504606846977\n", "budget.bytes", "to 2^60"),
     ("[budget]\nbytes = 0\n", "budget.bytes", "a whole number of bytes"),
     ('[budget]\nbytes = "8G"\n', "budget.bytes", "or \"auto\" (got '8G')"),
@@ -354,7 +362,7 @@ def test_replica_and_engine_count_bounds_are_pinned() -> None:
 
     assert MAX_REPLICAS == 64 == POOL_MAX
     assert MAX_ENGINES == 1024
-    assert (MIN_BUDGET_BYTES, MAX_BUDGET_BYTES) == (1024 * 1024, 2**60)
+    assert (MIN_BUDGET_BYTES, MAX_BUDGET_BYTES) == (2**30, 2**60)  # CB1's floor
 
 
 def test_replicas_at_their_bounds(tmp_path: Path) -> None:
@@ -435,6 +443,27 @@ def test_engine_defaults_give_the_binary_and_extra_args_the_entries_win(tmp_path
         load_config(config)
 
 
+def test_a_relative_binary_keeps_its_symbolic_link(tmp_path: Path) -> None:
+    """A venv's ``bin/python`` named relative to the config stays the venv's, not its target.
+
+    Python finds its virtual environment by the path it is started as (``pyvenv.cfg`` beside
+    ``bin/``): a link resolved to the interpreter it points at runs without the venv's
+    packages (``python -m llama_cpp.server``: No module named llama_cpp). An absolute path was
+    kept as written; a relative one was resolved, links followed.
+    """
+    real = tmp_path / "base" / "python3.11"
+    real.parent.mkdir()
+    real.write_text("#!/bin/sh\n")
+    real.chmod(0o700)
+    venv = tmp_path / "engine-venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to(real)
+    config = tmp_path / "hostler.toml"
+    config.write_text('[engine_defaults.llamacpp]\nbinary = "engine-venv/bin/python"\n' + MODEL)
+    (engine,) = load_config(config).engines
+    assert engine.binary == tmp_path.resolve() / "engine-venv" / "bin" / "python"
+
+
 def test_idle_timeout_of_an_engine(tmp_path: Path) -> None:
     from hostler.config import DaemonConfig, EngineConfig
 
@@ -462,9 +491,12 @@ def test_the_new_sections_and_their_defaults(tmp_path: Path) -> None:
     chosen = load_config(config)
     assert (chosen.host, chosen.port, chosen.auth) == ("::1", 0, "none")
     assert (chosen.budget_bytes, chosen.spillover, chosen.arbiter) == ("auto", "auto", "swap")
-    config.write_text("[budget]\nbytes = 1048576\nspillover = false\n")
+    config.write_text("[budget]\nbytes = 1073741824\nspillover = false\n")
     edge = load_config(config)
-    assert (edge.budget_bytes, edge.spillover) == (1048576, False)
+    assert (edge.budget_bytes, edge.spillover) == (1073741824, False)  # CB1: exactly 1 GiB
+    assert edge.budget_from == f"config:{config.resolve()}"
+    assert chosen.budget_from == f"config:{config.resolve()}"  # "auto" is the file's too
+    assert empty.budget_from == ""
 
 
 def test_a_models_extra_args_win_per_flag_however_the_key_is_spelled(tmp_path: Path) -> None:

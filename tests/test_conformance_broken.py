@@ -1,8 +1,9 @@
 """The conformance suite fails adapters that break the contract, each at the rule it breaks.
 
 A pytest run in a subprocess (pytester) runs the whole suite against one well-behaved adapter
-and fourteen broken ones (and one that saves sessions), each broken in one way; every broken one must fail exactly the checks of
-the rule it breaks (and the live ones where the break stops a real engine), and nothing else.
+and seventeen broken ones (and one that saves sessions), each broken in one way; every broken
+one must fail exactly the checks of the rule it breaks (and the live ones where the break stops
+a real engine), and nothing else.
 """
 
 from __future__ import annotations
@@ -28,14 +29,26 @@ import sys
 from dataclasses import replace
 
 from hostler.plugin import LaunchCommand, Panic, SessionPrepared, SessionSaved, hookimpl
+from hostler.engines.watcher import HEALTH_WAIT
 from hostler.testing.fake_engine import Behaviour, FakeEngineAdapter
 
+#: every engine here streams for half a second: the busy checks ask while a stream runs
+LASTS = 0.5
 
-class Good(FakeEngineAdapter):
+
+class Fake(FakeEngineAdapter):
+    """The fake engine, its streams lasting LASTS seconds."""
+    engine_type = "fake-base"
+
+    def __init__(self, behaviour=None):
+        super().__init__(behaviour or Behaviour(stream_seconds=LASTS))
+
+
+class Good(Fake):
     engine_type = "good"
 
 
-class WideOpen(FakeEngineAdapter):
+class WideOpen(Fake):
     """Binds every interface."""
     engine_type = "wide-open"
 
@@ -45,7 +58,7 @@ class WideOpen(FakeEngineAdapter):
         return LaunchCommand([*argv, "--host", "0.0.0.0", *extras])
 
 
-class NoExtras(FakeEngineAdapter):
+class NoExtras(Fake):
     """Drops the operator's extra_args."""
     engine_type = "no-extras"
 
@@ -53,7 +66,7 @@ class NoExtras(FakeEngineAdapter):
         return super().build_command(replace(spec, extra_args={}))
 
 
-class NoModel(FakeEngineAdapter):
+class NoModel(Fake):
     """Never tells the engine which model."""
     engine_type = "no-model"
 
@@ -62,7 +75,7 @@ class NoModel(FakeEngineAdapter):
         return LaunchCommand([t for t in argv if t not in ("--model", str(spec.model))])
 
 
-class Flaky(FakeEngineAdapter):
+class Flaky(Fake):
     """A different argv for the same spec."""
     engine_type = "flaky"
     counter = itertools.count()
@@ -72,7 +85,7 @@ class Flaky(FakeEngineAdapter):
         return LaunchCommand([*argv[:4], f"--nonce={next(self.counter)}", *argv[4:]])
 
 
-class Greedy(FakeEngineAdapter):
+class Greedy(Fake):
     """A price that changes on every call."""
     engine_type = "greedy"
     counter = itertools.count(1)
@@ -81,7 +94,7 @@ class Greedy(FakeEngineAdapter):
         return 2**30 + next(self.counter)
 
 
-class Cheaper(FakeEngineAdapter):
+class Cheaper(Fake):
     """More context costs less."""
     engine_type = "cheaper"
 
@@ -89,7 +102,7 @@ class Cheaper(FakeEngineAdapter):
         return 2**40 // (spec.ctx_per_slot * spec.slots)
 
 
-class AlwaysReady(FakeEngineAdapter):
+class AlwaysReady(Fake):
     """Any answer means ready, a 503 included."""
     engine_type = "always-ready"
 
@@ -97,7 +110,7 @@ class AlwaysReady(FakeEngineAdapter):
         return True
 
 
-class Jumpy(FakeEngineAdapter):
+class Jumpy(Fake):
     """Takes the engine's own "listening" line for a fatal one."""
     engine_type = "jumpy"
 
@@ -105,7 +118,7 @@ class Jumpy(FakeEngineAdapter):
         return Panic("jumpy", line) if "listening" in line else None
 
 
-class WrongPort(FakeEngineAdapter):
+class WrongPort(Fake):
     """Names the port hostler chose, but starts the engine on the next one."""
     engine_type = "wrong-port"
 
@@ -115,23 +128,25 @@ class WrongPort(FakeEngineAdapter):
         return LaunchCommand([*argv[:4], "--port", str(spec.port), *argv[4:]])
 
 
-class Premature(FakeEngineAdapter):
+class Premature(Fake):
     """Its engine answers /health 200 while the model still loads (mlx_lm.server's way)."""
     engine_type = "premature"
 
     def __init__(self):
-        super().__init__(Behaviour(load_seconds=3.0, health_before_ready=True))
+        super().__init__(
+            Behaviour(load_seconds=3.0, health_before_ready=True, stream_seconds=LASTS)
+        )
 
 
-class NeedsArgs(FakeEngineAdapter):
+class NeedsArgs(Fake):
     """Cannot be built without an argument (the daemon builds adapters with none)."""
     engine_type = "needs-args"
 
     def __init__(self, reply):
-        super().__init__(Behaviour(reply=reply))
+        super().__init__(Behaviour(reply=reply, stream_seconds=LASTS))
 
 
-class Impatient(FakeEngineAdapter):
+class Impatient(Fake):
     """Gives a start no time at all (set on the instance, past the class's own check)."""
     engine_type = "impatient"
 
@@ -140,7 +155,39 @@ class Impatient(FakeEngineAdapter):
         self.startup_timeout = -1.0
 
 
-class Unregistered(FakeEngineAdapter):
+class Serial(Fake):
+    """Its /health waits behind a running completion (one request at a time).
+
+    Its stream outlasts the health check's wait three times: the check cannot get an answer
+    in time however loaded the machine (a short stream could end, and release the health
+    path, before a loaded machine's reader saw its end).
+    """
+    engine_type = "serial"
+
+    def __init__(self):
+        super().__init__(Behaviour(stream_seconds=3 * HEALTH_WAIT, serial=True))
+
+
+class Cutter(Fake):
+    """A new completion cuts a running stream (llama-cpp-python's interrupt_requests)."""
+    engine_type = "cutter"
+
+    def __init__(self):
+        super().__init__(Behaviour(stream_seconds=LASTS, cut_streams=True))
+
+
+class Underpriced(Fake):
+    """Prices the engine at a fraction of what it holds (its 64 MiB left out)."""
+    engine_type = "underpriced"
+
+    def __init__(self):
+        super().__init__(Behaviour(stream_seconds=LASTS, ballast_mib=64))
+
+    def estimate_footprint(self, geometry, spec):
+        return 4 * 2**20
+
+
+class Unregistered(Fake):
     """Its plugin never registers it."""
     engine_type = "unregistered"
 
@@ -192,7 +239,7 @@ class Forgets(Files):
     restores = False
 
 
-class Saver(FakeEngineAdapter):
+class Saver(Fake):
     """Saves sessions to files and restores them at its next launch."""
     engine_type = "saver"
     cache = Files
@@ -210,7 +257,8 @@ class Forgetful(Saver):
 @hookimpl
 def register_engines(register):
     for cls in (Good, WideOpen, NoExtras, NoModel, Flaky, Greedy, Cheaper, AlwaysReady, Jumpy,
-                WrongPort, Premature, NeedsArgs, Impatient, Saver, Forgetful):
+                WrongPort, Premature, NeedsArgs, Impatient, Saver, Forgetful, Serial, Cutter,
+                Underpriced):
         register(cls)
 '''
 
@@ -250,7 +298,8 @@ for _cls in (broken_plugin.Good, broken_plugin.WideOpen, broken_plugin.NoExtras,
              broken_plugin.Cheaper, broken_plugin.AlwaysReady, broken_plugin.Jumpy,
              broken_plugin.WrongPort, broken_plugin.Premature, broken_plugin.NeedsArgs,
              broken_plugin.Impatient, broken_plugin.Unregistered, broken_plugin.Saver,
-             broken_plugin.Forgetful):
+             broken_plugin.Forgetful, broken_plugin.Serial, broken_plugin.Cutter,
+             broken_plugin.Underpriced):
     globals()[f"Test{_cls.__name__}"] = case(_cls)
 """
 
@@ -258,6 +307,9 @@ LIVE = {
     "test_live_start_serve_stop",
     "test_live_adopted_after_a_daemon_restart",
     "test_live_a_saved_session_comes_back_after_its_engine_stops",
+    "test_live_the_price_covers_the_measured_launch",
+    "test_live_health_answers_while_a_completion_runs",
+    "test_live_a_second_request_leaves_a_running_stream_whole",
 }
 #: What each adapter must fail: the check of the rule it breaks, nothing else.
 EXPECTED: dict[str, set[str]] = {
@@ -274,8 +326,12 @@ EXPECTED: dict[str, set[str]] = {
     "AlwaysReady": {"test_readiness_reads_2xx_as_ready_and_loading_as_not"},
     "Jumpy": {"test_ordinary_lines_are_not_fatal"},
     "WrongPort": {"test_another_port_changes_only_the_port", *LIVE},
-    # ready by /health while completions still answer 503: the live completion catches it
-    "Premature": {"test_live_start_serve_stop"},
+    # ready by /health while completions still answer 503: the live completions catch it
+    "Premature": {
+        "test_live_start_serve_stop",
+        "test_live_health_answers_while_a_completion_runs",
+        "test_live_a_second_request_leaves_a_running_stream_whole",
+    },
     "NeedsArgs": {"test_the_host_builds_it_with_no_arguments"},
     "Impatient": {"test_timings_are_sane"},
     "Unregistered": {
@@ -284,6 +340,9 @@ EXPECTED: dict[str, set[str]] = {
     },
     "Saver": set(),  # a saving cache that keeps its word passes the session round trip
     "Forgetful": {"test_live_a_saved_session_comes_back_after_its_engine_stops"},
+    "Serial": {"test_live_health_answers_while_a_completion_runs"},
+    "Cutter": {"test_live_a_second_request_leaves_a_running_stream_whole"},
+    "Underpriced": {"test_live_the_price_covers_the_measured_launch"},
 }
 
 #: Failures a broken adapter may also show, beside its rule's: Jumpy's live starts fail only

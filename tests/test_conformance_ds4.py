@@ -25,6 +25,8 @@ class TestDs4Conforms(AdapterConformance):
     def _lock(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """This test's machine-wide ds4 lock (children inherit the variable)."""
         monkeypatch.setenv("DS4_SERVER_LOCK", str(tmp_path / "ds4-server.lock"))
+        # a stream that lasts (0.2 s a word): the busy checks ask while one runs
+        monkeypatch.setenv("FAKE_DS4_WORD_SECONDS", "0.2")
 
     @pytest.fixture
     def adapter(self, tmp_path: Path) -> Ds4Adapter:

@@ -9,7 +9,7 @@ import pytest
 
 from hostler.testing import fake_engine
 from hostler.testing.conformance import AdapterConformance
-from hostler.testing.fake_engine import FakeEngineAdapter
+from hostler.testing.fake_engine import Behaviour, FakeEngineAdapter
 
 
 class TestFakeEngineConforms(AdapterConformance):
@@ -17,7 +17,8 @@ class TestFakeEngineConforms(AdapterConformance):
 
     @pytest.fixture
     def adapter(self) -> FakeEngineAdapter:
-        return FakeEngineAdapter()
+        # its streams last half a second: the busy checks ask while one runs
+        return FakeEngineAdapter(Behaviour(stream_seconds=0.5))
 
     @pytest.fixture
     def model(self, tmp_path: Path) -> Path:

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from hostler import EventStore
@@ -88,6 +89,50 @@ def test_a_killed_daemons_engines_are_adopted_without_reload(
         for proc in (first,):
             if proc.poll() is None:
                 proc.kill()
+
+
+def test_an_engine_started_with_older_flags_is_adopted_with_them(
+    setup: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A flag added to the config while the daemon was down reaches the engine at its next start.
+
+    Adoption compares the live command line with the argv recorded at its spawn, never with the
+    argv the config gives today: the engine is adopted (same pid, warm) with its old flags, as
+    docs/plugins/reference.md says (it once said such an engine was started again).
+    """
+    config, data = setup
+    first = start_daemon(config, data, tmp_path / "daemon1.log")
+    try:
+        wait_for(lambda: all(count(data, k, "engine.ready") == 1 for k in KEYS))
+        before = engines(data)
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    config.write_text(
+        config.read_text() + "\n[engine_defaults.llamacpp]\nextra_args = { threads = 1 }\n"
+    )
+    second = start_daemon(config, data, tmp_path / "daemon2.log")
+    try:
+        wait_for(lambda: len(daemon_starts(data)) == 2)
+        assert sorted(daemon_starts(data)[-1]["adopted"]) == sorted(KEYS)
+        for key in KEYS:
+            pid = before[key][1]
+            assert engines(data)[key][1] == pid  # the same process, not started again
+            assert "--threads" not in psutil.Process(pid).cmdline()  # its flags of then
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(30)
+    third = start_daemon(config, data, tmp_path / "daemon3.log")
+    try:
+        wait_for(lambda: all(count(data, k, "engine.ready") == 2 for k in KEYS))
+        for key in KEYS:
+            argv = psutil.Process(engines(data)[key][1]).cmdline()
+            assert argv[argv.index("--threads") + 1] == "1"  # the next start has the new flag
+    finally:
+        third.send_signal(signal.SIGTERM)
+        third.wait(30)
 
 
 def test_an_engine_killed_while_the_daemon_was_down_is_lost_and_released(

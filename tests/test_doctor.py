@@ -367,16 +367,40 @@ def test_what_the_log_learned_about_this_build_fails_the_cpu_check(tmp_path: Pat
     assert found.fix == BUILD_FIX
 
 
+#: What a model file starts with (the walk reads these 4 bytes; the rest is not read here).
+GGUF = b"GGUF\x03\x00\x00\x00"
+
+
 def test_models_are_those_serve_would_offer(tmp_path: Path) -> None:
-    from hostler.config import discovered_config
+    from hostler.config import discovered_config, with_places
 
     models = tmp_path / "models"
     models.mkdir()
-    (models / "Alpha-F16.gguf").write_bytes(b"")
-    (models / "beta.gguf").write_bytes(b"")
-    config = discovered_config(tmp_path)
+    (models / "Alpha-F16.gguf").write_bytes(GGUF)
+    (models / "beta.gguf").write_bytes(GGUF)
+    (models / "empty.gguf").write_bytes(b"")  # not a model: serve refuses it, and so here
+    only_empty = with_places(discovered_config(tmp_path / "other"), {})
+    (tmp_path / "other" / "models").mkdir(parents=True)
+    (tmp_path / "other" / "models" / "empty.gguf").write_bytes(b"")
+    assert doctor.check_models(only_empty, tmp_path / "other" / "models", configured=False) == (
+        Finding(
+            "models",
+            "fail",
+            f"no models in {tmp_path / 'other' / 'models'}: 1 found but not offered "
+            f"({tmp_path.resolve() / 'other' / 'models' / 'empty.gguf'}: not a GGUF file (it "
+            "does not start with 'GGUF'))",
+            f"put a .gguf model into {tmp_path / 'other' / 'models'} (or set HOSTLER_MODELS_DIR, "
+            "or give --config FILE)",
+        )
+    )
+    hub = tmp_path / "user" / ".cache" / "huggingface" / "hub" / "models--org--Gamma-GGUF"
+    (hub / "snapshots" / "abc123").mkdir(parents=True)
+    (hub / "snapshots" / "abc123" / "gamma-Q8_0.gguf").write_bytes(GGUF)
+    config = with_places(discovered_config(tmp_path), {"HOME": str(tmp_path / "user")})
     assert doctor.check_models(config, models, configured=False) == Finding(
-        "models", "ok", f"2 in {models}: alpha-f16, beta"
+        "models",
+        "ok",
+        f"3 in {models}, {hub / 'snapshots' / 'abc123'}: alpha-f16, beta, hf-org-gamma-q8_0",
     )
 
 
@@ -388,11 +412,16 @@ def _ready_home(tmp_path: Path) -> dict[str, str]:
     data = tmp_path / "data"
     (data / "models").mkdir(parents=True, mode=0o700)
     data.chmod(0o700)
-    (data / "models" / "tiny.gguf").write_bytes(b"")
+    (data / "models" / "tiny.gguf").write_bytes(GGUF)
     token = data / "token"
     token.write_text(secrets.token_urlsafe(32))
     token.chmod(0o600)
-    return {"HOSTLER_HOME": str(data), "HOSTLER_PORT": str(_free_port())}
+    # HOME: this user's own Hugging Face cache, Ollama and LM Studio folders (none here)
+    return {
+        "HOSTLER_HOME": str(data),
+        "HOSTLER_PORT": str(_free_port()),
+        "HOME": str(tmp_path / "user"),
+    }
 
 
 def test_doctor_on_a_ready_machine_says_ok_and_exits_0(tmp_path: Path) -> None:
@@ -460,3 +489,29 @@ def test_doctor_sees_the_hostler_serve_on_its_port(tmp_path: Path) -> None:
         "config (docs/daemon.md)"
     )
     assert done.returncode == 1
+
+
+def test_models_keep_the_ids_the_daemons_log_gave_them(tmp_path: Path) -> None:
+    """The doctor names a file by the id the daemon serves it under (its recorded offer), not
+    by a fresh plan (a breaking helper saw ``alpha-3``, which the daemon did not have)."""
+    from hostler.config import discovered_config, with_places
+    from hostler.events.discovery import MODELS_STREAM, ModelsOffered
+    from hostler.store.log import EventStore
+
+    models = tmp_path / "models"
+    first, second = models / "a" / "alpha.gguf", models / "b" / "alpha.gguf"
+    for path in (first, second):
+        path.parent.mkdir(parents=True)
+        path.write_bytes(GGUF)
+    recorded = [  # a's file holds an id a fresh plan would not give it (alpha, a sorting first)
+        {"id": "alpha", "path": str(second.resolve()), "source": "models", "size": len(GGUF)},
+        {"id": "legacy", "path": str(first.resolve()), "source": "models", "size": len(GGUF)},
+    ]
+    with EventStore.open(tmp_path / "events.db", owner=True) as store:
+        store.append(MODELS_STREAM, [ModelsOffered(1.0, recorded, [], [])], expected_version=None)
+    config = with_places(discovered_config(tmp_path), {})
+    assert doctor.check_models(config, models, configured=False) == Finding(
+        "models",
+        "ok",
+        f"2 in {first.resolve().parent}, {second.resolve().parent}: alpha, legacy",
+    )

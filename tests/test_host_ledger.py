@@ -13,6 +13,7 @@ import pytest
 
 from hostler import EventStore
 from hostler.capacity.budget import HostMemory, compute_budget
+from hostler.capacity.origin import API_SOURCE
 from hostler.capacity.units import GIB
 from hostler.drivers.host_ledger import HostLedger, OwnerIdentity, owner_alive
 from hostler.events.ledger import LEDGER_STREAM, LedgerDenied, LedgerReleased, LedgerReserved
@@ -53,10 +54,10 @@ def test_budget_and_spillover_settings_are_events(tmp_path: Path) -> None:
     with EventStore.open(tmp_path / "ledger.db") as store:
         ledger = ledger_for(store, "op")
         assert ledger.reserve("a", 5 * GIB).granted
-        ledger.set_budget(4 * GIB)
+        ledger.set_budget(4 * GIB, source=API_SOURCE)
         assert ledger.snapshot()["committed"] == 5 * GIB  # never evicts
         assert not ledger.reserve("b", 1).granted
-        ledger.set_budget(None)
+        ledger.set_budget(None, source=API_SOURCE)
         assert ledger.reserve("b", 1 * GIB).granted
         ledger.set_spillover(False)
         assert ledger.limits().spillover_allowed is False

@@ -84,7 +84,7 @@ def test_the_wheel_in_a_fresh_venv_runs_hostler_and_its_engine_without_dev_tools
     data = home / "data"
     (data / "models").mkdir(parents=True, mode=0o700)
     data.chmod(0o700)
-    (data / "models" / "tiny.gguf").write_bytes(b"")
+    (data / "models" / "tiny.gguf").write_bytes(b"GGUF\x03\x00\x00\x00")  # a model's first bytes
     (data / "token").write_text(secrets.token_urlsafe(32))
     (data / "token").chmod(0o600)
     with socket.socket() as sock:

@@ -129,15 +129,15 @@ def test_fallback_resident_estimates() -> None:
 
 def test_human_denial_text_on_a_card_host_names_the_card() -> None:
     limits = limits_of(LedgerState(), CARD_HOST)
-    text = format_denial("qwen2.5-72b", 70 * GIB, limits, CARD_HOST, 0)
+    text = format_denial("qwen2.5-72b", 70 * GIB, limits, 0)
     assert text.startswith("qwen2.5-72b needs 70.0 GiB but 61.2 GiB is available")
-    assert "22.8 GiB of usable VRAM plus a 38.4 GiB share of system RAM" in text
+    assert "22.8 GiB of usable VRAM plus 38.4 GiB of system RAM" in text
     assert str(70 * GIB) not in text  # never raw byte counts
 
 
 def test_human_denial_text_on_a_ram_host_states_the_percent() -> None:
     limits = limits_of(LedgerState(), RAM_HOST)
-    text = format_denial("m", 40 * GIB, limits, RAM_HOST, 10 * GIB)
+    text = format_denial("m", 40 * GIB, limits, 10 * GIB)
     assert "needs 40.0 GiB but 28.4 GiB is available" in text
     assert "60% of 64.0 GiB of RAM" in text
     assert "other models hold 10.0 GiB" in text
@@ -145,7 +145,7 @@ def test_human_denial_text_on_a_ram_host_states_the_percent() -> None:
 
 def test_human_denial_text_for_the_co_residency_case() -> None:
     limits = limits_of(LedgerState(), CARD_HOST)
-    text = format_denial("m", 15 * GIB, limits, CARD_HOST, 10 * GIB)
+    text = format_denial("m", 15 * GIB, limits, 10 * GIB)
     assert "graphics card (22.8 GiB)" in text
     assert "allow RAM spillover" in text
     assert "smaller" not in text

@@ -284,6 +284,7 @@ ALLOWED_IMPORTS = {
     "logging",
     "typing",
     "transitions",
+    "hashlib",  # a digest of text in memory (a long model id's suffix): no I/O, no clock
     "msgspec",  # typed JSON decoding of event payloads: in memory, no I/O, no clock
     "json",  # parsing text already in memory (hostler.untrusted); open() stays forbidden
     "hostler",

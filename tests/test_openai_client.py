@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -152,6 +153,12 @@ def test_the_tour_swaps_two_real_models_and_explains_it(tmp_path: Path) -> None:
     assert out.count("pool.room_planned") == 2
     assert out.count("reason=evicted") == 2
     assert "exited with status 0" in out
+    # the folder the tour says holds its models does: DATA_DIR/cache, not the tour's folder
+    folder = Path(re.search(r"1\. models \(in (.+)\):", out)[1])  # type: ignore[index]
+    assert folder == tmp_path / "cache"
+    assert sorted(p.name for p in folder.glob("*.gguf")) == sorted(
+        re.findall(r"= (\S+\.gguf) \(", out)
+    )
 
 
 def spawned_engines(base: str) -> list[str]:
@@ -161,6 +168,18 @@ def spawned_engines(base: str) -> list[str]:
 
 BAD_BODIES = [
     # (route, raw body, param, the message's start)
+    (
+        "/v1/chat/completions",
+        b'{"model": "alpha", "messages": [{"role": "user", "content": "hi"}], "tools": "x"}',
+        "tools",
+        "'tools' must be a list of tools, not a string",
+    ),
+    (
+        "/v1/chat/completions",
+        b'{"model": "alpha", "messages": [{"role": "user", "content": "hi"}], "temperature": "hot"}',
+        "temperature",
+        "'temperature' must be a number from 0 to 2, not a string",
+    ),
     (
         "/v1/chat/completions",
         b'{"model": "alpha", "messages": [{"role": "user", "content": "\xff"}]}',

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from hostler.capacity.budget import HostMemory, compute_budget
+from hostler.capacity.ledger import LedgerLimits, limits_of
+from hostler.capacity.ledger import state_from as ledger_state_from
+from hostler.events.ledger import LedgerBudgetSet
 from hostler.policies.pool import (
     DRAIN_WAIT,
     POLICY_NAME,
@@ -20,6 +24,13 @@ from hostler.policies.room import RoomSearch, Standing, room_step, start_share
 
 NOW = 10_000.0
 MIB = 1024 * 1024
+GIB = 1024 * MIB
+#: A 16 GiB host without a card: automatic budget 9.6 GiB.
+HOST = compute_budget(HostMemory(16 * GIB))
+#: The ledger's limits with the config's 1 GiB budget in force.
+LIMITS: LedgerLimits = limits_of(
+    ledger_state_from([LedgerBudgetSet(GIB, "config:/etc/hostler/hostler.toml")]), HOST
+)
 
 
 def entry(
@@ -251,23 +262,23 @@ def test_start_share_is_the_price_or_the_whole_budget_when_priced_at_nothing() -
 
 
 def test_no_shortfall_fits_and_exactly_zero_is_no_shortfall() -> None:
-    step = room_step(_search(), 0, [Standing(entry("a"))], NOW)
+    step = room_step(_search(), 0, [Standing(entry("a"))], NOW, limits=LIMITS)
     assert (step.action, step.evict, step.drain, step.plan) == ("fit", (), None, None)
     assert not step.recorded
-    assert room_step(_search(), 1, [Standing(entry("a"))], NOW).action == "unload"
+    assert room_step(_search(), 1, [Standing(entry("a"))], NOW, limits=LIMITS).action == "unload"
 
 
 def test_unload_names_the_idle_victims_and_remembers_them_as_tried() -> None:
     standing = [Standing(entry("a", used=NOW - 50)), Standing(entry("b", used=NOW - 10))]
-    step = room_step(_search(), 100 * MIB, standing, NOW)
+    step = room_step(_search(), 100 * MIB, standing, NOW, limits=LIMITS)
     assert (step.action, step.evict, step.drain) == ("unload", ("a",), None)
     assert step.search.tried == frozenset({"a"}) and step.recorded
-    again = room_step(step.search, 100 * MIB, standing, NOW)
+    again = room_step(step.search, 100 * MIB, standing, NOW, limits=LIMITS)
     assert again.evict == ("b",)  # "a" was tried: never planned twice
 
 
 def test_a_busy_victim_is_drained_and_counted_as_tried() -> None:
-    step = room_step(_search(), 50 * MIB, [Standing(entry("a", busy=True))], NOW)
+    step = room_step(_search(), 50 * MIB, [Standing(entry("a", busy=True))], NOW, limits=LIMITS)
     assert (step.action, step.evict, step.drain) == ("unload", (), "a")
     assert step.search.tried == frozenset({"a"})
 
@@ -279,29 +290,33 @@ def test_spoken_for_and_kept_engines_are_never_victims_and_the_start_itself_is_s
         Standing(entry("pinned"), kept=True),
         Standing(entry("idle", 100)),
     ]
-    step = room_step(_search(), 100 * MIB, standing, NOW)
+    step = room_step(_search(), 100 * MIB, standing, NOW, limits=LIMITS)
     assert [c.key for c in step.candidates] == ["idle"]
     assert step.evict == ("idle",)
 
 
 def test_only_spoken_for_room_waits_until_the_patience_deadline_then_refuses() -> None:
     standing = [Standing(entry("built", 500), spoken=True)]
-    waiting = room_step(_search(until=NOW + 30), 100 * MIB, standing, NOW + 29.999)
+    waiting = room_step(_search(until=NOW + 30), 100 * MIB, standing, NOW + 29.999, limits=LIMITS)
     assert waiting.action == "wait" and not waiting.recorded
-    refused = room_step(_search(until=NOW + 30), 100 * MIB, standing, NOW + 30)
+    refused = room_step(_search(until=NOW + 30), 100 * MIB, standing, NOW + 30, limits=LIMITS)
     assert refused.action == "refuse" and refused.recorded
     assert refused.refusal == (
         "new: needs 0.29 GiB, 0.10 GiB more than the budget has free, and the engines hostler "
-        "may unload hold only 0.00 GiB; nothing was unloaded. Raise the budget "
-        "(HOSTLER_CAPACITY_BUDGET_GB), or stop what else holds memory (hostler state shows it)"
+        "may unload hold only 0.00 GiB; nothing was unloaded. The budget, 1.0 GiB, is set in "
+        "/etc/hostler/hostler.toml ([budget] bytes): raise it there and restart hostler, or "
+        "raise it live until the next start with `hostler budget --set SIZE` (PUT /api/budget); "
+        "or stop what else holds memory (hostler state shows it)"
     )
-    monotonic = room_step(_search(until=5.0), 100 * MIB, standing, NOW, patience_now=4.0)
+    monotonic = room_step(
+        _search(until=5.0), 100 * MIB, standing, NOW, limits=LIMITS, patience_now=4.0
+    )
     assert monotonic.action == "wait"  # patience on its own clock
 
 
 def test_a_start_that_cannot_fit_even_with_everything_gone_unloads_nothing() -> None:
     standing = [Standing(entry("a", 100)), Standing(entry("b", 100, draining=True))]
-    step = room_step(_search(), 101 * MIB, standing, NOW)
+    step = room_step(_search(), 101 * MIB, standing, NOW, limits=LIMITS)
     assert (step.action, step.evict, step.drain) == ("refuse", (), None)
     assert step.plan is not None and not step.plan.reachable
     assert "hostler may unload hold only 0.10 GiB" in step.refusal

@@ -1,13 +1,19 @@
-"""``import hostler`` registers every event type hostler writes, so a post-mortem decodes them."""
+"""A log opened through the library decodes every event type hostler writes (a post-mortem).
+
+``import hostler`` itself loads only the version and the errors (the CLI starts at once); the
+log's reader (:mod:`hostler.store.records`, loaded with ``hostler.EventStore``) registers every
+type before it decodes a row.
+"""
 
 from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 from _support import REPO, run_python
 
-#: Every type hostler writes, registered by ``import hostler`` alone.
+#: Every type hostler writes, registered once the library's log is loaded.
 REGISTERED_ON_IMPORT = [
     "cache.budget_set",
     "cache.evicted",
@@ -46,6 +52,7 @@ REGISTERED_ON_IMPORT = [
     "ledger.released",
     "ledger.reserved",
     "ledger.spillover_set",
+    "models.offered",
     "offload.degraded",
     "plugin.failed",
     "plugin.loaded",
@@ -68,6 +75,7 @@ REGISTERED_ON_IMPORT = [
 REGISTRY_AFTER_IMPORT = """
 import json, sys
 import hostler
+hostler.EventStore  # the log, as a post-mortem opens it
 from hostler.events.base import registered_types
 print(json.dumps({
     "types": sorted(registered_types()),
@@ -84,7 +92,7 @@ def _after_import() -> dict[str, object]:
     return out
 
 
-def test_import_hostler_registers_every_type_it_writes() -> None:
+def test_the_librarys_log_registers_every_type_it_writes() -> None:
     out = _after_import()
     assert out["types"] == REGISTERED_ON_IMPORT
     # ... without pulling the async runtime or numpy into a post-mortem reader
@@ -105,3 +113,29 @@ def test_every_event_type_in_the_source_tree_is_registered_on_import() -> None:
     registered = set(types)
     missing = {name: where for name, where in declared.items() if name not in registered}
     assert missing == {}
+
+
+READ_BACK = """
+import json, sys
+import hostler
+store = hostler.EventStore.open(sys.argv[1])
+print(json.dumps([type(r.event).__name__ for r in store.read_all()]))
+"""
+
+WRITE = """
+import sys
+import hostler
+from hostler.machines.engine import EngineReady
+store = hostler.EventStore.open(sys.argv[1], owner=True)
+store.append("engine/a", [EngineReady("starting", "ready", 1.0)], expected_version=0)
+"""
+
+
+def test_a_fresh_reader_decodes_lifecycle_events(tmp_path: Path) -> None:
+    """The lifecycle's events (defined beside its machines) come back decoded, not unknown."""
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    written = run_python(WRITE, url)
+    assert written.returncode == 0, written.stderr
+    read = run_python(READ_BACK, url)
+    assert read.returncode == 0, read.stderr
+    assert json.loads(read.stdout) == ["EngineReady"]

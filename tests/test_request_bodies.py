@@ -150,6 +150,77 @@ def test_a_strict_body_decodes_to_its_object() -> None:
         (EMBEDDINGS, {"model": "a"}, "input", "'input' is required"),
         (EMBEDDINGS, {"model": "a", "input": ""}, "input", "'input' is empty"),
         (EMBEDDINGS, {"model": "a", "input": [[1, 2], 3]}, "input", "'input' must be a string"),
+        # OpenAI's typed fields, before an engine loads (a breaking helper's list)
+        (CHAT, {**CHAT_OK, "tools": "x"}, "tools", "'tools' must be a list of tools, not a string"),
+        (
+            CHAT,
+            {**CHAT_OK, "tools": [{"type": "function"}]},
+            "tools[0]",
+            "'tools[0]' must be an object with a 'function' that has a 'name'",
+        ),
+        (
+            CHAT,
+            {**CHAT_OK, "temperature": "hot"},
+            "temperature",
+            "'temperature' must be a number from 0 to 2, not a string",
+        ),
+        (
+            CHAT,
+            {**CHAT_OK, "temperature": 2.5},
+            "temperature",
+            "'temperature' must be a number from 0 to 2, not 2.5",
+        ),
+        (
+            CHAT,
+            {**CHAT_OK, "temperature": True},
+            "temperature",
+            "'temperature' must be a number from 0 to 2, not a boolean",
+        ),
+        (
+            CHAT,
+            {**CHAT_OK, "max_tokens": "5"},
+            "max_tokens",
+            "'max_tokens' must be a whole number of at least 1 (or -1: no limit), not a string",
+        ),
+        (
+            COMPLETIONS,
+            {"model": "a", "prompt": "x", "max_tokens": 0},
+            "max_tokens",
+            "'max_tokens' must be a whole number of at least 1 (or -1: no limit), not 0",
+        ),
+        (CHAT, {**CHAT_OK, "max_tokens": -2}, "max_tokens", "'max_tokens' must be a whole"),
+        (
+            CHAT,
+            {**CHAT_OK, "stop": 5},
+            "stop",
+            "'stop' must be a string or a list of at most 4 strings, not 5",
+        ),
+        (CHAT, {**CHAT_OK, "stop": ["a"] * 5}, "stop", "'stop' must be a string or a list"),
+        (CHAT, {**CHAT_OK, "top_p": 1.5}, "top_p", "'top_p' must be a number from 0 to 1, not 1.5"),
+        (
+            CHAT,
+            {**CHAT_OK, "tool_choice": "always"},
+            "tool_choice",
+            "'tool_choice' must be \"none\"",
+        ),
+        (
+            CHAT,
+            {"model": "a", "messages": [{"role": "user"}]},
+            "messages[0].content",
+            "'messages[0].content' is required (only an assistant's message with 'tool_calls'",
+        ),
+        (
+            EMBEDDINGS,
+            {"model": "a", "input": "x", "encoding_format": "hex"},
+            "encoding_format",
+            '\'encoding_format\' must be "float" or "base64", not a string',
+        ),
+        (
+            EMBEDDINGS,
+            {"model": "a", "input": "x", "dimensions": -3},
+            "dimensions",
+            "'dimensions' must be a whole number of at least 1, not -3",
+        ),
     ],
 )
 def test_fields_are_checked_by_type_naming_the_param(
@@ -183,6 +254,22 @@ def test_fields_are_checked_by_type_naming_the_param(
         (EMBEDDINGS, {"model": "a", "input": [[1, 2], [3]]}),
         (EMBEDDINGS, {"model": "a", "input": "text", "n": 2}),  # embeddings have no n
         (CHAT, {**CHAT_OK, "n": 1.0}),  # one choice, however the number is spelled
+        (
+            CHAT,
+            {
+                **CHAT_OK,
+                "temperature": 0,
+                "top_p": 1,
+                "max_tokens": -1,  # llama.cpp's "no limit"
+                "stop": ["\n", "###"],
+                "seed": 7,
+                "top_k": "the engine's own",  # an extension: the engine judges it
+                "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+                "tool_choice": {"type": "function", "function": {"name": "f"}},
+                "response_format": {"type": "json_object"},
+            },
+        ),
+        (EMBEDDINGS, {"model": "a", "input": "x", "encoding_format": "base64", "dimensions": 8}),
     ],
 )
 def test_bodies_a_client_may_send_pass(route: str, payload: dict[str, object]) -> None:

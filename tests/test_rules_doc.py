@@ -31,6 +31,7 @@ PREFIXES = sorted(
         "K",
         "L",
         "M",
+        "MD",
         "NR",
         "OW",
         "PM",

@@ -131,6 +131,10 @@ async def test_the_budget_is_live_and_validated(world: World) -> None:
     async with runtime(world) as rt:
         with pytest.raises(UsageError, match="number of bytes"):
             await rt.memory.set_budget(-1)
+        before = await rt.memory.budget()
+        with pytest.raises(UsageError, match=r"^1073741823 bytes is under 1 GiB .* \(CB1: "):
+            await rt.memory.set_budget(2**30 - 1)  # recorded but not enforced: refused instead
+        assert await rt.memory.budget() == before  # nothing was recorded
         await rt.memory.set_budget(3 * 2**30)
         snapshot = await rt.memory.budget()
         assert snapshot["budget"] == 3 * 2**30 and snapshot["overridden"] is True

@@ -219,6 +219,13 @@ async def test_operator_routes_answer_and_check_their_input(
         answer = await client.put("/api/budget", json=bad, headers=AUTH)
         assert answer.status_code == 400, bad
         assert answer.json()["error"]["code"] == "invalid-request"
+    # CB1: a budget under 1 GiB would not be enforced: refused, naming the floor
+    small = await client.put("/api/budget", json={"bytes": 100 * 2**20}, headers=AUTH)
+    assert small.status_code == 400
+    assert small.json()["error"]["message"].startswith(
+        "104857600 bytes is under 1 GiB (1073741824 bytes), the smallest budget hostler enforces"
+    )
+    assert (await client.get("/api/budget")).json()["budget"] == 8 * GIB  # unchanged
     # queues: cancel and move by id (QA3, QA4)
     assert (await client.delete(f"/api/queues/{key}/7", headers=AUTH)).json() == {
         "cancelled": False

@@ -16,7 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from hostler.config import discovered_config
+from hostler.config import discovered_config, with_places
+from hostler.drivers.model_walk import Surveyed, survey
+from hostler.policies.offer import Offer
 from hostler.testing.tiny_gguf import write_tiny_llama
 
 from _daemons import kill_leftovers, served_port, start_daemon, token_holders
@@ -143,7 +145,6 @@ def test_ps_without_a_daemon_is_one_line(tmp_path: Path) -> None:
     assert result.stderr.count("\n") == 1
 
 
-@pytest.mark.slow
 def test_discovered_config_takes_every_model_file_once(tmp_path: Path) -> None:
     models = tmp_path / "models"
     models.mkdir()
@@ -163,20 +164,30 @@ def test_discovered_config_takes_every_model_file_once(tmp_path: Path) -> None:
     (nested / "a.gguf").write_bytes(b"GGUF")
     (nested / "mmproj-model-f16.gguf").write_bytes(b"GGUF")
     (nested / "loop").symlink_to(models, target_is_directory=True)
-    too_deep = models.joinpath(*"abcdefg")
+    too_deep = models.joinpath(*"abcdefghi")  # 9 folders: one more than MAX_DEPTH
     too_deep.mkdir(parents=True)
     (too_deep / "lost.gguf").write_bytes(b"GGUF")
-    config = discovered_config(tmp_path)
+    config = with_places(discovered_config(tmp_path), {})
     assert config.data_dir == tmp_path.resolve()
-    assert sorted(e.key for e in config.engines) == [
-        "llamacpp:a:0",
-        "llamacpp:big-00001-of-00002:0",
-        "llamacpp:deep.q8_0:0",
-        "llamacpp:repo-a:0",
-        "llamacpp:smollm2-135m.q4:0",
-    ]
-    assert all(not e.autostart and e.model.is_absolute() for e in config.engines)
-    assert discovered_config(tmp_path / "empty").engines == ()
+    assert config.engines == ()  # found while serving, by the daemon's catalog
+    assert config.discovery is not None
+    assert config.discovery.places == (("models", tmp_path.resolve() / "models"),)  # no HOME
+    found = survey(config.discovery.places, before=(), taken=(), now=0.0, settle=0.0)
+    assert {m.id: Path(m.path).relative_to(tmp_path.resolve()) for m in found.offer.offered} == {
+        "a": Path("models/a.gguf"),
+        "a-2": Path("models/org/repo/a.gguf"),
+        "big": Path("models/big-00001-of-00002.gguf"),
+        "deep.q8_0": Path("models/org/repo/deep.Q8_0.gguf"),
+        "smollm2-135m.q4": Path("models/SmolLM2 135M.Q4.gguf"),
+    }
+    refused = {Path(r.path).name: r.reason for r in found.refused}
+    assert refused["mmproj-model-f16.gguf"].startswith("a multimodal projector (mmproj)")
+    assert refused["i"] == "over 8 folders deep: not searched"
+    empty = with_places(discovered_config(tmp_path / "empty"), {})
+    assert empty.discovery is not None
+    assert survey(empty.discovery.places, before=(), taken=(), now=0.0, settle=0.0) == (
+        Surveyed(Offer((), ()), (), 0)
+    )
 
 
 @pytest.mark.slow

@@ -66,6 +66,7 @@ def test_the_file_beats_the_defaults(tmp_path: Path) -> None:
     config = serve_config(write(tmp_path), tmp_path, environ={})
     assert (config.host, config.port) == ("127.0.0.2", 9000)
     assert (config.budget_bytes, config.spillover, config.arbiter) == (2**31, True, "swap")
+    assert config.budget_from == f"config:{(tmp_path / 'hostler.toml').resolve()}"
     assert config.idle_timeout == 60
 
 
@@ -88,6 +89,7 @@ def test_the_environment_beats_the_file_and_flags_beat_both(tmp_path: Path) -> N
         TOKEN,
     )
     assert (config.idle_timeout, config.budget_bytes, config.spillover) == (0.0, "auto", False)
+    assert config.budget_from == "env:HOSTLER_BUDGET_BYTES"  # recorded as the variable's
     assert config.arbiter == "coexist"
     flagged = serve_config(write(tmp_path), tmp_path, host="::1", port=0, environ=env)
     assert (flagged.host, flagged.port) == ("::1", 0)
@@ -105,14 +107,90 @@ def test_hostler_config_names_the_file_when_no_flag_does(tmp_path: Path) -> None
 
 def test_hostler_models_dir_is_where_serve_without_a_file_looks(tmp_path: Path) -> None:
     shelf = tmp_path / "shelf"
-    shelf.mkdir()
-    (shelf / "Tiny.gguf").write_bytes(b"GGUF")
-    (tmp_path / "models").mkdir()
-    (tmp_path / "models" / "other.gguf").write_bytes(b"GGUF")
     config = serve_config(None, tmp_path, environ={"HOSTLER_MODELS_DIR": str(shelf)})
-    assert [e.key for e in config.engines] == ["llamacpp:tiny:0"]
+    assert config.engines == ()
+    assert config.discovery is not None
+    assert config.discovery.places == (("models", shelf),)  # no HOME: no other place
     default = serve_config(None, tmp_path, environ={})
-    assert [e.key for e in default.engines] == ["llamacpp:other:0"]
+    assert default.discovery is not None
+    assert default.discovery.places == (("models", tmp_path.resolve() / "models"),)
+
+
+def places_of(tmp_path: Path, environ: dict[str, str]) -> dict[str, Path]:
+    config = serve_config(None, tmp_path, environ=environ)
+    assert config.discovery is not None
+    return dict(config.discovery.places)
+
+
+def test_each_source_is_found_where_its_own_program_keeps_it(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    env = {"HOME": str(home)}
+    assert places_of(tmp_path, env) == {
+        "models": tmp_path.resolve() / "models",
+        "huggingface": home / ".cache" / "huggingface" / "hub",
+        "ollama": home / ".ollama" / "models",
+        "lmstudio": home / ".lmstudio" / "models",
+    }
+    moved = {
+        **env,
+        "HF_HOME": str(tmp_path / "hf"),
+        "OLLAMA_MODELS": str(tmp_path / "ol"),
+        "XDG_CACHE_HOME": str(tmp_path / "xdg"),
+    }
+    places = places_of(tmp_path, moved)
+    assert places["huggingface"] == tmp_path / "hf" / "hub"
+    assert places["ollama"] == tmp_path / "ol"
+    xdg = places_of(tmp_path, {**env, "XDG_CACHE_HOME": "/x"})
+    assert xdg["huggingface"] == Path("/x/huggingface/hub")
+    hub = places_of(tmp_path, {**moved, "HF_HUB_CACHE": str(tmp_path / "hub")})
+    assert hub["huggingface"] == tmp_path / "hub"
+    assert "ollama" not in places_of(tmp_path, {"OLLAMA_MODELS": "rel"})  # relative: nobody's
+
+
+def test_a_config_file_discovers_nothing_unless_it_says_discovery(tmp_path: Path) -> None:
+    plain = tmp_path / "plain.toml"
+    plain.write_text("[server]\nport = 9000\n")
+    assert serve_config(plain, tmp_path, environ={"HOME": str(tmp_path)}).discovery is None
+    chosen = tmp_path / "chosen.toml"
+    chosen.write_text(
+        '[discovery]\nsources = ["ollama", "models"]\nfolders = ["shelf"]\nrescan_seconds = 0\n'
+        '[engine_defaults.llamacpp]\nextra_args = { "no-mmap" = true }\n'
+    )
+    config = serve_config(chosen, tmp_path, environ={"HOME": str(tmp_path)})
+    assert config.discovery is not None
+    assert config.discovery.rescan_seconds == 0
+    assert config.discovery.places == (
+        ("ollama", tmp_path / ".ollama" / "models"),
+        ("models", tmp_path.resolve() / "models"),
+        ("config", tmp_path.resolve() / "shelf"),
+    )
+    assert config.discovery.template.extra_args == {"no-mmap": True}  # the engine's defaults
+    off = tmp_path / "off.toml"
+    off.write_text("[discovery]\nsources = []\n")
+    none = serve_config(off, tmp_path, environ={"HOME": str(tmp_path)})
+    assert none.discovery is not None and none.discovery.places == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ('[discovery]\nsources = ["ollamma"]\n', "discovery.sources[0]: should be 'models'"),
+        ("[discovery]\nrescan = 3\n", "unknown setting; did you mean 'rescan_seconds'?"),
+        ("[discovery]\nrescan_seconds = -1\n", "discovery.rescan_seconds"),
+        (
+            "[discovery]\nrescan_seconds = 0.001\n",
+            "discovery.rescan_seconds: 0 (search only at start) or at least 1 seconds",
+        ),
+        ('[discovery]\nfolders = ["a\\u0000b"]\n', "cannot hold a NUL"),
+    ],
+)
+def test_a_bad_discovery_section_is_one_line(tmp_path: Path, text: str, words: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(UsageError) as caught:
+        serve_config(path, tmp_path, environ={})
+    assert words in caught.value.message
+    assert "\n" not in caught.value.message
 
 
 def test_an_empty_variable_counts_as_unset() -> None:
@@ -134,10 +212,12 @@ def test_an_empty_variable_counts_as_unset() -> None:
         ("HOSTLER_IDLE_TIMEOUT", "nan", "seconds from 0 to 31536000"),
         ("HOSTLER_IDLE_TIMEOUT", "31536001", "seconds from 0 to 31536000"),
         ("HOSTLER_IDLE_TIMEOUT", "soon", "seconds from 0 to 31536000"),
-        ("HOSTLER_BUDGET_BYTES", "8GiB", "a whole number of bytes from 1048576"),
-        ("HOSTLER_BUDGET_BYTES", "1048575", "a whole number of bytes from 1048576"),
-        ("HOSTLER_BUDGET_BYTES", str(2**60 + 1), "a whole number of bytes from 1048576"),
-        ("HOSTLER_BUDGET_BYTES", "9" * 400, "a whole number of bytes from 1048576"),
+        ("HOSTLER_BUDGET_BYTES", "8GiB", "a whole number of bytes from 1073741824"),
+        ("HOSTLER_BUDGET_BYTES", "0", "a whole number of bytes from 1073741824"),
+        ("HOSTLER_BUDGET_BYTES", "1048575", "1048575 bytes is under 1 GiB (1073741824 bytes)"),
+        ("HOSTLER_BUDGET_BYTES", "1073741823", "the smallest budget hostler enforces (CB1"),
+        ("HOSTLER_BUDGET_BYTES", str(2**60 + 1), "a whole number of bytes from 1073741824"),
+        ("HOSTLER_BUDGET_BYTES", "9" * 400, "a whole number of bytes from 1073741824"),
         ("HOSTLER_SPILLOVER", "maybe", "true, false or auto"),
         ("HOSTLER_ARBITER", "share", "one of auto, swap, coexist"),
         ("HOSTLER_CONFIG", "~hostler-no-such-user/h.toml", "no home directory known"),

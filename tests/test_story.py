@@ -349,3 +349,49 @@ def test_what_a_build_cannot_run_here_is_told_with_what_follows() -> None:
         "llamacpp:a:0 cannot run its model's weights on this CPU (SIGILL even with f16 KV): "
         "build an engine for this CPU with `hostler engine build llamacpp`"
     )
+
+
+def test_one_refusal_is_one_line_whichever_record_comes_first() -> None:
+    """A model that does not fit: the ledger's denial and the unreachable room plan tell one
+    refusal (a breaking helper saw two TROUBLE lines for one request, with -q too)."""
+    denied = ev(
+        "ledger.denied",
+        "ledger/host",
+        seq=2,
+        key=B,
+        bytes=3 * 2**30,
+        shortfall=2 * 2**30,
+        committed_other=0,
+        budget=2**30,
+        owner=OWNER,
+    )
+    unreachable = ev(
+        "pool.room_planned",
+        "pool/host",
+        seq=3,
+        for_key=B,
+        wanted=3 * 2**30,
+        shortfall=2 * 2**30,
+        evict=[],
+        drain=None,
+        reachable=False,
+    )
+    asked = ev("queue.enqueued", f"queue/{B}", engine=B, id=1, lane="interactive")
+    for order in ((denied, unreachable), (unreachable, denied)):
+        lines = told(Story(owner=OWNER), asked, *order)
+        assert [level for level, _ in lines] == [DETAIL, TROUBLE, DETAIL], lines
+    # the next request's refusal is told again (when it says something new: a line that
+    # repeats its stream's last one unchanged is not)
+    later = ev(
+        "ledger.denied",
+        "ledger/host",
+        seq=5,
+        key=B,
+        bytes=3 * 2**30,
+        shortfall=2**30,
+        committed_other=0,
+        budget=2 * 2**30,
+        owner=OWNER,
+    )
+    lines = told(Story(owner=OWNER), asked, denied, unreachable, asked, later, unreachable)
+    assert [level for level, _ in lines].count(TROUBLE) == 2

@@ -273,6 +273,8 @@ def test_hostler_serve_runs_the_installed_plugin(
         header = table.stdout.splitlines()[0].split()
         row = next(line for line in table.stdout.splitlines() if line.startswith("echo:parrot:0"))
         port = int(row.split()[header.index("PORT")])
+        # try.md: SLOTS is busy/launched: the config's slots (1 when it says none)
+        assert re.search(r" 0/1 ", row), table.stdout
         probe = httpx.get(f"http://127.0.0.1:{port}/health", timeout=10)
         assert probe.json() == {"status": "ok"}  # the PORT column is the engine's own
         engine_log = data / "run" / "echo_parrot_0" / "engine.log"

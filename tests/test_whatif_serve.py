@@ -112,6 +112,7 @@ def _figures(report: dict[str, object], side: str) -> dict[str, tuple[int, ...]]
 def test_whatif_of_a_serve_run_under_its_own_budget_replays_what_happened(tmp_path: Path) -> None:
     with _serving(tmp_path, MODELS, big=True) as run:
         budget, data, base = run.budget, run.data, run.base
+        higher = max(4 * budget, 2**30)  # CB1: an explicit budget is at least 1 GiB
         token = (data / "token").read_text().strip()
         for step, model in enumerate(SEQUENCE):
             if model == "big":
@@ -134,7 +135,7 @@ def test_whatif_of_a_serve_run_under_its_own_budget_replays_what_happened(tmp_pa
             elif step == RAISE_AFTER:
                 raised = httpx.put(
                     f"{base.removesuffix('/v1')}/api/budget",
-                    json={"bytes": 4 * budget},
+                    json={"bytes": higher},
                     headers={"authorization": f"Bearer {token}"},
                     timeout=60,
                 )
@@ -142,7 +143,7 @@ def test_whatif_of_a_serve_run_under_its_own_budget_replays_what_happened(tmp_pa
     whatif = run_cli("whatif", str(data / "events.db"), "--json")
     assert whatif.returncode == 0, whatif.stderr
     report = json.loads(whatif.stdout)
-    assert report["recorded_settings"]["budget"] == 4 * budget  # the last: the raise
+    assert report["recorded_settings"]["budget"] == higher  # the last: the raise
     assert report["recorded_settings"]["follow_budget"] is True
     happened, replayed = _figures(report, "happened"), _figures(report, "replayed")
     # every switch of model evicted the one before (room for one) but after the crash and the

@@ -9,10 +9,10 @@ the working directory. The result is the plain :class:`DaemonConfig` the daemon 
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 import os
-import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,21 +32,27 @@ from pydantic import (
 from hostler.address import DEFAULT_HOST, DEFAULT_PORT
 from hostler.capacity.bounds import MAX_SLOTS
 from hostler.capacity.keys import parse_key
+from hostler.capacity.origin import BUDGET_FLOOR, config_source, floor_problem
 from hostler.drivers.host_ledger import LedgerLocation, default_ledger_location
 from hostler.engines.logs import DEFAULT_LOG_KEEP, DEFAULT_LOG_MAX_BYTES
 from hostler.errors import UsageError
 from hostler.paths import default_data_dir, user_path
 from hostler.plugin import ENGINE_NAME_MAX, engine_name_problem, flag_key_problem, flag_of
 from hostler.policies.eviction import DEFAULT_EVICTION_POLICY, valid_policy_name
+from hostler.policies.offer import Source
 
 __all__ = [
     "DEFAULT_HOST",
     "DEFAULT_PORT",
+    "DISCOVERY_SOURCES",
     "MAX_REPLICAS",
     "DaemonConfig",
+    "DiscoverySettings",
     "EngineConfig",
     "discovered_config",
     "load_config",
+    "source_places",
+    "with_places",
 ]
 
 #: Bigger than any model's window (2^24 tokens); a value past it is a typo, not a wish.
@@ -67,8 +73,9 @@ MAX_KEY_LENGTH = 128
 MAX_REPLICAS = 64
 #: The most engines a config may expand to (``[[engines]]`` plus every model's replicas).
 MAX_ENGINES = 1024
-#: A budget under 1 MiB is a unit mistake (``bytes = 8`` meant 8 GiB); past 2^60, a typo.
-MIN_BUDGET_BYTES = MIB
+#: CB1: a budget under 1 GiB would not be enforced (and ``bytes = 8`` meant 8 GiB): refused;
+#: past 2^60, a typo.
+MIN_BUDGET_BYTES = BUDGET_FLOOR
 MAX_BUDGET_BYTES = 2**60
 Auth = Literal["token", "none"]
 ArbiterPolicy = Literal["auto", "swap", "coexist"]
@@ -76,6 +83,14 @@ ArbiterPolicy = Literal["auto", "swap", "coexist"]
 #: (not configured: the ledger keeps what it was told last, by hand or by a previous start).
 BudgetSetting = int | Literal["auto"] | None
 SpilloverSetting = bool | Literal["auto"] | None
+DiscoverySource = Literal["models", "huggingface", "ollama", "lmstudio"]
+
+
+def _rescan_pace(value: float) -> float:
+    """0 (only at start) or at least :data:`MIN_RESCAN` seconds: a walk is not a busy loop."""
+    if 0 < value < MIN_RESCAN:
+        raise ValueError(f"0 (search only at start) or at least {MIN_RESCAN:g} seconds")
+    return value
 
 
 def _no_nul(value: str) -> str:
@@ -93,6 +108,12 @@ def _as_used(value: str, info: ValidationInfo) -> str:
     """
     base = info.context.get("base") if isinstance(info.context, dict) else None
     return str(user_path(value, base=base))
+
+
+def _as_named(value: str, info: ValidationInfo) -> str:
+    """A program's path: as :func:`_as_used`, links kept (a venv's ``bin/python`` stays it)."""
+    base = info.context.get("base") if isinstance(info.context, dict) else None
+    return str(user_path(value, base=base, follow_links=False))
 
 
 def _arguments(value: dict[str, ExtraValue]) -> dict[str, ExtraValue]:
@@ -120,6 +141,10 @@ Options = Annotated[dict[str, ExtraValue], Field(max_length=256), AfterValidator
 
 PathText = Annotated[
     str, Field(min_length=1, max_length=4096), AfterValidator(_no_nul), AfterValidator(_as_used)
+]
+#: A program's path: as :data:`PathText`, but a relative one keeps the links it names.
+ProgramText = Annotated[
+    str, Field(min_length=1, max_length=4096), AfterValidator(_no_nul), AfterValidator(_as_named)
 ]
 
 
@@ -151,13 +176,47 @@ class EngineConfig:
     options_from: dict[str, str] = field(default_factory=dict)
 
 
+#: The places discovery looks in by default (``[discovery] sources``), in precedence order.
+DISCOVERY_SOURCES: tuple[DiscoverySource, ...] = ("models", "huggingface", "ollama", "lmstudio")
+#: How often a running daemon walks its places again (seconds; ``[discovery] rescan_seconds``).
+DEFAULT_RESCAN = 5.0
+#: The shortest pace between walks (each reads every folder of every place).
+MIN_RESCAN = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class DiscoverySettings:
+    """Where ``hostler serve`` looks for models it was not configured with (docs/serve.md).
+
+    Attributes:
+        sources: The places by name (``models``, ``huggingface``, ``ollama``, ``lmstudio``).
+        folders: More folders searched like the models folder (source ``config``).
+        rescan_seconds: How often the running daemon walks them again (0: only at start).
+        places: Each place as a folder, in order (:func:`source_places` fills them in from
+            the environment when the daemon's settings are made).
+        template: What a discovered model's engine is run with (the defaults, and the
+            config's ``[engine_defaults.llamacpp]``); its key and model are replaced.
+    """
+
+    sources: tuple[DiscoverySource, ...] = DISCOVERY_SOURCES
+    folders: tuple[Path, ...] = ()
+    rescan_seconds: float = DEFAULT_RESCAN
+    places: tuple[tuple[Source, Path], ...] = ()
+    template: EngineConfig = field(
+        default_factory=lambda: EngineConfig(key="llamacpp:model:0", model=Path(), autostart=False)
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class DaemonConfig:
     """The daemon's settings.
 
     ``host``, ``port`` and ``auth`` are the HTTP face's (``hostler serve``); ``token`` a
     token given from outside (``HOSTLER_TOKEN``; None: the data directory's ``token`` file).
-    ``budget_bytes`` and ``spillover`` are applied to the memory ledger at start when not None.
+    ``budget_bytes`` and ``spillover`` are applied to the memory ledger at start when not None;
+    ``budget_from`` says where ``budget_bytes`` was set, as the ledger records it
+    (:mod:`hostler.capacity.origin`: ``config:<file>``, ``env:HOSTLER_BUDGET_BYTES``; "" for a
+    config built in code).
     """
 
     data_dir: Path
@@ -175,6 +234,7 @@ class DaemonConfig:
     token: str | None = field(default=None, repr=False)
     budget_bytes: BudgetSetting = None
     spillover: SpilloverSetting = None
+    budget_from: str = ""
     arbiter: ArbiterPolicy = "auto"
     #: The eviction policy's name (EV1, ``[pool] eviction``); checked against the built-ins and
     #: the plugins' policies when the daemon starts (PM17).
@@ -183,6 +243,8 @@ class DaemonConfig:
     #: written, its options), checked against its adapter's schema when the daemon starts even
     #: if no model uses it.
     default_options: Mapping[str, tuple[str, Mapping[str, object]]] = field(default_factory=dict)
+    #: Model discovery (``[discovery]``; on without a config file); None: off.
+    discovery: DiscoverySettings | None = None
 
     def idle_timeout_of(self, engine: EngineConfig, adapter_default: float | None = None) -> float:
         """RD7: the idle stop of ``engine``, in seconds (0: never).
@@ -290,7 +352,7 @@ class _ModelEntry(_Strict):
 
 
 class _EngineDefaults(_Strict):
-    binary: PathText | None = None
+    binary: ProgramText | None = None
     idle_timeout: Seconds | None = None
     startup_timeout: StartupSeconds | None = None
     extra_args: ExtraArgs = {}
@@ -327,8 +389,11 @@ class _BudgetSection(_Strict):
     def _bytes(cls, value: object) -> BudgetSetting:
         if value == "auto" or value is None:
             return "auto" if value else None
-        if type(value) is int and MIN_BUDGET_BYTES <= value <= MAX_BUDGET_BYTES:
-            return value
+        if type(value) is int and 0 < value <= MAX_BUDGET_BYTES:
+            problem = floor_problem(value)
+            if problem is None:
+                return value
+            raise ValueError(problem)
         raise ValueError(f'a whole number of bytes from {MIN_BUDGET_BYTES} to 2^60, or "auto"')
 
     @field_validator("spillover")
@@ -358,6 +423,14 @@ class _PoolSection(_Strict):
     )
 
 
+class _DiscoverySection(_Strict):
+    sources: Annotated[list[DiscoverySource], Field(max_length=4)] = list(DISCOVERY_SOURCES)
+    folders: Annotated[list[PathText], Field(max_length=64)] = []
+    rescan_seconds: Annotated[
+        float, Field(ge=0, le=365 * 24 * 3600), AfterValidator(_rescan_pace)
+    ] = DEFAULT_RESCAN
+
+
 class _DaemonSection(_Strict):
     data_dir: PathText | None = None
     idle_timeout: Seconds = 300.0
@@ -380,6 +453,7 @@ class _ConfigFile(_Strict):
     engine_defaults: Annotated[dict[EngineName, _EngineDefaults], Field(max_length=64)] = {}
     engines: Annotated[list[_EngineEntry], Field(max_length=MAX_ENGINES)] = []
     models: Annotated[list[_ModelEntry], Field(max_length=MAX_ENGINES)] = []
+    discovery: _DiscoverySection | None = None
 
 
 def load_config(path: str | os.PathLike[str], *, data_dir: Path | None = None) -> DaemonConfig:
@@ -399,7 +473,7 @@ def load_config(path: str | os.PathLike[str], *, data_dir: Path | None = None) -
     except ValidationError as exc:
         raise UsageError(_first_problem(file, exc)) from None
     section = parsed.daemon
-    engines = _engines_of(file, parsed)
+    engines, template = _engines_of(file, parsed)
     if data_dir is not None:
         try:
             where = user_path(data_dir, resolve=True)  # against the working directory
@@ -424,6 +498,7 @@ def load_config(path: str | os.PathLike[str], *, data_dir: Path | None = None) -
         auth=parsed.server.auth,
         budget_bytes=parsed.budget.bytes,
         spillover=parsed.budget.spillover,
+        budget_from=("" if parsed.budget.bytes is None else config_source(str(file.resolve()))),
         arbiter=parsed.arbiter.policy,
         eviction=parsed.pool.eviction,
         default_options={
@@ -431,6 +506,14 @@ def load_config(path: str | os.PathLike[str], *, data_dir: Path | None = None) -
             for name, preset in parsed.engine_defaults.items()
             if preset.options
         },
+        discovery=None
+        if parsed.discovery is None
+        else DiscoverySettings(
+            sources=tuple(dict.fromkeys(parsed.discovery.sources)),
+            folders=tuple(Path(folder) for folder in parsed.discovery.folders),
+            rescan_seconds=parsed.discovery.rescan_seconds,
+            template=template,
+        ),
     )
 
 
@@ -452,8 +535,11 @@ def _merge_flags(
     return {**merged, **own}
 
 
-def _engines_of(file: Path, parsed: _ConfigFile) -> tuple[EngineConfig, ...]:
+def _engines_of(file: Path, parsed: _ConfigFile) -> tuple[tuple[EngineConfig, ...], EngineConfig]:
     """``[[engines]]`` as written, then each ``[[models]]`` entry's replicas, defaults applied.
+
+    Also the engine a discovered model runs as: a ``[[models]]`` entry of its own defaults
+    with ``[engine_defaults.llamacpp]`` applied the same way.
 
     Raises:
         UsageError: A key or a model id configured twice, or too many engines in all.
@@ -519,28 +605,16 @@ def _engines_of(file: Path, parsed: _ConfigFile) -> tuple[EngineConfig, ...]:
         for replica in range(model.replicas):
             key = f"{model.engine}:{model.id}:{replica}"
             add(model.engine, key, model.path, model, f"models[{index}]")
-    return tuple(engines)
+    configured = tuple(engines)
+    add("llamacpp", "llamacpp:model:0", "", _ModelEntry(id="model", path="."), "discovery")
+    return configured, engines[-1]
 
 
-#: The most model files a models directory may offer (more is a typo'd path, not a library).
-MAX_DISCOVERED = 256
-_MODEL_ID = re.compile(r"[^a-z0-9._-]+")
+def discovered_config(data_dir: Path | None = None) -> DaemonConfig:
+    """The config of ``hostler serve`` with no file: discovery on, every source, defaults.
 
-
-def discovered_config(
-    data_dir: Path | None = None, *, models_dir: Path | None = None
-) -> DaemonConfig:
-    """The config of ``hostler serve`` with no file: every ``*.gguf`` under ``DATA_DIR/models``.
-
-    ``models_dir`` looks in another folder (``HOSTLER_MODELS_DIR``). The folder is searched
-    recursively (at most :data:`MAX_DEPTH` folders deep and :data:`MAX_VISITED` entries, never
-    through a symbolic link to a folder: a loop or a mount cannot run away with it).
-
-    Each file becomes engine ``llamacpp:<id>:0`` (the file name, lower-cased, other characters
-    as ``-``; a name taken twice is told apart by its folder's), loaded on demand (no
-    autostart), with the defaults of a config file. Split GGUF parts after the first
-    (``-00002-of-00003``) are not models of their own, nor are vision projectors
-    (``mmproj*.gguf``: they belong beside their model).
+    The models are found once the daemon runs (:mod:`hostler.daemon_parts.catalog`), in the
+    places :func:`source_places` names.
 
     Raises:
         UsageError: The data directory cannot be used.
@@ -549,62 +623,60 @@ def discovered_config(
         where = user_path(data_dir, resolve=True) if data_dir is not None else default_data_dir()
     except ValueError as exc:
         raise UsageError(f"data directory {os.fspath(data_dir or '')[:200]!r}: {exc}") from None
-    folder = where / "models" if models_dir is None else models_dir
-    engines: list[EngineConfig] = []
-    seen: set[str] = set()
-    for path in _model_files(folder)[:MAX_DISCOVERED]:
-        model = _discovered_id(path.stem)
-        if model in seen:
-            model = _discovered_id(f"{path.parent.name}-{path.stem}")
-        if model in seen:
-            continue
-        seen.add(model)
-        engines.append(
-            EngineConfig(key=f"llamacpp:{model}:0", model=path.resolve(), autostart=False)
-        )
-    return DaemonConfig(data_dir=where, engines=tuple(engines))
+    return DaemonConfig(data_dir=where, discovery=DiscoverySettings())
 
 
-#: How deep discovery looks below the models folder, and how many entries it visits at most.
-MAX_DEPTH = 6
-MAX_VISITED = 20_000
+def with_places(
+    settings: DaemonConfig, environ: Mapping[str, str], *, models_dir: Path | None = None
+) -> DaemonConfig:
+    """``settings`` with its discovery's places found (:func:`source_places`), if it discovers."""
+    if settings.discovery is None:
+        return settings
+    places = source_places(settings.discovery, settings.data_dir, environ, models_dir=models_dir)
+    return dataclasses.replace(
+        settings, discovery=dataclasses.replace(settings.discovery, places=places)
+    )
 
 
-def _discovered_id(stem: str) -> str:
-    return _MODEL_ID.sub("-", stem.lower()).strip("-._")[:100] or "model"
+def source_places(
+    discovery: DiscoverySettings,
+    data_dir: Path,
+    environ: Mapping[str, str],
+    *,
+    models_dir: Path | None = None,
+) -> tuple[tuple[Source, Path], ...]:
+    """Where each of ``discovery``'s sources is, read from ``environ`` as each program does.
 
+    ``models``: ``models_dir`` (``HOSTLER_MODELS_DIR``), else ``DATA_DIR/models``;
+    ``huggingface``: ``$HF_HUB_CACHE``, else ``$HF_HOME/hub``, else
+    ``$XDG_CACHE_HOME/huggingface/hub``, else ``~/.cache/huggingface/hub``; ``ollama``:
+    ``$OLLAMA_MODELS``, else ``~/.ollama/models``; ``lmstudio``: ``~/.lmstudio/models``; then
+    the config's folders (source ``config``). ``~`` is ``$HOME``: without it, a place that
+    needs it is left out. Relative or unusable values are left out too.
+    """
 
-def _model_files(folder: Path) -> list[Path]:
-    """Every model file under ``folder``, sorted by path (bounded; unreadable folders skipped)."""
-    found: list[Path] = []
-    visited = 0
-    stack = [(folder, 0)]
-    while stack and visited < MAX_VISITED:
-        current, depth = stack.pop()
-        try:
-            entries = sorted(os.scandir(current), key=lambda e: e.name)
-        except OSError:
-            continue  # unreadable, or not a folder
-        for entry in entries:
-            visited += 1
-            if visited > MAX_VISITED:
-                break
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    if depth + 1 <= MAX_DEPTH and not entry.name.startswith("."):
-                        stack.append((Path(entry.path), depth + 1))
-                    continue
-                if not entry.name.lower().endswith(".gguf") or not entry.is_file():
-                    continue
-            except OSError:
-                continue
-            stem = entry.name[: -len(".gguf")]
-            if re.search(r"-0000[2-9]-of-\d{5}$|-000[1-9]\d-of-", stem):
-                continue  # a later part of a split model: the first part loads it
-            if stem.lower().startswith("mmproj"):
-                continue  # a vision projector, not a model
-            found.append(Path(entry.path))
-    return sorted(found)
+    def given(name: str) -> Path | None:
+        value = environ.get(name, "").strip()
+        return Path(value) if value and "\0" not in value and Path(value).is_absolute() else None
+
+    home = given("HOME")
+
+    def under_home(*parts: str) -> Path | None:
+        return home.joinpath(*parts) if home is not None else None
+
+    hf_home = given("HF_HOME")
+    xdg = given("XDG_CACHE_HOME")
+    where: dict[str, Path | None] = {
+        "models": models_dir if models_dir is not None else data_dir / "models",
+        "huggingface": given("HF_HUB_CACHE")
+        or (hf_home / "hub" if hf_home is not None else None)
+        or (xdg / "huggingface" / "hub" if xdg is not None else None)
+        or under_home(".cache", "huggingface", "hub"),
+        "ollama": given("OLLAMA_MODELS") or under_home(".ollama", "models"),
+        "lmstudio": under_home(".lmstudio", "models"),
+    }
+    places = [(s, path) for s in discovery.sources if (path := where[s]) is not None]
+    return (*places, *(("config", folder) for folder in discovery.folders))
 
 
 def _read_toml(file: Path) -> dict[str, Any]:
@@ -637,6 +709,7 @@ _KNOWN = {
     ("budget",): set(_BudgetSection.model_fields),
     ("arbiter",): set(_ArbiterSection.model_fields),
     ("pool",): set(_PoolSection.model_fields),
+    ("discovery",): set(_DiscoverySection.model_fields),
     ("engine_defaults", "*"): set(_EngineDefaults.model_fields),
 }
 

@@ -19,6 +19,7 @@ import anyio
 import hostler.capacity.gguf_header  # noqa: F401
 from hostler.clock import SYSTEM_CLOCK, Clock
 from hostler.config import DaemonConfig, EngineConfig, load_config
+from hostler.daemon_parts.catalog import Catalog
 from hostler.daemon_parts.http_face import check_listen, http_face, http_token, serve_http
 from hostler.daemon_parts.narrator import Narrator
 from hostler.daemon_parts.options import check_engine_options
@@ -78,6 +79,8 @@ class Daemon:
         self._listener: socket.socket | None = None
         self.http: HttpServer | None = None
         self.runtime: Runtime | None = None
+        #: The models offered (configured and discovered), once start-up opened them.
+        self.catalog: Catalog | None = None
         self.ready = anyio.Event()
         self.offloop = OffLoop(clock=clock)
         self.health = LogHealth(str(config.data_dir / "events.db"))
@@ -103,8 +106,9 @@ class Daemon:
         """The HTTP face (docs/serve.md) on the runtime, listening once the engines are settled."""
         assert self.listen is not None  # noqa: S101 - callers check
         assert self.runtime is not None  # noqa: S101 - made by _run
+        assert self.catalog is not None  # noqa: S101 - made by start-up before the runtime
         token = await http_token(self.config, self.offloop)
-        face = http_face(self.runtime, self.config, self.listen[0], token)
+        face = http_face(self.runtime, self.catalog, self.config, self.listen[0], token)
         sock, self._listener = self._listener, None
         self.http = await serve_http(
             tasks, face, self.config, self.listen, sock, offloop=self.offloop
@@ -222,6 +226,7 @@ class Daemon:
             roster=opened.roster,
         )
         self.runtime = runtime
+        self.catalog = opened.catalog
         if self.narrate:
             self._narrator = await self._narrator_of(store, runtime)
             tasks.start_soon(self._narrator.run)

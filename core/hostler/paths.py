@@ -32,13 +32,20 @@ _PATH_MAX = 4096
 
 
 def user_path(
-    text: str | os.PathLike[str], *, base: Path | None = None, resolve: bool = False
+    text: str | os.PathLike[str],
+    *,
+    base: Path | None = None,
+    resolve: bool = False,
+    follow_links: bool = True,
 ) -> Path:
     """A path given from outside, as hostler will use it.
 
     ``~`` and ``~user`` are expanded. A relative path is taken against ``base`` when one is
     given, and then resolved (symbolic links followed); with ``resolve`` every path is resolved
     (a relative one against the working directory). Otherwise the path is kept as written.
+    Without ``follow_links`` a relative path is only joined to ``base``: a program's path keeps
+    the link it names (a virtual environment's ``bin/python`` is that venv's interpreter only
+    when started by that path).
 
     Raises:
         ValueError: One line saying why the path is unusable (a ``~user`` with no known home
@@ -58,7 +65,7 @@ def user_path(
         user = raw.split(os.sep, maxsplit=1)[0]
         raise ValueError(f"no home directory known for {user!r}") from None
     if base is not None and not path.is_absolute():
-        path, resolve = base / path, True
+        path, resolve = base / path, follow_links
     if not resolve:
         return path
     try:

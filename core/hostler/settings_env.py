@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from hostler.bearer import valid_token
+from hostler.capacity.origin import VARIABLE_SOURCE, floor_problem
 from hostler.config import (
     MAX_BUDGET_BYTES,
     MIN_BUDGET_BYTES,
@@ -107,6 +108,7 @@ def apply_overrides(config: DaemonConfig, env: EnvOverrides) -> DaemonConfig:
         token=config.token if env.token is None else env.token,
         idle_timeout=config.idle_timeout if env.idle_timeout is None else env.idle_timeout,
         budget_bytes=config.budget_bytes if env.budget_bytes is None else env.budget_bytes,
+        budget_from=config.budget_from if env.budget_bytes is None else VARIABLE_SOURCE,
         spillover=config.spillover if env.spillover is None else env.spillover,
         arbiter=config.arbiter if env.arbiter is None else env.arbiter,
         eviction=config.eviction if env.eviction is None else env.eviction,
@@ -196,8 +198,11 @@ def _budget(value: str) -> int | Literal["auto"] | None:
         return "auto"
     if value.isascii() and value.isdigit() and len(value) <= 19:
         number = int(value)
-        if MIN_BUDGET_BYTES <= number <= MAX_BUDGET_BYTES:
-            return number
+        if 0 < number <= MAX_BUDGET_BYTES:
+            problem = floor_problem(number)
+            if problem is None:
+                return number
+            raise _refuse("HOSTLER_BUDGET_BYTES", value, problem)
     raise _refuse(
         "HOSTLER_BUDGET_BYTES",
         value,

@@ -21,8 +21,10 @@ Its HTTP skeleton (JSON answers, the body read, server-sent events) is
 
 Test knobs (environment, never flags, so the command line stays ds4-server's):
 ``FAKE_DS4_LOAD_SECONDS`` (load time, default 0.1), ``FAKE_DS4_FAIL_LOAD`` (print this line
-while loading and exit 1), ``FAKE_DS4_REPLY_SECONDS`` (time per reply), ``FAKE_DS4_CRASH_ON``
-(abort on the Nth chat request, after printing a CUDA illegal-memory-access line).
+while loading and exit 1), ``FAKE_DS4_REPLY_SECONDS`` (time per reply),
+``FAKE_DS4_WORD_SECONDS`` (a pause before each streamed word after the first: a stream that
+lasts), ``FAKE_DS4_CRASH_ON`` (abort on the Nth chat request, after printing a CUDA
+illegal-memory-access line).
 """
 
 from __future__ import annotations
@@ -163,6 +165,7 @@ class _Engine:
         self.count = 0
         self.crash_on = int(os.environ.get("FAKE_DS4_CRASH_ON", "0"))
         self.reply_seconds = float(os.environ.get("FAKE_DS4_REPLY_SECONDS", "0"))
+        self.word_seconds = float(os.environ.get("FAKE_DS4_WORD_SECONDS", "0"))
 
 
 def _handler(engine: _Engine) -> type[JsonHandler]:
@@ -214,7 +217,10 @@ def _handler(engine: _Engine) -> type[JsonHandler]:
                 self.send_json(200, {**answer, "choices": [{**choice, "finish_reason": "stop"}]})
                 return
             self.start_events()
-            for word in reply.split(" "):
+            for number, word in enumerate(reply.split(" ")):
+                if number:
+                    self.wfile.flush()
+                    time.sleep(engine.word_seconds)
                 delta = {"index": 0, "delta": {"content": word + " "}}
                 self.send_event({"object": "chat.completion.chunk", "choices": [delta]})
             self.send_event({"object": "chat.completion.chunk", "choices": [], "usage": usage})

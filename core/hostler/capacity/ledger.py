@@ -13,8 +13,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from hostler.capacity.budget import BudgetKind, CapacityBudget
+from hostler.capacity.budget import CapacityBudget
 from hostler.capacity.keys import parse_key
+from hostler.capacity.origin import (
+    AUTOMATIC_ORIGIN,
+    BUDGET_FLOOR,
+    BudgetOrigin,
+    origin_of,
+    raise_hint,
+)
 from hostler.capacity.units import GIB, format_half_up, round_half_up
 from hostler.events.base import Event
 from hostler.events.ledger import (
@@ -46,8 +53,9 @@ __all__ = [
     "shortfall",
 ]
 
-#: An explicit budget below this is recorded but not enforced (CB1).
-ENFORCE_MINIMUM = GIB
+#: An explicit budget below this is recorded but not enforced (CB1): one in an old log (a
+#: budget under it is refused where it is given now, :func:`hostler.capacity.origin.floor_problem`).
+ENFORCE_MINIMUM = BUDGET_FLOOR
 CO_RESIDENCY_SUFFIX = " (co-residency ceiling — RAM spillover off)"
 
 
@@ -102,6 +110,8 @@ class LedgerState:
     Attributes:
         reservations: Held bytes by (owner, engine key): two owners never share one (OW1).
         explicit_budget: An operator's budget in bytes, or None for the automatic one.
+        budget_source: Where the explicit budget was set, as recorded (``ledger.budget_set``'s
+            ``source``; "" when not said).
         spillover: An operator's RAM-spillover choice, or None for the automatic one.
         version: The ledger stream's version this state reflects.
         decided: The limits of the last decision recorded, or None before any.
@@ -112,6 +122,7 @@ class LedgerState:
     spillover: bool | None = None
     version: int = 0
     decided: Decided | None = None
+    budget_source: str = ""
 
     @property
     def committed(self) -> int:
@@ -172,6 +183,7 @@ class LedgerState:
             self.decided = Decided(event.budget, event.ceiling, held.enforced if held else None)
         elif isinstance(event, LedgerBudgetSet):
             self.explicit_budget = event.budget
+            self.budget_source = event.source if event.budget is not None else ""
         elif isinstance(event, LedgerSpilloverSet):
             self.spillover = event.allowed
 
@@ -204,6 +216,7 @@ class LedgerState:
             self.spillover,
             self.version,
             self.decided,
+            self.budget_source,
         )
 
 
@@ -217,6 +230,8 @@ class LedgerLimits:
         fast_budget: The accelerator budget (lowered, never raised, by an explicit budget).
         spillover_allowed: Whether co-resident models may spill from the card into RAM.
         ceiling: The co-residency ceiling: the budget, or the fast budget without spillover.
+        origin: Where the budget was set, for the refusals that ask for more (a what-if's or
+            a verification's limits say nothing: automatic).
     """
 
     enforced: bool
@@ -224,6 +239,7 @@ class LedgerLimits:
     fast_budget: int
     spillover_allowed: bool
     ceiling: int
+    origin: BudgetOrigin = AUTOMATIC_ORIGIN
 
 
 def limits_of(state: LedgerState, auto: CapacityBudget) -> LedgerLimits:
@@ -234,7 +250,8 @@ def limits_of(state: LedgerState, auto: CapacityBudget) -> LedgerLimits:
     fast = auto.fast if explicit is None or not enforced else min(auto.fast, explicit)
     spillover = auto.ram_spillover_auto if state.spillover is None else state.spillover
     ceiling = budget if spillover else min(budget, fast)
-    return LedgerLimits(enforced, budget, fast, spillover, ceiling)
+    origin = origin_of(explicit, state.budget_source, auto)
+    return LedgerLimits(enforced, budget, fast, spillover, ceiling, origin)
 
 
 def shortfall(limits: LedgerLimits, committed: int, wanted: int, prior: int = 0) -> int:
@@ -407,13 +424,14 @@ def format_denial(
     model: str,
     wanted: int,
     limits: LedgerLimits,
-    auto: CapacityBudget,
     committed_other: int,
     *,
     below_minimum: bool = False,
     window: str = "",
 ) -> str:
     """CB12: the denial a person reads (GiB with one decimal, never raw byte counts).
+
+    It ends saying where the budget was set and how to raise it there (:func:`raise_hint`).
 
     ``window`` is C6's statement of the window required and what one slot could hold
     (:func:`hostler.capacity.context.window_denial`), added when ``below_minimum``.
@@ -426,20 +444,12 @@ def format_denial(
         )
     available = max(0, limits.budget - committed_other)
     text = f"{model} needs {_gib(wanted)} but {_gib(available)} is available"
-    if auto.kind is BudgetKind.DISCRETE:
-        text += (
-            f" (budget {_gib(limits.budget)}: {_gib(auto.vram)} of usable VRAM plus a "
-            f"{_gib(max(0, limits.budget - auto.vram))} share of system RAM)"
-        )
-    elif auto.system_ram > 0:
-        percent = round_half_up(100 * limits.budget, auto.system_ram)
-        text += f" (budget {_gib(limits.budget)}, {percent}% of {_gib(auto.system_ram)} of RAM)"
     if committed_other > 0:
         text += f"; other models hold {_gib(committed_other)}"
     if below_minimum:
         text += "; even one slot at the minimum context window does not fit"
         text += f" ({window})" if window else ""
-    return text + ". Raise the memory budget (HOSTLER_CAPACITY_BUDGET_GB) or unload a model."
+    return f"{text}. {raise_hint(limits.origin, limits.budget)}; or unload a model."
 
 
 def committed_snapshot(

@@ -421,7 +421,6 @@ def plan_llama(
             request.model,
             reserved,
             limits,
-            auto,
             committed_other,
             below_minimum=not ladder.minimum_satisfied,
             window=short_window,

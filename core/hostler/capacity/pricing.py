@@ -112,7 +112,6 @@ def price_launch(
             request.model,
             reserved,
             limits,
-            auto,
             committed_other,
             below_minimum=not plan.minimum_satisfied,
             window=plan.window_denial,

@@ -6,11 +6,12 @@ import argparse
 import dataclasses
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import anyio
 
-from hostler.config import DEFAULT_PORT, DaemonConfig, discovered_config
+from hostler.config import DEFAULT_PORT, DaemonConfig, discovered_config, with_places
 from hostler.daemon import Daemon, load_config
 from hostler.daemon_parts.narrator import STORY_LOGGER
 from hostler.errors import UsageError
@@ -50,23 +51,27 @@ def serve_config(
 ) -> DaemonConfig:
     """The settings a run uses: flags, then ``HOSTLER_*``, then the file, then the defaults.
 
-    No file (``config`` None and no ``HOSTLER_CONFIG``): every model file of the models
-    directory for ``hostler serve``; ``required`` (``hostler daemon``, which has no HTTP
-    face to check) refuses it instead. Refused here, before anything is created: a malformed
+    No file (``config`` None and no ``HOSTLER_CONFIG``): the models discovery finds
+    (docs/serve.md) for ``hostler serve``; ``required`` (``hostler daemon``, which has no HTTP
+    face to check) refuses it instead. Discovery's places are read from ``environ`` here.
+    Refused here, before anything is created: a malformed
     variable or file, and a listen address beyond loopback without a token.
 
     Raises:
         UsageError: One line: the variable, or the file and key, or the exposure.
     """
-    env = read_overrides(os.environ if environ is None else environ)
+    variables: Mapping[str, str] = os.environ if environ is None else environ
+    env = read_overrides(variables)
     path = config if config is not None else env.config
     if path is not None:
         settings = load_config(path, data_dir=data_dir)
     elif required:
         raise UsageError("no config: give --config FILE or set HOSTLER_CONFIG")
     else:
-        settings = discovered_config(data_dir, models_dir=env.models_dir)
+        settings = discovered_config(data_dir)
     settings = apply_overrides(settings, env)
+    # where each source is, as its own program finds it
+    settings = with_places(settings, variables, models_dir=env.models_dir)
     settings = dataclasses.replace(
         settings,
         host=settings.host if host is None else host,

@@ -60,7 +60,7 @@ def _examined(args: argparse.Namespace) -> tuple[list[Finding], Path | None]:
     told, and without it otherwise.
     """
     from hostler.cli.daemon import serve_config  # noqa: PLC0415 - the settings serve uses
-    from hostler.config import discovered_config  # noqa: PLC0415
+    from hostler.config import discovered_config, with_places  # noqa: PLC0415
     from hostler.drivers.doctor import examine  # noqa: PLC0415
     from hostler.errors import HostlerError  # noqa: PLC0415
     from hostler.settings_env import read_overrides  # noqa: PLC0415
@@ -76,7 +76,7 @@ def _examined(args: argparse.Namespace) -> tuple[list[Finding], Path | None]:
             "fix the setting the line names (docs/errors.md)",
         )
         try:
-            fallback = discovered_config(args.data_dir)
+            fallback = with_places(discovered_config(args.data_dir), os.environ)
         except HostlerError:
             return [refused, *examine(None, models_dir=None, configured=False)], None
         rest = examine(fallback, models_dir=None, configured=False)

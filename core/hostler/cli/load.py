@@ -177,35 +177,57 @@ def _show(
             say(line)
 
 
-#: An engine key has three parts (``engine:model:replica``); a model id is anything else.
-_KEY_PARTS = 3
-
-
 @checks_answers
 def run_unload(args: argparse.Namespace) -> int:
-    """Unload an idle engine now: the one a key names, or every resident one of a model."""
+    """Unload an engine now, or every resident engine of a model (its replicas).
+
+    A name with ``:`` is an engine key; else a model id, whose resident engines are unloaded
+    one by one (an idle one goes; a busy one is refused, said in one line).
+    """
     url, token = daemon_url(args), token_of(args)
     assert url is not None  # noqa: S101 - a default is given
-    keys = [args.key] if len(str(args.key).split(":")) == _KEY_PARTS else []
-    if not keys:
-        listed = fetch(url, "/api/engines", token).get("engines") or []
-        mine = [e for e in listed if model_of(str(e.get("key"))) == args.key]
-        if not mine:
-            models = sorted({model_of(str(e.get("key"))) for e in listed})
-            raise UsageError(
-                f"unload: {str(args.key)[:100]!r} is neither a model id nor an engine key "
-                f"(models: {', '.join(models) or 'none'}; `hostler ps` lists the keys)"
-            )
-        keys = [str(e["key"]) for e in mine if e.get("state") not in ("stopped", "declared")]
-        if not keys:
-            print(f"{args.key}: was not loaded")
-            return 0
+    keys = [args.key] if ":" in args.key else _engines_of(url, args.key, token)
     answers = [
         call("POST", url, f"/api/engines/{quote(key, safe=':')}/unload", token) for key in keys
     ]
     if args.json:
-        print(json.dumps(answers[0] if len(answers) == 1 else answers, indent=2))
-        return 0
-    for answer in answers:
+        print(json.dumps(answers[0] if ":" in args.key else answers, indent=2))
+    elif not answers:
+        print(f"{args.key}: was not loaded")
+    for answer in [] if args.json else answers:
         print(f"{answer['key']}: {'unloaded' if answer['unloaded'] else 'was not loaded'}")
     return 0
+
+
+def _engines_of(url: str, model: str, token: str | None) -> list[str]:
+    """The resident engines of ``model`` (none when it is offered but not loaded).
+
+    A model no longer offered (its file gone, MD6) whose engine still runs is found by that
+    engine: the unload is how it leaves.
+
+    Raises:
+        UsageError: The daemon neither offers a model of that id nor runs one (the models it
+            offers named).
+    """
+    offered = sorted({str(m["id"]) for m in fetch(url, "/v1/models", token).get("data") or []})
+    engines = fetch(url, "/api/engines", token).get("engines") or []
+    resident = sorted(
+        str(e["key"])
+        for e in engines
+        if model_of(str(e["key"])) == model and e.get("state") in RESIDENT
+    )
+    if model not in offered and not resident:
+        shown = ", ".join(offered[:_NAMED]) + (
+            f" and {len(offered) - _NAMED} more" if len(offered) > _NAMED else ""
+        )
+        raise UsageError(
+            f"unload: {model[:100]!r} is neither a model id nor an engine key (models: "
+            f"{shown or 'none'}; `hostler ps` lists the keys)"
+        )
+    return resident
+
+
+#: The most model ids a refusal names.
+_NAMED = 10
+#: The engine states an unload acts on (a stopped engine has nothing to unload).
+RESIDENT = frozenset({"running"})

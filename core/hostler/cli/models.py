@@ -1,4 +1,9 @@
-"""``hostler models``: the models the running ``hostler serve`` offers, and which are loaded."""
+"""``hostler models``: the models the running ``hostler serve`` offers, and which are loaded.
+
+Each with where it was found (``config``, ``models`` folder, ``huggingface``, ``ollama``,
+``lmstudio``: docs/serve.md) and its size; the table stays within 80 columns (a long id is
+cut with ``…``; ``--json`` has it whole).
+"""
 
 from __future__ import annotations
 
@@ -14,14 +19,17 @@ from hostler.cli.tables import print_table, size, table
 __all__ = ["MODELS_HEADERS", "model_rows", "run"]
 
 #: The table's columns, in order (pinned by the tests).
-MODELS_HEADERS = ("MODEL", "ENGINES", "RESIDENT", "RESERVED")
+MODELS_HEADERS = ("MODEL", "SOURCE", "SIZE", "RESIDENT", "RESERVED")
 
 
 def model_rows(listed: Mapping[str, Any], engines: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One dict per model: ``id``, ``engines`` (keys), ``resident``, ``reserved_bytes``.
+    """One dict per model: its id, source, size, engines, residency and reserved bytes.
 
-    ``listed`` is ``GET /v1/models``; ``engines`` is ``GET /api/engines``. ``reserved_bytes``
-    is what the daemon holds in the ledger for the model's engines now (None when nothing).
+    The keys: ``id``, ``source``, ``size_bytes``, ``engines`` (keys), ``resident``,
+    ``reserved_bytes``. ``listed`` is ``GET /v1/models``; ``engines`` is ``GET /api/engines``.
+    ``reserved_bytes`` is what the daemon holds in the ledger for the model's engines now
+    (None when nothing); ``source`` and ``size_bytes`` are None from a daemon that does not
+    say them.
     """
     rows = []
     for model in listed.get("data") or []:
@@ -30,6 +38,8 @@ def model_rows(listed: Mapping[str, Any], engines: Mapping[str, Any]) -> list[di
         rows.append(
             {
                 "id": model["id"],
+                "source": model.get("source"),
+                "size_bytes": model.get("size_bytes"),
                 "engines": [e["key"] for e in mine],
                 "resident": bool(model.get("resident")),
                 "reserved_bytes": held or None,
@@ -47,15 +57,20 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    grid = table(MODELS_HEADERS, ("RESERVED",), cut={"ENGINES": 16, "MODEL": 16})
+    grid = table(MODELS_HEADERS, ("SIZE", "RESERVED"), cut={"MODEL": 16, "SOURCE": 8})
     for row in rows:
+        name = str(row["id"])
         grid.add_row(
-            row["id"],
-            ", ".join(row["engines"]) or "-",
+            name,
+            str(row["source"] or "-"),
+            size(row["size_bytes"]),
             "yes" if row["resident"] else "no",
             size(row["reserved_bytes"]),
         )
     print_table(grid, wide=args.wide)
     if not rows:
-        print("(no models: put *.gguf files in DATA_DIR/models, or give serve a --config)")
+        print(
+            "(no models: put *.gguf files in DATA_DIR/models (found while serving), or give "
+            "serve a --config)"
+        )
     return 0

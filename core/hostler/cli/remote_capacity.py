@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
+from hostler.capacity.origin import floor_problem
 from hostler.cli.client import call, checks_answers, fetch, token_of
 from hostler.cli.load import model_of
 from hostler.cli.options import bytes_argument, spillover_argument
@@ -58,6 +59,9 @@ def budget_lines(snapshot: Mapping[str, Any]) -> list[str]:
 @checks_answers
 def run_budget(args: argparse.Namespace, url: str) -> int:
     """Show the daemon's budget; with ``--set`` / ``--spillover``, change it first (live)."""
+    problem = floor_problem(args.set) if isinstance(args.set, int) else None
+    if problem is not None:  # CB1: refused here, as the daemon would, before asking it
+        raise UsageError(f"--set: {problem}")
     token = token_of(args)
     change: dict[str, Any] = {}
     if args.set is not None:

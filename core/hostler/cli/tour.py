@@ -145,10 +145,11 @@ def _resident(client: httpx.Client) -> list[str]:
 def run(args: argparse.Namespace) -> int:  # noqa: PLR0915 - one story, told in order
     """Give the tour; exit status 0 when every step did what it says."""
     folder = (args.data_dir or default_data_dir()) / "tour"
+    cache = (args.data_dir or default_data_dir()) / "cache"  # kept: the tour replaces only tour/
     _fresh(folder)
-    _say(f"1. models (in {folder}):")
-    smol = smollm2_gguf((args.data_dir or default_data_dir()) / "cache")
-    tiny = smollm2_gguf((args.data_dir or default_data_dir()) / "cache", "f32")
+    _say(f"1. models (in {cache}):")
+    smol = smollm2_gguf(cache)
+    tiny = smollm2_gguf(cache, "f32")
     _say(f"   smollm2     = {smol.name} ({smol.stat().st_size / 2**20:.0f} MiB)")
     _say(f"   smollm2-f32 = {tiny.name} ({tiny.stat().st_size / 2**20:.0f} MiB)")
     config = _config(folder, smol, tiny)

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import anyio
 from starlette.applications import Starlette
 
-from hostler.capacity.keys import parse_key
 from hostler.config import DaemonConfig
+from hostler.daemon_parts.catalog import Catalog
 from hostler.drivers.offloop import OffLoop
 from hostler.errors import UsageError
 from hostler.paths import private_file
@@ -46,31 +46,34 @@ async def http_token(config: DaemonConfig, offloop: OffLoop) -> tuple[str | None
 
 @dataclass(frozen=True, slots=True)
 class HttpFace:
-    """The app on the runtime, the models it names, and where a user finds its token."""
+    """The app on the runtime, the models it offers (live), and where a user finds its token."""
 
     app: Starlette
-    models: dict[str, str]
+    models: Catalog
     where: str
 
 
 def http_face(
-    runtime: Runtime, config: DaemonConfig, host: str, token: tuple[str | None, str]
+    runtime: Runtime,
+    catalog: Catalog,
+    config: DaemonConfig,
+    host: str,
+    token: tuple[str | None, str],
 ) -> HttpFace:
-    """The app over ``runtime`` for ``host``; ``token`` is :func:`http_token`'s answer."""
+    """The app over ``runtime`` offering ``catalog``'s models for ``host``.
+
+    ``token`` is :func:`http_token`'s answer.
+    """
     secret, where = token
-    models: dict[str, str] = {}
-    for engine in config.engines:
-        parsed = parse_key(engine.key)
-        if parsed is not None:
-            models.setdefault(parsed.model, f"{parsed.engine}:{parsed.model}")
     app = make_app(
         runtime,
-        models,
+        catalog,
+        about=catalog.about,
         token=secret,
         public=not is_loopback(host),
         open_routes=config.auth == "none",
     )
-    return HttpFace(app, models, where)
+    return HttpFace(app, catalog, where)
 
 
 async def serve_http(
@@ -101,10 +104,20 @@ async def serve_http(
         len(models),
         face.where,
     )
-    if not models:
+    folders = [
+        str(folder)
+        for source, folder in (config.discovery.places if config.discovery else ())
+        if source in ("models", "config")
+    ]
+    if not models and folders:
         log.warning(
-            "hostler: no models to serve: put *.gguf files in %s (HOSTLER_MODELS_DIR), or "
-            "give --config FILE with [[models]] (docs/daemon.md)",
-            config.data_dir / "models",
+            "hostler: no models to serve yet: put *.gguf files in %s (looked for again while "
+            "serving), or give --config FILE with [[models]] (docs/daemon.md)",
+            " or ".join(folders),
+        )
+    elif not models:
+        log.warning(
+            "hostler: no models to serve: the config names none and searches no folder; add "
+            "[[models]] or [discovery] folders to it (docs/daemon.md)"
         )
     return server

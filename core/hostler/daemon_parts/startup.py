@@ -22,8 +22,10 @@ import psutil
 
 from hostler._version import __version__
 from hostler.capacity.keys import parse_key
+from hostler.capacity.origin import config_source
 from hostler.clock import Clock
 from hostler.config import DaemonConfig
+from hostler.daemon_parts.catalog import Catalog
 from hostler.daemon_parts.device_watch import DeviceWatch
 from hostler.daemon_parts.options import check_engine_options
 from hostler.daemon_parts.ownership import daemon_id, orphans_note
@@ -70,6 +72,7 @@ class Opened:
     """What start-up opened before the runtime is made: the engines' factory and the facts."""
 
     engines: ConfiguredEngines
+    catalog: Catalog
     roster: EngineRoster
     eviction: EvictionPolicy
     device: DeviceWatch
@@ -171,6 +174,10 @@ class StartUp:
             )
 
         outcomes = await _patiently(replay_and_reconcile, self._clock)
+        # the models offered: the config's, and the first walk of discovery's places (its
+        # recorded offer replayed first: every file keeps its id)
+        catalog = Catalog(config, store, clock=self._clock, offloop=io)
+        await catalog.open()
         roster = EngineRoster()  # RD9: made first, for the supervisors' owned and the pool's
         engines = ConfiguredEngines(
             config,
@@ -187,8 +194,9 @@ class StartUp:
             health=health,
             roster=roster,
             clock=self._clock,
+            offered=catalog,
         )
-        return Opened(engines, roster, eviction, device, outcomes, unstartable)
+        return Opened(engines, catalog, roster, eviction, device, outcomes, unstartable)
 
     async def take_over(
         self,
@@ -204,7 +212,7 @@ class StartUp:
         outcomes = opened.outcomes
         for engine in config.engines:
             runtime.supervisor(engine.key)  # made, and watched by the pool
-        unconfigured = await self._settle_outcomes(outcomes, runtime, ledger)
+        unconfigured = await self._settle_outcomes(outcomes, runtime, ledger, opened.catalog)
         ledger_file = await io.run(lambda: _ledger_file(store, ledger))  # a stat: off the loop
         started = DaemonStarted(
             self._clock.wall(),
@@ -230,6 +238,7 @@ class StartUp:
                     {"rule": "OW5", "cause": "not in the config", "configured": configured},
                 )
         tasks.start_soon(opened.device.run)
+        tasks.start_soon(opened.catalog.run)  # discovery's rescans
         upkeep = Upkeep(ledger, store, self._health, runtime, clock=self._clock, offloop=io)
         tasks.start_soon(upkeep.run)
         for engine in config.engines:
@@ -243,12 +252,15 @@ class StartUp:
         """The config's ``[budget]``, applied to the ledger before any engine starts.
 
         Unset, the ledger keeps what it was told last (``hostler budget``, PUT /api/budget);
-        ``"auto"`` puts it back to the automatic value.
+        ``"auto"`` puts it back to the automatic value. The budget is recorded with where it
+        was set (the file, or ``HOSTLER_BUDGET_BYTES``), so a refusal names it.
         """
-        budget, spillover = self._config.budget_bytes, self._config.spillover
+        config = self._config
+        budget, spillover = config.budget_bytes, config.spillover
+        source = config.budget_from or config_source("")
         if budget is not None:
             await self._io.run_patiently(
-                lambda: ledger.set_budget(None if budget == "auto" else budget)
+                lambda: ledger.set_budget(None if budget == "auto" else budget, source=source)
             )
         if spillover is not None:
             await self._io.run_patiently(
@@ -260,10 +272,12 @@ class StartUp:
         outcomes: list[Outcome],
         runtime: Runtime,
         ledger: HostLedger,
+        catalog: Catalog,
     ) -> list[Supervisor]:
         """Adopted engines take their reservation over (OW3); lost ones release it.
 
-        Returns supervisors for adopted engines that no configured key owns (to be stopped).
+        Returns supervisors for adopted engines that nothing configured or offered owns (to be
+        stopped).
         """
         io = self._io
         unconfigured: list[Supervisor] = []
@@ -271,7 +285,8 @@ class StartUp:
             identity = outcome.identity
             if outcome.result == "adopted" and identity is not None:
                 supervisor = runtime.supervisor(outcome.key)  # stop-only when not configured
-                if not any(e.key == outcome.key for e in self._config.engines):
+                configured = any(e.key == outcome.key for e in self._config.engines)
+                if not configured and catalog.engine_config(outcome.key) is None:
                     unconfigured.append(supervisor)
                 supervisor.adopt(identity, outcome.pidfd, outcome.spec)  # SG4: its pidfd
                 try:

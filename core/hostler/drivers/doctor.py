@@ -21,6 +21,7 @@ import platform
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -41,8 +42,10 @@ from hostler.drivers.doctor_verdicts import (
     port_verdict,
     token_verdict,
 )
+from hostler.drivers.model_walk import recorded_offer, survey
 from hostler.errors import EngineBinaryError, HostlerError
 from hostler.paths import default_log_path
+from hostler.policies.offer import Offered
 from hostler.probes.cpu import cpu_identity, cpu_summary
 from hostler.settings_env import valid_token
 
@@ -347,14 +350,44 @@ def _hostler_health(status: int, body: bytes) -> str | None:
     return "closing" if answer["closed"] else "ok"
 
 
+def _recorded_offer(data_dir: Path) -> tuple[Offered, ...]:
+    """The models the daemon of ``data_dir`` last offered (none without a readable log)."""
+    log = default_log_path(data_dir)
+    if not log.is_file():
+        return ()
+    from hostler.store.log import EventStore  # noqa: PLC0415 - the log's store
+
+    try:
+        with EventStore.open(log) as store:
+            return recorded_offer(store)
+    except HostlerError:  # the log check says what is wrong with it
+        return ()
+
+
 def check_models(config: DaemonConfig, where: Path, *, configured: bool) -> Finding:
-    """The models ``hostler serve`` would offer, by id and file, and configured files missing."""
+    """The models ``hostler serve`` would offer, by id and file, and configured files missing.
+
+    Discovered models are found as the daemon finds them (:func:`survey`: the same walk and
+    plan), each file keeping the id the daemon's log gave it (the data directory's
+    ``events.db``, read when it is there).
+    """
     models: list[tuple[str, Path]] = []
     missing: list[Path] = []
+    refused: list[tuple[str, str]] = []
     for engine in config.engines:
         key = parse_key(engine.key)
         if not engine.model.exists():
             missing.append(engine.model)
         elif key is not None and all(key.model != known for known, _ in models):
             models.append((key.model, engine.model))
-    return models_verdict(models, missing, where, configured=configured)
+    if config.discovery is not None:
+        found = survey(
+            config.discovery.places,
+            before=_recorded_offer(config.data_dir),
+            taken={model for model, _ in models},
+            now=time.time(),
+            settle=0.0,
+        )
+        models.extend((model.id, Path(model.path)) for model in found.offer.offered)
+        refused.extend((refusal.path, refusal.reason) for refusal in found.refused)
+    return models_verdict(models, missing, where, configured=configured, refused=refused)

@@ -333,9 +333,17 @@ def _gib(count: int) -> str:
 
 
 def models_verdict(
-    models: Sequence[tuple[str, Path]], missing: Sequence[Path], where: Path, *, configured: bool
+    models: Sequence[tuple[str, Path]],
+    missing: Sequence[Path],
+    where: Path,
+    *,
+    configured: bool,
+    refused: Sequence[tuple[str, str]] = (),
 ) -> Finding:
-    """The models ``hostler serve`` would offer (id, file), and files that are not there."""
+    """The models ``hostler serve`` would offer (id, file), and files that are not there.
+
+    ``refused``: files discovery found and does not offer, with the reason (path, reason).
+    """
     if missing:
         return Finding(
             "models",
@@ -350,6 +358,15 @@ def models_verdict(
                 "fail",
                 "the config names none",
                 "add a [[models]] table to the config (docs/daemon.md)",
+            )
+        if refused:
+            path, reason = refused[0]
+            return Finding(
+                "models",
+                "fail",
+                f"no models in {where}: {len(refused)} found but not offered ({path}: {reason})",
+                f"put a .gguf model into {where} (or set HOSTLER_MODELS_DIR, or give --config "
+                "FILE)",
             )
         return Finding(
             "models",

@@ -538,13 +538,16 @@ class HostLedger:
         recorded: bool = self._decide(events)
         return recorded
 
-    def set_budget(self, budget: int | None) -> None:
+    def set_budget(self, budget: int | None, *, source: str) -> None:
         """Point the ledger at an explicit budget in bytes, or back to automatic (None).
 
-        Existing reservations are never touched (CB2): the next reserve fails until room is
-        freed.
+        ``source`` is where it was set (:mod:`hostler.capacity.origin`: ``api``,
+        ``config:<file>``, ``env:HOSTLER_BUDGET_BYTES``), recorded for the refusals that ask
+        for a larger budget. Not checked against CB1's floor: the edges that take a budget
+        from outside refuse one under it. Existing reservations are never touched (CB2): the
+        next reserve fails until room is freed.
         """
-        self._decide(lambda _state: ([LedgerBudgetSet(budget)], None))
+        self._decide(lambda _state: ([LedgerBudgetSet(budget, source)], None))
 
     def set_spillover(self, allowed: bool | None) -> None:
         """Allow or forbid RAM spillover, or go back to automatic (None); never evicts (CB3)."""

@@ -9,7 +9,10 @@ runtime asks it for a supervisor the first time a key is used (:meth:`supervisor
 (:meth:`launcher`), so a preview needs no supervisor and prices the same bytes.
 
 An engine the daemon adopted but no config names gets a stop-only supervisor (OW5): it can
-be stopped, never started.
+be stopped, never started. Besides the config's engines, the factory builds the engines of the
+models discovery offers (:class:`OfferedEngines`, the daemon's catalog), which can come and go
+while the daemon runs: each start asks for its engine's launch anew, so a model that is no
+longer offered is not started again.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from hostler.config import DaemonConfig, EngineConfig
 from hostler.drivers.host_ledger import HostLedger
 from hostler.drivers.loghealth import LogHealth
 from hostler.drivers.offloop import OffLoop
-from hostler.engines.launcher import FixedLauncher, Launcher, LedgerLauncher
+from hostler.engines.launcher import FixedLauncher, Launch, Launcher, LedgerLauncher
 from hostler.engines.price import LaunchRequest
 from hostler.engines.roster import EngineRoster
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
@@ -40,6 +43,7 @@ from hostler.store.log import EventStore
 __all__ = [
     "ConfiguredEngines",
     "EngineFactory",
+    "OfferedEngines",
     "adapter_for",
     "configured_request",
     "launch_request",
@@ -61,6 +65,21 @@ class EngineFactory(Protocol):
         ...
 
 
+class OfferedEngines(Protocol):
+    """The engines of the models offered beyond the config (the daemon's catalog)."""
+
+    def engine_config(self, key: str) -> EngineConfig | None:
+        """``key``'s engine when its model is offered now, else None."""
+        ...
+
+
+class _NothingOffered:
+    """No model beyond the config's."""
+
+    def engine_config(self, key: str) -> EngineConfig | None:
+        return None
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ConfiguredEngines:
     """The daemon's engines: a configured key's supervisor, its launcher, and stop-only owners.
@@ -78,6 +97,7 @@ class ConfiguredEngines:
         health: The log's health, shared by every supervisor.
         roster: The daemon's engines: every supervisor gets its pids as ``owned`` (RD9).
         clock: The daemon's clock, every supervisor's.
+        offered: The models offered beyond the config (default: none).
     """
 
     config: DaemonConfig
@@ -92,9 +112,13 @@ class ConfiguredEngines:
     health: LogHealth
     roster: EngineRoster
     clock: Clock = SYSTEM_CLOCK
+    offered: OfferedEngines = dataclasses.field(default_factory=_NothingOffered)
 
     def engine_config(self, key: str) -> EngineConfig | None:
-        """The config of ``key``; another replica of a configured model shares its settings."""
+        """The config of ``key``; another replica of a configured model shares its settings.
+
+        Else the engine of a model offered now (discovered); None when neither.
+        """
         for engine in self.config.engines:
             if engine.key == key:
                 return engine
@@ -103,7 +127,7 @@ class ConfiguredEngines:
             other = parse_key(engine.key)
             if parsed and other and (other.engine, other.model) == (parsed.engine, parsed.model):
                 return dataclasses.replace(engine, key=key)
-        return None
+        return self.offered.engine_config(key)
 
     def launcher(self, key: str) -> LedgerLauncher | None:
         """The launcher ``key``'s supervisor prices every start with (None: not configured)."""
@@ -122,7 +146,7 @@ class ConfiguredEngines:
         return self._build(
             key,
             adapter,
-            self._launcher(engine, adapter),
+            _Current(self, key),
             SupervisorPolicy(
                 # RD7: the config's per-engine startup timeout, else (None) the adapter's
                 startup_timeout=engine.startup_timeout,
@@ -178,6 +202,28 @@ class ConfiguredEngines:
             owned=self.roster.pids,  # RD9: a sweep spares every engine of this daemon
             held_by_other=self.ledger.held_by_other,  # RD9, IN3: never sweep another daemon's
         )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Current:
+    """A key's launches, each from its engine as offered at that start (the factory's)."""
+
+    engines: ConfiguredEngines
+    key: str
+
+    def price(self) -> Launch:
+        """The launch of ``key``'s engine now (its model's file as offered now).
+
+        Raises:
+            EngineStartError: Its model is no longer offered (its file is gone).
+        """
+        launcher = self.engines.launcher(self.key)
+        if launcher is None:
+            raise EngineStartError(
+                f"{self.key}: its model is no longer offered (its file is gone); put the file "
+                "back, or ask for a model `hostler models` lists"
+            )
+        return launcher.price()
 
 
 def run_dir(config: DaemonConfig, key: str) -> Path:

@@ -38,9 +38,12 @@ from hostler.machines.watch import (
     WatchEffect,
 )
 
-__all__ = ["EngineWatcher"]
+__all__ = ["HEALTH_WAIT", "EngineWatcher"]
 
 log = logging.getLogger(__name__)
+
+#: Seconds a health probe (``GET readiness_path``) may take; a later answer is a failed probe.
+HEALTH_WAIT = 2.0
 
 
 class EngineWatcher:
@@ -162,7 +165,7 @@ class EngineWatcher:
         try:
             answer = await self._transport.probe(
                 Probe(child.identity.port, adapter.readiness_path),
-                wait=2,
+                wait=HEALTH_WAIT,
                 clock=self._clock,
                 with_body=False,
             )

@@ -1,6 +1,6 @@
 """Events of the prompt-cache controller (stream ``cache/<engine key>``).
 
-Defined here, beside the event base, so that ``import hostler`` registers them without
+Defined here, beside the event base, so that a log's reader registers them without
 importing the runtime (:mod:`hostler.runtime.cache` records them).
 """
 

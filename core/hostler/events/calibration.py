@@ -1,6 +1,6 @@
 """The calibration event: one ready engine's measured footprint (stream ``calibration/host``).
 
-Defined here, beside the event base, so that ``import hostler`` registers it without importing
+Defined here, beside the event base, so that a log's reader registers it without importing
 the capacity package (:mod:`hostler.capacity.learning` folds it and re-exports it).
 """
 

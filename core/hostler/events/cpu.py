@@ -1,6 +1,6 @@
 """What an engine build cannot run on this CPU (stream ``cpu/host``), learned from a start.
 
-Defined beside the event base so that ``import hostler`` registers it.
+Defined beside the event base so that a log's reader registers it.
 """
 
 from __future__ import annotations

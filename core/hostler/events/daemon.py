@@ -1,6 +1,6 @@
 """Events of the daemon itself (stream ``daemon/host``): start-up, shutdown, reaped strays.
 
-Defined beside the event base so that ``import hostler`` registers them without importing the
+Defined beside the event base so that a log's reader registers them without importing the
 daemon (and its async runtime); :mod:`hostler.daemon` and :mod:`hostler.engines.reconcile`
 re-export them.
 """

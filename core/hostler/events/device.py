@@ -1,6 +1,6 @@
 """The device inventory event: one sample of RAM and GPUs (stream ``device/host``).
 
-Defined here, beside the event base, so that ``import hostler`` registers it without importing
+Defined here, beside the event base, so that a log's reader registers it without importing
 the probes (:mod:`hostler.probes.device` takes the samples and re-exports it).
 """
 

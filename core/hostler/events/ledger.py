@@ -1,6 +1,6 @@
 """Events of the host-wide capacity ledger (stream ``ledger/host``).
 
-Defined here, beside the event base, so that ``import hostler`` registers them without
+Defined here, beside the event base, so that a log's reader registers them without
 importing the capacity package; the ledger's rules (:mod:`hostler.capacity.ledger`) fold them.
 """
 
@@ -135,12 +135,25 @@ class LedgerReleased(Event):
     cause: str
 
 
-@event_type("ledger.budget_set")
+@event_type("ledger.budget_set", schema_version=2)
 @dataclass(frozen=True, slots=True)
 class LedgerBudgetSet(Event):
-    """An operator set the budget (bytes) or went back to the automatic one (None)."""
+    """An operator set the budget (bytes) or went back to the automatic one (None).
+
+    ``source`` says where it was set (schema v2): ``config:<file>`` (a config's ``[budget]
+    bytes``, applied at start), ``env:HOSTLER_BUDGET_BYTES`` (the variable in the config's
+    place) or ``api`` (``hostler budget --set``, ``PUT /api/budget``); "" when the record does
+    not say (v1). :mod:`hostler.capacity.origin` reads it.
+    """
 
     budget: int | None
+    source: str = ""
+
+
+@upcaster("ledger.budget_set", from_version=1)
+def _budget_set_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    payload.setdefault("source", "")
+    return payload
 
 
 @event_type("ledger.spillover_set")

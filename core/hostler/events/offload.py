@@ -1,6 +1,6 @@
 """The OOM ladder's events (stream ``offload/<engine key>``): a start that died of GPU memory.
 
-Defined beside the event base so that ``import hostler`` registers them.
+Defined beside the event base so that a log's reader registers them.
 """
 
 from __future__ import annotations

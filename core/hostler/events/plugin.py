@@ -1,6 +1,6 @@
 """Plugin host events: a plugin loaded, or was disabled (stream ``plugins/host``).
 
-Defined here, beside the event base, so that ``import hostler`` registers them without
+Defined here, beside the event base, so that a log's reader registers them without
 importing pluggy or the plugin host (:mod:`hostler.pluginhost` re-exports them).
 """
 

@@ -4,7 +4,7 @@ They let a post-mortem say why a request waited: when it arrived, which rule dis
 with what inputs (:func:`hostler.policies.queue.pick_next`'s decision), when it was cancelled,
 moved or released. Times (``at``) are readings of the queue's clock: monotonic by default,
 the wall clock (epoch seconds) in a :class:`hostler.Runtime`, so they line up with the rest.
-Defined here, beside the event base, so that ``import hostler`` registers them without
+Defined here, beside the event base, so that a log's reader registers them without
 importing the async driver (:mod:`hostler.runtime.queue`).
 """
 

@@ -1,6 +1,6 @@
 """Events of the engine router (stream ``router/host``): which engine a session was bound to.
 
-Defined beside the event base so that ``import hostler`` registers them; the router
+Defined beside the event base so that a log's reader registers them; the router
 (:mod:`hostler.runtime.router`) re-exports them.
 """
 

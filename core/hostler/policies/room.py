@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from hostler.capacity.ledger import LedgerLimits
+from hostler.capacity.origin import raise_hint
 from hostler.policies.eviction import DEFAULT_EVICTION_POLICY, EvictionPolicy
 from hostler.policies.pool import MakeRoom, PoolEntry, plan_make_room
 
@@ -117,13 +119,15 @@ def room_step(
     standing: Sequence[Standing],
     now: float,
     *,
+    limits: LedgerLimits,
     policy: EvictionPolicy = DEFAULT_EVICTION_POLICY,
     patience_now: float | None = None,
 ) -> RoomStep:
     """PP4: the next step of ``search`` with ``shortfall`` bytes missing, at ``now``.
 
     ``standing`` is every engine up beside ``search.key``; those already tried are left out
-    here, so a caller passes them all. ``patience_now`` is the reading of the clock that
+    here, so a caller passes them all. ``limits`` are the ledger's (a refusal names the budget
+    and where it was set). ``patience_now`` is the reading of the clock that
     ``search.patience_until`` is on, when that is not ``now``'s (a monotonic clock).
     """
     if shortfall <= 0:
@@ -142,7 +146,7 @@ def room_step(
         why = (
             f"{search.key}: needs {_gib(search.wanted)}, {_gib(shortfall)} more than the budget "
             f"has free, and the engines hostler may unload hold only {_gib(evictable)}; nothing "
-            "was unloaded. Raise the budget (HOSTLER_CAPACITY_BUDGET_GB), or stop what else "
+            f"was unloaded. {raise_hint(limits.origin, limits.budget)}; or stop what else "
             "holds memory (hostler state shows it)"
         )
         return RoomStep("refuse", search, shortfall, candidates, plan, why)

@@ -166,6 +166,7 @@ def _ledger_to_json(ledger: LedgerState) -> dict[str, Any]:
         "spillover": ledger.spillover,
         "version": ledger.version,
         "decided": None if ledger.decided is None else msgspec.to_builtins(ledger.decided),
+        "budget_source": ledger.budget_source,
     }
 
 
@@ -177,6 +178,7 @@ def _ledger_from_json(data: Any) -> LedgerState:
         msgspec.convert(data["spillover"], bool | None),
         _whole(data["version"]),
         msgspec.convert(data["decided"], Decided | None),
+        msgspec.convert(data.get("budget_source", ""), str),  # absent in older snapshots
     )
 
 

@@ -77,6 +77,9 @@ class Story:
         self._arrived: dict[str, tuple[Any, Any]] = {}  # engine -> last (request id, session)
         self._budget: tuple[bool, object] = (False, None)  # (told yet, the budget told)
         self._last: dict[str, str] = {}  # stream -> the last line told for it
+        # engine keys whose refusal for want of room was told since their last request: the
+        # ledger's denial and the pool's unreachable plan are one refusal, told once
+        self._refused: set[str] = set()
         self._tellers: dict[str, Telling] = {
             "engine.start_requested": self._start,
             "engine.spawned": self._spawned,
@@ -88,7 +91,7 @@ class Story:
             "engine.failed": lambda key, p: _trouble(f"{key} failed — {p.get('error')}"),
             "engine.adopted": self._adopted,
             "engine.lost": lambda key, p: _trouble(f"{key} lost — {p.get('cause')}"),
-            "pool.room_planned": _room,
+            "pool.room_planned": self._room,
             "pool.drain_ended": _drain_ended,
             "ledger.denied": self._denied,
             "ledger.budget_set": self._budget_set,
@@ -219,17 +222,39 @@ class Story:
     def _enqueued(self, _stream: str, p: Mapping[str, Any]) -> StoryLine:
         engine = str(p.get("engine"))
         self._arrived[engine] = (p.get("id"), p.get("session_id"))
+        self._refused.discard(engine)
         return StoryLine(DETAIL, f"request {p.get('id')} queued for {engine} ({p.get('lane')})")
 
     def _denied(self, _stream: str, p: Mapping[str, Any]) -> StoryLine | None:
         if self._owner is not None and p.get("owner") != self._owner:
             return StoryLine(DETAIL, f"another daemon's {p.get('key')} was refused by the ledger")
         limit = p.get("ceiling") if isinstance(p.get("ceiling"), int) else p.get("budget")
-        return _trouble(
+        return self._refusal(
+            str(p.get("key")),
             f"refused {p.get('key')} — needs {size(p.get('bytes'))}, {size(p.get('shortfall'))} "
             f"short: {size(p.get('committed_other'))} held by other engines, budget "
-            f"{size(limit)}"
+            f"{size(limit)}",
         )
+
+    def _room(self, _stream: str, p: Mapping[str, Any]) -> StoryLine:
+        if p.get("reachable", True):
+            evict = ", ".join(str(k) for k in p.get("evict") or []) or "nothing"
+            return StoryLine(
+                DETAIL,
+                f"room for {p.get('for_key')}: {size(p.get('shortfall'))} short; evicting {evict}",
+            )
+        return self._refusal(
+            str(p.get("for_key")),
+            f"refused {p.get('for_key')} — needs {size(p.get('wanted'))}, "
+            f"{size(p.get('shortfall'))} short, more than evicting every idle engine would free",
+        )
+
+    def _refusal(self, key: str, text: str) -> StoryLine:
+        """A refusal for want of room: trouble the first time since the key's last request."""
+        if key in self._refused:
+            return StoryLine(DETAIL, text)
+        self._refused.add(key)
+        return _trouble(text)
 
     def _budget_set(self, _stream: str, p: Mapping[str, Any]) -> str | StoryLine:
         budget = p.get("budget")
@@ -268,19 +293,6 @@ def _evicted(key: str, decision: Mapping[str, Any]) -> str:
     if isinstance(drain, Mapping) and drain.get("busy"):
         why += f", drained for {secs(drain.get('waited'))}"
     return f"evicted {key} for {wanted} — {why}"
-
-
-def _room(_stream: str, p: Mapping[str, Any]) -> StoryLine:
-    if p.get("reachable", True):
-        evict = ", ".join(str(k) for k in p.get("evict") or []) or "nothing"
-        return StoryLine(
-            DETAIL,
-            f"room for {p.get('for_key')}: {size(p.get('shortfall'))} short; evicting {evict}",
-        )
-    return _trouble(
-        f"refused {p.get('for_key')} — needs {size(p.get('wanted'))}, "
-        f"{size(p.get('shortfall'))} short, more than evicting every idle engine would free"
-    )
 
 
 def _drain_ended(_stream: str, p: Mapping[str, Any]) -> StoryLine | str:

@@ -319,7 +319,9 @@ class _Sim:
                 Standing(e.entry(), spoken=e.state == BUILDING or bool(e.waiters), kept=e.pinned)
                 for e in self.resident.values()
             ]
-            step = room_step(build.search, short, standing, now, policy=self.policy)
+            step = room_step(
+                build.search, short, standing, now, limits=self.limits, policy=self.policy
+            )
             if step.action == "fit":
                 self.start(engine, build.search.wanted, now, build.delay)
                 return

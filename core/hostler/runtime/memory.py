@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from hostler.capacity.origin import API_SOURCE, floor_problem
 from hostler.capacity.pricing import LaunchPrice
 from hostler.drivers.host_ledger import HostLedger
 from hostler.drivers.offloop import OffLoop
@@ -56,11 +57,21 @@ class MemoryFace:
         return snapshot
 
     async def set_budget(self, budget: int | None) -> None:
-        """An explicit budget in bytes, or None for the automatic one; never evicts (CB2)."""
+        """An explicit budget in bytes, or None for the automatic one; never evicts (CB2).
+
+        Recorded as set by the API (``hostler budget --set``, ``PUT /api/budget``).
+
+        Raises:
+            UsageError: Not a number of bytes, or under CB1's 1 GiB floor (it would not be
+                enforced).
+        """
         ledger = self._need_ledger()
         if budget is not None and (type(budget) is not int or budget < 0):
             raise UsageError(f"a budget is a number of bytes, not {budget!r}")
-        await self._io.run(ledger.set_budget, budget)
+        problem = None if budget is None else floor_problem(budget)
+        if problem is not None:
+            raise UsageError(problem)
+        await self._io.run(lambda: ledger.set_budget(budget, source=API_SOURCE))
 
     async def set_spillover(self, allowed: bool | None) -> None:
         """Allow or forbid RAM spillover, or back to automatic (None); never evicts (CB3)."""

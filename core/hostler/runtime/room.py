@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 
+from hostler.capacity.ledger import LedgerLimits
 from hostler.capacity.ledger import shortfall as ledger_shortfall
 from hostler.clock import Clock
 from hostler.drivers.host_ledger import HostLedger
@@ -135,7 +136,7 @@ class RoomDriver:
         table = self._table
         search = RoomSearch(key, wanted, self._clock.monotonic() + self.drain_wait)
         while True:
-            short, held = await self._io.run(self._shortfall, key, wanted)
+            short, held, limits = await self._io.run(self._shortfall, key, wanted)
             now = self._clock.wall()
             standing = [
                 Standing(
@@ -153,6 +154,7 @@ class RoomDriver:
                 short,
                 standing,
                 now,
+                limits=limits,
                 policy=self._eviction,
                 patience_now=self._clock.monotonic(),
             )
@@ -184,8 +186,8 @@ class RoomDriver:
             if step.drain is not None:
                 await self.drain(step.drain, key, why, drain_bound(key, self.drain_wait))
 
-    def _shortfall(self, key: str, wanted: int) -> tuple[int, dict[str, int]]:
-        """CB5 against the ledger now, and what this daemon holds per key (blocking)."""
+    def _shortfall(self, key: str, wanted: int) -> tuple[int, dict[str, int], LedgerLimits]:
+        """CB5 against the ledger now, what this daemon holds per key, the limits (blocking)."""
         ledger = self._ledger
         assert ledger is not None  # noqa: S101 - only called with a ledger
         limits = ledger.limits()
@@ -193,7 +195,7 @@ class RoomDriver:
         wanted = start_share(wanted, limits.budget)
         mine = {h.key: h.bytes for h in state.reservations.values() if h.owner == ledger.owner}
         short = ledger_shortfall(limits, state.committed, wanted, mine.get(key, 0))
-        return short, mine
+        return short, mine, limits
 
     async def _evict_logged(self, key: str, for_key: str, why: dict[str, Any]) -> None:
         try:

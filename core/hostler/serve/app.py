@@ -16,7 +16,7 @@ import contextlib
 import dataclasses
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -55,12 +55,14 @@ def make_app(
     public: bool = False,
     open_routes: bool = False,
     upstream: Upstream | None = None,
+    about: Callable[[str], Mapping[str, Any]] | None = None,
 ) -> Starlette:
     """The app over ``runtime``.
 
     Args:
         runtime: The runtime that holds the engines.
-        models: Model id (what clients send as ``model``) → ``engine:model``.
+        models: Model id (what clients send as ``model``) → ``engine:model``; read at each
+            request (the daemon's catalog changes as discovery finds files).
         token: The bearer token; required for every state-changing operator route, and for
             every route when ``public``.
         public: The app listens beyond loopback.
@@ -68,6 +70,7 @@ def make_app(
             the daemon checks before it starts).
         upstream: The client to the engines (default: a :class:`PooledUpstream`, closed with
             the app).
+        about: More fields of a model's ``GET /v1/models`` entry (``source``, ``size_bytes``).
     """
     own_upstream = upstream is None
     upstream = upstream or PooledUpstream()
@@ -94,6 +97,7 @@ def make_app(
                 "owned_by": "hostler",
                 "created": 0,
                 "resident": target in resident,
+                **(about(model) if about is not None else {}),
             }
             for model, target in sorted(models.items())
         ]

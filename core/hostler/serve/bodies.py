@@ -167,6 +167,86 @@ def check_body(route: str, payload: Mapping[str, Any]) -> None:
         _check_input(payload.get("input"))
     if route != EMBEDDINGS:
         _check_n(payload.get("n"))
+    for name, (routes, check, wanted) in _TYPED.items():
+        value = payload.get(name)
+        if value is not None and route in routes and not check(value):
+            shown = value if type(value) in (int, float) else _kind(value)
+            raise RequestBodyError(f"'{name}' must be {wanted}, not {shown}", name)
+    if route == CHAT:
+        _check_tools(payload.get("tools"))
+
+
+def _number(low: float, high: float) -> Callable[[object], bool]:
+    """A JSON number from ``low`` to ``high``."""
+    return lambda value: type(value) in (int, float) and low <= value <= high  # type: ignore[operator]
+
+
+def _whole(low: int) -> Callable[[object], bool]:
+    """A JSON integer of at least ``low``."""
+    return lambda value: type(value) is int and value >= low
+
+
+def _tokens_limit(value: object) -> bool:
+    """A token limit: at least 1, or -1 (llama.cpp's "until the context is full")."""
+    return type(value) is int and (value >= 1 or value == -1)
+
+
+def _stop(value: object) -> bool:
+    """``stop``: a string, or a list of at most 4 strings (OpenAI's bound)."""
+    return isinstance(value, str) or (
+        isinstance(value, list) and len(value) <= 4 and all(isinstance(v, str) for v in value)
+    )
+
+
+_SAMPLING = frozenset({CHAT, COMPLETIONS})
+#: The typed fields OpenAI defines (name → routes, check, what it must be), checked before any
+#: engine loads; the engine's own extensions (``top_k``, ``min_p``...) pass as they are.
+_TYPED: Final[dict[str, tuple[frozenset[str], Callable[[object], bool], str]]] = {
+    "temperature": (_SAMPLING, _number(0, 2), "a number from 0 to 2"),
+    "top_p": (_SAMPLING, _number(0, 1), "a number from 0 to 1"),
+    "frequency_penalty": (_SAMPLING, _number(-2, 2), "a number from -2 to 2"),
+    "presence_penalty": (_SAMPLING, _number(-2, 2), "a number from -2 to 2"),
+    "max_tokens": (_SAMPLING, _tokens_limit, "a whole number of at least 1 (or -1: no limit)"),
+    "max_completion_tokens": (
+        frozenset({CHAT}),
+        _tokens_limit,
+        "a whole number of at least 1 (or -1: no limit)",
+    ),
+    "seed": (_SAMPLING, lambda value: type(value) is int, "a whole number"),
+    "stop": (_SAMPLING, _stop, "a string or a list of at most 4 strings"),
+    "top_logprobs": (frozenset({CHAT}), _whole(0), "a whole number from 0"),
+    "tool_choice": (
+        frozenset({CHAT}),
+        lambda value: value in ("none", "auto", "required") or isinstance(value, dict),
+        '"none", "auto", "required" or an object naming a function',
+    ),
+    "response_format": (frozenset({CHAT}), lambda value: isinstance(value, dict), "an object"),
+    "stream_options": (frozenset({CHAT, COMPLETIONS}), lambda v: isinstance(v, dict), "an object"),
+    "dimensions": (frozenset({EMBEDDINGS}), _whole(1), "a whole number of at least 1"),
+    "encoding_format": (
+        frozenset({EMBEDDINGS}),
+        lambda value: value in ("float", "base64"),
+        '"float" or "base64"',
+    ),
+}
+
+
+def _check_tools(tools: object) -> None:
+    """``tools``: a list of ``{"type": "function", "function": {"name": ...}}``."""
+    if tools is None:
+        return
+    if not isinstance(tools, list):
+        raise RequestBodyError(f"'tools' must be a list of tools, not {_kind(tools)}", "tools")
+    if len(tools) > MAX_ITEMS:
+        raise RequestBodyError(f"'tools' holds over {MAX_ITEMS} tools", "tools")
+    for index, tool in enumerate(tools):
+        at = f"tools[{index}]"
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise RequestBodyError(
+                f"'{at}' must be an object with a 'function' that has a 'name', not {_kind(tool)}",
+                at,
+            )
 
 
 def _check_n(n: object) -> None:
@@ -211,6 +291,12 @@ def _check_messages(messages: object) -> None:
         if calls is not None and not isinstance(calls, list):
             raise RequestBodyError(
                 f"'{where}.tool_calls' must be a list, not {_kind(calls)}", f"{where}.tool_calls"
+            )
+        if content is None and not (role == "assistant" and calls is not None):
+            raise RequestBodyError(
+                f"'{where}.content' is required (only an assistant's message with "
+                "'tool_calls' may leave it out)",
+                f"{where}.content",
             )
 
 

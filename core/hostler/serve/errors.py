@@ -93,8 +93,11 @@ def hostler_error_response(error: HostlerError) -> Response:
 
 
 def unknown_model_response(model: object, known: Iterable[str]) -> Response:
-    """404 ``model_not_found``, naming the models that are configured."""
-    names = ", ".join(sorted(known)) or "none"
+    """404 ``model_not_found``, naming the models that are offered (the first 20)."""
+    offered = sorted(known)
+    names = ", ".join(offered[:20]) or "none"
+    if len(offered) > 20:
+        names += f" and {len(offered) - 20} more: GET /v1/models"
     return error_response(
         404,
         "invalid_request_error",

@@ -313,7 +313,7 @@ def _paths() -> dict[str, _Schema]:
         },
         "/v1/models": {
             "get": _op(
-                "The configured models (listing loads nothing)",
+                "The offered models: configured and discovered (listing loads nothing)",
                 _json(
                     _obj(
                         ["object", "data"],
@@ -327,6 +327,16 @@ def _paths() -> dict[str, _Schema]:
                                 owned_by=_STR,
                                 created=_INT,
                                 resident=_BOOL,
+                                source={
+                                    "enum": [
+                                        "config",
+                                        "models",
+                                        "huggingface",
+                                        "ollama",
+                                        "lmstudio",
+                                    ]
+                                },
+                                size_bytes=_nullable(_BYTES),
                             ),
                         },
                     ),

@@ -15,6 +15,10 @@ from typing import Any
 import msgspec
 import sqlalchemy as sa
 
+# Registered before a row is decoded: a post-mortem reader may have imported nothing else
+# (``import hostler`` loads only the errors), and a type not registered reads as unknown.
+import hostler.events  # the types beside the event base
+import hostler.machines  # noqa: F401 - the lifecycle's, beside its machines
 from hostler.events.base import Event, UnknownEvent, decode
 from hostler.store.schema import ROW_COLUMNS, events
 

@@ -3,7 +3,8 @@
 The process (:mod:`hostler.testing.fake_server`) speaks enough of the OpenAI and llama-server
 HTTP API to serve a completion, and misbehaves on request: slow loads, a crash on the Nth
 request, a hang on SIGTERM, a fatal log line, a health check that answers before the model is
-loaded. hostler's real supervisor runs it like any engine (process group, launch token,
+loaded, a health check that waits behind a completion, a new request that cuts a running
+stream. hostler's real supervisor runs it like any engine (process group, launch token,
 readiness, health, stop, adoption), so a test of a plugin or an embedding application can
 exercise every failure path without a model or a GPU::
 
@@ -68,6 +69,13 @@ class Behaviour:
         ballast_mib: MiB of touched memory it holds (a known footprint).
         reply: The text of every completion.
         reply_delay: Seconds each completion takes.
+        stream_seconds: Seconds a streamed completion runs: its text at once, its final chunk
+            (``finish_reason``) this long after (a long generation).
+        serial: Serve one request at a time, ``/health`` included: a request waits while a
+            completion runs (a server with one worker, or one that holds a lock for a whole
+            generation).
+        cut_streams: A new completion cuts every running stream short: ``data: [DONE]`` at
+            once, with no ``finish_reason`` (llama-cpp-python's server, ``interrupt_requests``).
     """
 
     load_seconds: float = 0.0
@@ -81,6 +89,9 @@ class Behaviour:
     ballast_mib: int = 0
     reply: str = "hello from the fake engine"
     reply_delay: float = 0.0
+    stream_seconds: float = 0.0
+    serial: bool = False
+    cut_streams: bool = False
 
     def to_json(self) -> str:
         """The behaviour as the process reads it (only the fields that differ from defaults)."""

@@ -16,6 +16,10 @@ interpreter. What it does is scripted by the behaviour (the fields of
 - ``crash_on_request``: the completion request (1-based) on which it exits with ``crash_exit_code``.
 - ``ignore_sigterm``: SIGTERM is ignored (an engine that hangs on stop; only SIGKILL ends it).
 - ``reply`` / ``reply_delay``: the completion text and how long each completion takes.
+- ``stream_seconds``: how long a streamed completion runs (its final chunk comes this late).
+- ``serial``: one request at a time, ``/health`` included (it waits behind a completion).
+- ``cut_streams``: a new completion ends every running stream at once (``[DONE]``, no
+  ``finish_reason``), as llama-cpp-python's server does.
 
 Endpoints: ``GET /health``, ``GET /v1/models``, ``POST /v1/completions``,
 ``POST /v1/chat/completions`` (``"stream": true`` answers server-sent events), ``POST
@@ -25,7 +29,7 @@ answered ``ok`` and printed as ``asked for <path>``.
 
 Every line it prints goes to its output (the engine log): ``fake-engine: listening on
 127.0.0.1:PORT``, ``fake-engine: model loaded`` (the ready line), ``fake-engine: crashing on
-request N``.
+request N``, ``fake-engine: stream cut by a new request``.
 
 Other fakes build on its skeleton (``plugins/hostler_ds4/fake_server.py``,
 ``tests/_fake_sdserver.py``): :class:`JsonHandler` (a quiet HTTP/1.1 handler with JSON answers,
@@ -35,6 +39,7 @@ protocol. Importing this module loads only the standard library.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
@@ -61,6 +66,18 @@ class _State:
         self.lock = threading.Lock()
         self.completions = 0
         self.requests = 0
+        self.serial = threading.Lock()  # held for a whole request by a ``serial`` engine
+        self.streams: set[threading.Event] = set()  # each running stream's "cut" flag
+
+    def one_at_a_time(self) -> contextlib.AbstractContextManager[object]:
+        """The whole request under the serial lock, for a ``serial`` engine; else nothing."""
+        return self.serial if self.behaviour.get("serial") else contextlib.nullcontext()
+
+    def cut_streams(self) -> None:
+        """End every running stream now (``cut_streams``: a new completion came)."""
+        with self.lock:
+            for cut in self.streams:
+                cut.set()
 
 
 #: The largest request body :meth:`JsonHandler.read_body` reads (16 MiB).
@@ -157,6 +174,10 @@ def _handler(state: _State) -> type[JsonHandler]:
             self.send_error_json(503, "Loading model")
 
         def do_GET(self) -> None:
+            with state.one_at_a_time():
+                self._get()
+
+        def _get(self) -> None:
             with state.lock:
                 state.requests += 1
             path = self.path.split("?")[0]
@@ -185,6 +206,10 @@ def _handler(state: _State) -> type[JsonHandler]:
                 self.send_json(200, {"status": "ok"})
 
         def do_POST(self) -> None:
+            with state.one_at_a_time():
+                self._post()
+
+        def _post(self) -> None:
             raw = self.read_body()
             if raw is None:
                 return
@@ -204,6 +229,8 @@ def _handler(state: _State) -> type[JsonHandler]:
                 state.requests += 1
                 state.completions += 1
                 number = state.completions
+            if behaviour.get("cut_streams"):
+                state.cut_streams()
             if number == behaviour.get("crash_on_request"):
                 _say(f"fake-engine: crashing on request {number}")
                 os._exit(int(behaviour.get("crash_exit_code", 1)))
@@ -251,8 +278,19 @@ def _handler(state: _State) -> type[JsonHandler]:
                 }
             ]
             last = {**first, "choices": [{"index": 0, "finish_reason": "stop", "delta": {}}]}
-            for chunk in (first, last):
-                self.send_event(chunk)
+            self.send_event(first)
+            self.wfile.flush()
+            cut = threading.Event()
+            with state.lock:
+                state.streams.add(cut)
+            try:
+                if cut.wait(float(behaviour.get("stream_seconds", 0.0))):
+                    _say("fake-engine: stream cut by a new request")
+                else:
+                    self.send_event(last)
+            finally:
+                with state.lock:
+                    state.streams.discard(cut)
             self.end_events()
 
     return Handler

@@ -19,6 +19,7 @@ from typing import Any
 
 import hostler
 from hostler.capacity.budget import HostMemory, compute_budget
+from hostler.capacity.origin import API_SOURCE
 from hostler.clock import ClockLike, as_clock
 from hostler.drivers.host_ledger import HostLedger, OwnerIdentity
 from hostler.engines.http import HTTP_TRANSPORT, EngineTransport
@@ -87,7 +88,8 @@ class Harness:
             engine_alive=runner.holds,
         )
         if budget is not None:
-            self.ledger.set_budget(budget)
+            # the harness writes to its ledger directly: no floor, as a log may hold (CB1)
+            self.ledger.set_budget(budget, source=API_SOURCE)
 
     def adapter(self, key: str) -> EngineAdapter:
         """The adapter of ``key``'s engine."""

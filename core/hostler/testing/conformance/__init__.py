@@ -22,8 +22,9 @@ One import and two fixtures run it against your adapter::
 Every check is one test method (``test_*``), so a failure names the rule it broke. The static
 checks call the adapter's methods; the live ones (``test_live_*``) run the engine it builds
 under hostler's real supervisor, as a real process with a real event log and ledger: started,
-probed for readiness, asked for a completion, stopped, and adopted by a fresh supervisor after
-a simulated daemon restart. A subclass tunes the suite with class attributes
+probed for readiness, asked for a completion, measured against its price, stopped, adopted by a
+fresh supervisor after a simulated daemon restart, and asked for its health and a second
+completion while it streams a first. A subclass tunes the suite with class attributes
 (:attr:`AdapterConformance.serves_completions`, :attr:`~AdapterConformance.startup_timeout`,
 ...), and may override any fixture or check. New checks are added as new methods; the contract
 grows with defaults, so a suite that passed keeps passing for adapters that keep the rules.
@@ -42,6 +43,7 @@ from types import ModuleType
 import pytest
 
 from hostler.plugin import EngineAdapter, LaunchSpec
+from hostler.testing.conformance.busy import BusyChecks
 from hostler.testing.conformance.live import Live, LiveChecks
 from hostler.testing.conformance.static import BENIGN_LINES as BENIGN_LINES
 from hostler.testing.conformance.static import (
@@ -59,7 +61,7 @@ __all__ = ["EXTRA_ARGS", "AdapterConformance", "Live"]
 
 # the bases in reverse: pytest runs inherited checks in reverse MRO, names and registration first
 class AdapterConformance(
-    LiveChecks, IdentityChecks, PricingChecks, OutputChecks, LaunchChecks, NamingChecks
+    BusyChecks, LiveChecks, IdentityChecks, PricingChecks, OutputChecks, LaunchChecks, NamingChecks
 ):
     """The contract's checks; subclass it as ``Test...`` and supply ``adapter`` and ``model``.
 
@@ -67,13 +69,17 @@ class AdapterConformance(
         serves_completions: The engine answers ``completion_path`` with an OpenAI completion.
         completion_path: Where the live check asks for one.
         completion_body: What it sends.
+        stream_body: The long streamed completion the checks of a busy engine send.
         startup_timeout: Seconds the live checks give the engine to become ready.
         stop_grace: Seconds between the stop's SIGTERM and SIGKILL.
         ctx_per_slot: The context the launch specs ask for.
+        price_tolerance, price_slack: How far the measured footprint of a ready launch may
+            exceed the adapter's estimate (a share of it, or bytes, whichever allows more).
 
     The checks are grouped by what they look at (:mod:`hostler.testing.conformance.static`,
-    :mod:`hostler.testing.conformance.live`); the class attributes and :meth:`launch_spec`
-    come from :class:`~hostler.testing.conformance.settings.ConformanceSettings`.
+    :mod:`hostler.testing.conformance.live`, :mod:`hostler.testing.conformance.busy`); the
+    class attributes and :meth:`launch_spec` come from
+    :class:`~hostler.testing.conformance.settings.ConformanceSettings`.
     """
 
     # -- fixtures a subclass supplies ------------------------------------------------------

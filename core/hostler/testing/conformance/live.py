@@ -28,6 +28,7 @@ from hostler.engines.process import token_holders
 from hostler.engines.reconcile import reconcile
 from hostler.engines.runner import OsProcess
 from hostler.engines.supervisor import Supervisor, SupervisorPolicy
+from hostler.events.calibration import CALIBRATION_STREAM, FootprintMeasured
 from hostler.machines.engine import Engine
 from hostler.plugin import EngineAdapter, LaunchSpec, SessionCache
 from hostler.replay import load
@@ -35,7 +36,7 @@ from hostler.store.log import EventStore
 from hostler.testing.conformance.settings import ConformanceSettings
 from hostler.testing.harness import HOST_MEMORY
 
-__all__ = ["Live", "LiveChecks"]
+__all__ = ["Live", "LiveChecks", "http_json"]
 
 
 class Live:
@@ -47,6 +48,7 @@ class Live:
         model: The model to launch.
         options: The launch spec's ``options``.
         folder: A private directory (the data directory).
+        slots: The launch spec's ``slots``.
     """
 
     def __init__(
@@ -56,12 +58,15 @@ class Live:
         model: Path,
         options: dict[str, object],
         folder: Path,
+        *,
+        slots: int = 1,
     ) -> None:
         self.suite = suite
         self.adapter = adapter
         self.model = model
         self.options = options
         self.folder = folder
+        self.slots = slots
         self.key = f"{adapter.engine_type}:conformance:0"
         self.token_prefix = f"hostler-conformance-{os.getpid()}-{folder.name}"
         self.store = EventStore.open(folder / "events.db", owner=True)
@@ -74,14 +79,19 @@ class Live:
     def spec(self, port: int) -> LaunchSpec:
         """The launch spec of the live engine on ``port``."""
         work = self.folder / "run" / "work"
-        return self.suite.launch_spec(self.model, port, self.options, key=self.key, work_dir=work)
+        return self.suite.launch_spec(
+            self.model, port, self.options, key=self.key, work_dir=work, slots=self.slots
+        )
+
+    def estimate(self) -> int:
+        """The adapter's raw estimate of the launch: what the ledger reserves for its start."""
+        return self.adapter.estimate_footprint(self.adapter.read_geometry(self.model), self.spec(0))
 
     def supervisor(self) -> Supervisor:
         """A fresh supervisor of the live engine's key (as a restarted daemon makes one)."""
-        adapter = self.adapter
         return Supervisor(
             self.key,
-            adapter,
+            self.adapter,
             self.spec,
             self.store,
             run_dir=self.folder / "run",
@@ -93,9 +103,7 @@ class Live:
                 stop_grace=self.suite.stop_grace,
             ),
             ledger=self.ledger,
-            footprint=lambda: adapter.estimate_footprint(
-                adapter.read_geometry(self.model), self.spec(0)
-            ),
+            footprint=self.estimate,
         )
 
     def engine_pids(self) -> list[int]:
@@ -106,6 +114,12 @@ class Live:
     def reservations(self) -> list[str]:
         """The keys the ledger holds bytes for."""
         return [str(held["key"]) for held in self.ledger.snapshot()["by_key"]]
+
+    def measured(self) -> list[int]:
+        """The footprints hostler measured of the engine's ready launches (bytes), in order."""
+        records = self.store.read_stream(CALIBRATION_STREAM)
+        events = [r.event for r in records if isinstance(r.event, FootprintMeasured)]
+        return [e.measured for e in events if e.engine_key == self.key]
 
     def events(self) -> list[str]:
         """The engine's recorded event types, in order."""
@@ -119,7 +133,8 @@ class Live:
         self.store.close()
 
 
-def _http(port: int, path: str, body: dict[str, Any] | None = None) -> tuple[int, bytes]:
+def http_json(port: int, path: str, body: dict[str, Any] | None = None) -> tuple[int, bytes]:
+    """``(status, body)`` of ``GET path`` on the engine, or ``POST`` of ``body`` as JSON."""
     data = None if body is None else json.dumps(body).encode()
     headers = {"Content-Type": "application/json"}
     request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data, headers)
@@ -147,13 +162,15 @@ class LiveChecks(ConformanceSettings):
         assert live.reservations() == [live.key]
         wide = await anyio.to_thread.run_sync(_listening_beyond_loopback, live.engine_pids())
         assert not wide, f"the engine listens beyond loopback on {', '.join(wide)}: bind 127.0.0.1"
-        status, _ = await anyio.to_thread.run_sync(_http, port, live.adapter.readiness_path)
+        status, _ = await anyio.to_thread.run_sync(http_json, port, live.adapter.readiness_path)
         assert live.adapter.is_ready(status), f"ready, yet its readiness path answers {status}"
         if self.serves_completions:
             asked = dict(self.completion_body)
             if live.adapter.request_model is not None:  # RD10: as hostler serve forwards it
                 asked["model"] = live.adapter.request_model
-            status, body = await anyio.to_thread.run_sync(_http, port, self.completion_path, asked)
+            status, body = await anyio.to_thread.run_sync(
+                http_json, port, self.completion_path, asked
+            )
             assert status == 200, f"{self.completion_path} answered {status}: {body[:300]!r}"
             assert json.loads(body).get("choices"), body[:300]
         began = time.monotonic()
@@ -163,6 +180,33 @@ class LiveChecks(ConformanceSettings):
         assert live.engine_pids() == [], "processes of the engine outlived its stop"
         assert live.reservations() == []
         assert live.events()[-2:] == ["engine.stop_requested", "engine.stopped"]
+
+    def test_live_the_price_covers_the_measured_launch(self, live: Live) -> None:
+        """The adapter's estimate is not far below what its ready engine really holds.
+
+        The first launch of a model reserves the raw estimate; hostler measures the ready
+        process (RSS, plus the GPU memory NVML gives it) and learns from then on. A measured
+        footprint over the estimate by more than ``price_tolerance`` of it (or
+        ``price_slack``, whichever allows more) is an estimate that leaves out part of the
+        engine (its runtime, an interpreter, a buffer): the ledger held too little meanwhile.
+        A price above the measurement is not checked: it is safe, and learning lowers it.
+        """
+        anyio.run(self._price_covers, live)
+
+    async def _price_covers(self, live: Live) -> None:
+        sup = live.supervisor()
+        await sup.ensure_running()
+        measured = live.measured()
+        await sup.stop()
+        assert len(measured) == 1, f"hostler measured the ready engine {len(measured)} times"
+        estimate = live.estimate()
+        allowed = estimate + max(round(estimate * self.price_tolerance), self.price_slack)
+        mib = 1024 * 1024
+        assert measured[0] <= allowed, (
+            f"the ready engine holds {measured[0] / mib:.1f} MiB, its estimate is "
+            f"{estimate / mib:.1f} MiB (at most {allowed / mib:.1f} MiB allowed): "
+            "estimate_footprint leaves part of the engine out"
+        )
 
     def test_live_a_saved_session_comes_back_after_its_engine_stops(self, live: Live) -> None:
         """CC13/CC14, for an adapter whose cache saves sessions (:class:`SessionCache`).
@@ -187,7 +231,7 @@ class LiveChecks(ConformanceSettings):
         asked = {**self.completion_body, **first.fields}
         if live.adapter.request_model is not None:
             asked["model"] = live.adapter.request_model
-        status, body = await anyio.to_thread.run_sync(_http, port, self.completion_path, asked)
+        status, body = await anyio.to_thread.run_sync(http_json, port, self.completion_path, asked)
         assert status == 200, f"{self.completion_path} answered {status}: {body[:300]!r}"
         assert cache.held_sessions() == [session], "the session's turn left it unheld"
         saved = await cache.save_session(session)

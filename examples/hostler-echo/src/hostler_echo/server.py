@@ -5,6 +5,7 @@ started as ``python -m hostler_echo.server --model FILE --port N``, it binds 127
 its "model" (the file's first line: the prefix of every answer) in the background while
 ``/health`` says ``{"status": "loading"}``, then says ``{"status": "ok"}`` and prints
 ``echo: ready``. A model it cannot read prints ``error: cannot read model ...`` and exits 1.
+Asked to stream, it sends its answer a word at a time, as a model generates it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 
 loaded = threading.Event()
 prefix: list[str] = []
+WORD_SECONDS = 0.1  # a streamed answer's pace: one word every tenth of a second
 
 
 def load(model: Path, seconds: float, upper: bool) -> None:
@@ -65,10 +67,30 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(503, {"error": {"message": "loading model"}})
             return
         words = f"{prefix[0]} {request['messages'][-1]['content']}".split()
-        text = " ".join(words[: request.get("max_tokens") or len(words)])
-        message = {"role": "assistant", "content": text}
+        words = words[: request.get("max_tokens") or len(words)]
+        if request.get("stream"):
+            self.stream(words)
+            return
+        message = {"role": "assistant", "content": " ".join(words)}
         choice = {"index": 0, "message": message, "finish_reason": "stop"}
         self.reply(200, {"object": "chat.completion", "model": "echo", "choices": [choice]})
+
+    def stream(self, words: list[str]) -> None:
+        """Server-sent events: a chunk per word, then the finish reason and ``[DONE]``."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        chunks: list[dict[str, object]] = [
+            {"delta": {"content": f"{word} "}, "finish_reason": None} for word in words
+        ]
+        chunks.append({"delta": {}, "finish_reason": "stop"})
+        for number, choice in enumerate(chunks):
+            if number:
+                time.sleep(WORD_SECONDS)
+            event = {"object": "chat.completion.chunk", "choices": [{"index": 0, **choice}]}
+            self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+            self.wfile.flush()
+        self.wfile.write(b"data: [DONE]\n\n")
 
     def log_message(self, format: str, *args: object) -> None:
         """One line per request, on stdout (hostler keeps it in the engine log)."""
