@@ -428,8 +428,11 @@ def test_unload_takes_a_model_id_and_unloads_its_engines(
     status, out, _ = cli(capsys, "unload", "beta", "--url", daemon.url, "--token", TOKEN)
     assert (status, out) == (0, "beta: was not loaded\n")
     status, out, err = cli(capsys, "unload", "smollm", "--url", daemon.url, "--token", TOKEN)
-    assert status == 1 and out == "" and err.count("\n") == 1
-    assert err.startswith("hostler: error [daemon.refused]: 'smollm' is neither a model id")
+    assert status == 2 and out == "" and err.count("\n") == 1
+    assert err == (
+        "hostler: error [usage.invalid]: unload: 'smollm' is neither a model id nor an engine "
+        "key (models: alpha, beta, gamma; `hostler ps` lists the keys)\n"
+    )
     load(capsys, daemon, "alpha")
     status, out, _ = cli(capsys, "unload", "alpha", "--url", daemon.url, "--token", TOKEN, "--json")
     assert json.loads(out) == [{"key": "llamacpp:alpha:0", "unloaded": True}]

@@ -169,11 +169,15 @@ class Serial(Fake):
 
 
 class Cutter(Fake):
-    """A new completion cuts a running stream (llama-cpp-python's interrupt_requests)."""
+    """A new completion cuts a running stream (llama-cpp-python's interrupt_requests).
+
+    Its stream lasts long enough that the second request comes while it runs however loaded
+    the machine (a half-second stream could end first, uncut, and pass the check).
+    """
     engine_type = "cutter"
 
     def __init__(self):
-        super().__init__(Behaviour(stream_seconds=LASTS, cut_streams=True))
+        super().__init__(Behaviour(stream_seconds=3 * HEALTH_WAIT, cut_streams=True))
 
 
 class Underpriced(Fake):

@@ -194,6 +194,12 @@ def test_every_place_a_user_keeps_models_is_offered_and_served(served: Served) -
     hub = rows["hf-bartowski-tiny-q4_k_m"]
     assert re.match(rf"hf-bartowski-tiny-q4_k_m +huggingface +{shown} +no +-", hub)
 
+    # a found model never loaded is previewed by its id (its first engine)
+    preview = served.cli("preview", "hf-bartowski-tiny-q4_k_m", "--json")
+    assert preview.returncode == 0, preview.stderr
+    assert json.loads(preview.stdout)["key"] == "hf-bartowski-tiny-q4_k_m"
+    assert json.loads(preview.stdout)["reserved_bytes"] > size
+
     unloaded = served.cli("unload", "tiny-chat-q8_0")
     assert unloaded.returncode == 0, unloaded.stderr
     assert unloaded.stdout.strip() == "llamacpp:tiny-chat-q8_0:0: unloaded"

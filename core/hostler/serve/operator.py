@@ -264,7 +264,10 @@ def operator_routes(runtime: Runtime, guard: Guard, models: Mapping[str, str]) -
 
     @route("/api/preview/{key}", ["GET"], changes_state=False)
     async def preview(request: Request) -> Response:
-        price = await runtime.memory.preview(_key(request))
+        # a model id offered (configured or found, loaded or not) means its first engine
+        named = request.path_params["key"]
+        target = models.get(named) if isinstance(named, str) else None
+        price = await runtime.memory.preview(f"{target}:0" if target else _key(request))
         return JsonAnswer(
             {
                 "context_window": price.ctx_per_slot,
