@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import http.server
 import json
+import os
 import select
 import subprocess
 import sys
@@ -889,3 +890,30 @@ def test_the_cli_does_not_hand_the_local_token_to_any_url(tmp_path: Path) -> Non
         server.server_close()
     assert seen, "the CLI never called"
     assert not any(secret in header for header in seen), seen
+
+
+def test_a_401s_source_names_what_the_data_directory_holds(tmp_path: Path) -> None:
+    """No token file, a token but no address file, another daemon's address, its own: each
+    says what was sent and why (a breaking helper saw "no token file" beside a token)."""
+    import argparse
+
+    from hostler.cli.client import credential_of
+
+    url = "http://127.0.0.1:11999"
+    args = argparse.Namespace(data_dir=tmp_path, token=None, url=url)
+    env = {k: v for k, v in os.environ.items() if k != "HOSTLER_TOKEN"}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "environ", env)
+        assert credential_of(args).source == f"no token: {tmp_path} holds no token file"
+        (tmp_path / "token").write_text("t" * 40)
+        assert credential_of(args).source == (
+            f"no token: {tmp_path} holds a token but no address file (a hostler serve of this "
+            "data directory writes it at start), so its token is sent nowhere"
+        )
+        (tmp_path / "address").write_text("http://127.0.0.1:12000\n")
+        assert credential_of(args).source == (
+            f"no token: {tmp_path}'s daemon listens at http://127.0.0.1:12000"
+        )
+        (tmp_path / "address").write_text(f"{url}\n")
+        found = credential_of(args)
+        assert (found.token, found.source) == ("t" * 40, f"the token of {tmp_path / 'token'}")

@@ -74,3 +74,24 @@ def test_a_row_must_match_the_headers_and_options_name_columns() -> None:
         grid.add_row("x")
     with pytest.raises(ValueError, match=r"not columns of this table: \['C'\]"):
         table(("A", "B"), drop=("C",))
+
+
+def test_events_wide_shows_a_long_stream_whole() -> None:
+    """``hostler events --wide``: every column whole (a breaking helper saw the stream cut)."""
+    from hostler.cli.render import EventRow, TableWriter
+
+    stream = "engine/llamacpp:lms-publisher-some-long-model-name-q8_0:0"
+    row = EventRow(
+        seq=7,
+        recorded_at="2026-12-05T17:00:00.000",
+        stream=stream,
+        version=1,
+        type="engine.start_requested",
+        details="cause=request",
+    )
+    _, line = TableWriter(wide=True).lines([row])
+    assert line.split() == ["7", "2026-12-05", "17:00:00.000", stream, "1",
+                            "engine.start_requested", "cause=request"]  # fmt: skip
+    assert "…" not in line
+    cut = list(TableWriter(width=80).lines([row]))[1]
+    assert len(cut) <= 80 and "…" in cut  # a terminal's width still cuts it

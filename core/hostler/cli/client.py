@@ -108,11 +108,24 @@ def credential_of(args: argparse.Namespace) -> Credential:
                 "fix it or unset the variable"
             )
         return Credential(named, f"${TOKEN_VARIABLE}", folder)
+    return _file_credential(args, folder)
+
+
+def _file_credential(args: argparse.Namespace, folder: Path) -> Credential:
+    """The data directory's token, when the URL asked is where its daemon listens."""
     try:
-        served = (folder / "address").read_text(encoding="utf-8").strip()
         token = (folder / "token").read_text(encoding="utf-8").strip()
     except OSError:
         return Credential(None, f"no token: {folder} holds no token file", folder)
+    try:
+        served = (folder / "address").read_text(encoding="utf-8").strip()
+    except OSError:  # a token, but no daemon of this folder has said where it listens
+        return Credential(
+            None,
+            f"no token: {folder} holds a token but no address file (a hostler serve of this "
+            "data directory writes it at start), so its token is sent nowhere",
+            folder,
+        )
     url = daemon_url(args)
     if url is None or _endpoint(url) != _endpoint(served):
         # the data directory's token goes to its own daemon only

@@ -153,7 +153,8 @@ class TableWriter:
     def _fit(self, cells: list[str], details: str) -> str:
         parts = []
         for column, cell in zip(self.columns, cells, strict=True):
-            fits = len(cell) <= column.width or column.whole
+            # no width to fit (--wide, or a pipe): every value whole, its row shifted instead
+            fits = len(cell) <= column.width or column.whole or self.width is None
             text = cell if fits else cell[: column.width - 1] + "…"
             parts.append(text.rjust(column.width) if column.right else text.ljust(column.width))
         line = (" " * GAP).join(parts) + " " * GAP + details
