@@ -917,3 +917,25 @@ def test_a_401s_source_names_what_the_data_directory_holds(tmp_path: Path) -> No
         (tmp_path / "address").write_text(f"{url}\n")
         found = credential_of(args)
         assert (found.token, found.source) == ("t" * 40, f"the token of {tmp_path / 'token'}")
+
+
+def test_a_client_command_finds_the_data_directorys_daemon(tmp_path: Path) -> None:
+    """After ``hostler serve --port 0``, ``hostler ps`` needs no ``--url`` (DATA_DIR/address);
+    budget, preview and events stay local unless told (a breaking helper's first hour)."""
+    import argparse
+
+    from hostler.address import DEFAULT_URL
+    from hostler.cli.client import daemon_url
+
+    args = argparse.Namespace(data_dir=tmp_path, url=None)
+    env = {k: v for k, v in os.environ.items() if k != "HOSTLER_URL"}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "environ", env)
+        assert daemon_url(args) == DEFAULT_URL  # no address file
+        (tmp_path / "address").write_text("http://127.0.0.1:40123\n")
+        assert daemon_url(args) == "http://127.0.0.1:40123"
+        assert daemon_url(args, default=None) is None  # a local command stays local
+        (tmp_path / "address").write_bytes(b"\xff not a url")
+        assert daemon_url(args) == DEFAULT_URL
+        env["HOSTLER_URL"] = "http://127.0.0.1:40999"
+        assert daemon_url(args) == "http://127.0.0.1:40999"

@@ -57,6 +57,11 @@ MAX_ANSWER = 64 * 2**20
 def daemon_url(args: argparse.Namespace, *, default: str | None = DEFAULT_URL) -> str | None:
     """The daemon a command talks to: ``--url``, else ``$HOSTLER_URL``, else ``default``.
 
+    A command that always talks to a daemon (``default`` given) asks, before ``default``, the
+    one the data directory's ``address`` file names (where its ``hostler serve`` said it
+    listens: ``--port 0`` then needs no ``--url``); a command that is local unless told
+    (``default`` None) stays local.
+
     Raises:
         SettingError: ``$HOSTLER_URL`` is set and is not a URL.
     """
@@ -69,7 +74,15 @@ def daemon_url(args: argparse.Namespace, *, default: str | None = DEFAULT_URL) -
             return check_url(value)
         except ValueError as exc:
             raise SettingError(f"{URL_VARIABLE}: {exc}") from None
-    return default
+    if default is None:
+        return None
+    folder: Path = getattr(args, "data_dir", None) or default_data_dir()
+    try:
+        with (folder / "address").open("rb") as file:
+            served = file.read(1024).decode("utf-8").strip()
+        return check_url(served)
+    except (OSError, UnicodeDecodeError, ValueError):  # none, or not one: the default
+        return default
 
 
 @dataclass(frozen=True, slots=True)

@@ -155,7 +155,8 @@ def add_client_options(
         "--url",
         type=url_argument,
         help=url_help
-        or f"where hostler serve listens (default ${URL_VARIABLE}, else {DEFAULT_URL})",
+        or f"where hostler serve listens (default ${URL_VARIABLE}, else where the data "
+        f"directory's serve said it listens, else {DEFAULT_URL})",
     )
     parser.add_argument(
         "--token",
