@@ -260,6 +260,12 @@ def token_verdict(seen: TokenSeen) -> Finding:
         return Finding("token", "ok", "auth = none: every route open to this machine's users")
     if seen.from_env:
         return Finding("token", "ok", "HOSTLER_TOKEN gives it")
+    if not seen.exists:  # a fresh data directory: nothing to fix, serve makes it
+        return Finding(
+            "token",
+            "absent",
+            f"{seen.path}: not made yet (the first `hostler serve` makes it, mode 0600)",
+        )
     problem = _token_problem(seen)
     if problem is not None:
         detail, fix = problem
@@ -270,8 +276,6 @@ def token_verdict(seen: TokenSeen) -> Finding:
 def _token_problem(seen: TokenSeen) -> tuple[str, str] | None:
     """What is wrong with the token file, and the fix (None: nothing)."""
     remake = f"delete {seen.path}; `hostler serve` makes a new one (mode 0600)"
-    if not seen.exists:
-        return "missing", "start `hostler serve` once: it makes it there (mode 0600) for clients"
     if seen.unreadable is not None:
         return f"cannot be read ({seen.unreadable})", f"chmod 600 {seen.path}"
     if not seen.valid:
