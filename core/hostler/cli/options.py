@@ -147,6 +147,17 @@ def url_argument(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def add_settings_options(parser: argparse.ArgumentParser, config_help: str) -> None:
+    """``--config`` and ``--data-dir``: the settings ``hostler serve`` / ``daemon`` would use."""
+    parser.add_argument("--config", type=path_argument, help=config_help)
+    parser.add_argument(
+        "--data-dir",
+        type=data_directory,
+        help="data directory (over the config's; default $HOSTLER_HOME, else "
+        "~/.local/share/hostler)",
+    )
+
+
 def add_client_options(
     parser: argparse.ArgumentParser, *, json_flag: bool = True, url_help: str | None = None
 ) -> None:

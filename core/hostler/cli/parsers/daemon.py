@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from hostler.address import DEFAULT_HOST, DEFAULT_PORT
-from hostler.cli.options import data_directory, host_argument, path_argument, port_number
+from hostler.cli.options import add_settings_options, host_argument, port_number
 from hostler.cli.parsers import later
 
 __all__ = ["add_parser", "add_serve_parser", "add_verbosity"]
@@ -17,14 +17,7 @@ def add_parser(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
         "daemon", help="keep the configured engines under supervision (until SIGTERM)"
     )
-    parser.add_argument(
-        "--config",
-        type=path_argument,
-        help="TOML config (see docs/daemon.md; else $HOSTLER_CONFIG)",
-    )
-    parser.add_argument(
-        "--data-dir", type=data_directory, help="data directory (overrides the config)"
-    )
+    add_settings_options(parser, "TOML config (see docs/daemon.md; else $HOSTLER_CONFIG)")
     add_verbosity(parser)
     parser.set_defaults(run=later("hostler.cli.daemon", "run"))
 
@@ -35,14 +28,10 @@ def add_serve_parser(sub: Any) -> None:
         "serve",
         help="run the daemon with its OpenAI-compatible HTTP face (docs/serve.md)",
     )
-    parser.add_argument(
-        "--config",
-        type=path_argument,
-        help="TOML config (docs/daemon.md; else $HOSTLER_CONFIG); without one, every *.gguf "
-        "in DATA_DIR/models ($HOSTLER_MODELS_DIR)",
-    )
-    parser.add_argument(
-        "--data-dir", type=data_directory, help="data directory (overrides the config)"
+    add_settings_options(
+        parser,
+        "TOML config (docs/daemon.md; else $HOSTLER_CONFIG); without one, the GGUF models "
+        "in DATA_DIR/models ($HOSTLER_MODELS_DIR), the Hugging Face cache, Ollama and LM Studio",
     )
     parser.add_argument(
         "--host",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from hostler.cli.options import data_directory, path_argument
+from hostler.cli.options import add_settings_options
 from hostler.cli.parsers import later
 
 __all__ = ["add_parser"]
@@ -17,14 +17,10 @@ def add_parser(sub: Any) -> None:
         "doctor",
         help="check engines, CPU, GPUs, data directory, token, port and models: OK or the fix",
     )
-    parser.add_argument(
-        "--config",
-        type=path_argument,
-        help="the TOML config hostler serve would use (else $HOSTLER_CONFIG, else the models "
-        "in DATA_DIR/models)",
-    )
-    parser.add_argument(
-        "--data-dir", type=data_directory, help="data directory (default: $HOSTLER_HOME...)"
+    add_settings_options(
+        parser,
+        "the TOML config hostler serve would use (else $HOSTLER_CONFIG, else the models it "
+        "would find)",
     )
     parser.add_argument("--json", action="store_true", help="print the checks as JSON")
     parser.set_defaults(run=later("hostler.cli.doctor", "run"))
