@@ -309,8 +309,13 @@ def test_an_engine_error_reaches_the_client_in_openai_shape(served: tuple[str, P
         "Error code: 400 - the engine for 'alpha' refused the request (400): "
     )
     assert "response_format type must be one of" in rejected.value.message
-    failed = httpx.post(  # llama-server answers a 500 for tools that are not a list
-        f"{base}/v1/chat/completions", json={"model": "alpha", "tools": "x", **ask}, timeout=60
+    # llama-server answers a 500 for an image to a model without a projector (tools that are
+    # not a list, its 500 before, are now refused by hostler before any engine loads)
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    failed = httpx.post(
+        f"{base}/v1/chat/completions",
+        json={**ask, "model": "alpha", "messages": [{"role": "user", "content": [image]}]},
+        timeout=60,
     )
     assert failed.status_code == 502
     error = failed.json()["error"]
