@@ -713,35 +713,38 @@ def test_hostler_url_points_budget_and_events_at_the_daemon(
 
 
 def test_the_token_comes_from_the_flag_then_hostler_token_then_the_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    daemon: Daemon, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import argparse
 
     from hostler.cli.client import token_of
     from hostler.errors import SettingError
 
-    (tmp_path / "token").write_text("f" * 40 + "\n")
-    args = argparse.Namespace(token=None, data_dir=tmp_path, url=None)
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "token").write_text(TOKEN + "\n")  # the token the daemon holds
+    port = daemon.url.rsplit(":", 1)[1]
+    args = argparse.Namespace(token=None, data_dir=folder, url=None)
     monkeypatch.delenv("HOSTLER_TOKEN", raising=False)
     monkeypatch.delenv("HOSTLER_URL", raising=False)
     assert token_of(args) is None  # no address file: whose token it is, is unknown
-    (tmp_path / "address").write_text("http://127.0.0.1:11435\n")
-    assert token_of(args) == "f" * 40  # the default URL is where this data dir's daemon is
-    elsewhere = argparse.Namespace(token=None, data_dir=tmp_path, url="http://127.0.0.2:11435")
+    (folder / "address").write_text(f"http://127.0.0.1:{port}\n")
+    assert token_of(args) == TOKEN  # the address file's URL, whose daemon holds the token
+    elsewhere = argparse.Namespace(token=None, data_dir=folder, url=f"http://127.0.0.2:{port}")
     assert token_of(elsewhere) is None  # the file's token never goes to another address
-    other_port = argparse.Namespace(token=None, data_dir=tmp_path, url="http://127.0.0.1:9")
+    other_port = argparse.Namespace(token=None, data_dir=folder, url="http://127.0.0.1:9")
     assert token_of(other_port) is None
-    same = argparse.Namespace(token=None, data_dir=tmp_path, url="http://localhost:11435/")
-    assert token_of(same) == "f" * 40
+    same = argparse.Namespace(token=None, data_dir=folder, url=f"http://localhost:{port}/")
+    assert token_of(same) == TOKEN
     monkeypatch.setenv("HOSTLER_TOKEN", "e" * 32)  # 32: the shortest token
     assert token_of(args) == "e" * 32
-    assert token_of(argparse.Namespace(token="x" * 40, data_dir=tmp_path, url=None)) == "x" * 40
+    assert token_of(argparse.Namespace(token="x" * 40, data_dir=folder, url=None)) == "x" * 40
     monkeypatch.setenv("HOSTLER_TOKEN", "e" * 31)
     with pytest.raises(SettingError) as refused:
         token_of(args)
     assert "e" * 31 not in refused.value.message  # a secret is never echoed
     monkeypatch.setenv("HOSTLER_TOKEN", "")  # empty counts as unset
-    assert token_of(args) == "f" * 40
+    assert token_of(args) == TOKEN
 
 
 _GARBAGE = {
@@ -914,9 +917,35 @@ def test_a_401s_source_names_what_the_data_directory_holds(tmp_path: Path) -> No
         assert credential_of(args).source == (
             f"no token: {tmp_path}'s daemon listens at http://127.0.0.1:12000"
         )
-        (tmp_path / "address").write_text(f"{url}\n")
-        found = credential_of(args)
-        assert (found.token, found.source) == ("t" * 40, f"the token of {tmp_path / 'token'}")
+        (tmp_path / "address").write_text(f"{url}\n")  # but nothing answers there
+        assert credential_of(args).token is None
+
+
+def test_a_stale_address_never_sends_the_token_to_another_daemon(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    """A data directory's address file left by a stopped daemon, whose port another daemon
+    (another data directory's) now holds: the token goes only where ``GET /health`` says it is
+    held (a breaking helper's d1 token reached d2's daemon)."""
+    import argparse
+
+    from hostler.cli.client import credential_of
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "address").write_text(f"{daemon.url}\n")
+    args = argparse.Namespace(data_dir=mine, token=None, url=None)
+    env = {k: v for k, v in os.environ.items() if k not in ("HOSTLER_TOKEN", "HOSTLER_URL")}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "environ", env)
+        (mine / "token").write_text("o" * 43)  # not the token this daemon holds
+        refused = credential_of(args)
+        assert refused.token is None
+        assert refused.source.startswith(
+            f"no token: the hostler serve at {daemon.url} does not hold {mine}'s token"
+        )
+        (mine / "token").write_text(TOKEN)  # its own daemon's
+        assert credential_of(args).token == TOKEN
 
 
 def test_a_client_command_finds_the_data_directorys_daemon(tmp_path: Path) -> None:

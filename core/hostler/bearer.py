@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-__all__ = ["valid_token"]
+import hashlib
+
+__all__ = ["token_id", "valid_token"]
+
+
+def token_id(token: str) -> str:
+    """A token's public name: 16 hex digits of its SHA-256.
+
+    ``GET /health`` says it, so that a client can tell, before it sends a data directory's
+    token, that the daemon already holds it (a stale address file may name another daemon's
+    port).
+    """
+    return hashlib.sha256(token.encode()).hexdigest()[:16]
 
 
 def valid_token(text: str) -> bool:

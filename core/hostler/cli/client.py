@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Concatenate, ParamSpec
 from urllib.parse import urlsplit
 
-from hostler.bearer import valid_token
+from hostler.bearer import token_id, valid_token
 from hostler.cli.options import (
     DEFAULT_URL,
     TOKEN_VARIABLE,
@@ -30,7 +30,7 @@ from hostler.cli.options import (
     check_url,
     url_argument,
 )
-from hostler.errors import DaemonRefusedError, DaemonUnreachableError, SettingError
+from hostler.errors import DaemonRefusedError, DaemonUnreachableError, HostlerError, SettingError
 from hostler.paths import default_data_dir
 
 __all__ = [
@@ -52,6 +52,8 @@ __all__ = [
 
 #: The most of an answer read into memory (the largest, ``hostler ps --json``'s, is far less).
 MAX_ANSWER = 64 * 2**20
+#: How long a client waits for `GET /health` before it sends a data directory's token.
+HOLDS_TIMEOUT = 5.0
 
 
 def daemon_url(args: argparse.Namespace, *, default: str | None = DEFAULT_URL) -> str | None:
@@ -145,7 +147,27 @@ def _file_credential(args: argparse.Namespace, folder: Path) -> Credential:
         return Credential(None, f"no token: {folder}'s daemon listens at {served[:200]}", folder)
     if not token:
         return Credential(None, f"no token: {folder / 'token'} is empty", folder)
+    if not _holds(url, token):  # a stale address: another daemon may listen there now
+        return Credential(
+            None,
+            f"no token: the hostler serve at {url[:200]} does not hold {folder}'s token (its "
+            "address file is left from a daemon that stopped, and another took the port); "
+            f"start {folder}'s, or give --url",
+            folder,
+        )
     return Credential(token, f"the token of {folder / 'token'}", folder)
+
+
+def _holds(url: str, token: str) -> bool:
+    """Whether the daemon at ``url`` says (``GET /health``) it holds ``token``.
+
+    False when nothing answers: the command's own request then says so.
+    """
+    try:
+        answer = call("GET", url.rstrip("/"), "/health", None, timeout=HOLDS_TIMEOUT)
+    except HostlerError:
+        return False
+    return isinstance(answer, dict) and answer.get("token_id") == token_id(token)
 
 
 def token_of(args: argparse.Namespace) -> str | None:

@@ -30,6 +30,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from hostler.bearer import token_id
 from hostler.drivers.tail import follow
 from hostler.runtime.facade import Runtime
 from hostler.serve.access import is_loopback
@@ -81,8 +82,10 @@ def make_app(
     def authorized(request: Request, *, changes_state: bool) -> Response | None:
         return guard.check(request, changes_state=changes_state)
 
+    held = {} if token is None else {"token_id": token_id(token)}
+
     async def health(_request: Request) -> Response:
-        return JsonAnswer({"status": "ok", "closed": runtime.status().closed})
+        return JsonAnswer({"status": "ok", "closed": runtime.status().closed, **held})
 
     async def list_models(request: Request) -> Response:
         if (denied := authorized(request, changes_state=False)) is not None:

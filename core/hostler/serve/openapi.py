@@ -303,7 +303,19 @@ def _paths() -> dict[str, _Schema]:
         "/health": {
             "get": _op(
                 "Liveness",
-                _json(_obj(["status", "closed"], status={"const": "ok"}, closed=_BOOL), "up"),
+                _json(
+                    _obj(
+                        ["status", "closed"],
+                        status={"const": "ok"},
+                        closed=_BOOL,
+                        token_id={
+                            "type": "string",
+                            "description": "16 hex digits of the token's SHA-256 (none without "
+                            "a token): a client checks it before it sends a data directory's token",
+                        },
+                    ),
+                    "up",
+                ),
                 tag="openai",
                 auth="never",
             )
