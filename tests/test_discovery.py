@@ -263,6 +263,19 @@ def test_the_two_ollama_models_of_one_blob_are_one_file(tmp_path: Path) -> None:
     ollama_store(store, "phi", "mini", GGUF, namespace="someone")
     walked = walk_places([("ollama", store)])
     assert [c.label for c in walked.candidates] == ["ollama-llama3.2-latest"]
+    # the other tag is said, not dropped silently (Ollama keeps NAME:latest and NAME:3b as one)
+    assert [r.reason for r in walked.refused] == [
+        "ollama-someone-phi-mini: the same file as ollama-llama3.2-latest, offered once as that"
+    ]
+
+
+def test_a_discovery_folder_that_is_missing_or_a_file_is_said(tmp_path: Path) -> None:
+    gguf(tmp_path / "model.gguf")
+    walked = walk_places([("config", tmp_path / "nowhere"), ("config", tmp_path / "model.gguf")])
+    assert [r.reason for r in walked.refused] == [
+        "a [discovery] folder that does not exist",
+        "a [discovery] folder that is not a folder",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -338,6 +351,18 @@ def test_a_walk_cut_short_keeps_what_it_did_not_reach(tmp_path: Path) -> None:
     )
     assert later.offer.offered == first.offer.offered
     assert [r.reason[:27] for r in later.refused] == ["over 100 entries looked at:"]
+    # a kept model's file deleted while the walk is still cut short: gone, not kept
+    (models / "top.gguf").unlink()
+    cut_again = survey(
+        [("models", models)],
+        before=later.offer.offered,
+        taken=(),
+        now=OLD + 7200,
+        settle=2.0,
+        max_entries=100,
+    )
+    assert [m.id for m in cut_again.offer.offered] == ["alpha"]
+    gguf(models / "top.gguf")
     (models / "sub" / "alpha.gguf").unlink()  # gone for real: a whole walk withdraws it
     whole = survey(
         [("models", models)], before=later.offer.offered, taken=(), now=OLD + 7200, settle=2.0

@@ -95,7 +95,7 @@ class _Walk:
     entries: int = 0
     cut: bool = False
     seen_dirs: set[tuple[int, int]] = field(default_factory=set)
-    seen_files: set[tuple[int, int]] = field(default_factory=set)
+    seen_files: dict[tuple[int, int], str] = field(default_factory=dict)  # file -> its label
 
     def files(
         self, root: Path, *, depth: int = 0, suffix: str = ".gguf", max_depth: int | None = None
@@ -171,9 +171,11 @@ class _Walk:
     def model(self, source: Source, path: Path, found: os.stat_result, label: str) -> None:
         """``path`` as a candidate when it is a GGUF not seen before, else refused."""
         identity = (found.st_dev, found.st_ino)
-        if identity in self.seen_files:
-            return  # a second link to a file already found here
-        self.seen_files.add(identity)
+        first = self.seen_files.get(identity)
+        if first is not None:  # a second link (or Ollama tag) to a file already found here
+            self.out.refuse(path, f"{label}: the same file as {first}, offered once as that")
+            return
+        self.seen_files[identity] = label
         problem = _not_gguf(path)
         if problem is not None:
             self.out.refuse(path, problem)
@@ -199,7 +201,8 @@ def walk_places(
     for source, root in places:
         if not root.is_dir():
             if source == "config":  # named on purpose: say why nothing comes of it
-                out.refuse(root, "a [discovery] folder that is not a folder (it does not exist)")
+                what = "is not a folder" if root.exists() else "does not exist"
+                out.refuse(root, f"a [discovery] folder that {what}")
             continue
         walk = _Walk(out, max_entries, max_depth)
         if source == "huggingface":
@@ -257,6 +260,7 @@ def survey(
             source == model.source and Path(model.path).is_relative_to(root)
             for source, root in walked.cut
         )
+        and Path(model.path).is_file()  # one stat each (at most MAX_OFFERED): gone is gone
     ]
     offer = plan_offer(
         [*walked.candidates, *unreached],
