@@ -245,6 +245,10 @@ def test_a_file_copied_in_while_serving_is_offered_and_one_removed_is_not(
             messages=[{"role": "user", "content": "hi"}],
             max_tokens=2,
         )
+    # a model no longer offered is not previewed, by id or by key: 404, never a crash
+    for name in ("lms-lmstudio-community-tiny-q8_0", "llamacpp:lms-lmstudio-community-tiny-q8_0:0"):
+        gone = httpx.get(f"{served.base}/api/preview/{name}", timeout=30)
+        assert gone.status_code == 404 and gone.json()["error"]["code"] == "model_not_found"
     # the changes are in the log, whose story the terminal told
     text = served.log.read_text()
     assert "offering second-model (models:" in text

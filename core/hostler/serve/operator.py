@@ -266,8 +266,13 @@ def operator_routes(runtime: Runtime, guard: Guard, models: Mapping[str, str]) -
     async def preview(request: Request) -> Response:
         # a model id offered (configured or found, loaded or not) means its first engine
         named = request.path_params["key"]
-        target = models.get(named) if isinstance(named, str) else None
-        price = await runtime.memory.preview(f"{target}:0" if target else _key(request))
+        target = models.get(named)
+        if target is None and ":" not in named:  # a model id, not offered
+            return unknown_model_response(named, models)
+        key = f"{target}:0" if target else _key(request)
+        if target is None and key.rsplit(":", 1)[0] not in models.values():
+            return unknown_model_response(key, models)  # a key whose model is not offered
+        price = await runtime.memory.preview(key)
         return JsonAnswer(
             {
                 "context_window": price.ctx_per_slot,
