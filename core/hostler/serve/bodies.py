@@ -186,9 +186,37 @@ def _whole(low: int) -> Callable[[object], bool]:
     return lambda value: type(value) is int and value >= low
 
 
+def _number_whole(low: int, high: int) -> Callable[[object], bool]:
+    """A JSON integer from ``low`` to ``high``."""
+    return lambda value: type(value) is int and low <= value <= high
+
+
+#: The largest token limit an engine takes (llama-server's: a C int).
+MAX_TOKENS_LIMIT = 2**31 - 1
+
+
 def _tokens_limit(value: object) -> bool:
-    """A token limit: at least 1, or -1 (llama.cpp's "until the context is full")."""
-    return type(value) is int and (value >= 1 or value == -1)
+    """A token limit: 1 to 2^31 - 1, or -1 (llama.cpp's "until the context is full")."""
+    return type(value) is int and (1 <= value <= MAX_TOKENS_LIMIT or value == -1)
+
+
+def _named_function(value: object) -> bool:
+    """``{"type": "function", "function": {"name": "..."}}`` (a tool, or a tool choice)."""
+    if not isinstance(value, dict) or value.get("type", "function") != "function":
+        return False
+    function = value.get("function")
+    name = function.get("name") if isinstance(function, dict) else None
+    return isinstance(name, str) and bool(name)
+
+
+def _response_format(value: object) -> bool:
+    """``{"type": "text" | "json_object" | "json_schema", ...}``."""
+    return isinstance(value, dict) and value.get("type") in ("text", "json_object", "json_schema")
+
+
+def _stream_options(value: object) -> bool:
+    """``{"include_usage": true | false}`` (other keys pass)."""
+    return isinstance(value, dict) and type(value.get("include_usage", False)) is bool
 
 
 def _stop(value: object) -> bool:
@@ -206,22 +234,34 @@ _TYPED: Final[dict[str, tuple[frozenset[str], Callable[[object], bool], str]]] =
     "top_p": (_SAMPLING, _number(0, 1), "a number from 0 to 1"),
     "frequency_penalty": (_SAMPLING, _number(-2, 2), "a number from -2 to 2"),
     "presence_penalty": (_SAMPLING, _number(-2, 2), "a number from -2 to 2"),
-    "max_tokens": (_SAMPLING, _tokens_limit, "a whole number of at least 1 (or -1: no limit)"),
+    "max_tokens": (
+        _SAMPLING,
+        _tokens_limit,
+        "a whole number from 1 to 2147483647 (or -1: no limit)",
+    ),
     "max_completion_tokens": (
         frozenset({CHAT}),
         _tokens_limit,
-        "a whole number of at least 1 (or -1: no limit)",
+        "a whole number from 1 to 2147483647 (or -1: no limit)",
     ),
     "seed": (_SAMPLING, lambda value: type(value) is int, "a whole number"),
     "stop": (_SAMPLING, _stop, "a string or a list of at most 4 strings"),
-    "top_logprobs": (frozenset({CHAT}), _whole(0), "a whole number from 0"),
+    "top_logprobs": (frozenset({CHAT}), _number_whole(0, 20), "a whole number from 0 to 20"),
     "tool_choice": (
         frozenset({CHAT}),
-        lambda value: value in ("none", "auto", "required") or isinstance(value, dict),
-        '"none", "auto", "required" or an object naming a function',
+        lambda value: value in ("none", "auto", "required") or _named_function(value),
+        '"none", "auto", "required" or {"type": "function", "function": {"name": ...}}',
     ),
-    "response_format": (frozenset({CHAT}), lambda value: isinstance(value, dict), "an object"),
-    "stream_options": (frozenset({CHAT, COMPLETIONS}), lambda v: isinstance(v, dict), "an object"),
+    "response_format": (
+        frozenset({CHAT}),
+        _response_format,
+        'an object whose "type" is "text", "json_object" or "json_schema"',
+    ),
+    "stream_options": (
+        frozenset({CHAT, COMPLETIONS}),
+        _stream_options,
+        'an object whose "include_usage" is true or false',
+    ),
     "dimensions": (frozenset({EMBEDDINGS}), _whole(1), "a whole number of at least 1"),
     "encoding_format": (
         frozenset({EMBEDDINGS}),
@@ -241,11 +281,19 @@ def _check_tools(tools: object) -> None:
         raise RequestBodyError(f"'tools' holds over {MAX_ITEMS} tools", "tools")
     for index, tool in enumerate(tools):
         at = f"tools[{index}]"
-        function = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        if not isinstance(tool, dict) or tool.get("type") != "function":
             raise RequestBodyError(
-                f"'{at}' must be an object with a 'function' that has a 'name', not {_kind(tool)}",
+                f"'{at}' must be an object of \"type\": \"function\" with a 'function' that "
+                f"has a 'name', not {_kind(tool)}",
                 at,
+            )
+        if not _named_function(tool):
+            raise RequestBodyError(f"'{at}.function.name' must be a non-empty string", at)
+        parameters = tool["function"].get("parameters")
+        if parameters is not None and not isinstance(parameters, dict):
+            raise RequestBodyError(
+                f"'{at}.function.parameters' must be a JSON Schema object, not {_kind(parameters)}",
+                f"{at}.function.parameters",
             )
 
 
