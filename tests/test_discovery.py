@@ -539,3 +539,21 @@ def test_no_discovery_offers_the_configured_models_only(tmp_path: Path) -> None:
             assert offered_events(store) == []
 
     anyio.run(main)
+
+
+def test_the_no_models_hint_names_every_place_searched_and_whether_again() -> None:
+    """A breaking helper: the hint named DATA_DIR/models only, promised a rescan that
+    rescan_seconds = 0 turns off, and told a config's user to give a config."""
+    from hostler.config import DiscoverySettings
+    from hostler.daemon_parts.http_face import no_models_hint
+
+    places = (("models", Path("/d/models")), ("huggingface", Path("/h/hub")))
+    assert no_models_hint(DiscoverySettings(places=places)) == (
+        "no models to serve yet: put a .gguf model in one of these (searched again every 5 s): "
+        "models: /d/models; huggingface: /h/hub"
+    )
+    assert no_models_hint(DiscoverySettings(places=places[:1], rescan_seconds=0)) == (
+        "no models to serve yet: put a .gguf model in one of these (searched at start only "
+        "(rescan_seconds = 0): restart after adding one): models: /d/models"
+    )
+    assert no_models_hint(None).startswith("no models to serve: the config names none")

@@ -513,3 +513,19 @@ def test_models_keep_the_ids_the_daemons_log_gave_them(tmp_path: Path) -> None:
         "ok",
         f"2 in {first.resolve().parent}, {second.resolve().parent}: alpha, legacy",
     )
+
+
+def test_every_file_found_but_not_offered_is_named_with_why() -> None:
+    """A breaking helper: three files refused, one named."""
+    where = Path("/d/models")
+    refused = [
+        ("/d/models/zero.gguf", "not a GGUF file (it does not start with 'GGUF')"),
+        ("/d/models/mmproj-x.gguf", "a multimodal projector (mmproj), not a model: not offered"),
+        ("/d/models/m-00001-of-00002.gguf", "split GGUF 'm': incomplete set, missing part(s) 2"),
+    ]
+    assert models_verdict([], [], where, configured=False, refused=refused).detail == (
+        "no models in /d/models: 3 found but not offered (/d/models/zero.gguf: not a GGUF file "
+        "(it does not start with 'GGUF'); /d/models/mmproj-x.gguf: a multimodal projector "
+        "(mmproj), not a model: not offered; /d/models/m-00001-of-00002.gguf: split GGUF 'm': "
+        "incomplete set, missing part(s) 2)"
+    )

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import anyio
 from starlette.applications import Starlette
 
-from hostler.config import DaemonConfig
+from hostler.config import DaemonConfig, DiscoverySettings
 from hostler.daemon_parts.catalog import Catalog
 from hostler.drivers.offloop import OffLoop
 from hostler.errors import UsageError
@@ -18,7 +18,14 @@ from hostler.runtime.facade import Runtime
 from hostler.serve.app import make_app
 from hostler.serve.server import ADDRESS_FILE, HttpServer, is_loopback, load_token
 
-__all__ = ["HttpFace", "check_listen", "http_face", "http_token", "serve_http"]
+__all__ = [
+    "HttpFace",
+    "check_listen",
+    "http_face",
+    "http_token",
+    "no_models_hint",
+    "serve_http",
+]
 
 log = logging.getLogger("hostler.daemon")  # the daemon's records keep its logger's name
 
@@ -104,20 +111,22 @@ async def serve_http(
         len(models),
         face.where,
     )
-    folders = [
-        str(folder)
-        for source, folder in (config.discovery.places if config.discovery else ())
-        if source in ("models", "config")
-    ]
-    if not models and folders:
-        log.warning(
-            "hostler: no models to serve yet: put *.gguf files in %s (looked for again while "
-            "serving), or give --config FILE with [[models]] (docs/daemon.md)",
-            " or ".join(folders),
-        )
-    elif not models:
-        log.warning(
-            "hostler: no models to serve: the config names none and searches no folder; add "
-            "[[models]] or [discovery] folders to it (docs/daemon.md)"
-        )
+    if not models:
+        log.warning("hostler: %s", no_models_hint(config.discovery))
     return server
+
+
+def no_models_hint(discovery: DiscoverySettings | None) -> str:
+    """What to do when nothing is offered: the places searched, and whether again."""
+    if discovery is None or not discovery.places:
+        return (
+            "no models to serve: the config names none and searches no folder; add [[models]] "
+            "or a [discovery] table to it (docs/daemon.md)"
+        )
+    searched = "; ".join(f"{source}: {folder}" for source, folder in discovery.places)
+    again = (
+        f"searched again every {discovery.rescan_seconds:g} s"
+        if discovery.rescan_seconds
+        else "searched at start only (rescan_seconds = 0): restart after adding one"
+    )
+    return f"no models to serve yet: put a .gguf model in one of these ({again}): {searched}"

@@ -364,11 +364,13 @@ def models_verdict(
                 "add a [[models]] table to the config (docs/daemon.md)",
             )
         if refused:
-            path, reason = refused[0]
+            shown = "; ".join(f"{path}: {reason}" for path, reason in refused[:_NAMED_MODELS])
+            more = len(refused) - _NAMED_MODELS
             return Finding(
                 "models",
                 "fail",
-                f"no models in {where}: {len(refused)} found but not offered ({path}: {reason})",
+                f"no models in {where}: {len(refused)} found but not offered ({shown}"
+                f"{f'; and {more} more' if more > 0 else ''})",
                 f"put a .gguf model into {where} (or set HOSTLER_MODELS_DIR, or give --config "
                 "FILE)",
             )
