@@ -547,7 +547,10 @@ def test_the_no_models_hint_names_every_place_searched_and_whether_again() -> No
     from hostler.config import DiscoverySettings
     from hostler.daemon_parts.http_face import no_models_hint
 
-    places = (("models", Path("/d/models")), ("huggingface", Path("/h/hub")))
+    places: tuple[tuple[Source, Path], ...] = (
+        ("models", Path("/d/models")),
+        ("huggingface", Path("/h/hub")),
+    )
     assert no_models_hint(DiscoverySettings(places=places)) == (
         "no models to serve yet: put a .gguf model in one of these (searched again every 5 s): "
         "models: /d/models; huggingface: /h/hub"
