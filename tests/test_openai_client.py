@@ -302,13 +302,13 @@ def test_an_engine_error_reaches_the_client_in_openai_shape(served: tuple[str, P
             model="alpha",
             messages=[{"role": "user", "content": "hi"}],
             max_tokens=2,
-            extra_body={"response_format": {"type": "bogus"}},
+            extra_body={"grammar": "root ::= ("},  # its extension: hostler passes it unchecked
         )
     assert rejected.value.code == "engine-rejected"
     assert rejected.value.message.startswith(
         "Error code: 400 - the engine for 'alpha' refused the request (400): "
     )
-    assert "response_format type must be one of" in rejected.value.message
+    assert "failed to parse grammar" in rejected.value.message
     # llama-server answers a 500 for an image to a model without a projector (tools that are
     # not a list, its 500 before, are now refused by hostler before any engine loads)
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}

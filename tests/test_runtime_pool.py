@@ -156,7 +156,8 @@ async def test_an_operator_drain_keeps_its_bound(world: World) -> None:
             assert "did not drain within 0.4 s" in report.failed[A]
             assert pool.resident(A)
         ended = world.pool_events("pool.drain_ended")
-        assert [e["outcome"] for e in ended] == ["busy"] and ended[0]["waited"] > 0.4
+        # past the bound (decided on the exact figure; recorded to the millisecond, 0.4003 → 0.4)
+        assert [e["outcome"] for e in ended] == ["busy"] and ended[0]["waited"] >= 0.4
         assert world.stops(A) == []  # it stays, reservation and all
 
 
