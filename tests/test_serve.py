@@ -343,6 +343,19 @@ def test_a_log_that_cannot_record_is_a_503_to_retry_never_a_bug() -> None:
         assert (answer.status, answer.code, answer.retry_after) == (503, "store-unavailable", 10)
 
 
+def test_a_log_corrupted_while_serving_is_a_503_never_an_internal_500() -> None:
+    """Issue 22: every start after the log was damaged answered 500 ``internal``."""
+    from hostler.errors import StoreCorruptError, StoreDamagedRowError, StoreLockedError
+    from hostler.serve.errors import http_error_for
+
+    for error in (StoreCorruptError("malformed"), StoreDamagedRowError("row 7")):
+        answer = http_error_for(error)
+        # waiting does not mend it: no Retry-After; the message names the log and the fix
+        assert (answer.status, answer.code, answer.retry_after) == (503, "store-unavailable", None)
+    answer = http_error_for(StoreLockedError("owned by another daemon"))
+    assert (answer.status, answer.code, answer.retry_after) == (503, "store-unavailable", 1)
+
+
 async def test_the_event_stream_sends_each_page_of_the_log_as_one_write(face: Face) -> None:
     """Issue 21: after ``hostler events --limit 1`` left, asyncio logged ``socket.send() raised
     exception.`` 204 times: the tail wrote event by event, with no pause in between for the
