@@ -163,9 +163,15 @@ async def test_state_changing_routes_need_the_token(
         "/api/engines/llamacpp:alpha:0/unload", headers={"authorization": "Bearer nope"}
     )
     assert wrong.status_code == 401
+    for spelled in (f"bearer {TOKEN}x", f"Basic {TOKEN}", f"Bearer{TOKEN}", TOKEN):
+        near = await client.post(
+            "/api/engines/llamacpp:alpha:0/unload", headers={"authorization": spelled}
+        )
+        assert near.status_code == 401, spelled
     assert runtime.pool.resident("llamacpp:alpha:0")
+    # the scheme is case-insensitive (RFC 9110 11.1): issue 22 found "bearer" refused
     done = await client.post(
-        "/api/engines/llamacpp:alpha:0/unload", headers={"authorization": f"Bearer {TOKEN}"}
+        "/api/engines/llamacpp:alpha:0/unload", headers={"authorization": f"bearer  {TOKEN}"}
     )
     assert done.status_code == 200 and done.json() == {"key": "llamacpp:alpha:0", "unloaded": True}
     engines = (await client.get("/api/engines")).json()
