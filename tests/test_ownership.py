@@ -387,3 +387,50 @@ def test_an_owner_string_carries_its_ticks_and_an_old_one_still_reads() -> None:
     assert OwnerIdentity.parse("with:colons:12:1.5+2.25:boot") == OwnerIdentity(
         12, 1.5, "boot", "with:colons", since_boot=2.25
     )
+
+
+def test_a_reused_pid_that_leads_a_group_of_its_own_keeps_nothing_alive() -> None:
+    """Issue 22: the engine and its daemon were SIGKILLed, then an unrelated ``setsid sleep``
+    got the engine's pid: the reservation stayed live (the group test saw a group of that id)
+    until the sleep exited, and another daemon was refused room with no engine anywhere."""
+    stranger = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"],
+        stdin=subprocess.PIPE,
+        start_new_session=True,  # a group (and session) of its own, led by the reused pid
+    )
+    try:
+        assert os.getpgid(stranger.pid) == stranger.pid
+        started = _create_time(stranger.pid)
+        assert not engine_alive(Held(KEY, GIB, "a", pid=stranger.pid, create_time=started - 50))
+        assert engine_alive(Held(KEY, GIB, "a", pid=stranger.pid, create_time=started))
+    finally:
+        stranger.kill()
+        stranger.wait()
+        assert stranger.stdin is not None
+        stranger.stdin.close()
+
+
+def test_an_engine_group_whose_leader_died_is_alive_while_a_member_runs() -> None:
+    """The leader crashed while a child still holds memory: the group (whose id no process can
+    take while it has a member) keeps the reservation."""
+    leader = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys; "
+            "child = subprocess.Popen([sys.executable, '-c', 'import signal; signal.pause()'], "
+            "stdout=subprocess.DEVNULL); print(child.pid, flush=True)",
+        ],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert leader.stdout is not None
+    with leader.stdout:
+        child = int(leader.stdout.readline())
+    started = _create_time(leader.pid)
+    assert leader.wait() == 0  # the leader is gone (its exit, waited for), its child is not
+    try:
+        assert os.getpgid(child) == leader.pid
+        assert engine_alive(Held(KEY, GIB, "a", pid=leader.pid, create_time=started))
+    finally:
+        os.killpg(leader.pid, signal.SIGKILL)

@@ -163,9 +163,15 @@ async def test_state_changing_routes_need_the_token(
         "/api/engines/llamacpp:alpha:0/unload", headers={"authorization": "Bearer nope"}
     )
     assert wrong.status_code == 401
+    for spelled in (f"bearer {TOKEN}x", f"Basic {TOKEN}", f"Bearer{TOKEN}", TOKEN):
+        near = await client.post(
+            "/api/engines/llamacpp:alpha:0/unload", headers={"authorization": spelled}
+        )
+        assert near.status_code == 401, spelled
     assert runtime.pool.resident("llamacpp:alpha:0")
+    # the scheme is case-insensitive (RFC 9110 11.1): issue 22 found "bearer" refused
     done = await client.post(
-        "/api/engines/llamacpp:alpha:0/unload", headers={"authorization": f"Bearer {TOKEN}"}
+        "/api/engines/llamacpp:alpha:0/unload", headers={"authorization": f"bearer  {TOKEN}"}
     )
     assert done.status_code == 200 and done.json() == {"key": "llamacpp:alpha:0", "unloaded": True}
     engines = (await client.get("/api/engines")).json()
@@ -341,6 +347,19 @@ def test_a_log_that_cannot_record_is_a_503_to_retry_never_a_bug() -> None:
     for error in (StoreError("'start' not done: the disk is full"), StoreFullError("full")):
         answer = http_error_for(error)
         assert (answer.status, answer.code, answer.retry_after) == (503, "store-unavailable", 10)
+
+
+def test_a_log_corrupted_while_serving_is_a_503_never_an_internal_500() -> None:
+    """Issue 22: every start after the log was damaged answered 500 ``internal``."""
+    from hostler.errors import StoreCorruptError, StoreDamagedRowError, StoreLockedError
+    from hostler.serve.errors import http_error_for
+
+    for error in (StoreCorruptError("malformed"), StoreDamagedRowError("row 7")):
+        answer = http_error_for(error)
+        # waiting does not mend it: no Retry-After; the message names the log and the fix
+        assert (answer.status, answer.code, answer.retry_after) == (503, "store-unavailable", None)
+    answer = http_error_for(StoreLockedError("owned by another daemon"))
+    assert (answer.status, answer.code, answer.retry_after) == (503, "store-unavailable", 1)
 
 
 async def test_the_event_stream_sends_each_page_of_the_log_as_one_write(face: Face) -> None:

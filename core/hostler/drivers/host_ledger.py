@@ -270,6 +270,24 @@ def _same_process(
         return True
 
 
+def _leader(pid: int, create_time: float) -> str:
+    """Who has ``pid`` now: ``same``, ``other`` (the pid was reused) or ``none``.
+
+    ``same``: the process that started at ``create_time`` (within 50 ms); ``none``: nobody,
+    or a zombie.
+    """
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return "none"
+        same = same_start(process, wall=create_time, since_boot=None, tolerance=0.05)
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return "none"
+    except psutil.AccessDenied:
+        return "same"  # another user's process with this pid: not ours to judge, kept
+    return "same" if same else "other"
+
+
 def engine_alive(held: Held) -> bool:
     """Whether the engine process a reservation pays for still runs (OW2).
 
@@ -278,12 +296,15 @@ def engine_alive(held: Held) -> bool:
     no process at all (written before OW2) pays for nothing we can find.
     """
     if held.pid is not None and held.create_time is not None:
-        # the leader, or any process left in its group (an engine's group outlives a leader
-        # that crashed while children hold memory; the kernel reuses no pid that names a group;
-        # ``ledger.bound`` records no ticks, so after a clock step it is the group that tells)
-        return _same_process(held.pid, held.create_time, None, tolerance=0.05) or group_alive(
-            held.pid
-        )
+        # The leader, or what is left of its group: an engine's group outlives a leader that
+        # crashed while children hold memory, and the kernel gives no process a pid that still
+        # names a group. So a process that has the pid now with another start proves the
+        # engine's group gone (the pid was free to reuse), whatever group it leads; without
+        # one, a group of that id is the engine's leftovers.
+        leader = _leader(held.pid, held.create_time)
+        if leader != "none":
+            return leader == "same"
+        return group_alive(held.pid)
     if held.token:
         return _token_running(held.token)
     return False

@@ -45,8 +45,13 @@ class Guard:
         """None when allowed, else the 401 answer."""
         if self.open_routes or not (changes_state or self.public):
             return None
-        given = request.headers.get("authorization", "")
-        if self.token and secrets.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        # the scheme is case-insensitive (RFC 9110 11.1); the token is compared whole
+        if (
+            self.token
+            and scheme.lower() == "bearer"
+            and secrets.compare_digest(given.strip(" ").encode(), self.token.encode())
+        ):
             return None
         return error_response(
             401,
