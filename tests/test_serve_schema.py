@@ -427,6 +427,15 @@ def test_the_routers_own_refusals_are_openai_errors(client: httpx.Client) -> Non
         "code": "method-not-allowed",
         "param": None,
     }
+    # a path served by two routes (GET and PUT /api/budget) names every method it takes
+    # (issue 22: OPTIONS listed GET and HEAD only)
+    for path, methods in (
+        ("/api/budget", {"GET", "HEAD", "PUT"}),
+        ("/api/leases", {"GET", "HEAD", "POST"}),
+    ):
+        asked = client.options(path)
+        assert asked.status_code == 405
+        assert set(asked.headers["allow"].split(", ")) == methods, path
 
 
 class Broken(SimpleNamespace):

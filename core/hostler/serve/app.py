@@ -27,7 +27,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hostler.bearer import token_id
@@ -288,7 +288,22 @@ async def _http_error(request: Request, exc: Exception) -> Response:
             exc.status_code, "invalid_request_error", "invalid-request", str(exc.detail)[:300]
         )
     answer.headers.update(exc.headers or {})
+    if exc.status_code == 405:  # every route of this path, not the first one's methods alone
+        answer.headers["allow"] = ", ".join(sorted(_methods_of(request)))
     return answer
+
+
+def _methods_of(request: Request) -> set[str]:
+    """The methods the app's routes take for the request's path (a path may have several)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if (
+            isinstance(route, Route)
+            and route.methods
+            and route.matches(request.scope)[0] != (Match.NONE)
+        ):
+            methods |= route.methods
+    return methods
 
 
 class _OneLine:
