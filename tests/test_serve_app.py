@@ -330,3 +330,40 @@ async def test_a_request_that_needs_room_keeps_its_place_past_the_drain_bound(
             ("slow:b:0", "evicted"),
         ]
         assert drains[0].waited >= 1.0
+
+
+@pytest.mark.anyio
+async def test_past_its_connection_limit_a_request_is_answered_503_at_once() -> None:
+    """Issue 22: 1,000 idle connections were all kept, with no limit. Past the limit (1,024 by
+    default; 3 here) a request is refused at once, and served again once connections close."""
+    import socket
+
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    async def hello(_request: object) -> PlainTextResponse:
+        return PlainTextResponse("hi")
+
+    app = Starlette(routes=[Route("/", hello)])
+    async with anyio.create_task_group() as tg:
+        server = HttpServer(app, "127.0.0.1", 0, max_connections=3)
+        tg.start_soon(server.serve)
+        await server.started.wait()
+        idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(3)]
+        try:
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as client:
+                refused = await client.get("/")
+                assert refused.status_code == 503
+        finally:
+            for sock in idle:
+                sock.close()
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as client:
+            answer = await client.get("/")
+            for _ in range(100):  # the server notices the closed connections as they arrive
+                answer = await client.get("/")
+                if answer.status_code == 200:
+                    break
+                await anyio.sleep(0.05)
+            assert (answer.status_code, answer.text) == (200, "hi")
+        server.stop()

@@ -84,6 +84,14 @@ def bind_listener(host: str, port: int) -> socket.socket:
     return sock
 
 
+#: The most connections (or requests in flight) served at once; past it a request is a 503.
+MAX_CONNECTIONS = 1024
+#: Seconds an idle keep-alive connection stays open after its last answer.
+KEEP_ALIVE = 5
+#: The largest request head (request line and headers) read, in bytes; past it a 400.
+MAX_HEADER_BYTES = 64 * 1024
+
+
 class _Embedded(uvicorn.Server):
     """uvicorn without its own signal handlers: the daemon decides when it stops."""
 
@@ -100,7 +108,13 @@ class HttpServer:
     """
 
     def __init__(
-        self, app: ASGIApp, host: str, port: int, *, sock: socket.socket | None = None
+        self,
+        app: ASGIApp,
+        host: str,
+        port: int,
+        *,
+        sock: socket.socket | None = None,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self.host = host
         self.port = port
@@ -113,6 +127,11 @@ class HttpServer:
             lifespan="on",
             access_log=False,
             timeout_graceful_shutdown=5,
+            # past this many connections open (or requests in flight), a request is answered
+            # 503 at once: a flood of idle connections cannot take every file descriptor
+            limit_concurrency=max_connections,
+            timeout_keep_alive=KEEP_ALIVE,
+            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
         )
         self._server = _Embedded(config)
         self.started = anyio.Event()
