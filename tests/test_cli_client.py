@@ -236,6 +236,12 @@ def test_load_steps_are_those_of_the_model_only() -> None:
     spawned = event("engine.spawned", "engine/llamacpp:gamma:0", pid=42, port=9)
     assert step_line(spawned, "gamma") == "spawned llamacpp:gamma:0: pid 42, port 9"
     assert step_line(spawned, "gam") is None
+    # a crash by a signal says the signal (a breaking helper saw "exit None" for SIGABRT)
+    aborted = event("engine.crashed", "engine/llamacpp:gamma:0", exit_code=None, signal=6)
+    assert step_line(aborted, "gamma") == (
+        "crashed llamacpp:gamma:0 (killed by signal 6 (SIGABRT); no panic line recognised in "
+        "its output; never became ready)"
+    )
     assert step_line(event("engine.ready", "engine/llamacpp:gamma:0"), "gamma") == (
         "ready llamacpp:gamma:0"
     )

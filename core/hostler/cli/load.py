@@ -58,8 +58,20 @@ _ENGINE_STEPS: dict[str, Callable[[str, Mapping[str, Any]], str]] = {
     "engine.spawned": lambda key, p: f"spawned {key}: pid {p.get('pid')}, port {p.get('port')}",
     "engine.ready": lambda key, _p: f"ready {key}",
     "engine.failed": lambda key, p: f"failed {key}: {p.get('error')}",
-    "engine.crashed": lambda key, p: f"crashed {key} (exit {p.get('exit_code')})",
+    "engine.crashed": lambda key, p: f"crashed {key} ({_crash_how(p)})",
 }
+
+
+def _crash_how(payload: Mapping[str, Any]) -> str:
+    """How the engine ended, as the daemon's story says it (exit status or signal)."""
+    from hostler.postmortem.explain_wording import crash_how  # noqa: PLC0415 - on a crash only
+
+    def whole(name: str) -> int | None:
+        value = payload.get(name)
+        return value if type(value) is int else None
+
+    ready = bool(payload.get("reached_ready"))
+    return crash_how(whole("exit_code"), whole("signal"), None, None, None, reached_ready=ready)
 
 
 def step_line(event: Mapping[str, Any], model: str) -> str | None:
