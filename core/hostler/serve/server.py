@@ -86,8 +86,11 @@ def bind_listener(host: str, port: int) -> socket.socket:
 
 #: The most connections (or requests in flight) served at once; past it a request is a 503.
 MAX_CONNECTIONS = 1024
-#: Seconds an idle keep-alive connection stays open after its last answer.
-KEEP_ALIVE = 5
+#: Seconds an idle keep-alive connection stays open after its last answer: longer than the
+#: clients' own pools keep one (httpx, and so the openai client: 5 s), so that the client
+#: drops it first — with equal times a request sent as the server closes the connection got
+#: "Server disconnected without sending a response" (seen by the suite).
+KEEP_ALIVE = 75
 #: The largest request head (request line and headers) read, in bytes; past it a 400.
 MAX_HEADER_BYTES = 64 * 1024
 
