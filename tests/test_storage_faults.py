@@ -353,3 +353,19 @@ def test_a_damaged_page_start_up_would_not_read_is_found_at_start(tmp_path: Path
         open_owned_log(DaemonConfig(data_dir=data))
     assert refused.value.message.startswith(f"{log}: damaged pages (*** in database main *** ")
     assert refused.value.message.endswith("; no engine of this data directory is running")
+
+
+def test_a_decision_a_locked_log_refused_is_told_as_a_busy_log() -> None:
+    """Issue 22: a held lock was answered ``Retry-After: 10`` (a plain store error) though the
+    docs say 1 s for a busy log: the refusal now keeps the kind of the failure."""
+    from hostler.drivers.loghealth import LogHealth
+    from hostler.errors import StoreBusyError, StoreError, StoreFullError
+    from hostler.serve.errors import http_error_for
+
+    health = LogHealth("events.db")
+    health.failed(StoreBusyError("events.db: locked"), 1.0, pending=1)
+    busy = health.refusal("'start' not done")
+    assert type(busy) is StoreBusyError and http_error_for(busy).retry_after == 1
+    health.failed(StoreFullError("events.db: full"), 2.0, pending=1)
+    assert type(health.refusal("'start' not done")) is StoreFullError
+    assert type(LogHealth("events.db").refusal("x")) is StoreError  # no failure known
