@@ -96,6 +96,18 @@ BAD = [
         "daemon.ledger",
         "no home directory known for '~hostler-no-such-user' (got '~hostler-no-such-user/l.db')",
     ),
+    # issue 22: a URL where a path is meant wrote a SQLite file in folders named after it
+    (
+        '[daemon]\nledger = "postgresql+psycopg://postgres@127.0.0.1:5544/hostler"\n',
+        "daemon.ledger",
+        "a file path, not a URL (postgresql+psycopg://...): this setting names a file or folder "
+        "of this host (the memory ledger is per host: a file)",
+    ),
+    (
+        '[[models]]\nid = "m"\npath = "https://huggingface.co/x/m.gguf"\n',
+        "models[0].path",
+        "a file path, not a URL (https://...)",
+    ),
 ]
 
 

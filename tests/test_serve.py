@@ -406,3 +406,45 @@ async def test_the_event_stream_sends_each_page_of_the_log_as_one_write(face: Fa
     assert page.count("event: daemon.stopped\n") == 40
     assert page.startswith(f"id: {after + 1}\nevent: daemon.stopped\ndata: ")
     assert len(bodies) == 2 or bodies[2:] == [b""]  # the stream ended with its client
+
+
+async def test_the_event_stream_ends_when_the_daemon_stops_taking_work(face: Face) -> None:
+    """Issue 22: ``hostler serve`` took 5.6 s to exit after SIGTERM with one ``GET /api/events``
+    client open (the server's 5 s grace for a stream that never ended). The tail ends once the
+    runtime stops taking work, after what it had to send."""
+    runtime = hostler.Runtime(face.store, face.build, ledger=face.ledger)
+    bodies: list[bytes] = []
+    ended = anyio.Event()
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            bodies.append(message["body"])
+            if not message.get("more_body", False):
+                ended.set()
+
+    async def receive() -> dict[str, Any]:
+        await anyio.sleep_forever()  # the client stays
+        raise AssertionError
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/api/events",
+        "raw_path": b"/api/events",
+        "query_string": f"after={face.store.last_seq()}".encode(),
+        "headers": [(b"host", b"127.0.0.1")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 2),
+    }
+    async with runtime, anyio.create_task_group() as tasks:
+        tasks.start_soon(make_app(runtime, MODELS, token=TOKEN), scope, receive, send)
+        await anyio.wait_all_tasks_blocked()
+        assert not ended.is_set()
+        runtime.stop_taking_work()
+        with anyio.fail_after(10):  # a few tail polls, not the server's grace
+            await ended.wait()
+        tasks.cancel_scope.cancel()
+    assert bodies[0] == b": hostler event stream\n\n"

@@ -323,3 +323,49 @@ def test_a_log_that_turns_corrupt_stops_new_work_but_keeps_watching(tmp_path: Pa
     health.wrote(2.0)
     assert health.ok
     assert health.corrupt is not None  # a write that went through does not undo corruption
+
+
+def test_a_damaged_page_start_up_would_not_read_is_found_at_start(tmp_path: Path) -> None:
+    """Issue 22: a page damaged in the middle of the log went unnoticed at start (the rows
+    start-up reads were whole) while ``PRAGMA integrity_check`` reported it; the daemon then
+    met it mid-run. Start-up now checks every page (SQLite's quick_check) and refuses."""
+    from hostler.config import DaemonConfig
+    from hostler.daemon_parts.ownership import open_owned_log
+    from hostler.errors import StoreCorruptError
+    from hostler.events.daemon import DaemonStopped
+
+    data = tmp_path / "data"
+    data.mkdir()
+    log = data / "events.db"
+    with EventStore.open(log, owner=True) as store:
+        for stream in range(40):
+            events = [DaemonStopped(at=float(n), pid=n) for n in range(100)]
+            store.append(f"test/{stream}", events, expected_version=None)
+    size = log.stat().st_size
+    with log.open("r+b") as file:  # a stretch of one page in the middle, as a bad sector would
+        file.seek(size // 2 - (size // 2) % 4096 + 100)
+        file.write(b"\xff" * 200)
+    with EventStore.open(log) as store:
+        assert store.last_seq() == 4000  # what a start reads is whole
+        with pytest.raises(StoreCorruptError):
+            store.check_integrity()
+    with pytest.raises(StoreCorruptError) as refused:
+        open_owned_log(DaemonConfig(data_dir=data))
+    assert refused.value.message.startswith(f"{log}: damaged pages (*** in database main *** ")
+    assert refused.value.message.endswith("; no engine of this data directory is running")
+
+
+def test_a_decision_a_locked_log_refused_is_told_as_a_busy_log() -> None:
+    """Issue 22: a held lock was answered ``Retry-After: 10`` (a plain store error) though the
+    docs say 1 s for a busy log: the refusal now keeps the kind of the failure."""
+    from hostler.drivers.loghealth import LogHealth
+    from hostler.errors import StoreBusyError, StoreError, StoreFullError
+    from hostler.serve.errors import http_error_for
+
+    health = LogHealth("events.db")
+    health.failed(StoreBusyError("events.db: locked"), 1.0, pending=1)
+    busy = health.refusal("'start' not done")
+    assert type(busy) is StoreBusyError and http_error_for(busy).retry_after == 1
+    health.failed(StoreFullError("events.db: full"), 2.0, pending=1)
+    assert type(health.refusal("'start' not done")) is StoreFullError
+    assert type(LogHealth("events.db").refusal("x")) is StoreError  # no failure known

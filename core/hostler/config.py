@@ -13,6 +13,7 @@ import dataclasses
 import difflib
 import math
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -94,10 +95,23 @@ def _rescan_pace(value: float) -> float:
 
 
 def _no_nul(value: str) -> str:
-    """A path the operating system can take: no NUL character (TOML can write one)."""
+    """A path the operating system can take: no NUL character (TOML can write one), no URL.
+
+    A URL where a path is meant (``ledger = "postgresql+psycopg://..."``) was once taken as a
+    relative path, and a SQLite file was written in folders named after it.
+    """
     if "\0" in value:
         raise ValueError("a path cannot hold a NUL character")
+    if _URL.match(value):
+        raise ValueError(
+            f"a file path, not a URL ({value.split('://', 1)[0]}://...): this setting names a "
+            "file or folder of this host (the memory ledger is per host: a file)"
+        )
     return value
+
+
+#: What starts a URL (``scheme://``), not a path.
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def _as_used(value: str, info: ValidationInfo) -> str:

@@ -31,7 +31,7 @@ def open_owned_log(config: DaemonConfig) -> EventStore:
     """The data directory's log, owned; a corrupt one names the engines it leaves (SF3)."""
     path = config.data_dir / "events.db"
     try:
-        return EventStore.open(
+        store = EventStore.open(
             path,
             owner=True,
             busy_timeout=DAEMON_BUSY_TIMEOUT,
@@ -39,6 +39,12 @@ def open_owned_log(config: DaemonConfig) -> EventStore:
         )
     except StoreCorruptError as exc:
         raise StoreCorruptError(exc.message + orphans_note(config.data_dir)) from None
+    try:  # a damaged page start-up would not read is found now, not mid-run
+        store.check_integrity()
+    except StoreCorruptError as exc:
+        store.close()
+        raise StoreCorruptError(exc.message + orphans_note(config.data_dir)) from None
+    return store
 
 
 def orphans_note(data_dir: Path) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from hostler.errors import HostlerError, StoreCorruptError
+from hostler.errors import HostlerError, StoreCorruptError, StoreError
 
 __all__ = ["LogHealth", "Outage"]
 
@@ -46,6 +46,20 @@ class LogHealth:
     def ok(self) -> bool:
         """Writes are going through."""
         return self.failing_since is None
+
+    def refusal(self, message: str) -> StoreError:
+        """A refusal said in ``message``, of the kind of the log's last failure (its code).
+
+        So that it is answered as that failure: a busy log's ``Retry-After`` is 1 s, a full
+        disk's 10 s (a plain :class:`StoreError` when none fits).
+        """
+        kinds: list[type[StoreError]] = [StoreError]
+        while kinds:
+            kind = kinds.pop()
+            if kind.code == self.code:
+                return kind(message)
+            kinds.extend(kind.__subclasses__())
+        return StoreError(message)
 
     def failed(self, exc: HostlerError, now: float, *, pending: int) -> None:
         """A write failed; ``pending`` events wait for the next try."""

@@ -39,13 +39,14 @@ async def follow(
 
     Each page is read in a worker thread, so the loop runs between pages: a consumer that
     writes a page at once gives the loop a chance to notice a closed connection before the
-    next. An empty log yields nothing until it has something.
+    next. A look that finds nothing new yields an empty page, once per ``poll``: a consumer
+    that should stop (its daemon shutting down) gets the turn to say so.
     """
     timer = as_clock(clock)
     while True:
         page = await anyio.to_thread.run_sync(page_after, store, after)
         if page:
             after = page[-1].seq
-            yield page
+        yield page
         if len(page) < TAIL_PAGE:
             await timer.sleep(poll)

@@ -93,7 +93,7 @@ class EngineJournal:
             if event in self.engine.pending:
                 self.engine.pending.remove(event)
                 self.engine.restore(before)
-                raise StoreError(
+                raise self.health.refusal(  # as the failure it is: a busy log is retried in 1 s
                     f"{self.key}: {trigger!r} not done: the event log cannot record it "
                     f"({self.health.error})"
                 )

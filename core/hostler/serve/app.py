@@ -356,7 +356,10 @@ async def _tail(runtime: Runtime, after: int) -> AsyncIterator[bytes]:
     """
     yield b": hostler event stream\n\n"
     async for page in follow(runtime.store, after, runtime.clock):
-        yield b"".join(_sse(record) for record in page)
+        if page:
+            yield b"".join(_sse(record) for record in page)
+        elif runtime.closing:  # caught up, and the daemon is going: end, not the server's grace
+            return
 
 
 def _sse(record: RecordedEvent) -> bytes:

@@ -240,6 +240,14 @@ class EventStore:
         """How many events the log holds."""
         return self._reader.count()
 
+    def check_integrity(self) -> None:
+        """Every page of the log read and checked (SQLite's ``quick_check``; seconds per GiB).
+
+        Raises:
+            StoreCorruptError: A page is damaged.
+        """
+        self._reader.check_integrity()
+
     def read_stream(
         self,
         stream_id: str,
