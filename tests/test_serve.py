@@ -362,6 +362,23 @@ def test_a_log_corrupted_while_serving_is_a_503_never_an_internal_500() -> None:
     assert (answer.status, answer.code, answer.retry_after) == (503, "store-unavailable", 1)
 
 
+def _events_scope(after: int) -> dict[str, Any]:
+    """An ASGI scope of ``GET /api/events?after=AFTER`` from loopback."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/api/events",
+        "raw_path": b"/api/events",
+        "query_string": f"after={after}".encode(),
+        "headers": [(b"host", b"127.0.0.1")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 2),
+    }
+
+
 async def test_the_event_stream_sends_each_page_of_the_log_as_one_write(face: Face) -> None:
     """Issue 21: after ``hostler events --limit 1`` left, asyncio logged ``socket.send() raised
     exception.`` 204 times: the tail wrote event by event, with no pause in between for the
@@ -385,19 +402,7 @@ async def test_the_event_stream_sends_each_page_of_the_log_as_one_write(face: Fa
         await gone.wait()  # the client leaves once the first page came
         return {"type": "http.disconnect"}
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": "/api/events",
-        "raw_path": b"/api/events",
-        "query_string": f"after={after}".encode(),
-        "headers": [(b"host", b"127.0.0.1")],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 2),
-    }
+    scope = _events_scope(after)
     async with runtime:
         with anyio.fail_after(30):
             await make_app(runtime, MODELS, token=TOKEN)(scope, receive, send)
@@ -426,19 +431,7 @@ async def test_the_event_stream_ends_when_the_daemon_stops_taking_work(face: Fac
         await anyio.sleep_forever()  # the client stays
         raise AssertionError
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": "/api/events",
-        "raw_path": b"/api/events",
-        "query_string": f"after={face.store.last_seq()}".encode(),
-        "headers": [(b"host", b"127.0.0.1")],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 2),
-    }
+    scope = _events_scope(face.store.last_seq())
     async with runtime, anyio.create_task_group() as tasks:
         tasks.start_soon(make_app(runtime, MODELS, token=TOKEN), scope, receive, send)
         await anyio.wait_all_tasks_blocked()
