@@ -196,18 +196,19 @@ class Catalog(Mapping[str, str]):
     ) -> None:
         """One log line per model that changed, and one per new refusal.
 
-        A model withdrawn and offered again under its id (its file replaced) is one line.
+        A model withdrawn and offered again under its id and file (the file replaced) is one
+        line; an id that goes to another file is two (the old file's, then the new one's).
         """
-        again = {model.id for model in added} & {model.id for model in removed}
+        again = {(m.id, m.path) for m in added} & {(m.id, m.path) for m in removed}
         for model in removed:
-            if model.id not in again:
+            if (model.id, model.path) not in again:
                 log.info(
                     "hostler: no longer offering %s (%s is gone, or no longer searched)",
                     model.id,
                     model.path,
                 )
         for model in added:
-            verb = "offering again, changed," if model.id in again else "offering"
+            verb = "offering again, changed," if (model.id, model.path) in again else "offering"
             log.info("hostler: %s %s (%s: %s)", verb, model.id, model.source, model.path)
         for refusal in sorted(set(refused) - set(self._refused), key=lambda r: r.path):
             log.warning("hostler: not offered: %s: %s", refusal.path, refusal.reason)

@@ -259,32 +259,24 @@ def owner_alive(text: str, *, this_boot: str, unknown_alive: bool = True) -> boo
 def _same_process(
     pid: int, create_time: float, since_boot: float | None, *, tolerance: float
 ) -> bool:
-    try:
-        process = psutil.Process(pid)
-        if process.status() == psutil.STATUS_ZOMBIE:
-            return False
-        return same_start(process, wall=create_time, since_boot=since_boot, tolerance=tolerance)
-    except (psutil.NoSuchProcess, psutil.ZombieProcess):
-        return False
-    except psutil.AccessDenied:
-        return True
+    return _holder(pid, create_time, since_boot, tolerance=tolerance) == "same"
 
 
-def _leader(pid: int, create_time: float) -> str:
+def _holder(pid: int, create_time: float, since_boot: float | None, *, tolerance: float) -> str:
     """Who has ``pid`` now: ``same``, ``other`` (the pid was reused) or ``none``.
 
-    ``same``: the process that started at ``create_time`` (within 50 ms); ``none``: nobody,
-    or a zombie.
+    ``same``: the process that started at ``create_time`` (within ``tolerance``), or another
+    user's (not ours to judge: kept); ``none``: nobody, or a zombie.
     """
     try:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:
             return "none"
-        same = same_start(process, wall=create_time, since_boot=None, tolerance=0.05)
+        same = same_start(process, wall=create_time, since_boot=since_boot, tolerance=tolerance)
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
         return "none"
     except psutil.AccessDenied:
-        return "same"  # another user's process with this pid: not ours to judge, kept
+        return "same"
     return "same" if same else "other"
 
 
@@ -301,7 +293,7 @@ def engine_alive(held: Held) -> bool:
         # names a group. So a process that has the pid now with another start proves the
         # engine's group gone (the pid was free to reuse), whatever group it leads; without
         # one, a group of that id is the engine's leftovers.
-        leader = _leader(held.pid, held.create_time)
+        leader = _holder(held.pid, held.create_time, None, tolerance=0.05)
         if leader != "none":
             return leader == "same"
         return group_alive(held.pid)

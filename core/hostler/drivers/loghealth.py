@@ -38,6 +38,7 @@ class LogHealth:
         self.failing_since: float | None = None
         self.error = ""
         self.code = ""
+        self._kind: type[StoreError] = StoreError  # the last failure's, to tell it again as such
         self.delayed = 0
         self.corrupt: str | None = None
         self._ended: list[Outage] = []
@@ -53,13 +54,7 @@ class LogHealth:
         So that it is answered as that failure: a busy log's ``Retry-After`` is 1 s, a full
         disk's 10 s (a plain :class:`StoreError` when none fits).
         """
-        kinds: list[type[StoreError]] = [StoreError]
-        while kinds:
-            kind = kinds.pop()
-            if kind.code == self.code:
-                return kind(message)
-            kinds.extend(kind.__subclasses__())
-        return StoreError(message)
+        return self._kind(message)
 
     def failed(self, exc: HostlerError, now: float, *, pending: int) -> None:
         """A write failed; ``pending`` events wait for the next try."""
@@ -79,6 +74,7 @@ class LogHealth:
                 exc.message,
             )
         self.error, self.code = exc.message, exc.code
+        self._kind = type(exc) if isinstance(exc, StoreError) else StoreError
         self.delayed = max(self.delayed, pending)
 
     def wrote(self, now: float, *, delayed: int = 0, recorded: bool = False) -> None:
