@@ -50,6 +50,9 @@ def uv_command() -> list[str]:
 #: What the dashboard tests drive (tests/test_dashboard.py): Debian's Chromium and its driver.
 BROWSER_PACKAGES = ("chromium", "chromium-driver")
 
+#: What the PostgreSQL tests start as a throwaway cluster (tests/_postgres.py): Debian's server.
+POSTGRES_PACKAGES = ("postgresql",)
+
 
 def ensure_browser() -> None:
     """Install Chromium and chromedriver with apt-get when they are missing (root only).
@@ -59,20 +62,45 @@ def ensure_browser() -> None:
     """
     if shutil.which("chromium") and shutil.which("chromedriver"):
         return
+    ensure_debian(BROWSER_PACKAGES, "chromium or chromedriver", "the dashboard tests")
+
+
+def postgres_present() -> bool:
+    """Whether a PostgreSQL server's binaries are here (Debian's folder, or on PATH)."""
+    names = ("initdb", "pg_ctl", "postgres")
+    folders = [*Path("/usr/lib/postgresql").glob("*/bin")]
+    found = shutil.which("pg_ctl")
+    if found:
+        folders.append(Path(found).resolve().parent)
+    return any(all((folder / name).is_file() for name in names) for folder in folders)
+
+
+def ensure_postgres() -> None:
+    """Install Debian's ``postgresql`` with apt-get when no server is here (root only).
+
+    The store and log suites also run on a real PostgreSQL server, started by the tests as a
+    throwaway cluster in a temporary directory; they fail (never skip) without one.
+    """
+    if os.environ.get("HOSTLER_PG_BIN") or postgres_present():
+        return
+    ensure_debian(POSTGRES_PACKAGES, "the PostgreSQL server", "the PostgreSQL tests")
+
+
+def ensure_debian(packages: tuple[str, ...], what: str, who: str) -> None:
+    """``apt-get install`` ``packages`` (root only); ``apt-get update`` if that fails first."""
     apt = shutil.which("apt-get")
     if apt is None or not hasattr(os, "geteuid") or os.geteuid() != 0:
         print(
-            "dev.py: chromium or chromedriver is missing and this is not root with apt-get: "
-            "the dashboard tests will fail; install them (apt-get install -y chromium "
-            "chromium-driver)",
+            f"dev.py: {what} is missing and this is not root with apt-get: {who} will fail; "
+            f"install them (apt-get install -y {' '.join(packages)})",
             file=sys.stderr,
             flush=True,
         )
         return
-    install = [apt, "install", "-y", "--no-install-recommends", *BROWSER_PACKAGES]
+    install = [apt, "install", "-y", "--no-install-recommends", *packages]
     quiet = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     print(
-        f"dev.py: installing {' '.join(BROWSER_PACKAGES)}: {' '.join(install)}",
+        f"dev.py: installing {' '.join(packages)}: {' '.join(install)}",
         file=sys.stderr,
         flush=True,
     )
@@ -138,6 +166,7 @@ def main(argv: list[str]) -> int:
         line = [*uv, "hostler", "tour", *rest]
     elif command == "test":
         ensure_browser()
+        ensure_postgres()
         line = [*uv, "pytest", *test_workers(rest), *rest]
     else:
         line = [*uv, *rest]

@@ -18,6 +18,7 @@ import pytest
 from hostler import EventStore
 
 if TYPE_CHECKING:
+    from _postgres import Cluster
     from _scenario import Scenario
 
 #: The session guard: every process a test run starts is ended when the run ends, however it
@@ -46,15 +47,47 @@ def log_path(tmp_path: Path) -> Path:
     return tmp_path / "data" / "events.db"
 
 
-@pytest.fixture(params=["sqlite-writer", "core-writer"])
-def store(log_path: Path, request: pytest.FixtureRequest) -> Iterator[EventStore]:
-    """An owner store on a fresh real SQLite file, once per write path.
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[Cluster]:
+    """A real PostgreSQL server for this test process (tests/_postgres.py), stopped at the end."""
+    from _postgres import throwaway_cluster  # imported (psycopg too) only where a test needs it
 
-    SQLite normally writes through the driver-level writer; the generic SQLAlchemy Core
-    writer (the one other databases use) is run on the same file to keep both honest.
-    """
+    with throwaway_cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def pg_url(postgres_cluster: Cluster) -> str:
+    """The URL of a fresh, empty database on the test PostgreSQL server."""
+    return postgres_cluster.new_database()
+
+
+#: The kinds of log a store test runs on: SQLite through its driver-level writer, SQLite through
+#: the generic SQLAlchemy Core writer (the one other databases use), and a real PostgreSQL.
+LOG_KINDS = ["sqlite-writer", "core-writer", "postgresql"]
+
+
+@pytest.fixture(params=LOG_KINDS)
+def log_target(request: pytest.FixtureRequest, log_path: Path) -> str:
+    """Where a store test's log lives: a SQLite file, or a fresh PostgreSQL database's URL."""
+    if request.param == "postgresql":
+        return str(request.getfixturevalue("pg_url"))
+    return str(log_path)
+
+
+@pytest.fixture
+def store(log_target: str, request: pytest.FixtureRequest) -> Iterator[EventStore]:
+    """An owner store on a fresh real log, once per kind of :data:`LOG_KINDS`."""
+    with EventStore.open(log_target, owner=True) as opened:
+        kind = request.node.callspec.params.get("log_target")
+        opened._appender._use_core_writer = kind == "core-writer"
+        yield opened
+
+
+@pytest.fixture
+def sqlite_store(log_path: Path) -> Iterator[EventStore]:
+    """An owner store on a fresh real SQLite file (for what only SQLite has: its file)."""
     with EventStore.open(log_path, owner=True) as opened:
-        opened._appender._use_core_writer = request.param == "core-writer"
         yield opened
 
 

@@ -269,13 +269,13 @@ EDGE = [
         "'bf16', 'q8_0', 'q5_1', 'q5_0', 'q4_1', 'q4_0', 'iq4_nl')",
     ),
     (
-        ["events", "--db", "postgresql://alice:s3cret@db.example/hostler"],
+        ["events", "--db", "postgresql://alice:s3cret@127.0.0.1:1/hostler"],
         {},
-        "store.driver-missing",
+        "store.unavailable",
         1,
-        "postgresql://alice:***@db.example/hostler: the database driver 'psycopg' is not "
-        "installed; install it next to hostler (pip install 'psycopg[binary]') or name another "
-        "driver in the URL",
+        "postgresql://alice:***@127.0.0.1:1/hostler: the database server cannot be reached "
+        '(connection failed: connection to server at "127.0.0.1", port 1 failed: Connection '
+        "refused Is the server running on that host and accepting TCP/IP connections?)",
     ),
     (
         ["events", "--db", "postgresql+asyncpg://db.example/hostler"],

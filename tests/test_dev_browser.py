@@ -1,4 +1,5 @@
-"""``python3 dev.py test`` installs Debian's Chromium for the dashboard tests when it is missing."""
+"""``python3 dev.py test`` installs Debian's Chromium (the dashboard tests) and PostgreSQL server
+(the store suites) when they are missing."""
 
 from __future__ import annotations
 
@@ -87,3 +88,30 @@ def test_without_root_or_apt_it_says_what_to_install(
     dev.ensure_browser()
     assert runs.calls == []
     assert "apt-get install -y chromium chromium-driver" in capsys.readouterr().err
+
+
+def test_the_postgresql_server_is_installed_when_missing_and_left_when_there(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The store suites run on a real PostgreSQL: Debian's ``postgresql``, installed by root."""
+    monkeypatch.delenv("HOSTLER_PG_BIN", raising=False)
+    dev, runs = rig(monkeypatch, present={"apt-get"}, uid=0)
+    monkeypatch.setattr(dev, "postgres_present", lambda: False)
+    dev.ensure_postgres()
+    assert runs.calls == [
+        ["/usr/bin/apt-get", "install", "-y", "--no-install-recommends", "postgresql"]
+    ]
+    assert "dev.py: installing postgresql" in capsys.readouterr().err
+    dev, runs = rig(monkeypatch, present={"apt-get"}, uid=1000)
+    monkeypatch.setattr(dev, "postgres_present", lambda: False)
+    dev.ensure_postgres()
+    assert runs.calls == []
+    assert "apt-get install -y postgresql" in capsys.readouterr().err
+    dev, runs = rig(monkeypatch, present={"apt-get"}, uid=0)
+    monkeypatch.setattr(dev, "postgres_present", lambda: True)
+    dev.ensure_postgres()
+    assert runs.calls == []
+
+
+def test_this_machine_has_a_postgresql_server_as_the_suite_needs() -> None:
+    assert load_dev().postgres_present()

@@ -170,6 +170,40 @@ def test_export_then_import_gives_the_same_log(
         assert result.seqs == (rows[-1][0] + 1,)
 
 
+def test_an_export_imported_into_postgresql_answers_as_the_sqlite_log(
+    recorded: Path, pg_url: str, tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    """`hostler import --db URL` fills an empty PostgreSQL log; every reading command then
+    answers byte for byte as on the SQLite original, and appends continue after its seqs."""
+    status, out, _ = _hostler(capsysbinary, "export", str(recorded))
+    assert status == 0
+    export = tmp_path / "events.jsonl"
+    export.write_bytes(out)
+    status, _, err = _hostler(capsysbinary, "import", str(export), "--db", pg_url)
+    assert status == 0, err
+    rows = _table(recorded)
+    assert f"imported {len(rows)} rows into postgresql+psycopg://" in err
+    for command in (
+        ("events", "--json"),
+        ("state",),
+        ("state", "--json"),
+        ("explain", "ballast:alpha:0"),
+        ("replay", "--verify"),
+    ):
+        on_pg = _hostler(capsysbinary, *command, "--db", pg_url)
+        on_sqlite = _hostler(capsysbinary, *command, "--db", str(recorded))
+        assert on_pg[:2] == on_sqlite[:2], command
+    again = _hostler(capsysbinary, "export", pg_url)
+    assert again[0] == 0 and again[1] == out  # the export of the copy is the same file
+    status, _, err = _hostler(capsysbinary, "import", str(export), "--db", pg_url)
+    assert status != 0 and "import fills an empty log only" in err
+    with EventStore.open(pg_url) as store:  # appends after an import go on after its last seq
+        result = store.append(
+            "engine/x:y:0", [EngineFailed("a", "b", 0.0, "e", None, None)], expected_version=0
+        )
+        assert result.seqs == (rows[-1][0] + 1,)
+
+
 def test_redacted_export_keeps_everything_but_paths_and_prompts(
     recorded: Path, tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
 ) -> None:

@@ -1,4 +1,5 @@
-"""The event log on a real SQLite file: appends, concurrency, reads, append-only, filters."""
+"""The event log on a real SQLite file and a real PostgreSQL server: appends, concurrency,
+reads, append-only, filters."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from hostler import (
     ConcurrencyError,
@@ -23,6 +25,18 @@ from hostler import (
 from hostler.store.migrate import EVENTS_COLUMNS, SQLITE_OBJECTS
 
 from _support import Note, run_python
+
+
+def raw_sql(target: str, *statements: str) -> None:
+    """Run SQL on a log behind hostler's back (as another program would), one transaction."""
+    url = target if "://" in target else f"sqlite:///{target}"
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            for statement in statements:
+                conn.exec_driver_sql(statement)
+    finally:
+        engine.dispose()
 
 
 def test_append_assigns_versions_and_global_seqs(store: EventStore) -> None:
@@ -132,7 +146,7 @@ with EventStore.open(path) as store:
 
 
 def test_concurrent_processes_same_expected_version_exactly_one_wins(
-    store: EventStore, log_path: Path
+    store: EventStore, log_target: str
 ) -> None:
     import subprocess
     import sys
@@ -141,7 +155,7 @@ def test_concurrent_processes_same_expected_version_exactly_one_wins(
     start = time.time() + 1.5
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", _RACER, str(log_path), str(start), f"p{i}"],
+            [sys.executable, "-c", _RACER, log_target, str(start), f"p{i}"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -201,16 +215,17 @@ def test_group_commit_isolates_a_conflict_within_a_batch(store: EventStore) -> N
         assert len(store.read_stream(f"s/own{i}")) == 30
 
 
-def test_update_and_delete_are_refused_by_triggers(store: EventStore, log_path: Path) -> None:
+def test_update_delete_and_truncate_are_refused_by_triggers(
+    store: EventStore, log_target: str
+) -> None:
     store.append("s/a", [Note("keep me")], expected_version=0)
-    raw = sqlite3.connect(log_path)
-    try:
-        with pytest.raises(sqlite3.IntegrityError, match="append-only: UPDATE refused"):
-            raw.execute("UPDATE events SET type = 'x'")
-        with pytest.raises(sqlite3.IntegrityError, match="append-only: DELETE refused"):
-            raw.execute("DELETE FROM events")
-    finally:
-        raw.close()
+    with pytest.raises(sa.exc.DBAPIError, match="append-only: UPDATE refused"):
+        raw_sql(log_target, "UPDATE events SET type = 'x'")
+    with pytest.raises(sa.exc.DBAPIError, match="append-only: DELETE refused"):
+        raw_sql(log_target, "DELETE FROM events")
+    if "://" in log_target:  # SQLite has no TRUNCATE; PostgreSQL's skips row triggers
+        with pytest.raises(sa.exc.DBAPIError, match="append-only: TRUNCATE refused"):
+            raw_sql(log_target, "TRUNCATE events")
     assert [r.event for r in store.read_stream("s/a")] == [Note("keep me")]
 
 
@@ -222,7 +237,8 @@ def test_seq_is_never_reused_after_a_failed_batch(store: EventStore) -> None:
     assert result.seqs[0] > 1
 
 
-def test_sqlite_file_settings(store: EventStore, log_path: Path) -> None:
+def test_sqlite_file_settings(sqlite_store: EventStore, log_path: Path) -> None:
+    store = sqlite_store
     store.append("s/a", [Note("x")], expected_version=0)
     assert stat.S_IMODE(log_path.stat().st_mode) == 0o600
     raw = sqlite3.connect(log_path)
@@ -281,18 +297,14 @@ def test_read_all_pages_through_large_logs(store: EventStore) -> None:
     assert [r.event.n for r in store.read_all(after_seq=11990)] == list(range(11990, 12000))  # type: ignore[union-attr]
 
 
-def test_unknown_event_type_survives_a_read(store: EventStore, log_path: Path) -> None:
+def test_unknown_event_type_survives_a_read(store: EventStore, log_target: str) -> None:
     store.append("s/a", [Note("before")], expected_version=0)
-    raw = sqlite3.connect(log_path)
-    try:
-        raw.execute(
-            "INSERT INTO events (stream_id, version, type, schema_version, payload, metadata, recorded_at) "
-            "VALUES ('s/a', 2, 'gone_plugin.model_loaded', 4, '{\"weights\": 123, \"nested\": {\"a\": [1, 2]}}', '{}', "
-            "'2026-01-01T00:00:00.000000Z')"
-        )
-        raw.commit()
-    finally:
-        raw.close()
+    raw_sql(
+        log_target,
+        "INSERT INTO events (stream_id, version, type, schema_version, payload, metadata, recorded_at) "
+        "VALUES ('s/a', 2, 'gone_plugin.model_loaded', 4, '{\"weights\": 123, \"nested\": {\"a\": [1, 2]}}', '{}', "
+        "'2026-01-01T00:00:00.000000Z')",
+    )
     store.append("s/a", [Note("after")], expected_version=2)
     records = store.read_stream("s/a")
     assert [r.type for r in records] == ["test.note", "gone_plugin.model_loaded", "test.note"]
@@ -303,16 +315,12 @@ def test_unknown_event_type_survives_a_read(store: EventStore, log_path: Path) -
     assert "not registered" in unknown.reason
 
 
-def test_a_payload_that_no_longer_fits_stays_readable(store: EventStore, log_path: Path) -> None:
-    raw = sqlite3.connect(log_path)
-    try:
-        raw.execute(
-            "INSERT INTO events (stream_id, version, type, schema_version, payload, metadata, recorded_at) "
-            "VALUES ('s/a', 1, 'test.note', 1, '{\"renamed\": 1}', '{}', '2026-01-01T00:00:00.000000Z')"
-        )
-        raw.commit()
-    finally:
-        raw.close()
+def test_a_payload_that_no_longer_fits_stays_readable(store: EventStore, log_target: str) -> None:
+    raw_sql(
+        log_target,
+        "INSERT INTO events (stream_id, version, type, schema_version, payload, metadata, recorded_at) "
+        "VALUES ('s/a', 1, 'test.note', 1, '{\"renamed\": 1}', '{}', '2026-01-01T00:00:00.000000Z')",
+    )
     (record,) = store.read_stream("s/a")
     assert isinstance(record.event, UnknownEvent)
     assert "does not fit" in record.event.reason
@@ -328,12 +336,12 @@ def test_writes_after_close_are_refused(log_path: Path) -> None:
         store.last_seq()
 
 
-def test_a_second_reader_process_sees_committed_events(store: EventStore, log_path: Path) -> None:
+def test_a_second_reader_process_sees_committed_events(store: EventStore, log_target: str) -> None:
     store.append("s/a", [Note("hello", 1)], expected_version=0)
     result = run_python(
         "import sys; from hostler import EventStore; import _support\n"
         "with EventStore.open(sys.argv[1]) as s: print([r.event.text for r in s.read_all()])",
-        str(log_path),
+        log_target,
         cwd=Path(__file__).parent,
     )
     assert result.returncode == 0, result.stderr
@@ -349,7 +357,7 @@ def test_an_unstorable_payload_fails_only_its_own_append(store: EventStore) -> N
 
 
 def test_a_writer_in_another_process_is_detected_despite_the_version_cache(
-    store: EventStore, log_path: Path
+    store: EventStore, log_target: str
 ) -> None:
     """The store remembers versions it wrote; another process moving a stream on must still
     turn our append into a conflict, never a gap or a duplicate."""
@@ -358,7 +366,7 @@ def test_a_writer_in_another_process_is_detected_despite_the_version_cache(
         "import sys; from hostler import EventStore; from _support import Note\n"
         "with EventStore.open(sys.argv[1]) as s:\n"
         "    s.append('s/shared', [Note('theirs'), Note('theirs2')], expected_version=1)",
-        str(log_path),
+        log_target,
     )
     assert other.returncode == 0, other.stderr
     with pytest.raises(ConcurrencyError) as caught:

@@ -36,8 +36,8 @@ from hostler.capacity.keys import parse_key
 from hostler.capacity.origin import BUDGET_FLOOR, config_source, floor_problem
 from hostler.drivers.host_ledger import LedgerLocation, default_ledger_location
 from hostler.engines.logs import DEFAULT_LOG_KEEP, DEFAULT_LOG_MAX_BYTES
-from hostler.errors import UsageError
-from hostler.paths import default_data_dir, user_path
+from hostler.errors import HostlerError, UsageError
+from hostler.paths import EVENTS_FILE, default_data_dir, user_path
 from hostler.plugin import ENGINE_NAME_MAX, engine_name_problem, flag_key_problem, flag_of
 from hostler.policies.eviction import DEFAULT_EVICTION_POLICY, valid_policy_name
 from hostler.policies.offer import Source
@@ -156,6 +156,26 @@ Options = Annotated[dict[str, ExtraValue], Field(max_length=256), AfterValidator
 PathText = Annotated[
     str, Field(min_length=1, max_length=4096), AfterValidator(_no_nul), AfterValidator(_as_used)
 ]
+
+
+def _log_target(value: str, info: ValidationInfo) -> str:
+    """``[daemon] log``: a database URL as given (its kind checked), or a path as PathText."""
+    if "\0" in value:
+        raise ValueError("a log target cannot hold a NUL character")
+    if _URL.match(value):
+        # sqlalchemy is imported only when a URL is given (the CLI starts without it)
+        from hostler.store.connect import check_server_url  # noqa: PLC0415
+
+        try:
+            check_server_url(value)
+        except HostlerError as exc:
+            raise ValueError(exc.message) from None
+        return value
+    return _as_used(value, info)
+
+
+#: The event log: a file path (SQLite) or a database URL (PostgreSQL, docs/fleet.md).
+LogText = Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_log_target)]
 #: A program's path: as :data:`PathText`, but a relative one keeps the links it names.
 ProgramText = Annotated[
     str, Field(min_length=1, max_length=4096), AfterValidator(_no_nul), AfterValidator(_as_named)
@@ -242,6 +262,8 @@ class DaemonConfig:
     engine_log_max_bytes: int = DEFAULT_LOG_MAX_BYTES
     engine_log_keep: int = DEFAULT_LOG_KEEP
     log_max_bytes: int | None = None
+    #: The event log: a file path or a database URL (None: ``DATA_DIR/events.db``).
+    log: str | None = None
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     auth: Auth = "token"
@@ -293,6 +315,11 @@ class DaemonConfig:
                 if engine.model.exists() and engine.model.samefile(path):
                     return engine
         return None
+
+    @property
+    def log_target(self) -> str:
+        """The event log the daemon owns: ``log`` if set, else ``DATA_DIR/events.db``."""
+        return self.log if self.log is not None else str(self.data_dir / EVENTS_FILE)
 
     def ledger_location(self) -> LedgerLocation:
         """The configured ledger, else the environment's (per user by default)."""
@@ -456,6 +483,7 @@ class _DaemonSection(_Strict):
     )
     engine_log_keep: Annotated[int, Field(ge=0, le=MAX_ENGINE_LOG_KEEP)] = DEFAULT_LOG_KEEP
     log_max_mib: Annotated[int, Field(ge=1, le=MAX_ENGINE_LOG_MIB)] | None = None
+    log: LogText | None = None
 
 
 class _ConfigFile(_Strict):
@@ -507,6 +535,7 @@ def load_config(path: str | os.PathLike[str], *, data_dir: Path | None = None) -
         engine_log_max_bytes=section.engine_log_max_mib * MIB,
         engine_log_keep=section.engine_log_keep,
         log_max_bytes=section.log_max_mib * MIB if section.log_max_mib else None,
+        log=section.log,
         host=parsed.server.host,
         port=parsed.server.port,
         auth=parsed.server.auth,

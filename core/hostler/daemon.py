@@ -45,6 +45,7 @@ from hostler.runtime.facade import Runtime
 from hostler.runtime.health import DeviceHealthGate, HealthSample, nvml_sampler
 from hostler.serve.access import check_exposure
 from hostler.serve.server import HttpServer, bind_listener
+from hostler.store.connect import display_name
 from hostler.store.log import EventStore
 
 __all__ = [
@@ -83,7 +84,7 @@ class Daemon:
         self.catalog: Catalog | None = None
         self.ready = anyio.Event()
         self.offloop = OffLoop(clock=clock)
-        self.health = LogHealth(str(config.data_dir / "events.db"))
+        self.health = LogHealth(display_name(config.log_target))
         self._startup = StartUp(config, clock=clock, offloop=self.offloop, health=self.health)
         self._shut_down = False
         self._health_gate: DeviceHealthGate | None = None

@@ -43,6 +43,7 @@ __all__ = [
     "StoreNotEmptyError",
     "StorePathError",
     "StoreSchemaError",
+    "StoreUnavailableError",
     "StoreUrlError",
     "UnknownEngineError",
     "UsageError",
@@ -127,6 +128,12 @@ class StoreFullError(StoreError):
     """The disk (or the database's size limit) is full: nothing more can be written."""
 
     code = "store.full"
+
+
+class StoreUnavailableError(StoreError):
+    """The database server cannot be reached (down, restarting, the network cut); try again."""
+
+    code = "store.unavailable"
 
 
 class StoreCorruptError(StoreError):

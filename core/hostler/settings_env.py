@@ -29,7 +29,7 @@ from hostler.config import (
     DaemonConfig,
     SpilloverSetting,
 )
-from hostler.errors import SettingError
+from hostler.errors import HostlerError, SettingError
 from hostler.paths import user_path
 from hostler.policies.eviction import valid_policy_name
 
@@ -48,6 +48,7 @@ ENV_VARIABLES = {
     "HOSTLER_ARBITER": "[arbiter] policy",
     "HOSTLER_EVICTION": "[pool] eviction",
     "HOSTLER_MODELS_DIR": "where serve without a config looks for *.gguf",
+    "HOSTLER_DB": "[daemon] log, and every command's --db",
 }
 #: The longest value read from any of them (a path's limit); longer is refused, not scanned.
 MAX_VALUE = 4096
@@ -71,6 +72,7 @@ class EnvOverrides:
     arbiter: ArbiterPolicy | None = None
     eviction: str | None = None
     models_dir: Path | None = None
+    db: str | None = None
 
 
 def read_overrides(environ: Mapping[str, str]) -> EnvOverrides:
@@ -95,6 +97,7 @@ def read_overrides(environ: Mapping[str, str]) -> EnvOverrides:
         arbiter=_choice("HOSTLER_ARBITER", raw["HOSTLER_ARBITER"], ("auto", "swap", "coexist")),  # type: ignore[arg-type]
         eviction=_eviction(raw["HOSTLER_EVICTION"]),
         models_dir=_path("HOSTLER_MODELS_DIR", raw["HOSTLER_MODELS_DIR"]),
+        db=_db(raw["HOSTLER_DB"]),
     )
 
 
@@ -112,6 +115,7 @@ def apply_overrides(config: DaemonConfig, env: EnvOverrides) -> DaemonConfig:
         spillover=config.spillover if env.spillover is None else env.spillover,
         arbiter=config.arbiter if env.arbiter is None else env.arbiter,
         eviction=config.eviction if env.eviction is None else env.eviction,
+        log=config.log if env.db is None else env.db,
     )
 
 
@@ -126,6 +130,22 @@ def _path(name: str, value: str) -> Path | None:
         return user_path(value, resolve=True)
     except ValueError as exc:
         raise _refuse(name, value, str(exc)) from None
+
+
+def _db(value: str) -> str | None:
+    """``HOSTLER_DB``: a database URL, or a file path (expanded, made absolute)."""
+    if not value:
+        return None
+    if "://" in value:
+        from hostler.store.connect import check_server_url  # noqa: PLC0415 - URLs only
+
+        try:
+            check_server_url(value)
+        except HostlerError as exc:
+            raise SettingError(f"HOSTLER_DB: {exc.message}") from None
+        return value
+    path = _path("HOSTLER_DB", value)
+    return None if path is None else str(path)
 
 
 def _host(value: str) -> str | None:

@@ -12,4 +12,4 @@ SCRIPT_LOCATION = Path(__file__).parent
 #: Every revision in ``versions/``, oldest first: the last is head. Read by hostler at every log
 #: open, so that a log already at head is recognised without importing alembic;
 #: tests/test_migrations_list.py pins it to what alembic finds in ``versions/``.
-REVISIONS: tuple[str, ...] = ("0001",)
+REVISIONS: tuple[str, ...] = ("0001", "0002")

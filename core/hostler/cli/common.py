@@ -11,7 +11,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from hostler.errors import OutputError, StoreDamagedRowError, StoreError, UsageError
+from hostler.cli.options import log_argument
+from hostler.errors import (
+    OutputError,
+    SettingError,
+    StoreDamagedRowError,
+    StoreError,
+    UsageError,
+)
 from hostler.paths import default_log_path
 from hostler.store.connect import sqlite_path_of
 from hostler.store.log import EventStore
@@ -41,9 +48,15 @@ def take_log_argument(args: argparse.Namespace, command: str) -> None:
 
 
 def log_target(args: argparse.Namespace) -> str:
-    """The log a command uses: ``--db`` if given, else the data directory's events.db."""
+    """The log a command uses: ``--db``, else ``$HOSTLER_DB``, else ``DATA_DIR/events.db``."""
     if args.db:
         return str(args.db)
+    from_env = os.environ.get("HOSTLER_DB", "")
+    if from_env:
+        try:
+            return log_argument(from_env)
+        except argparse.ArgumentTypeError as exc:
+            raise SettingError(f"HOSTLER_DB: {exc}; fix it or unset the variable") from None
     return str(default_log_path(args.data_dir))
 
 

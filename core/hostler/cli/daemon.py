@@ -46,6 +46,7 @@ def serve_config(
     *,
     host: str | None = None,
     port: int | None = None,
+    db: str | None = None,
     environ: dict[str, str] | None = None,
     required: bool = False,
 ) -> DaemonConfig:
@@ -76,6 +77,7 @@ def serve_config(
         settings,
         host=settings.host if host is None else host,
         port=settings.port if port is None else port,
+        log=settings.log if db is None else db,
     )
     if not required:  # hostler serve: it listens (hostler daemon has no HTTP face)
         check_exposure(settings.host, settings.port, settings.auth)
@@ -84,7 +86,7 @@ def serve_config(
 
 def run(args: argparse.Namespace) -> int:
     """Run the daemon in the foreground."""
-    config = serve_config(args.config, args.data_dir, required=True)
+    config = serve_config(args.config, args.data_dir, db=args.db, required=True)
     terminal_logs(args.verbosity)
     anyio.run(Daemon(config, narrate=True).run)
     return 0
@@ -92,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
 def serve(args: argparse.Namespace) -> int:
     """Run the daemon and its HTTP face in the foreground."""
-    config = serve_config(args.config, args.data_dir, host=args.host, port=args.port)
+    config = serve_config(args.config, args.data_dir, host=args.host, port=args.port, db=args.db)
     terminal_logs(args.verbosity)
     anyio.run(Daemon(config, listen=(config.host, config.port), narrate=True).run)
     return 0

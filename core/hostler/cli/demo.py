@@ -17,9 +17,11 @@ from hostler.cli.events import event_row
 from hostler.cli.live_demo import Say, run_live
 from hostler.cli.render import TableWriter
 from hostler.cli.state import format_world
+from hostler.errors import StoreNotEmptyError
 from hostler.machines import Engine, Lease, Reservation, StopReason
 from hostler.paths import default_data_dir
 from hostler.replay import commit, replay
+from hostler.store.connect import sqlite_path_of
 from hostler.store.log import EventStore
 
 __all__ = ["run", "run_story"]
@@ -27,30 +29,42 @@ __all__ = ["run", "run_story"]
 
 def run(args: argparse.Namespace) -> int:
     """Write the story and print it."""
-    if args.db:
+    base = args.data_dir or default_data_dir()
+    url = args.db if args.db and sqlite_path_of(args.db) is None else None
+    if url is not None:
+        path = base / "demo" / "events.db"  # the engine's files; the log is the database's
+    elif args.db:
         # Absolute: the engine runs elsewhere and is handed paths beside the log.
         path = Path(args.db).absolute()  # --db: expanded and resolved already
     else:
-        base = args.data_dir or default_data_dir()
         path = base / "demo" / "events.db"
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
-    with EventStore.open(path, owner=True) as store:
+    if url is None:
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+    with EventStore.open(url or path, owner=True) as store:
+        held = store.count() if url is not None else 0
+        if held:  # a database is never emptied by the demo: it may be someone's log
+            raise StoreNotEmptyError(
+                f"{store.name}: holds {held} events; the demo writes into an empty log only "
+                "(give an empty database, or a file)"
+            )
         if args.scripted:
             run_story(store, start=time.time(), daemon_pid=os.getpid())
         else:
             model: Path | None = args.model
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             run_live(store, path.parent, model, Say())
             print()
-        print(f"demo event log: {path}\n")
+        shown = store.name
+        print(f"demo event log: {shown}\n")
         for line in TableWriter().lines(event_row(r) for r in store.read_all()):
             print(line)
         print()
         print("\n".join(format_world(replay(store))))
     print(
         "\nexplore it:\n"
-        f"  hostler events --db {path} --type engine.crashed --json\n"
-        f"  hostler state --db {path} --until-seq 4"
+        f"  hostler events --db {shown} --type engine.crashed --json\n"
+        f"  hostler state --db {shown} --until-seq 4"
     )
     return 0
 

@@ -190,22 +190,21 @@ def run_import(args: argparse.Namespace) -> int:
     """Import the file into the empty log ``--db`` names (created when absent)."""
     target = log_target(args)
     path = sqlite_path_of(target)
-    if path is None:
-        raise UsageError(f"{target}: import fills a SQLite log file only; give --db FILE")
     with _source(args.file) as stream:
         lines = _Lines(stream)
         head = lines.header()
-        created = not path.exists()
-        lock_made = not Path(f"{path}.lock").exists()
+        created = path is not None and not path.exists()
+        lock_made = path is not None and not Path(f"{path}.lock").exists()
         try:
             with EventStore.open(target, owner=True) as store:
                 written = store.import_rows(lines.rows())
                 name = store.name
             # a cache beside this path was made from another log: it must never answer for
             # this one (the link itself, if it is one, never what it points at)
-            Path(f"{path}{SIDECAR_SUFFIX}").unlink(missing_ok=True)
+            if path is not None:
+                Path(f"{path}{SIDECAR_SUFFIX}").unlink(missing_ok=True)
         except BaseException:
-            if created:
+            if created and path is not None:
                 _remove_log(path, lock=lock_made)
             raise
     redactions = ", ".join(head["redactions"]) or "none"

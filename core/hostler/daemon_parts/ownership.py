@@ -28,11 +28,14 @@ def daemon_id(data_dir: Path) -> str:
 
 
 def open_owned_log(config: DaemonConfig) -> EventStore:
-    """The data directory's log, owned; a corrupt one names the engines it leaves (SF3)."""
-    path = config.data_dir / "events.db"
+    """The daemon's log, owned; a corrupt one names the engines it leaves (SF3).
+
+    ``DATA_DIR/events.db`` unless the config names another file or a database URL
+    (``[daemon] log``, ``--db``, ``HOSTLER_DB``).
+    """
     try:
         store = EventStore.open(
-            path,
+            config.log_target,
             owner=True,
             busy_timeout=DAEMON_BUSY_TIMEOUT,
             max_bytes=config.log_max_bytes,

@@ -56,6 +56,7 @@ _BY_CODE: dict[str, HttpError] = {
     "store.error": HttpError(503, "server_error", "store-unavailable", retry_after=10),
     "store.full": HttpError(503, "server_error", "store-unavailable", retry_after=10),
     "store.busy": HttpError(503, "server_error", "store-unavailable", retry_after=1),
+    "store.unavailable": HttpError(503, "server_error", "store-unavailable", retry_after=5),
     "store.locked": HttpError(503, "server_error", "store-unavailable", retry_after=1),
     # damaged while serving: waiting does not mend it (no Retry-After); the message says which
     "store.corrupt": HttpError(503, "server_error", "store-unavailable"),

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from hostler._version import __version__
 from hostler.errors import (
@@ -42,6 +42,13 @@ Clock = Callable[[], datetime]
 T = TypeVar("T")
 
 _VERSION_CACHE_LIMIT = 100_000
+
+
+class OwnerCheck(Protocol):
+    """The owner lock as the writer sees it."""
+
+    def confirm(self) -> None:
+        """Raise :class:`~hostler.errors.StoreLockedError` unless the lock is (again) held."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,10 +80,15 @@ class LogAppender:
             driver-level write path).
         name: The log's name, for errors.
         clock: Source of ``recorded_at``.
+        owner: The owner lock the store holds, confirmed before every write transaction (a
+            database server drops it with a lost session).
     """
 
-    def __init__(self, engines: Engines, *, name: str, clock: Clock) -> None:
+    def __init__(
+        self, engines: Engines, *, name: str, clock: Clock, owner: OwnerCheck | None = None
+    ) -> None:
         self._engines = engines
+        self._owner = owner
         self._name = name
         self._clock = clock
         # SQLite takes the driver-level write path; tests may force the generic Core one.
@@ -245,19 +257,11 @@ class LogAppender:
             writer = self._writer_connection()
             writer.begin()
             try:
-                if len(batch) == 1:
-                    batch[0].result = self._write_one(writer, batch[0], recorded_at, written)
-                else:
-                    for request in batch:
-                        writer.savepoint()
-                        try:
-                            request.result = self._write_one(writer, request, recorded_at, written)
-                        except ConcurrencyError as exc:
-                            # one append's conflict fails it alone, not the shared commit
-                            writer.rollback_to_savepoint()
-                            request.error = exc
-                        else:
-                            writer.release()
+                for request in batch:
+                    try:
+                        request.result = self._write_one(writer, request, recorded_at, written)
+                    except ConcurrencyError as exc:
+                        request.error = exc  # one append's conflict fails it alone
                 writer.commit()
             except BaseException:
                 writer.rollback()
@@ -267,8 +271,6 @@ class LogAppender:
             self._versions.update(written)
             self._commits += 1
             self._appends += len(batch)
-        except ConcurrencyError as exc:
-            batch[0].error = exc  # a batch of one: rolled back whole
         except BaseException as exc:  # noqa: BLE001 - every waiter must learn of it, or hang
             for request in batch:
                 request.result, request.error = None, exc
@@ -283,8 +285,6 @@ class LogAppender:
         What it takes, returns and raises: :meth:`hostler.store.log.EventStore.import_rows`.
         """
         self._refuse_closed()
-        if self._engines.sqlite_file is None:
-            raise UsageError(f"{self._name}: import fills SQLite logs only; import into a file")
         with self._exclusive():
             try:
                 return self._import(rows)
@@ -293,8 +293,6 @@ class LogAppender:
 
     def _import(self, rows: Iterable[RawRow]) -> int:
         writer = self._writer_connection()
-        if not isinstance(writer, SqliteWriter):
-            raise UsageError(f"{self._name}: import needs the SQLite write path")
         written = 0
         writer.begin()
         try:
@@ -308,6 +306,7 @@ class LogAppender:
                         "nothing was imported"
                     ) from exc
                 written += 1
+            writer.after_import()
             writer.commit()
         except BaseException:
             writer.rollback()
@@ -349,16 +348,23 @@ class LogAppender:
             )
             for n, (type_name, version, payload, text) in enumerate(request.encoded, 1)
         ]
+        # A savepoint per append: a conflict undoes this append alone, and leaves the
+        # transaction usable (PostgreSQL aborts a whole transaction on a failed statement).
+        writer.savepoint()
         try:
             seqs = writer.insert(rows)
         except UniqueViolation as exc:
             # Another writer moved the stream on since we last saw it.
+            writer.rollback_to_savepoint()
             self._versions.pop(stream_id, None)
             raise ConcurrencyError(stream_id, current, writer.stream_version(stream_id)) from exc
+        writer.release()
         written[stream_id] = current + len(rows)
         return AppendResult(stream_id, current + len(rows), seqs)
 
     def _writer_connection(self) -> Writer:
+        if self._owner is not None:
+            self._owner.confirm()  # every write transaction: never written without the lock
         if self._writer is None:
             if self._engines.sqlite_file is not None and not self._use_core_writer:
                 self._writer = SqliteWriter(self._engines.writer, self._name)

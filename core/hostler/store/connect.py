@@ -24,8 +24,16 @@ from hostler.store.migrate import (
     schema_too_new,
     shipped_revisions,
 )
+from hostler.store.postgres import install_postgres_hooks
 
-__all__ = ["Engines", "make_engines", "parse_url", "sqlite_path_of"]
+__all__ = [
+    "Engines",
+    "check_server_url",
+    "display_name",
+    "make_engines",
+    "parse_url",
+    "sqlite_path_of",
+]
 
 #: How long a writer waits for another process's write transaction before giving up (the
 #: daemon waits less, see ``busy_timeout``, and retries itself so a signal is never kept waiting).
@@ -68,6 +76,33 @@ def parse_url(text: str) -> sa.URL:
         ) from None
 
 
+def display_name(target: str | os.PathLike[str]) -> str:
+    """How a log is named in messages: its path, or its URL without the password."""
+    text = os.fspath(target)
+    if "://" not in text:
+        return text
+    return parse_url(text).render_as_string(hide_password=True)
+
+
+def check_server_url(text: str) -> sa.URL:
+    """A database URL whose kind SQLAlchemy knows; :class:`StoreUrlError` in one line if not.
+
+    The driver is checked when the log is opened (:class:`StoreDriverError` names its package).
+    """
+    url = parse_url(text)
+    try:
+        url.get_dialect()
+    except sa.exc.NoSuchModuleError:
+        raise StoreUrlError(
+            f"{url.render_as_string(hide_password=True)}: SQLAlchemy knows no database kind "
+            f"{url.drivername!r}; use a file path, sqlite:///PATH or a server URL such as "
+            "postgresql+psycopg://USER@HOST/DB"
+        ) from None
+    except ImportError:
+        pass  # the kind is known, its driver missing: said at open, naming the package
+    return url
+
+
 def sqlite_path_of(target: str | os.PathLike[str]) -> Path | None:
     """The database file a target names, or None when it is a non-SQLite URL."""
     text = os.fspath(target)
@@ -104,10 +139,14 @@ def make_engines(
     SQLite's bare ``unable to open database file``.
     """
     path = sqlite_path_of(target)
+    wait_ms = round(busy_timeout * 1000)
     if path is None:
         url = parse_url(os.fspath(target))
         writer = _server_engine(url)
         reader = _server_engine(url)
+        if url.get_backend_name() == "postgresql":
+            install_postgres_hooks(writer, writer=True, wait_ms=wait_ms)
+            install_postgres_hooks(reader, writer=False, wait_ms=wait_ms)
         return Engines(writer, reader, None)
     path = _usable(path, str(path), resolve=True)
     _prepare_sqlite_file(path, shared=shared)
@@ -118,7 +157,6 @@ def make_engines(
     }
     writer = sa.create_engine(url, connect_args=connect_args, pool_size=2, max_overflow=4)
     reader = sa.create_engine(url, connect_args=connect_args, pool_size=4, max_overflow=8)
-    wait_ms = round(busy_timeout * 1000)
     _install_sqlite_hooks(
         writer,
         begin="BEGIN IMMEDIATE",

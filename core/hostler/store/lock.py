@@ -64,6 +64,9 @@ class OwnerLock:
             ) from None
         self._guard_fd = fd
 
+    def confirm(self) -> None:
+        """The lock is held (a ``flock`` is never lost while its file descriptor is open)."""
+
     def release(self) -> None:
         """Drop the lock (idempotent)."""
         if self._guard_fd is not None:

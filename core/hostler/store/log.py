@@ -19,9 +19,10 @@ import sqlalchemy as sa
 from hostler.errors import UsageError
 from hostler.events.base import Event, payload_of
 from hostler.store.appender import AppendResult, Clock, LogAppender
-from hostler.store.connect import Engines, make_engines
+from hostler.store.connect import Engines, display_name, make_engines
 from hostler.store.lock import OwnerLock
 from hostler.store.migrate import upgrade_to_head
+from hostler.store.postgres import PgOwnerLock
 from hostler.store.reader import LogReader, translate_error
 from hostler.store.records import EPOCH, RawRow, RecordedEvent, format_time, parse_time
 
@@ -62,14 +63,14 @@ class EventStore:
         engines: Engines,
         *,
         name: str,
-        lock: OwnerLock | None,
+        lock: OwnerLock | PgOwnerLock | None,
         clock: Clock,
     ) -> None:
         self._engines = engines
         self.name = name
         self._lock = lock
         self._closed = False
-        self._appender = LogAppender(engines, name=name, clock=clock)
+        self._appender = LogAppender(engines, name=name, clock=clock, owner=lock)
         self._reader = LogReader(engines.reader, name)
 
     # -- opening and closing -------------------------------------------------------------
@@ -85,13 +86,15 @@ class EventStore:
         shared: bool = False,
         busy_timeout: float | None = None,
         max_bytes: int | None = None,
+        owner_scope: str = "",
     ) -> Self:
         """Open (creating and migrating as needed) the log at a path or SQLAlchemy URL.
 
         Args:
             target: A file path (SQLite, the embedded default) or a SQLAlchemy URL.
-            owner: Take the exclusive owner lock (``<file>.lock``): a daemon that acts on the
-                log's decisions must; readers (CLI, post-mortem) must not.
+            owner: Take the exclusive owner lock (``<file>.lock``; on PostgreSQL an advisory
+                lock): a daemon that acts on the log's decisions must; readers (CLI,
+                post-mortem) must not.
             clock: Source of ``recorded_at`` (injected in tests).
             synchronous: SQLite ``synchronous`` pragma; ``FULL`` makes each commit durable.
             shared: The file is shared with the directory's group (created 0660, its
@@ -101,6 +104,8 @@ class EventStore:
                 waits briefly and retries on its own, so a signal is never kept waiting.
             max_bytes: SQLite only: the largest the file may grow; writes past it fail with
                 :class:`~hostler.errors.StoreFullError`, as on a full disk.
+            owner_scope: On a database server, what one owner owns: ``""`` the whole log, a
+                host's name that host's part of a fleet's shared log (docs/fleet.md).
 
         Raises:
             StorePathError: The path is a directory or cannot be written.
@@ -114,12 +119,14 @@ class EventStore:
         engines = make_engines(
             target, synchronous=synchronous.upper(), shared=shared, max_bytes=max_bytes, **wait
         )
-        name = str(engines.sqlite_file) if engines.sqlite_file else _safe_url(target)
-        lock: OwnerLock | None = None
+        name = str(engines.sqlite_file) if engines.sqlite_file else display_name(target)
+        lock: OwnerLock | PgOwnerLock | None = None
         try:
             if owner and engines.sqlite_file is not None:
                 lock = OwnerLock(Path(f"{engines.sqlite_file}.lock"), guard=engines.sqlite_file)
             try:
+                if owner and engines.sqlite_file is None:
+                    lock = PgOwnerLock(engines.writer, scope=owner_scope, where=name)
                 upgrade_to_head(engines.writer, where=name, reader=engines.reader)
             except sa.exc.DBAPIError as exc:
                 raise translate_error(exc, name) from exc
@@ -210,14 +217,13 @@ class EventStore:
         payload/metadata text (``hostler import`` restores an export with them, so that state,
         events and replay answer as on the original). All rows go in one transaction, which
         first checks that the log is empty: an exception raised while ``rows`` is iterated
-        (a malformed line) rolls everything back. SQLite only: on another database the
-        identity sequence would have to be moved past the imported seqs by hand. Returns how
-        many rows were written.
+        (a malformed line) rolls everything back. On PostgreSQL the seq counter is then moved
+        past the imported seqs. Returns how many rows were written.
 
         Raises:
             StoreNotEmptyError: The log already holds events; nothing was written.
-            ExportFormatError: Two rows give the same stream the same version.
-            UsageError: The log is not a SQLite file.
+            ExportFormatError: Two rows give the same stream the same version, or (not on
+                SQLite) a damaged row's text is not JSON.
         """
         return self._appender.import_rows(rows)
 
@@ -326,7 +332,3 @@ class EventStore:
         decode it already): pass it through :func:`payload_of`.
         """
         return self._reader.read_rows(after_seq=after_seq, until_seq=until_seq, until=until)
-
-
-def _safe_url(target: str | os.PathLike[str]) -> str:
-    return sa.make_url(os.fspath(target)).render_as_string(hide_password=True)

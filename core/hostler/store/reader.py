@@ -36,7 +36,8 @@ _STREAM_VERSION = sa.select(sa.func.coalesce(sa.func.max(events.c.version), 0)).
 
 def translate_error(exc: sa.exc.DBAPIError, name: str) -> StoreError:
     """The named, one-line error of a database failure met on the log ``name``."""
-    return translate(str(exc.orig).strip() or type(exc.orig).__name__, name)
+    detail = str(exc.orig).strip() or type(exc.orig).__name__
+    return translate(detail, name, getattr(exc.orig, "sqlstate", None))
 
 
 class LogReader:

@@ -21,7 +21,14 @@ from typing import Any, Protocol
 
 import sqlalchemy as sa
 
-from hostler.errors import StoreBusyError, StoreCorruptError, StoreError, StoreFullError
+from hostler.errors import (
+    ExportFormatError,
+    StoreBusyError,
+    StoreCorruptError,
+    StoreError,
+    StoreFullError,
+    StoreUnavailableError,
+)
 from hostler.store.schema import ROW_COLUMNS, events
 
 __all__ = [
@@ -78,23 +85,59 @@ class Writer(Protocol):
     def stream_rows(self, stream_id: str, after_version: int) -> list[StoredRow]:
         """A stream's rows after a version, inside this transaction (payloads decoded)."""
 
+    def row_count(self) -> int:
+        """How many rows the log holds, inside this transaction (import only)."""
+
+    def insert_exact(self, row: Sequence[Any]) -> None:
+        """Insert one row with its own seq and stored values, as given (import only).
+
+        ``row`` is ``(seq, stream_id, version, type, schema_version, payload text, metadata
+        text, recorded_at)``.
+        """
+
+    def after_import(self) -> None:
+        """Move the seq counter past the imported rows, so that appends continue after them."""
+
     def close(self) -> None:
         """Give the connection back; never raises."""
 
 
-def translate(detail: str, name: str) -> StoreError:
-    """A named, one-line error for a database failure's text."""
+#: SQLSTATE classes and codes (a database server's own words for a failure) -> the error.
+_BY_SQLSTATE: tuple[tuple[str, type[StoreError], str], ...] = (
+    ("08", StoreUnavailableError, "the database server cannot be reached"),
+    ("57P", StoreUnavailableError, "the database server is stopping or starting"),
+    ("55P03", StoreBusyError, "the log's write lock stayed held by another writer"),
+    ("40P01", StoreBusyError, "a deadlock with another writer"),
+    ("53100", StoreFullError, "the database server's disk is full"),
+)
+
+
+#: Words of a failure's text (SQLite's, or a server's without a SQLSTATE) -> the error.
+_BY_TEXT: tuple[tuple[tuple[str, ...], type[StoreError], str], ...] = (
+    (
+        ("not a database", "malformed", "encrypted"),
+        StoreCorruptError,
+        "not a readable hostler event log",
+    ),
+    (("locked", "busy"), StoreBusyError, "the database stayed locked by another writer"),
+    (("full", "no space"), StoreFullError, "the disk is full"),
+    (("readonly", "read-only"), StoreError, "the database cannot be written"),
+)  # fmt: skip
+
+
+def translate(detail: str, name: str, sqlstate: str | None = None) -> StoreError:
+    """A named, one-line error for a database failure's text (and SQLSTATE, where known)."""
+    detail = " ".join(detail.split())  # a server's message may span lines
+    for prefix, kind, what in _BY_SQLSTATE:
+        if sqlstate and sqlstate.startswith(prefix):
+            return kind(f"{name}: {what} ({detail})")
     lowered = detail.lower()
-    if "not a database" in lowered or "malformed" in lowered or "encrypted" in lowered:
-        return StoreCorruptError(f"{name}: not a readable hostler event log ({detail})")
-    if "locked" in lowered or "busy" in lowered:
-        return StoreBusyError(f"{name}: the database stayed locked by another writer ({detail})")
-    if "full" in lowered or "no space" in lowered:
-        return StoreFullError(
-            f"{name}: the disk is full ({detail}); free space where the log lives"
-        )
-    if "readonly" in lowered or "read-only" in lowered:
-        return StoreError(f"{name}: the database cannot be written ({detail})")
+    for words, kind, what in _BY_TEXT:
+        if any(word in lowered for word in words):
+            fix = "; free space where the log lives" if kind is StoreFullError else ""
+            return kind(f"{name}: {what} ({detail}){fix}")
+    if sqlstate is None and ("connection" in lowered or "server closed" in lowered):
+        return StoreUnavailableError(f"{name}: the database server cannot be reached ({detail})")
     return StoreError(f"{name}: database error ({detail})")
 
 
@@ -122,7 +165,7 @@ class SqliteWriter:
         try:
             self._pooled = engine.raw_connection()  # the connect hook has set the pragmas
         except sa.exc.DBAPIError as exc:
-            raise translate(str(exc.orig), name) from exc
+            raise translate(str(exc.orig), name, getattr(exc.orig, "sqlstate", None)) from exc
         driver = self._pooled.driver_connection
         if not isinstance(driver, sqlite3.Connection):  # pragma: no cover - guarded by caller
             raise TypeError("SqliteWriter needs a sqlite3 connection")
@@ -180,16 +223,15 @@ class SqliteWriter:
         return tuple(seqs)
 
     def row_count(self) -> int:
-        """How many rows the log holds, inside this transaction (import only)."""
+        """See :class:`Writer`."""
         return int(self._run("SELECT count(*) FROM events").fetchone()[0])
 
     def insert_exact(self, row: Sequence[Any]) -> None:
-        """Insert one row with its own seq and stored values, as given (import only).
-
-        ``row`` is ``(seq, stream_id, version, type, schema_version, payload text, metadata
-        text, recorded_at)``.
-        """
+        """See :class:`Writer`."""
         self._run(_SQLITE_INSERT_EXACT, tuple(row))
+
+    def after_import(self) -> None:
+        """See :class:`Writer` (AUTOINCREMENT already continues after the largest seq)."""
 
     def stream_rows(self, stream_id: str, after_version: int) -> list[StoredRow]:
         """See :class:`Writer`."""
@@ -207,11 +249,17 @@ class SqliteWriter:
 
 
 class CoreWriter:
-    """The write path through SQLAlchemy Core, for every other database."""
+    """The write path through SQLAlchemy Core, for every other database.
+
+    A connection is taken from the pool for each transaction and given back at its end: the
+    pool checks it first (``pool_pre_ping``), so a server restarted since the last write costs
+    no failed append, and a lost connection is never kept.
+    """
 
     def __init__(self, engine: sa.Engine, name: str) -> None:
         self._name = name
-        self._conn = engine.connect()
+        self._engine = engine
+        self._conn: sa.Connection | None = None
         self._tx: sa.RootTransaction | None = None
         self._savepoint: sa.NestedTransaction | None = None
         self._version = sa.select(sa.func.coalesce(sa.func.max(events.c.version), 0)).where(
@@ -223,13 +271,19 @@ class CoreWriter:
         orig = exc.orig
         if isinstance(exc, sa.exc.IntegrityError) and "unique" in str(orig).lower():
             return UniqueViolation(str(orig))
-        return translate(str(orig), self._name)
+        return translate(str(orig), self._name, getattr(orig, "sqlstate", None))
+
+    def _connection(self) -> sa.Connection:
+        assert self._conn is not None  # noqa: S101 - begin() came first
+        return self._conn
 
     def begin(self) -> None:
         """See :class:`Writer`."""
         try:
+            self._conn = self._engine.connect()
             self._tx = self._conn.begin()
         except sa.exc.DBAPIError as exc:
+            self._give_back()
             raise self._guard(exc) from exc
 
     def commit(self) -> None:
@@ -241,6 +295,7 @@ class CoreWriter:
             raise self._guard(exc) from exc
         finally:
             self._tx = None
+            self._give_back()
 
     def rollback(self) -> None:
         """See :class:`Writer`."""
@@ -248,27 +303,46 @@ class CoreWriter:
             with contextlib.suppress(sa.exc.SQLAlchemyError):
                 self._tx.rollback()
             self._tx = None
+        self._give_back()
+
+    def _give_back(self) -> None:
+        conn, self._conn, self._savepoint = self._conn, None, None
+        if conn is not None:
+            with contextlib.suppress(sa.exc.SQLAlchemyError):
+                conn.close()
 
     def savepoint(self) -> None:
         """See :class:`Writer`."""
-        self._savepoint = self._conn.begin_nested()
+        try:
+            self._savepoint = self._connection().begin_nested()
+        except sa.exc.DBAPIError as exc:
+            raise self._guard(exc) from exc
 
     def release(self) -> None:
         """See :class:`Writer`."""
         assert self._savepoint is not None  # noqa: S101 - savepoint() came first
-        self._savepoint.commit()
-        self._savepoint = None
+        try:
+            self._savepoint.commit()
+        except sa.exc.DBAPIError as exc:
+            raise self._guard(exc) from exc
+        finally:
+            self._savepoint = None
 
     def rollback_to_savepoint(self) -> None:
         """See :class:`Writer`."""
         assert self._savepoint is not None  # noqa: S101 - savepoint() came first
-        self._savepoint.rollback()
-        self._savepoint = None
+        try:
+            self._savepoint.rollback()
+        except sa.exc.DBAPIError as exc:
+            raise self._guard(exc) from exc
+        finally:
+            self._savepoint = None
 
     def stream_version(self, stream_id: str) -> int:
         """See :class:`Writer`."""
+        conn = self._connection()
         try:
-            return int(self._conn.execute(self._version, {"stream_id": stream_id}).scalar_one())
+            return int(conn.execute(self._version, {"stream_id": stream_id}).scalar_one())
         except sa.exc.DBAPIError as exc:
             raise self._guard(exc) from exc
 
@@ -287,7 +361,7 @@ class CoreWriter:
             for stream_id, version, type_name, schema_version, payload, _, meta, _, at in rows
         ]
         try:
-            return tuple(self._conn.execute(self._insert, values).scalars().all())
+            return tuple(self._connection().execute(self._insert, values).scalars().all())
         except sa.exc.DBAPIError as exc:
             raise self._guard(exc) from exc
 
@@ -299,12 +373,63 @@ class CoreWriter:
             .order_by(events.c.version)
         )
         try:
-            return [tuple(row) for row in self._conn.execute(stmt)]
+            return [tuple(row) for row in self._connection().execute(stmt)]
+        except sa.exc.DBAPIError as exc:
+            raise self._guard(exc) from exc
+
+    def row_count(self) -> int:
+        """See :class:`Writer`."""
+        try:
+            return int(self._connection().execute(_COUNT).scalar_one())
+        except sa.exc.DBAPIError as exc:
+            raise self._guard(exc) from exc
+
+    def insert_exact(self, row: Sequence[Any]) -> None:
+        """See :class:`Writer`: payload and metadata go in as the text they were stored as."""
+        conn = self._connection()
+        json_cast = conn.dialect.name == "postgresql"
+        statement = _EXACT_PG if json_cast else _EXACT
+        try:
+            conn.execute(statement, dict(zip(_EXACT_NAMES, row, strict=True)))
+        except sa.exc.DataError as exc:  # SQLSTATE class 22: a damaged row's text is not JSON
+            detail = " ".join(str(exc.orig).split())
+            raise ExportFormatError(
+                f"seq {row[0]}: cannot be stored on {self._name} ({detail}); a damaged row "
+                "can be imported into a SQLite file only; nothing was imported"
+            ) from exc
+        except sa.exc.DBAPIError as exc:
+            raise self._guard(exc) from exc
+
+    def after_import(self) -> None:
+        """See :class:`Writer`."""
+        conn = self._connection()
+        if conn.dialect.name != "postgresql":
+            return
+        try:
+            conn.exec_driver_sql(
+                "SELECT setval(pg_get_serial_sequence('events', 'seq'), "
+                "(SELECT coalesce(max(seq), 0) + 1 FROM events), false)"
+            )
         except sa.exc.DBAPIError as exc:
             raise self._guard(exc) from exc
 
     def close(self) -> None:
         """See :class:`Writer`."""
         self.rollback()
-        with contextlib.suppress(sa.exc.SQLAlchemyError):
-            self._conn.close()
+
+
+_COUNT = sa.select(sa.func.count()).select_from(events)
+_EXACT_NAMES = (
+    "seq", "stream_id", "version", "type", "schema_version", "payload", "metadata", "recorded_at"
+)  # fmt: skip
+_EXACT = sa.text(
+    "INSERT INTO events (seq, stream_id, version, type, schema_version, payload, metadata, "
+    "recorded_at) VALUES (:seq, :stream_id, :version, :type, :schema_version, :payload, "
+    ":metadata, :recorded_at)"
+)
+# PostgreSQL's json keeps the text as given (spaces, key order): state and replay read the same
+_EXACT_PG = sa.text(
+    "INSERT INTO events (seq, stream_id, version, type, schema_version, payload, metadata, "
+    "recorded_at) VALUES (:seq, :stream_id, :version, :type, :schema_version, "
+    "CAST(:payload AS json), CAST(:metadata AS json), :recorded_at)"
+)

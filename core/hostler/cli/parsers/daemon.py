@@ -6,10 +6,10 @@ import argparse
 from typing import Any
 
 from hostler.address import DEFAULT_HOST, DEFAULT_PORT
-from hostler.cli.options import add_settings_options, host_argument, port_number
+from hostler.cli.options import add_settings_options, host_argument, log_argument, port_number
 from hostler.cli.parsers import later
 
-__all__ = ["add_parser", "add_serve_parser", "add_verbosity"]
+__all__ = ["add_db_option", "add_parser", "add_serve_parser", "add_verbosity"]
 
 
 def add_parser(sub: Any) -> None:
@@ -18,6 +18,7 @@ def add_parser(sub: Any) -> None:
         "daemon", help="keep the configured engines under supervision (until SIGTERM)"
     )
     add_settings_options(parser, "TOML config (see docs/daemon.md; else $HOSTLER_CONFIG)")
+    add_db_option(parser)
     add_verbosity(parser)
     parser.set_defaults(run=later("hostler.cli.daemon", "run"))
 
@@ -44,8 +45,19 @@ def add_serve_parser(sub: Any) -> None:
         help=f"port to listen on (default $HOSTLER_PORT, [server] port, else {DEFAULT_PORT}; "
         "0: any free port, said in the log)",
     )
+    add_db_option(parser)
     add_verbosity(parser)
     parser.set_defaults(run=later("hostler.cli.daemon", "serve"))
+
+
+def add_db_option(parser: argparse.ArgumentParser) -> None:
+    """``--db``: the event log the daemon owns (a file, or a database URL a fleet shares)."""
+    parser.add_argument(
+        "--db",
+        type=log_argument,
+        help="event log file or database URL, e.g. postgresql+psycopg://USER@HOST/DB "
+        "(default $HOSTLER_DB, [daemon] log, else DATA_DIR/events.db; docs/fleet.md)",
+    )
 
 
 def add_verbosity(parser: argparse.ArgumentParser) -> None:

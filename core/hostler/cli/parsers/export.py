@@ -44,7 +44,7 @@ def add_parser(sub: Any) -> None:
         description="Read an export (FILE, or - for stdin) into an EMPTY log, keeping every "
         "seq, time, payload and metadata, so that state, events and replay answer as on the "
         "original. The whole file is checked as it is written, in one transaction: a bad line "
-        "is named and nothing is imported. SQLite logs only.",
+        "is named and nothing is imported. A file (SQLite) or a database URL (PostgreSQL).",
     )
     imp.add_argument("file", metavar="FILE", help="the export file, or - for stdin")
     add_log_options(imp)
