@@ -185,12 +185,17 @@ class ServeChild:
     """``hostler serve --config FOLDER/hostler.toml`` as a real child process, listening.
 
     ``models`` is the config's ``[[models]]`` tables (TOML text); ``extra`` more TOML after
-    them; ``env`` variables set for the daemon beside this process's own. ``close()`` sends
-    SIGTERM and waits for the exit.
+    them; ``daemon`` more ``[daemon]`` keys; ``env`` variables set for the daemon beside this
+    process's own. ``close()`` sends SIGTERM and waits for the exit; ``kill()`` SIGKILLs it.
     """
 
     def __init__(
-        self, folder: Path, models: str, extra: str = "", env: dict[str, str] | None = None
+        self,
+        folder: Path,
+        models: str,
+        extra: str = "",
+        env: dict[str, str] | None = None,
+        daemon: str = "",
     ) -> None:
         import socket
 
@@ -199,7 +204,8 @@ class ServeChild:
         self.data = folder / "data"
         self.config = folder / "hostler.toml"
         self.config.write_text(
-            f'[daemon]\nledger = "ledger.db"\ndata_dir = "{self.data}"\n\n{models}\n{extra}'
+            f'[daemon]\nledger = "ledger.db"\ndata_dir = "{self.data}"\n{daemon}\n\n{models}\n'
+            f"{extra}"
         )
         self.log = folder / "serve.log"
         with socket.socket() as sock:
@@ -224,6 +230,15 @@ class ServeChild:
                 pass
             assert time.monotonic() < deadline, f"{' '.join(command)}: no answer in 60 s"
             time.sleep(0.1)
+
+    def kill(self) -> None:
+        """SIGKILL the daemon (its engines, in sessions of their own, keep running)."""
+        self.daemon.kill()
+        self.daemon.wait(timeout=60)
+
+    def start(self) -> None:
+        """Start the daemon again after :meth:`kill` or :meth:`close` (same config and port)."""
+        self.daemon = self._start()
 
     def restart(self) -> None:
         """Stop the daemon (SIGTERM) and start it again on the same config and port."""

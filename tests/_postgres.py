@@ -117,7 +117,10 @@ class Cluster:
     def new_database(self) -> str:
         """A fresh, empty database; its URL."""
         self._databases += 1
-        name = f"t{os.getpid()}_{self._databases}"
+        return self.create_database(f"t{os.getpid()}_{self._databases}")
+
+    def create_database(self, name: str) -> str:
+        """Make the empty database ``name``; its URL."""
         dsn = f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres"
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')

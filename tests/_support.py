@@ -175,3 +175,44 @@ def step_the_clock(monkeypatch: Any, seconds: float) -> None:
 
     stepped = _pslinux.boot_time() + seconds
     monkeypatch.setattr(_pslinux, "boot_time", lambda: stepped)
+
+
+_RAW_INSERT = (
+    "INSERT INTO events (stream_id, version, type, schema_version, payload, metadata, "
+    "recorded_at) VALUES (:stream, :version, :type, :schema, :payload, '{}', "
+    "'2026-01-01T00:00:00.000000Z')"
+)
+
+
+def insert_raw(
+    target: str | Path,
+    stream: str,
+    version: int,
+    type_name: str,
+    payload: str,
+    *,
+    schema_version: int = 1,
+) -> None:
+    """Insert one row behind hostler's back, as another program would (SQLite or PostgreSQL)."""
+    import sqlalchemy as sa
+
+    text = str(target)
+    url = text if "://" in text else f"sqlite:///{text}"
+    statement = _RAW_INSERT.replace(":payload", "CAST(:payload AS json)", 1)
+    if not url.startswith("postgresql"):
+        statement = _RAW_INSERT
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(statement),
+                {
+                    "stream": stream,
+                    "version": version,
+                    "type": type_name,
+                    "schema": schema_version,
+                    "payload": payload,
+                },
+            )
+    finally:
+        engine.dispose()

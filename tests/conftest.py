@@ -18,8 +18,9 @@ import pytest
 from hostler import EventStore
 
 if TYPE_CHECKING:
-    from _postgres import Cluster
     from _scenario import Scenario
+
+    from _postgres import Cluster
 
 #: The session guard: every process a test run starts is ended when the run ends, however it
 #: ends (failed, Ctrl-C, SIGTERM, even pytest SIGKILLed). See docs/testing.md.

@@ -99,6 +99,7 @@ PS_MODULES = {
     "hostler.cli.ps",
     "hostler.cli.tables",
     "hostler.errors",
+    "hostler.fleet",  # the host-name check of the log options (the standard library only)
     "hostler.paths",
 }
 

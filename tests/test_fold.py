@@ -14,7 +14,7 @@ from hostler.events.base import Event, decode, event_type, typed_decoder
 from hostler.events.fold import FoldReport, fold
 from hostler.events.ledger import LEDGER_STREAM, LedgerReleased, LedgerReserved
 
-from _support import Note
+from _support import Note, insert_raw
 
 if TYPE_CHECKING:
     from decimal import Context
@@ -36,30 +36,19 @@ def _measured(estimated: int, measured: int) -> FootprintMeasured:
     )
 
 
-def _unknown(log_path: Path, stream: str, version: int) -> None:
-    import sqlite3
-
-    raw = sqlite3.connect(log_path)
-    try:
-        raw.execute(
-            "INSERT INTO events (stream_id, version, type, schema_version, payload, metadata, recorded_at) "
-            "VALUES (?, ?, 'gone_plugin.thing', 1, '{}', '{}', '2026-01-01T00:00:00.000000Z')",
-            (stream, version),
-        )
-        raw.commit()
-    finally:
-        raw.close()
+def _unknown(log_target: str, stream: str, version: int) -> None:
+    insert_raw(log_target, stream, version, "gone_plugin.thing", "{}")
 
 
 def test_fold_advances_the_version_past_what_it_does_not_apply(
-    store: EventStore, log_path: Path
+    store: EventStore, log_target: str
 ) -> None:
     store.append(
         LEDGER_STREAM,
         [LedgerReserved("k", 100, "o", 0, 0, 1000, 1000, True)],
         expected_version=0,
     )
-    _unknown(log_path, LEDGER_STREAM, 2)
+    _unknown(log_target, LEDGER_STREAM, 2)
     store.append(LEDGER_STREAM, [Note("foreign")], expected_version=2)
     report = FoldReport()
     state = fold(
@@ -92,9 +81,9 @@ def test_fold_catches_up_from_an_overlapping_read(store: EventStore) -> None:
     assert report.applied == 1 and report.skipped == []
 
 
-def test_calibration_folds_with_the_one_fold(store: EventStore, log_path: Path) -> None:
+def test_calibration_folds_with_the_one_fold(store: EventStore, log_target: str) -> None:
     store.append(CALIBRATION_STREAM, [_measured(1000, 1100)], expected_version=0)
-    _unknown(log_path, CALIBRATION_STREAM, 2)
+    _unknown(log_target, CALIBRATION_STREAM, 2)
     store.append(CALIBRATION_STREAM, [Note("foreign")], expected_version=2)
     calibration = load_calibration(store)
     assert calibration.version == 3

@@ -28,7 +28,7 @@ from hostler import (
 )
 from hostler.machines.base import TransitionEvent
 
-from _support import Note, run_python
+from _support import Note, insert_raw, run_python
 
 KINDS: tuple[type[LifecycleModel], ...] = (Engine, Lease, Reservation)
 _text = st.text(max_size=12)
@@ -184,21 +184,13 @@ def test_replay_until_time_gives_state_as_of_that_moment(store: EventStore) -> N
 
 
 def test_replay_keeps_unknown_and_foreign_events_without_failing(
-    store: EventStore, log_path: Path
+    store: EventStore, log_target: str
 ) -> None:
-    import sqlite3
-
     engine = Engine("e:1:0")
     engine.fire("start", at=1.0, cause="request")
     commit(store, engine)
     store.append("device/host", [Note("sample")], expected_version=0)
-    raw = sqlite3.connect(log_path)
-    raw.execute(
-        "INSERT INTO events (stream_id, version, type, schema_version, payload, metadata, recorded_at) "
-        "VALUES ('engine/e:1:0', 2, 'engine.future_thing', 1, '{}', '{}', '2026-01-01T00:00:00.000000Z')"
-    )
-    raw.commit()
-    raw.close()
+    insert_raw(log_target, "engine/e:1:0", 2, "engine.future_thing", "{}")
     world = replay(store)
     assert world.engines["e:1:0"].state == "starting"
     # the unknown event is not folded, but the stream is at version 2: what an append expects
@@ -234,12 +226,9 @@ def test_commit_conflict_keeps_pending_and_reload_recovers(store: EventStore) ->
     assert not any(isinstance(r.event, UnknownEvent) for r in store.read_all())
 
 
-def test_a_v1_engine_crash_is_upcast_on_read(store: EventStore, log_path: Path) -> None:
-    import sqlite3
-
+def test_a_v1_engine_crash_is_upcast_on_read(store: EventStore, log_target: str) -> None:
     from hostler.machines.engine import EngineCrashed
 
-    raw = sqlite3.connect(log_path)
     v1 = {
         "from_state": "running",
         "to_state": "backoff",
@@ -249,13 +238,7 @@ def test_a_v1_engine_crash_is_upcast_on_read(store: EventStore, log_path: Path) 
         "reached_ready": True,
         "retry_at": 6.0,
     }
-    raw.execute(
-        "INSERT INTO events (stream_id, version, type, schema_version, payload, metadata, recorded_at) "
-        "VALUES ('engine/e:1:0', 1, 'engine.crashed', 1, ?, '{}', '2026-01-01T00:00:00.000000Z')",
-        (json.dumps(v1),),
-    )
-    raw.commit()
-    raw.close()
+    insert_raw(log_target, "engine/e:1:0", 1, "engine.crashed", json.dumps(v1))
     (record,) = store.read_stream("engine/e:1:0")
     assert record.schema_version == 1
     assert isinstance(record.event, EngineCrashed)
@@ -263,23 +246,12 @@ def test_a_v1_engine_crash_is_upcast_on_read(store: EventStore, log_path: Path) 
     assert record.event.signal == 9
 
 
-def _insert_raw(log_path: Path, stream: str, version: int, type_name: str, payload: str) -> None:
-    import sqlite3
-
-    raw = sqlite3.connect(log_path)
-    try:
-        raw.execute(
-            "INSERT INTO events (stream_id, version, type, schema_version, payload, metadata, recorded_at) "
-            "VALUES (?, ?, ?, 1, ?, '{}', '2026-01-01T00:00:00.000000Z')",
-            (stream, version, type_name, payload),
-        )
-        raw.commit()
-    finally:
-        raw.close()
+def _insert_raw(log_target: str, stream: str, version: int, type_name: str, payload: str) -> None:
+    insert_raw(log_target, stream, version, type_name, payload)
 
 
 def test_replay_and_load_fold_a_stream_with_unfoldable_events_alike(
-    store: EventStore, log_path: Path
+    store: EventStore, log_target: str
 ) -> None:
     """One fold: the version is the stream position whatever the last event; state agrees."""
     engine = Engine("e:1:0")
@@ -295,7 +267,7 @@ def test_replay_and_load_fold_a_stream_with_unfoldable_events_alike(
         port=9,
     )
     commit(store, engine)  # v1, v2
-    _insert_raw(log_path, "engine/e:1:0", 3, "engine.future_thing", "{}")  # unknown type
+    _insert_raw(log_target, "engine/e:1:0", 3, "engine.future_thing", "{}")  # unknown type
     store.append("engine/e:1:0", [Note("not an engine event")], expected_version=3)  # foreign
     world = replay(store)
     loaded = load(store, Engine, "e:1:0")
@@ -311,14 +283,14 @@ def test_replay_and_load_fold_a_stream_with_unfoldable_events_alike(
 
 
 def test_a_wrongly_typed_payload_is_unknown_in_replay_and_load(
-    store: EventStore, log_path: Path
+    store: EventStore, log_target: str
 ) -> None:
     engine = Engine("e:1:0")
     engine.fire("start", at=1.0, cause="request")
     commit(store, engine)
     # engine.stop_requested's `at` must be a number: this one does not fit its class
     _insert_raw(
-        log_path,
+        log_target,
         "engine/e:1:0",
         2,
         "engine.stop_requested",
@@ -337,7 +309,7 @@ def test_a_wrongly_typed_payload_is_unknown_in_replay_and_load(
     assert world.unknown == [2]
 
 
-def test_an_old_schema_is_upcast_by_replay_too(store: EventStore, log_path: Path) -> None:
+def test_an_old_schema_is_upcast_by_replay_too(store: EventStore, log_target: str) -> None:
     engine = Engine("e:1:0")
     engine.fire("start", at=1.0, cause="request")
     engine.fire(
@@ -361,7 +333,7 @@ def test_an_old_schema_is_upcast_by_replay_too(store: EventStore, log_path: Path
         "reached_ready": True,
         "retry_at": 6.0,
     }
-    _insert_raw(log_path, "engine/e:1:0", 4, "engine.crashed", json.dumps(v1))
+    _insert_raw(log_target, "engine/e:1:0", 4, "engine.crashed", json.dumps(v1))
     world = replay(store)
     replayed = world.engines["e:1:0"]
     assert world.unknown == []
@@ -370,10 +342,10 @@ def test_an_old_schema_is_upcast_by_replay_too(store: EventStore, log_path: Path
 
 
 def test_read_stream_and_replay_decode_a_payload_with_an_extra_field_alike(
-    store: EventStore, log_path: Path
+    store: EventStore, log_target: str
 ) -> None:
     _insert_raw(
-        log_path,
+        log_target,
         "engine/e:1:0",
         1,
         "engine.start_requested",

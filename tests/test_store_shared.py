@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from _postgres import throwaway_cluster
-from hostler import EventStore, StoreLockedError
+from hostler import EventStore, StoreError, StoreLockedError, UsageError
 from hostler.errors import StoreUnavailableError
 
+from _postgres import throwaway_cluster
 from _support import Note
 
 #: Each writer process appends this many single-event appends to a stream of its own.
@@ -117,3 +117,34 @@ def test_the_owner_lock_lost_with_a_server_restart_is_taken_again_or_writes_are_
                 with pytest.raises(StoreLockedError, match="owned by another hostler daemon"):
                     first.append("s/a", [Note("refused")], expected_version=2)
                 assert [r.event for r in usurper.read_all()] == [Note("1"), Note("2")]
+
+
+def test_hosts_of_a_fleet_share_one_database_each_with_its_own_part_and_owner(pg_url: str) -> None:
+    """Two hosts append the same stream ids without a conflict; each host has one owner; every
+    event names its host; a reader asks for a host by name and an unknown one is refused."""
+    from hostler.store.postgres import fleet_hosts
+
+    with (
+        EventStore.open(pg_url, owner=True, host="gpu1") as one,
+        EventStore.open(pg_url, owner=True, host="gpu2") as two,
+    ):
+        one.append("engine/llamacpp:alpha:0", [Note("on gpu1")], expected_version=0)
+        two.append("engine/llamacpp:alpha:0", [Note("on gpu2")], expected_version=0)
+        two.append("engine/llamacpp:alpha:0", [Note("again")], expected_version=1)
+        with pytest.raises(StoreLockedError, match="for host 'gpu1'"):
+            EventStore.open(pg_url, owner=True, host="gpu1")
+        with EventStore.open(pg_url, host="gpu1") as reader:
+            (record,) = reader.read_all()
+            assert record.event == Note("on gpu1") and record.metadata["host"] == "gpu1"
+        with EventStore.open(pg_url, host="gpu2") as reader:
+            assert [r.event for r in reader.read_stream("engine/llamacpp:alpha:0")] == [
+                Note("on gpu2"),
+                Note("again"),
+            ]
+        with pytest.raises(StoreError, match=r"no host 'gpu3' in this log \(hosts: gpu1, gpu2\)"):
+            EventStore.open(pg_url, host="gpu3")
+        with pytest.raises(UsageError, match="not a host name"):
+            EventStore.open(pg_url, host="GPU 1")
+        with EventStore.open(pg_url) as whole:
+            assert whole.count() == 0  # the database's own log is apart from its hosts'
+            assert fleet_hosts(whole._engines.reader) == ["gpu1", "gpu2"]

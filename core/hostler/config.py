@@ -37,6 +37,7 @@ from hostler.capacity.origin import BUDGET_FLOOR, config_source, floor_problem
 from hostler.drivers.host_ledger import LedgerLocation, default_ledger_location
 from hostler.engines.logs import DEFAULT_LOG_KEEP, DEFAULT_LOG_MAX_BYTES
 from hostler.errors import HostlerError, UsageError
+from hostler.fleet import host_name_problem
 from hostler.paths import EVENTS_FILE, default_data_dir, user_path
 from hostler.plugin import ENGINE_NAME_MAX, engine_name_problem, flag_key_problem, flag_of
 from hostler.policies.eviction import DEFAULT_EVICTION_POLICY, valid_policy_name
@@ -174,6 +175,14 @@ def _log_target(value: str, info: ValidationInfo) -> str:
     return _as_used(value, info)
 
 
+def _host_name(value: str) -> str:
+    """``[daemon] host_name``: a fleet host's name."""
+    problem = host_name_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
 #: The event log: a file path (SQLite) or a database URL (PostgreSQL, docs/fleet.md).
 LogText = Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_log_target)]
 #: A program's path: as :data:`PathText`, but a relative one keeps the links it names.
@@ -264,6 +273,8 @@ class DaemonConfig:
     log_max_bytes: int | None = None
     #: The event log: a file path or a database URL (None: ``DATA_DIR/events.db``).
     log: str | None = None
+    #: This host's name in a fleet sharing one database log (docs/fleet.md); None: unnamed.
+    host_name: str | None = None
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     auth: Auth = "token"
@@ -484,6 +495,7 @@ class _DaemonSection(_Strict):
     engine_log_keep: Annotated[int, Field(ge=0, le=MAX_ENGINE_LOG_KEEP)] = DEFAULT_LOG_KEEP
     log_max_mib: Annotated[int, Field(ge=1, le=MAX_ENGINE_LOG_MIB)] | None = None
     log: LogText | None = None
+    host_name: Annotated[str, AfterValidator(_host_name)] | None = None
 
 
 class _ConfigFile(_Strict):
@@ -536,6 +548,7 @@ def load_config(path: str | os.PathLike[str], *, data_dir: Path | None = None) -
         engine_log_keep=section.engine_log_keep,
         log_max_bytes=section.log_max_mib * MIB if section.log_max_mib else None,
         log=section.log,
+        host_name=section.host_name,
         host=parsed.server.host,
         port=parsed.server.port,
         auth=parsed.server.auth,

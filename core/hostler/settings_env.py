@@ -30,6 +30,7 @@ from hostler.config import (
     SpilloverSetting,
 )
 from hostler.errors import HostlerError, SettingError
+from hostler.fleet import host_name_problem
 from hostler.paths import user_path
 from hostler.policies.eviction import valid_policy_name
 
@@ -49,6 +50,7 @@ ENV_VARIABLES = {
     "HOSTLER_EVICTION": "[pool] eviction",
     "HOSTLER_MODELS_DIR": "where serve without a config looks for *.gguf",
     "HOSTLER_DB": "[daemon] log, and every command's --db",
+    "HOSTLER_HOST_NAME": "[daemon] host_name (a fleet host's name)",
 }
 #: The longest value read from any of them (a path's limit); longer is refused, not scanned.
 MAX_VALUE = 4096
@@ -73,6 +75,7 @@ class EnvOverrides:
     eviction: str | None = None
     models_dir: Path | None = None
     db: str | None = None
+    host_name: str | None = None
 
 
 def read_overrides(environ: Mapping[str, str]) -> EnvOverrides:
@@ -98,6 +101,7 @@ def read_overrides(environ: Mapping[str, str]) -> EnvOverrides:
         eviction=_eviction(raw["HOSTLER_EVICTION"]),
         models_dir=_path("HOSTLER_MODELS_DIR", raw["HOSTLER_MODELS_DIR"]),
         db=_db(raw["HOSTLER_DB"]),
+        host_name=_host_name(raw["HOSTLER_HOST_NAME"]),
     )
 
 
@@ -116,6 +120,7 @@ def apply_overrides(config: DaemonConfig, env: EnvOverrides) -> DaemonConfig:
         arbiter=config.arbiter if env.arbiter is None else env.arbiter,
         eviction=config.eviction if env.eviction is None else env.eviction,
         log=config.log if env.db is None else env.db,
+        host_name=config.host_name if env.host_name is None else env.host_name,
     )
 
 
@@ -146,6 +151,15 @@ def _db(value: str) -> str | None:
         return value
     path = _path("HOSTLER_DB", value)
     return None if path is None else str(path)
+
+
+def _host_name(value: str) -> str | None:
+    if not value:
+        return None
+    problem = host_name_problem(value)
+    if problem:
+        raise _refuse("HOSTLER_HOST_NAME", value, problem)
+    return value
 
 
 def _host(value: str) -> str | None:

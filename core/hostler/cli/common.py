@@ -26,6 +26,7 @@ from hostler.store.log import EventStore
 __all__ = [
     "DamageReport",
     "atomic_output",
+    "fleet_hosts_of",
     "log_target",
     "open_existing_log",
     "take_log_argument",
@@ -60,13 +61,36 @@ def log_target(args: argparse.Namespace) -> str:
     return str(default_log_path(args.data_dir))
 
 
-def open_existing_log(args: argparse.Namespace) -> EventStore:
-    """Open the log for reading; refuse to create one where none exists."""
+def open_existing_log(args: argparse.Namespace, *, host: str | None = None) -> EventStore:
+    """Open the log for reading; refuse to create one where none exists.
+
+    ``host`` (else ``--host-name``): a fleet host's part of a shared database log.
+    """
     target = log_target(args)
     path = sqlite_path_of(target)
+    host = host or getattr(args, "host_name", None)
     if path is not None and not path.exists():
         raise StoreError(f"{path}: no event log here yet (`hostler demo` writes one)")
-    return EventStore.open(target)
+    if path is not None and host is not None:
+        raise UsageError(
+            f"--host-name {host}: {path} is one host's log (a file); hosts share a database "
+            "log (docs/fleet.md)"
+        )
+    return EventStore.open(target, host=host)
+
+
+def fleet_hosts_of(args: argparse.Namespace) -> list[str]:
+    """The hosts a command reads one by one: a database log's, when no ``--host-name`` is given.
+
+    Empty for a file, for a given host, and for a database without hosts (one daemon's log).
+    """
+    if getattr(args, "host_name", None) is not None:
+        return []
+    target = log_target(args)
+    if sqlite_path_of(target) is not None:
+        return []
+    with EventStore.open(target) as store:
+        return store.fleet_hosts()
 
 
 class DamageReport:

@@ -47,6 +47,7 @@ def serve_config(
     host: str | None = None,
     port: int | None = None,
     db: str | None = None,
+    host_name: str | None = None,
     environ: dict[str, str] | None = None,
     required: bool = False,
 ) -> DaemonConfig:
@@ -78,6 +79,7 @@ def serve_config(
         host=settings.host if host is None else host,
         port=settings.port if port is None else port,
         log=settings.log if db is None else db,
+        host_name=settings.host_name if host_name is None else host_name,
     )
     if not required:  # hostler serve: it listens (hostler daemon has no HTTP face)
         check_exposure(settings.host, settings.port, settings.auth)
@@ -86,7 +88,9 @@ def serve_config(
 
 def run(args: argparse.Namespace) -> int:
     """Run the daemon in the foreground."""
-    config = serve_config(args.config, args.data_dir, db=args.db, required=True)
+    config = serve_config(
+        args.config, args.data_dir, db=args.db, host_name=args.host_name, required=True
+    )
     terminal_logs(args.verbosity)
     anyio.run(Daemon(config, narrate=True).run)
     return 0

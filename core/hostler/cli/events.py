@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -12,7 +13,7 @@ from typing import Any
 
 from hostler.cli import remote_events
 from hostler.cli.client import daemon_url
-from hostler.cli.common import DamageReport, open_existing_log
+from hostler.cli.common import DamageReport, fleet_hosts_of, open_existing_log
 from hostler.cli.render import EventRow, TableWriter, summarize_fields
 from hostler.cli.timeparse import parse_moment
 from hostler.errors import UsageError
@@ -36,6 +37,9 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--{option} must be at least 1")
     if args.follow and until is not None:
         raise UsageError("--follow and --until contradict each other")
+    hosts = fleet_hosts_of(args)
+    if hosts:
+        return _fleet(args, hosts, since, until)
     with open_existing_log(args) as store:
         damage = DamageReport(store.name)
         records = _noting_damage(_records(store, args, since, until), damage)
@@ -43,13 +47,44 @@ def run(args: argparse.Namespace) -> int:
             lines: Iterator[str] | Iterable[str] = (record_json(r) for r in records)
         else:
             lines = TableWriter(wide=args.wide).lines(event_row(r) for r in records)
-        shown = 0
-        for line in lines:
-            print(line, flush=args.follow)
-            shown += 1
-        if shown == 0 and not args.json:
-            print("(no events match)", file=sys.stderr)
-        return damage.status()
+        return _print(lines, args, damage)
+
+
+def _print(lines: Iterable[str], args: argparse.Namespace, damage: DamageReport) -> int:
+    shown = 0
+    for line in lines:
+        print(line, flush=args.follow)
+        shown += 1
+    if shown == 0 and not args.json:
+        print("(no events match)", file=sys.stderr)
+    return damage.status()
+
+
+def _fleet(
+    args: argparse.Namespace, hosts: list[str], since: datetime | None, until: datetime | None
+) -> int:
+    """Every host's events of a fleet's log, in the order they were recorded, host named."""
+    if args.follow:
+        raise UsageError(
+            f"--follow reads one host's events: add --host-name (hosts: {', '.join(hosts[:20])})"
+        )
+    merged: list[tuple[str, RecordedEvent]] = []
+    damage = DamageReport("")
+    for host in hosts:
+        with open_existing_log(args, host=host) as store:
+            damage.log_name = store.name
+            merged += [
+                (host, r) for r in _noting_damage(_records(store, args, since, until), damage)
+            ]
+    merged.sort(key=lambda pair: (pair[1].recorded_at, pair[0], pair[1].seq))
+    if args.tail is not None:
+        merged = merged[-args.tail :]
+    if args.limit is not None:
+        merged = merged[: args.limit]
+    if args.json:  # each line's metadata names its host
+        return _print((record_json(r) for _, r in merged), args, damage)
+    rows = (dataclasses.replace(event_row(r), stream=f"{h}:{r.stream_id}") for h, r in merged)
+    return _print(TableWriter(wide=args.wide).lines(rows), args, damage)
 
 
 def event_row(record: RecordedEvent) -> EventRow:

@@ -6,7 +6,7 @@ import argparse
 import json
 from datetime import UTC, datetime
 
-from hostler.cli.common import DamageReport, open_existing_log
+from hostler.cli.common import DamageReport, fleet_hosts_of, open_existing_log
 from hostler.cli.timeparse import parse_moment
 from hostler.errors import UsageError
 from hostler.postmortem.explain import explain, findings_json, resolve_target
@@ -21,7 +21,26 @@ def run(args: argparse.Namespace) -> int:
     until = parse_moment(args.until, now=now) if args.until else None
     if since is not None and until is not None and since > until:
         raise UsageError("explain: --since is after --until; nothing can match")
-    with open_existing_log(args) as store:
+    hosts = fleet_hosts_of(args)
+    if not hosts:
+        status, document, lines = _explain(args, None, since, until)
+        print(json.dumps(document, indent=2) if args.json else "\n".join(lines))
+        return status
+    statuses, documents, texts = [], {}, []
+    for host in hosts:  # a fleet: each host's story of the target, by host
+        status, document, lines = _explain(args, host, since, until)
+        statuses.append(status)
+        documents[host] = document
+        texts.append("\n".join([f"HOST {host}", *lines]))
+    print(json.dumps({"hosts": documents}, indent=2) if args.json else "\n\n".join(texts))
+    return max(statuses)
+
+
+def _explain(
+    args: argparse.Namespace, host: str | None, since: datetime | None, until: datetime | None
+) -> tuple[int, dict[str, object], list[str]]:
+    """One log's (or host's) answer: the exit status, the JSON document, the lines."""
+    with open_existing_log(args, host=host) as store:
         records = list(store.read_all(until=until))
         damage = DamageReport(store.name)
     for record in records:
@@ -29,22 +48,18 @@ def run(args: argparse.Namespace) -> int:
             damage.note(record.seq, record.damage)
     target = resolve_target(args.target, records)
     findings = explain(records, target, since=since, until=until)
-    if args.json:
-        document = {
-            "target": {
-                "text": target.text,
-                "kind": target.kind,
-                "keys": sorted(target.keys),
-                "session": target.session,
-                "request": target.request,
-            },
-            "findings": findings_json(findings),
-        }
-        print(json.dumps(document, indent=2))
-    else:
-        keys = ", ".join(sorted(target.keys))
-        covers = "" if keys == target.text else f" ({keys or 'no engine'})"
-        print(f"{target.kind} {target.text}{covers}: {len(findings)} decisions")
-        for finding in findings:
-            print(finding.line())
-    return damage.status()
+    document: dict[str, object] = {
+        "target": {
+            "text": target.text,
+            "kind": target.kind,
+            "keys": sorted(target.keys),
+            "session": target.session,
+            "request": target.request,
+        },
+        "findings": findings_json(findings),
+    }
+    keys = ", ".join(sorted(target.keys))
+    covers = "" if keys == target.text else f" ({keys or 'no engine'})"
+    lines = [f"{target.kind} {target.text}{covers}: {len(findings)} decisions"]
+    lines += [finding.line() for finding in findings]
+    return damage.status(), document, lines

@@ -12,6 +12,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from hostler.address import DEFAULT_URL
+from hostler.fleet import host_name_problem
 from hostler.paths import user_path
 
 __all__ = [
@@ -103,6 +104,19 @@ def add_log_options(parser: argparse.ArgumentParser) -> None:
         type=data_directory,
         help="data directory (default: $HOSTLER_HOME or ~/.local/share/hostler)",
     )
+    parser.add_argument(
+        "--host-name",
+        type=host_name_argument,
+        help="a fleet host's part of a database log (default: every host; docs/fleet.md)",
+    )
+
+
+def host_name_argument(text: str) -> str:
+    """An argparse type: a fleet host's name (:func:`hostler.fleet.host_name_problem`)."""
+    problem = host_name_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def add_log_source(parser: argparse.ArgumentParser) -> None:

@@ -7,7 +7,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from hostler.cli.common import DamageReport, open_existing_log
+from hostler.cli.common import DamageReport, fleet_hosts_of, open_existing_log
 from hostler.cli.tables import size
 from hostler.cli.timeparse import parse_moment
 from hostler.errors import UsageError
@@ -57,9 +57,31 @@ def _target_seq(store: EventStore, moment: int | datetime | None) -> int | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Fold (from the nearest snapshot) and print."""
+    """Fold (from the nearest snapshot) and print: one log, or each host of a fleet's."""
     moment = _moment(args)
-    with open_existing_log(args) as store:
+    hosts = fleet_hosts_of(args)
+    if not hosts:
+        status, document, text = _fold(args, moment, None)
+        print(json.dumps(document, indent=2, sort_keys=True) if args.json else text)
+        return status
+    statuses, documents, texts = [], {}, []
+    for host in hosts:
+        status, document, text = _fold(args, moment, host)
+        statuses.append(status)
+        documents[host] = document
+        texts.append(f"HOST {host}\n{text}")
+    if args.json:
+        print(json.dumps({"hosts": documents}, indent=2, sort_keys=True))
+    else:
+        print("\n\n".join(texts))
+    return max(statuses)
+
+
+def _fold(
+    args: argparse.Namespace, moment: int | datetime | None, host: str | None
+) -> tuple[int, dict[str, Any], str]:
+    """One log's (or one host's) state: the exit status, the JSON document, the text."""
+    with open_existing_log(args, host=host) as store:
         seq = _target_seq(store, moment)
         cache = None if args.no_snapshots else SnapshotCache.beside(store)
         answer = as_of(store, seq, cache=cache)
@@ -70,19 +92,16 @@ def run(args: argparse.Namespace) -> int:
     for damaged_seq, why in world.damaged:
         damage.note(damaged_seq, why)
     recorded = None if at is None else at.recorded_at.isoformat()
-    if args.json:
-        document: dict[str, Any] = {
-            **world.snapshot(),
-            "as_of": {"seq": world.last_seq, "recorded_at": recorded, "events": world.events},
-            "runtime": state.to_json(),
-        }
-        print(json.dumps(document, indent=2, sort_keys=True))
-    else:
-        lines = format_world(world)
-        if recorded:
-            lines[0] += f", recorded {recorded}"
-        print("\n".join([*lines[:1], *format_runtime(state), *lines[1:]]))
-    return damage.status()
+    document: dict[str, Any] = {
+        **world.snapshot(),
+        "as_of": {"seq": world.last_seq, "recorded_at": recorded, "events": world.events},
+        "runtime": state.to_json(),
+    }
+    lines = format_world(world)
+    if recorded:
+        lines[0] += f", recorded {recorded}"
+    text = "\n".join([*lines[:1], *format_runtime(state), *lines[1:]])
+    return damage.status(), document, text
 
 
 def format_runtime(state: RuntimeState) -> list[str]:

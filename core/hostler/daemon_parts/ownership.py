@@ -37,6 +37,7 @@ def open_owned_log(config: DaemonConfig) -> EventStore:
         store = EventStore.open(
             config.log_target,
             owner=True,
+            host=config.host_name,
             busy_timeout=DAEMON_BUSY_TIMEOUT,
             max_bytes=config.log_max_bytes,
         )

@@ -82,10 +82,17 @@ class LogAppender:
         clock: Source of ``recorded_at``.
         owner: The owner lock the store holds, confirmed before every write transaction (a
             database server drops it with a lost session).
+        host: The fleet host whose log this is, kept in every row's metadata.
     """
 
     def __init__(
-        self, engines: Engines, *, name: str, clock: Clock, owner: OwnerCheck | None = None
+        self,
+        engines: Engines,
+        *,
+        name: str,
+        clock: Clock,
+        owner: OwnerCheck | None = None,
+        host: str | None = None,
     ) -> None:
         self._engines = engines
         self._owner = owner
@@ -105,6 +112,8 @@ class LogAppender:
         # our insert hit UNIQUE(stream_id, version), which is reported as a conflict.
         self._versions: dict[str, int] = {}
         self._base_metadata = {"hostler_version": __version__}
+        if host is not None:
+            self._base_metadata["host"] = host  # every event names its host (docs/fleet.md)
         self._base_metadata_json = _dumps(self._base_metadata)
 
     def close(self) -> None:

@@ -131,12 +131,14 @@ def make_engines(
     shared: bool = False,
     busy_timeout: float = BUSY_TIMEOUT_MS / 1000,
     max_bytes: int | None = None,
+    schema: str | None = None,
 ) -> Engines:
     """Build the writer and reader engines for a path or SQLAlchemy URL.
 
     For SQLite the file is checked and created first (mode 0600, or 0660 when ``shared``
     with the directory's group), so that a bad path fails with a message naming it instead of
-    SQLite's bare ``unable to open database file``.
+    SQLite's bare ``unable to open database file``. ``schema``: on PostgreSQL, a fleet host's
+    part of the database (:mod:`hostler.store.postgres`).
     """
     path = sqlite_path_of(target)
     wait_ms = round(busy_timeout * 1000)
@@ -145,8 +147,8 @@ def make_engines(
         writer = _server_engine(url)
         reader = _server_engine(url)
         if url.get_backend_name() == "postgresql":
-            install_postgres_hooks(writer, writer=True, wait_ms=wait_ms)
-            install_postgres_hooks(reader, writer=False, wait_ms=wait_ms)
+            install_postgres_hooks(writer, writer=True, wait_ms=wait_ms, schema=schema)
+            install_postgres_hooks(reader, writer=False, wait_ms=wait_ms, schema=schema)
         return Engines(writer, reader, None)
     path = _usable(path, str(path), resolve=True)
     _prepare_sqlite_file(path, shared=shared)

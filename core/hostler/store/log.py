@@ -16,13 +16,20 @@ from typing import Any, Self, TypeVar
 
 import sqlalchemy as sa
 
-from hostler.errors import UsageError
+from hostler.errors import StoreError, UsageError
 from hostler.events.base import Event, payload_of
+from hostler.fleet import host_name_problem
 from hostler.store.appender import AppendResult, Clock, LogAppender
-from hostler.store.connect import Engines, display_name, make_engines
+from hostler.store.connect import Engines, display_name, make_engines, sqlite_path_of
 from hostler.store.lock import OwnerLock
 from hostler.store.migrate import upgrade_to_head
-from hostler.store.postgres import PgOwnerLock
+from hostler.store.postgres import (
+    PgOwnerLock,
+    create_host_schema,
+    fleet_hosts,
+    host_schema,
+    host_schema_exists,
+)
 from hostler.store.reader import LogReader, translate_error
 from hostler.store.records import EPOCH, RawRow, RecordedEvent, format_time, parse_time
 
@@ -56,6 +63,7 @@ class EventStore:
         name: The log's name in errors (its file, or its URL without the password).
         lock: The owner lock it holds (released on :meth:`close`), if any.
         clock: Source of ``recorded_at``.
+        host: The fleet host it is the log of (kept in each appended event's metadata).
     """
 
     def __init__(
@@ -65,12 +73,15 @@ class EventStore:
         name: str,
         lock: OwnerLock | PgOwnerLock | None,
         clock: Clock,
+        host: str | None = None,
     ) -> None:
         self._engines = engines
         self.name = name
+        #: The fleet host this log is (None: a log of one host, unnamed).
+        self.host = host
         self._lock = lock
         self._closed = False
-        self._appender = LogAppender(engines, name=name, clock=clock, owner=lock)
+        self._appender = LogAppender(engines, name=name, clock=clock, owner=lock, host=host)
         self._reader = LogReader(engines.reader, name)
 
     # -- opening and closing -------------------------------------------------------------
@@ -86,7 +97,7 @@ class EventStore:
         shared: bool = False,
         busy_timeout: float | None = None,
         max_bytes: int | None = None,
-        owner_scope: str = "",
+        host: str | None = None,
     ) -> Self:
         """Open (creating and migrating as needed) the log at a path or SQLAlchemy URL.
 
@@ -104,29 +115,50 @@ class EventStore:
                 waits briefly and retries on its own, so a signal is never kept waiting.
             max_bytes: SQLite only: the largest the file may grow; writes past it fail with
                 :class:`~hostler.errors.StoreFullError`, as on a full disk.
-            owner_scope: On a database server, what one owner owns: ``""`` the whole log, a
-                host's name that host's part of a fleet's shared log (docs/fleet.md).
+            host: A fleet host's name (docs/fleet.md): kept in every appended event's
+                metadata; on a database server the log is that host's part of the shared
+                database (made by its owner; a reader is refused one that is not there), and
+                the owner lock is that host's.
 
         Raises:
             StorePathError: The path is a directory or cannot be written.
             StoreLockedError: ``owner`` and another daemon holds the lock.
             StoreCorruptError: The file is not a hostler event log.
             StoreSchemaError: The log was written by a newer hostler.
+            StoreError: ``host`` names no part of the shared log (a reader).
         """
         if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
             raise UsageError(f"synchronous={synchronous!r}: use OFF, NORMAL, FULL or EXTRA")
         wait = {} if busy_timeout is None else {"busy_timeout": busy_timeout}
+        if host is not None and (problem := host_name_problem(host)):
+            raise UsageError(f"host {host[:60]!r}: {problem}")
+        server = sqlite_path_of(target) is None
+        schema = host_schema(host) if server and host is not None else None
         engines = make_engines(
-            target, synchronous=synchronous.upper(), shared=shared, max_bytes=max_bytes, **wait
+            target,
+            synchronous=synchronous.upper(),
+            shared=shared,
+            max_bytes=max_bytes,
+            schema=schema,
+            **wait,
         )
         name = str(engines.sqlite_file) if engines.sqlite_file else display_name(target)
+        if schema is not None:
+            name = f"{name} (host {host})"
         lock: OwnerLock | PgOwnerLock | None = None
         try:
             if owner and engines.sqlite_file is not None:
                 lock = OwnerLock(Path(f"{engines.sqlite_file}.lock"), guard=engines.sqlite_file)
             try:
+                if schema is not None and owner:
+                    create_host_schema(engines.writer, schema)
+                elif schema is not None and not host_schema_exists(engines.reader, schema):
+                    hosts = ", ".join(fleet_hosts(engines.reader)[:20]) or "none"
+                    raise StoreError(
+                        f"{display_name(target)}: no host {host!r} in this log (hosts: {hosts})"
+                    )
                 if owner and engines.sqlite_file is None:
-                    lock = PgOwnerLock(engines.writer, scope=owner_scope, where=name)
+                    lock = PgOwnerLock(engines.writer, scope=schema or "", where=name)
                 upgrade_to_head(engines.writer, where=name, reader=engines.reader)
             except sa.exc.DBAPIError as exc:
                 raise translate_error(exc, name) from exc
@@ -135,7 +167,16 @@ class EventStore:
                 lock.release()
             engines.dispose()
             raise
-        return cls(engines, name=name, lock=lock, clock=clock or _utcnow)
+        return cls(engines, name=name, lock=lock, clock=clock or _utcnow, host=host)
+
+    def fleet_hosts(self) -> list[str]:
+        """The fleet hosts with a part of this database (none on SQLite), by name."""
+        if self._engines.sqlite_file is not None:
+            return []
+        try:
+            return fleet_hosts(self._engines.reader)
+        except sa.exc.DBAPIError as exc:
+            raise translate_error(exc, self.name) from exc
 
     @property
     def sqlite_file(self) -> Path | None:

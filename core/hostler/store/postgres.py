@@ -32,11 +32,17 @@ from hostler.errors import StoreLockedError
 from hostler.store.writers import translate
 
 __all__ = [
+    "HOST_SCHEMA_PREFIX",
     "IDLE_IN_TRANSACTION_MS",
     "WRITE_LOCK",
     "PgOwnerLock",
+    "create_host_schema",
+    "fleet_hosts",
+    "host_schema",
+    "host_schema_exists",
     "install_postgres_hooks",
     "owner_lock_key",
+    "write_lock_key",
 ]
 
 
@@ -45,8 +51,22 @@ def _key(text: str) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big", signed=True)
 
 
-#: The advisory lock every write transaction holds: commits happen in seq order.
+#: The advisory lock every write transaction of a log holds: commits happen in seq order.
 WRITE_LOCK = _key("hostler.events.write")
+
+#: Where a fleet host's events live: a schema of its own in the shared database.
+HOST_SCHEMA_PREFIX = "hostler_host_"
+
+
+def host_schema(host: str) -> str:
+    """The schema of ``host``'s part of a shared log (its name checked by the caller)."""
+    return f"{HOST_SCHEMA_PREFIX}{host}"
+
+
+def write_lock_key(schema: str | None) -> int:
+    """The write lock of one log: the database's own (None) or a host's schema."""
+    return WRITE_LOCK if schema is None else _key(f"hostler.events.write:{schema}")
+
 
 #: A write transaction left idle this long (a stopped writer) is cut by the server.
 IDLE_IN_TRANSACTION_MS = 60_000
@@ -57,8 +77,15 @@ def owner_lock_key(scope: str) -> int:
     return _key(f"hostler.events.owner:{scope}")
 
 
-def install_postgres_hooks(engine: sa.Engine, *, writer: bool, wait_ms: int) -> None:
-    """Session settings on connect; on the writer engine, the write lock at every BEGIN."""
+def install_postgres_hooks(
+    engine: sa.Engine, *, writer: bool, wait_ms: int, schema: str | None = None
+) -> None:
+    """Session settings on connect; on the writer engine, the write lock at every BEGIN.
+
+    ``schema``: a fleet host's part of the log; every statement of these engines then finds
+    ``events`` there (``search_path``), so the store's SQL is the same for every host.
+    """
+    lock = write_lock_key(schema)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: object) -> None:
@@ -66,19 +93,50 @@ def install_postgres_hooks(engine: sa.Engine, *, writer: bool, wait_ms: int) -> 
             cursor.execute("SET application_name = 'hostler'")
             cursor.execute(f"SET lock_timeout = {int(wait_ms)}")
             cursor.execute(f"SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_MS}")
+            if schema is not None:
+                cursor.execute(f'SET search_path TO "{schema}"')
         dbapi_conn.commit()
 
     if writer:
 
         @event.listens_for(engine, "begin")
         def _on_begin(conn: sa.Connection) -> None:
-            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({lock})")
+
+
+def create_host_schema(engine: sa.Engine, schema: str) -> None:
+    """Make a host's schema if it is not there yet (its tables come from the migrations)."""
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+
+
+def host_schema_exists(engine: sa.Engine, schema: str) -> bool:
+    """Whether a host's part of the log is there (a reader never makes one)."""
+    with engine.connect() as conn:
+        found = conn.exec_driver_sql(
+            "SELECT 1 FROM information_schema.tables WHERE table_schema = %(s)s "
+            "AND table_name = 'events'",
+            {"s": schema},
+        ).first()
+    return found is not None
+
+
+def fleet_hosts(engine: sa.Engine) -> list[str]:
+    """The hosts that have a part of the log in this database, by name."""
+    with engine.connect() as conn:
+        rows = conn.exec_driver_sql(
+            "SELECT table_schema FROM information_schema.tables WHERE table_name = 'events' "
+            "AND starts_with(table_schema, %(p)s) ORDER BY table_schema",
+            {"p": HOST_SCHEMA_PREFIX},
+        ).all()
+    return [str(row[0])[len(HOST_SCHEMA_PREFIX) :] for row in rows]
 
 
 class PgOwnerLock:
     """The owner's advisory lock on a PostgreSQL log, held on a connection of its own."""
 
     def __init__(self, engine: sa.Engine, *, scope: str, where: str) -> None:
+        """``scope``: '' for the whole log, else a host's schema."""
         self._engine = engine
         self._scope = scope
         self._where = where
@@ -100,10 +158,13 @@ class PgOwnerLock:
             raise
         if not held:
             self.release()
-            whose = f" for host {self._scope!r}" if self._scope else ""
+            whose = ""
+            if self._scope.startswith(HOST_SCHEMA_PREFIX):
+                whose = f" for host {self._scope[len(HOST_SCHEMA_PREFIX) :]!r}"
             raise StoreLockedError(
                 f"{self._where}: the event log is owned by another hostler daemon{whose}; "
-                "stop it, or give this one a host name of its own ([daemon] host, --host)"
+                "stop it, or give this one a host name of its own ([daemon] host_name, "
+                "--host-name; docs/fleet.md)"
             )
 
     def confirm(self) -> None:

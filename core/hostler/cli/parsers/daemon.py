@@ -6,7 +6,13 @@ import argparse
 from typing import Any
 
 from hostler.address import DEFAULT_HOST, DEFAULT_PORT
-from hostler.cli.options import add_settings_options, host_argument, log_argument, port_number
+from hostler.cli.options import (
+    add_settings_options,
+    host_argument,
+    host_name_argument,
+    log_argument,
+    port_number,
+)
 from hostler.cli.parsers import later
 
 __all__ = ["add_db_option", "add_parser", "add_serve_parser", "add_verbosity"]
@@ -51,12 +57,18 @@ def add_serve_parser(sub: Any) -> None:
 
 
 def add_db_option(parser: argparse.ArgumentParser) -> None:
-    """``--db``: the event log the daemon owns (a file, or a database URL a fleet shares)."""
+    """``--db`` and ``--host-name``: the log the daemon owns, and its host's name in a fleet."""
     parser.add_argument(
         "--db",
         type=log_argument,
         help="event log file or database URL, e.g. postgresql+psycopg://USER@HOST/DB "
         "(default $HOSTLER_DB, [daemon] log, else DATA_DIR/events.db; docs/fleet.md)",
+    )
+    parser.add_argument(
+        "--host-name",
+        type=host_name_argument,
+        help="this host's name in a fleet sharing one database log (default "
+        "$HOSTLER_HOST_NAME, [daemon] host_name, else none: the log is this daemon's alone)",
     )
 
 
