@@ -23,19 +23,17 @@ def summarize(lines: list[dict[str, Any]]) -> str:
     for report in lines:
         groups[(report["fault"], report["log"])].append(report)
     out = [
-        "| fault | log | runs | requests | clients saw | recovery s (median / worst) | "
-        "events checked | violations |",
-        "|---|---|---|---|---|---|---|---|",
+        "| fault | log | runs | requests | clients saw | daemon back s (median / worst) | "
+        "served again s (median / worst) | events checked | violations |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     violations: list[str] = []
     for (fault, log), reports in sorted(groups.items()):
         reasons: Counter[str] = Counter()
         for report in reports:
             reasons.update(report["reasons"])
-        recoveries = [r["recovery_seconds"] for r in reports if r["recovery_seconds"] is not None]
-        recovery = (
-            f"{statistics.median(recoveries):.1f} / {max(recoveries):.1f}" if recoveries else "-"
-        )
+        recovery = _spread([r["recovery_seconds"] for r in reports])
+        back = _spread([r.get("down_seconds") for r in reports])
         seen = ", ".join(f"{reason} {count}" for reason, count in reasons.most_common())
         broken = [v for r in reports for v in r["violations"]]
         violations += [
@@ -43,11 +41,17 @@ def summarize(lines: list[dict[str, Any]]) -> str:
         ]
         out.append(
             f"| {fault} | {log} | {len(reports)} | {sum(r['requests'] for r in reports)} | "
-            f"{seen} | {recovery} | {sum(r['events'] for r in reports)} | {len(broken)} |"
+            f"{seen} | {back} | {recovery} | {sum(r['events'] for r in reports)} | {len(broken)} |"
         )
     if violations:
         out += ["", "Violations:", "", *(f"- {v}" for v in violations)]
     return "\n".join(out)
+
+
+def _spread(values: list[float | None]) -> str:
+    """``median / worst`` of the values given (``-`` when none)."""
+    known = [v for v in values if v is not None]
+    return f"{statistics.median(known):.1f} / {max(known):.1f}" if known else "-"
 
 
 def main(argv: list[str]) -> int:

@@ -197,6 +197,15 @@ def test_an_export_imported_into_postgresql_answers_as_the_sqlite_log(
     assert again[0] == 0 and again[1] == out  # the export of the copy is the same file
     status, _, err = _hostler(capsysbinary, "import", str(export), "--db", pg_url)
     assert status != 0 and "import fills an empty log only" in err
+    # a host's part of a fleet's database is filled the same way, beside the database's own
+    status, _, err = _hostler(
+        capsysbinary, "import", str(export), "--db", pg_url, "--host-name", "gpu7"
+    )
+    assert status == 0, err
+    assert (
+        _hostler(capsysbinary, "events", "--json", "--db", pg_url, "--host-name", "gpu7")[1]
+        == (_hostler(capsysbinary, "events", "--json", "--db", str(recorded))[1])
+    )
     with EventStore.open(pg_url) as store:  # appends after an import go on after its last seq
         result = store.append(
             "engine/x:y:0", [EngineFailed("a", "b", 0.0, "e", None, None)], expected_version=0

@@ -105,6 +105,12 @@ def test_two_hosts_share_one_log_and_the_fleet_is_told_by_host(tmp_path: Path, p
             "gpu2:engine/llamacpp:alpha:0",
             "gpu2:engine/llamacpp:beta:0",
         ]
+        for command in (("replay", "--verify"), ("whatif", "--policy", "lru"), ("export",)):
+            which = run_cli(*command, "--db", pg_url)  # one host's log each: which one?
+            assert which.returncode == 2 and which.stderr.count("\n") == 1, which.stderr
+            assert "add --host-name (hosts: gpu1, gpu2)" in which.stderr
+        replayed = run_cli("replay", "--verify", "--db", pg_url, "--host-name", "gpu2")
+        assert replayed.returncode == 0, replayed.stderr
         story = run_cli("explain", "alpha", "--db", pg_url)
         assert story.returncode == 0, story.stderr
         assert "HOST gpu1" in story.stdout and "HOST gpu2" in story.stdout
@@ -138,12 +144,23 @@ def test_postgresql_down_keeps_what_runs_refuses_new_starts_and_catches_up(
             cluster.stop("fast")
             during = [_chat(serve.base, "alpha") for _ in range(3)]
             assert [r.status_code for r in during] == [200, 200, 200]
+            # what the operator asks keeps answering: what runs, and the metrics so far
+            listed = serve.get("/api/engines")
+            running = [e["key"] for e in listed["engines"] if e["state"] == "running"]
+            assert running == ["llamacpp:alpha:0"] and listed["last_seq"] is None
+            token = (serve.data / "token").read_text().strip()
+            scraped = httpx.get(
+                f"{serve.base}/metrics", headers={"authorization": f"Bearer {token}"}, timeout=30
+            )
+            assert scraped.status_code == 200, scraped.text
+            assert "hostler_log_up 0.0" in scraped.text
             refused = _chat(serve.base, "beta")
             assert refused.status_code == 503, refused.text
             assert refused.json()["error"]["code"] == "store-unavailable"
             assert refused.headers["retry-after"] == "5"
             cluster.start()
             assert _chat(serve.base, "beta").status_code == 200
+            assert serve.get("/api/engines")["last_seq"] > 0
             assert _chat(serve.base, "alpha").status_code == 200
         finally:
             serve.close()

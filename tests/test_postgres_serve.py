@@ -35,19 +35,23 @@ def test_serve_with_db_writes_its_log_into_postgresql(tmp_path: Path, pg_url: st
     )
     data = tmp_path / "data"
     out = tmp_path / "serve.log"
-    server = start_daemon(config, data, out, command="serve", extra=("--port", "0", "--db", pg_url))
+    extra = ("--port", "0", "--db", pg_url, "--host-name", "gpu1")
+    server = start_daemon(config, data, out, command="serve", extra=extra)
     try:
         base = f"http://127.0.0.1:{served_port(out)}"
         body = {"model": "alpha", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
         answer = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=120)
         assert answer.status_code == 200, answer.text
-        listed = run_cli("events", "--db", pg_url, "--type", "engine.ready", "--json")
+        listed = run_cli(
+            "events", "--db", pg_url, "--host-name", "gpu1", "--type", "engine.ready", "--json"
+        )
         assert listed.returncode == 0, listed.stderr
         ready = [json.loads(line) for line in listed.stdout.splitlines()]
         assert [r["stream_id"] for r in ready] == ["engine/llamacpp:alpha:0"]
+        assert ready[0]["metadata"]["host"] == "gpu1"  # --host-name names this daemon's host
         second = run_cli(
             "serve", "--config", str(config), "--data-dir", str(tmp_path / "other"),
-            "--port", "0", "--db", pg_url,
+            "--port", "0", "--db", pg_url, "--host-name", "gpu1",
         )  # fmt: skip
         assert second.returncode == 1
         assert second.stderr.count("\n") == 1, second.stderr
@@ -61,7 +65,8 @@ def test_serve_with_db_writes_its_log_into_postgresql(tmp_path: Path, pg_url: st
     assert not (data / "events.db").exists()  # the log is the database's, not a file's
     _no_url_folders(tmp_path)
     state = run_cli("state", "--db", pg_url)
-    assert state.returncode == 0 and "llamacpp:alpha:0" in state.stdout
+    assert state.returncode == 0 and "HOST gpu1" in state.stdout
+    assert "llamacpp:alpha:0" in state.stdout
 
 
 def test_a_config_and_the_environment_name_a_database_log(tmp_path: Path, pg_url: str) -> None:
@@ -80,6 +85,12 @@ def test_a_config_and_the_environment_name_a_database_log(tmp_path: Path, pg_url
     assert "daemon.log" in refused.stderr and "no database kind 'nosuchdb'" in refused.stderr
     demo = run_cli("demo", "--scripted", "--db", pg_url, "--data-dir", str(tmp_path))
     assert demo.returncode == 0, demo.stderr
+    hosted = run_cli(
+        "demo", "--scripted", "--db", pg_url, "--host-name", "lab-1", "--data-dir", str(tmp_path)
+    )
+    assert hosted.returncode == 0, hosted.stderr  # its own part: the database's log is not it
+    one = run_cli("events", "--db", pg_url, "--host-name", "lab-1", "--json")
+    assert {json.loads(line)["metadata"]["host"] for line in one.stdout.splitlines()} == {"lab-1"}
     events = run_cli("events", "--json", env={"HOSTLER_DB": pg_url})
     assert events.returncode == 0 and len(events.stdout.splitlines()) > 5
     again = run_cli("demo", "--scripted", "--db", pg_url, "--data-dir", str(tmp_path))
@@ -104,3 +115,40 @@ def test_a_served_model_answers_with_the_log_on_postgresql_from_the_environment(
     explain = run_cli("explain", "alpha", "--db", pg_url)
     assert explain.returncode == 0, explain.stderr
     assert not (serve.data / "events.db").exists()
+
+
+def test_a_password_in_a_url_is_never_printed(tmp_path: Path) -> None:
+    """Neither in the user part nor as a query parameter (libpq takes ``?password=``)."""
+    for url in (
+        "postgresql+psycopg://alice:S3CRETPW@127.0.0.1:1/x",
+        "postgresql+psycopg://alice@127.0.0.1:1/x?password=S3CRETPW",
+        "postgresql+psycopg://alice@127.0.0.1:1/x?sslmode=disable&password=S3CRETPW",
+    ):
+        shown = run_cli("events", "--db", url)
+        assert shown.returncode == 1 and "[store.unavailable]" in shown.stderr, shown.stderr
+        assert "S3CRETPW" not in shown.stderr + shown.stdout
+        assert "***" in shown.stderr
+
+
+def test_a_url_where_a_path_is_meant_is_one_line_and_makes_nothing(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """A URL in HOSTLER_LEDGER, --ledger, --data-dir or HOSTLER_HOME was taken as a relative
+    path: a SQLite ledger or a whole data directory appeared in folders named after it."""
+    home = {"HOSTLER_HOME": str(tmp_path / "home")}
+    for argv, env, name in (
+        (
+            ["serve", "--port", "0", "--db", str(tmp_path / "log.db")],
+            {"HOSTLER_LEDGER": pg_url},
+            "HOSTLER_LEDGER",
+        ),
+        (["budget", "--ledger", pg_url], {}, "--ledger"),
+        (["serve", "--port", "0", "--data-dir", pg_url], {}, "--data-dir"),
+        (["serve", "--port", "0"], {"HOSTLER_HOME": pg_url}, "HOSTLER_HOME"),
+    ):
+        refused = run_cli(*argv, env={**home, **env}, cwd=tmp_path)
+        assert refused.returncode == 2, (name, refused.stderr)
+        assert refused.stderr.count("\n") == 1, refused.stderr
+        assert "a file path, not a URL (postgresql+psycopg://...)" in refused.stderr
+        assert name in refused.stderr
+    _no_url_folders(tmp_path)

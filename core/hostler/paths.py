@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from pathlib import Path
 
 from hostler.errors import SettingError, StorePathError
@@ -31,6 +32,9 @@ _NAME_MAX = 255
 _PATH_MAX = 4096
 
 
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
 def user_path(
     text: str | os.PathLike[str],
     *,
@@ -50,11 +54,16 @@ def user_path(
     Raises:
         ValueError: One line saying why the path is unusable (a ``~user`` with no known home
             directory, a symbolic link loop, a NUL character, a working directory that is
-            gone). Callers name where the path came from.
+            gone, a URL). Callers name where the path came from.
     """
     raw = os.fspath(text)
     if "\0" in raw:
         raise ValueError("a path cannot hold a NUL character")
+    if _URL.match(raw):  # taken as a relative path, it once made folders named after a URL
+        raise ValueError(
+            f"a file path, not a URL ({raw.split('://', 1)[0][:40]}://...): this names a file "
+            "or folder of this host"
+        )
     if len(raw) > _PATH_MAX or any(len(part) > _NAME_MAX for part in Path(raw).parts):
         raise ValueError(
             f"too long for a path (at most {_NAME_MAX} characters a name, {_PATH_MAX} in all)"

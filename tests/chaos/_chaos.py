@@ -102,6 +102,8 @@ class RunReport:
     requests: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
     recovery_seconds: float | None = None
+    #: daemon-kill: seconds from the SIGKILL until the new daemon answered /health.
+    down_seconds: float | None = None
     events: int = 0
     #: How many of the events that show the workload did its job the log holds (evictions...).
     counts: dict[str, int] = field(default_factory=dict)
@@ -262,6 +264,7 @@ class ChaosRun:
             killed = time.monotonic()
             self._daemon().start()
             self.down.append((killed, time.monotonic()))
+            self.report.down_seconds = round(time.monotonic() - killed, 2)
         elif self.fault == "engine-kill":
             pid = self._running_engine_pid()
             if pid is not None:

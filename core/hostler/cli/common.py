@@ -76,7 +76,16 @@ def open_existing_log(args: argparse.Namespace, *, host: str | None = None) -> E
             f"--host-name {host}: {path} is one host's log (a file); hosts share a database "
             "log (docs/fleet.md)"
         )
-    return EventStore.open(target, host=host)
+    store = EventStore.open(target, host=host)
+    if path is None and host is None and store.last_seq() == 0:
+        hosts = store.fleet_hosts()
+        if hosts:  # the database's own log is empty: its hosts hold the story
+            store.close()
+            raise UsageError(
+                f"{store.name}: a fleet's log: its events are its hosts'; add --host-name "
+                f"(hosts: {', '.join(hosts[:20])})"
+            )
+    return store
 
 
 def fleet_hosts_of(args: argparse.Namespace) -> list[str]:

@@ -98,7 +98,14 @@ def run(args: argparse.Namespace) -> int:
 
 def serve(args: argparse.Namespace) -> int:
     """Run the daemon and its HTTP face in the foreground."""
-    config = serve_config(args.config, args.data_dir, host=args.host, port=args.port, db=args.db)
+    config = serve_config(
+        args.config,
+        args.data_dir,
+        host=args.host,
+        port=args.port,
+        db=args.db,
+        host_name=args.host_name,
+    )
     terminal_logs(args.verbosity)
     anyio.run(Daemon(config, listen=(config.host, config.port), narrate=True).run)
     return 0

@@ -17,7 +17,7 @@ from hostler.cli.events import event_row
 from hostler.cli.live_demo import Say, run_live
 from hostler.cli.render import TableWriter
 from hostler.cli.state import format_world
-from hostler.errors import StoreNotEmptyError
+from hostler.errors import StoreNotEmptyError, UsageError
 from hostler.machines import Engine, Lease, Reservation, StopReason
 from hostler.paths import default_data_dir
 from hostler.replay import commit, replay
@@ -41,7 +41,12 @@ def run(args: argparse.Namespace) -> int:
     if url is None:
         for suffix in ("", "-wal", "-shm"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
-    with EventStore.open(url or path, owner=True) as store:
+    if url is None and args.host_name is not None:
+        raise UsageError(
+            f"--host-name {args.host_name}: a file is one host's log; hosts share a database "
+            "log (docs/fleet.md)"
+        )
+    with EventStore.open(url or path, owner=True, host=args.host_name) as store:
         held = store.count() if url is not None else 0
         if held:  # a database is never emptied by the demo: it may be someone's log
             raise StoreNotEmptyError(

@@ -196,7 +196,7 @@ def run_import(args: argparse.Namespace) -> int:
         created = path is not None and not path.exists()
         lock_made = path is not None and not Path(f"{path}.lock").exists()
         try:
-            with EventStore.open(target, owner=True) as store:
+            with EventStore.open(target, owner=True, host=args.host_name) as store:
                 written = store.import_rows(lines.rows())
                 name = store.name
             # a cache beside this path was made from another log: it must never answer for

@@ -15,6 +15,7 @@ from typing import Any
 
 from hostler.drivers.host_ledger import HostLedger
 from hostler.drivers.offloop import OffLoop
+from hostler.errors import StoreError
 from hostler.runtime.arbiter import GpuArbiter
 from hostler.runtime.details import EngineBytes, LedgerFold, last_reason
 from hostler.runtime.health import DeviceHealthGate, HealthStatus
@@ -138,7 +139,10 @@ class EngineReport:
         fold, store = self._ledger_fold, self._store
 
         def read() -> tuple[dict[str, str | None], dict[str, EngineBytes]]:
-            reasons = {key: last_reason(store, key) for key in facts}
+            try:
+                reasons = {key: last_reason(store, key) for key in facts}
+            except StoreError:  # the log is away (a stopped server): the reasons are unknown
+                reasons = {}
             held = {} if fold is None or ledger is None else fold.read(ledger.store)
             return reasons, held
 

@@ -32,10 +32,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hostler.bearer import token_id
 from hostler.drivers.tail import follow
+from hostler.errors import StoreError
 from hostler.runtime.facade import Runtime
 from hostler.serve.access import is_loopback
 from hostler.serve.dashboard import dashboard_routes
-from hostler.serve.errors import error_response
+from hostler.serve.errors import error_response, hostler_error_response
 from hostler.serve.metrics import Metrics
 from hostler.serve.openapi import OPENAPI_PATH, openapi_schema
 from hostler.serve.operator import Guard, JsonAnswer, is_number, operator_routes
@@ -139,7 +140,10 @@ def make_app(
             return denied
         status = runtime.status()
         details = await runtime.report.engine_details()
-        last_seq = await anyio.to_thread.run_sync(runtime.store.last_seq)
+        try:
+            last_seq: int | None = await anyio.to_thread.run_sync(runtime.store.last_seq)
+        except StoreError:  # the log is away (a stopped server): what runs is still told
+            last_seq = None
         return JsonAnswer(
             {
                 "engines": [
@@ -332,6 +336,11 @@ class _OneLine:
             await self.app(scope, receive, sending)
         except ClientDisconnect:
             return  # the client left before an answer: nobody to tell, and not a bug
+        except StoreError as exc:  # the log refused a read: a known state, said as such
+            if started:
+                raise
+            log.warning("hostler: %s %s: %s", scope["method"], scope["path"][:200], exc.message)
+            await hostler_error_response(exc)(scope, receive, send)
         except Exception as exc:
             log.exception("hostler: %s %s failed", scope["method"], scope["path"][:200])
             if started:

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from hostler.errors import StoreError
 from hostler.events.pool import PoolDrainEnded
 from hostler.events.queue import QueueDispatched
 from hostler.machines.engine import EngineCrashed, EngineStartRequested, EngineStopRequested
@@ -101,8 +102,17 @@ class Metrics:
         queues: dict[str, QueueSummary],
         details: dict[str, dict[str, Any]],
     ) -> bytes:
-        self._fold()
+        writable = 1.0
+        try:
+            self._fold()
+        except StoreError:  # the log is away: the counts so far, and say so
+            writable = 0.0
         families: list[Metric] = []
+        log_up = GaugeMetricFamily(
+            "hostler_log_up", "1 while the event log answers, 0 while it is away"
+        )
+        log_up.add_metric([], writable)
+        families.append(log_up)
         up = GaugeMetricFamily(
             "hostler_engine_up", "1 while the engine runs", labels=["engine", "state"]
         )

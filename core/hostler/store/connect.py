@@ -32,6 +32,7 @@ __all__ = [
     "display_name",
     "make_engines",
     "parse_url",
+    "shown_url",
     "sqlite_path_of",
 ]
 
@@ -69,19 +70,31 @@ def parse_url(text: str) -> sa.URL:
     try:
         return sa.make_url(text)
     except (sa.exc.ArgumentError, ValueError) as exc:
-        shown = text.rsplit("@", maxsplit=1)[-1][:200]
+        shown = text.rsplit("@", maxsplit=1)[-1].split("?", 1)[0][:200]
         raise StoreUrlError(
             f"{shown}: not a database URL ({exc}); give a file path or "
             "sqlite:///PATH, postgresql://USER@HOST/DB ..."
         ) from None
 
 
+#: Query parameters of a URL that are secrets (libpq reads a password from the query too).
+_SECRET_PARAMETERS = frozenset({"password", "sslpassword", "passfile"})
+
+
 def display_name(target: str | os.PathLike[str]) -> str:
-    """How a log is named in messages: its path, or its URL without the password."""
+    """How a log is named in messages: its path, or its URL without a password anywhere."""
     text = os.fspath(target)
     if "://" not in text:
         return text
-    return parse_url(text).render_as_string(hide_password=True)
+    return shown_url(parse_url(text))
+
+
+def shown_url(url: sa.URL) -> str:
+    """A URL as messages show it: the password, in the user part or the query, as ``***``."""
+    hidden = {k: "***" for k in url.query if k.lower() in _SECRET_PARAMETERS}
+    if hidden:
+        url = url.update_query_dict(hidden)
+    return url.render_as_string(hide_password=True).replace("=%2A%2A%2A", "=***")
 
 
 def check_server_url(text: str) -> sa.URL:
@@ -94,7 +107,7 @@ def check_server_url(text: str) -> sa.URL:
         url.get_dialect()
     except sa.exc.NoSuchModuleError:
         raise StoreUrlError(
-            f"{url.render_as_string(hide_password=True)}: SQLAlchemy knows no database kind "
+            f"{shown_url(url)}: SQLAlchemy knows no database kind "
             f"{url.drivername!r}; use a file path, sqlite:///PATH or a server URL such as "
             "postgresql+psycopg://USER@HOST/DB"
         ) from None
@@ -172,7 +185,7 @@ def make_engines(
 
 def _server_engine(url: sa.URL) -> sa.Engine:
     """An engine for a database server's URL; a missing dialect or driver said in one line."""
-    shown = url.render_as_string(hide_password=True)
+    shown = shown_url(url)
     try:
         return sa.create_engine(url, pool_pre_ping=True)
     except sa.exc.NoSuchModuleError:

@@ -28,7 +28,6 @@ from hostler.store.postgres import (
     create_host_schema,
     fleet_hosts,
     host_schema,
-    host_schema_exists,
 )
 from hostler.store.reader import LogReader, translate_error
 from hostler.store.records import EPOCH, RawRow, RecordedEvent, format_time, parse_time
@@ -152,10 +151,10 @@ class EventStore:
             try:
                 if schema is not None and owner:
                     create_host_schema(engines.writer, schema)
-                elif schema is not None and not host_schema_exists(engines.reader, schema):
-                    hosts = ", ".join(fleet_hosts(engines.reader)[:20]) or "none"
+                elif schema is not None and host not in (hosts := fleet_hosts(engines.reader)):
+                    shown = ", ".join(hosts[:20]) or "none"
                     raise StoreError(
-                        f"{display_name(target)}: no host {host!r} in this log (hosts: {hosts})"
+                        f"{display_name(target)}: no host {host!r} in this log (hosts: {shown})"
                     )
                 if owner and engines.sqlite_file is None:
                     lock = PgOwnerLock(engines.writer, scope=schema or "", where=name)

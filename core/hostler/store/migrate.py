@@ -79,7 +79,7 @@ def schema_too_new(where: str, current: str) -> StoreSchemaError:
     )
 
 
-def current_revision(conn: sa.Connection) -> str | None:
+def current_revision(conn: sa.Connection, where: str = "") -> str | None:
     """The revision a database is at, or None for an empty one.
 
     Read from alembic's ``alembic_version`` table directly (alembic itself is imported only when
@@ -90,7 +90,7 @@ def current_revision(conn: sa.Connection) -> str | None:
     rows = conn.execute(sa.text("SELECT version_num FROM alembic_version")).fetchall()
     if len(rows) > 1:
         raise StoreForeignError(
-            f"{conn.engine.url.render_as_string(hide_password=True)}: more than one schema "
+            f"{where or 'the log'}: more than one schema "
             "revision in alembic_version; hostler's log has one"
         )
     return str(rows[0][0]) if rows else None
@@ -110,10 +110,10 @@ def upgrade_to_head(engine: sa.Engine, *, where: str, reader: sa.Engine | None =
     head = head_revision()
     if reader is not None:
         with reader.connect() as conn:
-            if current_revision(conn) == head:
+            if current_revision(conn, where) == head:
                 return str(head)
     with engine.begin() as conn:
-        current = current_revision(conn)
+        current = current_revision(conn, where)
         if current == head:
             return str(head)
         if current is None:

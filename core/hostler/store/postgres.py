@@ -39,7 +39,6 @@ __all__ = [
     "create_host_schema",
     "fleet_hosts",
     "host_schema",
-    "host_schema_exists",
     "install_postgres_hooks",
     "owner_lock_key",
     "write_lock_key",
@@ -108,17 +107,6 @@ def create_host_schema(engine: sa.Engine, schema: str) -> None:
     """Make a host's schema if it is not there yet (its tables come from the migrations)."""
     with engine.begin() as conn:
         conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-
-
-def host_schema_exists(engine: sa.Engine, schema: str) -> bool:
-    """Whether a host's part of the log is there (a reader never makes one)."""
-    with engine.connect() as conn:
-        found = conn.exec_driver_sql(
-            "SELECT 1 FROM information_schema.tables WHERE table_schema = %(s)s "
-            "AND table_name = 'events'",
-            {"s": schema},
-        ).first()
-    return found is not None
 
 
 def fleet_hosts(engine: sa.Engine) -> list[str]:
