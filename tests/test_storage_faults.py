@@ -369,3 +369,30 @@ def test_a_decision_a_locked_log_refused_is_told_as_a_busy_log() -> None:
     health.failed(StoreFullError("events.db: full"), 2.0, pending=1)
     assert type(health.refusal("'start' not done")) is StoreFullError
     assert type(LogHealth("events.db").refusal("x")) is StoreError  # no failure known
+
+
+def test_a_log_held_locked_at_start_is_refused_at_once_not_waited_on_in_silence(
+    tmp_path: Path,
+) -> None:
+    """A writer holding the log's lock (a file not yet in WAL mode) made the daemon's start
+    wait 30 s without a word (the check of whose file it is waited SQLite's long timeout)."""
+    from hostler.config import DaemonConfig
+    from hostler.daemon_parts.ownership import open_owned_log
+    from hostler.errors import StoreBusyError
+
+    data = tmp_path / "data"
+    data.mkdir()
+    log = data / "events.db"
+    EventStore.open(log).close()  # a log, at head
+    holder = sqlite3.connect(log, timeout=0)
+    holder.execute("PRAGMA journal_mode=DELETE")
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        began = time.monotonic()
+        with pytest.raises(StoreBusyError) as refused:
+            open_owned_log(DaemonConfig(data_dir=data))
+        assert time.monotonic() - began < 5
+        assert "locked by another writer" in refused.value.message
+    finally:
+        holder.rollback()
+        holder.close()

@@ -148,3 +148,50 @@ def test_hosts_of_a_fleet_share_one_database_each_with_its_own_part_and_owner(pg
         with EventStore.open(pg_url) as whole:
             assert whole.count() == 0  # the database's own log is apart from its hosts'
             assert fleet_hosts(whole._engines.reader) == ["gpu1", "gpu2"]
+
+
+def test_a_follower_of_the_log_lives_through_a_server_restart(tmp_path: Path) -> None:
+    """`hostler events -f` once ended with store.unavailable when PostgreSQL stopped: it says
+    so once, waits, and shows what is appended after the server is back."""
+    import select
+
+    with throwaway_cluster() as cluster:
+        target = cluster.new_database()
+        with EventStore.open(target) as store:
+            store.append("s/a", [Note("before")], expected_version=0)
+        follower = subprocess.Popen(
+            [sys.executable, "-c", "import sys; from hostler.cli import main; sys.exit(main())",
+             "events", "-f", "--json", "--interval", "0.1", "--db", target],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert follower.stdout is not None and follower.stderr is not None
+        try:
+            assert '"before"' in follower.stdout.readline()
+            cluster.stop("fast")
+            said = follower.stderr.readline()  # the outage, said once, while it waits
+            assert "[store.unavailable]" in said and "waiting" in said, said
+            assert follower.poll() is None
+            cluster.start()
+            with EventStore.open(target) as store:
+                store.append("s/a", [Note("after")], expected_version=1)
+            ready, _, _ = select.select([follower.stdout], [], [], 60)
+            assert ready, "nothing shown within 60 s of the server's return"
+            assert '"after"' in follower.stdout.readline()
+        finally:
+            follower.terminate()
+            follower.communicate(timeout=30)
+
+
+def test_another_applications_alembic_database_is_foreign_not_too_new(pg_url: str) -> None:
+    """A database of another alembic project was told 'newer than this hostler knows'."""
+    import sqlalchemy as sa
+
+    from hostler.errors import StoreForeignError
+
+    engine = sa.create_engine(pg_url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE alembic_version (version_num varchar(32) PRIMARY KEY)")
+        conn.exec_driver_sql("INSERT INTO alembic_version VALUES ('abc123deadbe')")
+    engine.dispose()
+    with pytest.raises(StoreForeignError, match="another application's database"):
+        EventStore.open(pg_url)

@@ -16,11 +16,14 @@ then check:
 - **processes**: after the daemon stops (SIGTERM, which must end it), no engine of its data
   directory is left running, and its ledger holds no reservation.
 
+The workload also asks ``/api/engines`` and ``/metrics`` throughout (a 500 anywhere is a
+violation, as is a stream cut without an error event while the daemon was up).
+
 Faults: ``daemon-kill`` (SIGKILL, then a new daemon on the same data directory and log),
 ``engine-kill`` (SIGKILL of a running engine, mid-stream), ``engine-stop`` (SIGSTOP for 3 s,
 then SIGCONT), ``log-lock`` (SQLite: another process holds the write lock for 3 s),
-``log-full`` (SQLite: the log's size cap is reached, then raised on restart), ``pg-restart``
-(PostgreSQL stopped for 2 s, then started).
+``log-full`` (SQLite: the daemon's writes past the log's size fail for 3 s, ``RLIMIT_FSIZE``),
+``pg-restart`` (PostgreSQL stopped, half the seeds as a crash (``-m immediate``), for 1 - 5 s).
 
 Each run's outcome is appended as one JSON line to ``$HOSTLER_CHAOS_REPORT`` when it is set
 (``docs/reliability.md`` is written from those lines).
@@ -212,6 +215,11 @@ class ChaosRun:
                             last = line[6:]
                     reason = "ok" if last == "[DONE]" else f"cut: {_stream_error(last)}"
                     self._record(action, started, 200, reason)
+            elif roll < 0.72:  # what an operator or a scraper asks, fault or not
+                action = rng.choice(["ps", "metrics"])
+                path = "/api/engines" if action == "ps" else "/metrics"
+                answer = client.get(f"{base}{path}", headers=headers)
+                self._record(action, started, answer.status_code, _code(answer))
             elif roll < 0.8:
                 model = rng.choice(MODELS)
                 action = f"unload {model}"
@@ -291,8 +299,9 @@ class ChaosRun:
                 time.sleep(3)
         elif self.fault == "pg-restart":
             assert self.cluster is not None
-            self.cluster.stop("fast")
-            time.sleep(2)
+            # every other seed as a crash of the server (immediate: no shutdown checkpoint)
+            self.cluster.stop("immediate" if self.rng.random() < 0.5 else "fast")
+            time.sleep(self.rng.uniform(1, 5))
             self.cluster.start()
         self.faulted.append((began, time.monotonic()))
 
@@ -331,6 +340,8 @@ class ChaosRun:
         tail.stop.set()
         tail.join(30)
         self._check_log(tail.seen)
+        if self.report.events and not tail.seen:
+            self.report.violations.append("the reader saw nothing: the log check proved nothing")
         self._check_answers()
         return self.report
 
@@ -438,6 +449,12 @@ class ChaosRun:
                 self.report.violations.append(f"{outcome.action}: {reason} while the daemon was up")
             elif outcome.status is not None and outcome.status >= 500 and reason in ("", "?"):
                 self.report.violations.append(f"{outcome.action}: {outcome.status} without a code")
+            elif outcome.status == 500:  # a bug's answer ("internal"), never a fault's
+                self.report.violations.append(f"{outcome.action}: 500 {reason}")
+            elif reason == "cut: no error event" and not self._during(self.down, outcome):
+                self.report.violations.append(
+                    f"{outcome.action}: a stream cut without an error event while the daemon was up"
+                )
         self.report.reasons = dict(sorted(reasons.items()))
 
     @staticmethod

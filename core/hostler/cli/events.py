@@ -16,7 +16,7 @@ from hostler.cli.client import daemon_url
 from hostler.cli.common import DamageReport, fleet_hosts_of, open_existing_log
 from hostler.cli.render import EventRow, TableWriter, summarize_fields
 from hostler.cli.timeparse import parse_moment
-from hostler.errors import UsageError
+from hostler.errors import StoreBusyError, StoreUnavailableError, UsageError
 from hostler.events.base import UnknownEvent
 from hostler.store.log import EventStore, RecordedEvent, format_time
 
@@ -147,8 +147,19 @@ def _records(
     for record in store.read_all(after_seq=after, limit=args.limit, last=args.tail, **filters):
         after = record.seq
         yield record
+    away: str | None = None
     while args.follow:
         time.sleep(args.interval)
-        for record in store.read_all(after_seq=after, **filters):
-            after = record.seq
-            yield record
+        try:
+            for record in store.read_all(after_seq=after, **filters):
+                after = record.seq
+                yield record
+        except (StoreUnavailableError, StoreBusyError) as exc:
+            # a follower outlives an outage of the log's server: said once, then it waits
+            if away is None:
+                print(f"hostler: warning [{exc.code}]: {exc.message}; waiting", file=sys.stderr)
+            away = exc.message
+            continue
+        if away is not None:
+            print(f"hostler: {store.name}: the log answers again", file=sys.stderr)
+            away = None

@@ -25,6 +25,7 @@ from hostler.store.migrate import (
     shipped_revisions,
 )
 from hostler.store.postgres import install_postgres_hooks
+from hostler.store.writers import translate
 
 __all__ = [
     "Engines",
@@ -164,7 +165,7 @@ def make_engines(
             install_postgres_hooks(reader, writer=False, wait_ms=wait_ms, schema=schema)
         return Engines(writer, reader, None)
     path = _usable(path, str(path), resolve=True)
-    _prepare_sqlite_file(path, shared=shared)
+    _prepare_sqlite_file(path, shared=shared, busy_timeout=busy_timeout)
     url = sa.URL.create("sqlite", database=str(path))
     connect_args: dict[str, Any] = {
         "timeout": busy_timeout,
@@ -204,10 +205,10 @@ def _server_engine(url: sa.URL) -> sa.Engine:
         ) from None
 
 
-def _prepare_sqlite_file(path: Path, *, shared: bool = False) -> None:
+def _prepare_sqlite_file(path: Path, *, shared: bool, busy_timeout: float) -> None:
     if path.is_dir():
         raise StorePathError(f"{path}: is a directory, not an event log file")
-    _refuse_foreign(path)
+    _refuse_foreign(path, busy_timeout)
     parent = path.parent
     try:
         if not shared:
@@ -241,7 +242,7 @@ def _prepare_sqlite_file(path: Path, *, shared: bool = False) -> None:
         path.chmod(file_mode)
 
 
-def _refuse_foreign(path: Path) -> None:
+def _refuse_foreign(path: Path, busy_timeout: float) -> None:
     """Refuse, before anything writes to it, a SQLite file that is neither empty nor hostler's.
 
     hostler's own log holds only the schema objects its migrations make (tables, views,
@@ -259,17 +260,9 @@ def _refuse_foreign(path: Path) -> None:
             return
     except OSError:
         return
-    uri = f"{path.as_uri()}?mode=ro"
-    try:
-        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
-        try:
-            schema = _schema_of(conn)
-        finally:
-            conn.close()
-    except sqlite3.DatabaseError:
-        return
+    schema = _schema_at(path, busy_timeout)
     if schema is None:
-        return  # empty: it becomes a log
+        return  # empty (it becomes a log), or not SQLite (the open reports it as corrupt)
     objects, revisions, columns = schema
     revision = revisions[0] if revisions is not None and len(revisions) == 1 else None
     ours = ("table", "events") in objects and columns >= EVENTS_COLUMNS
@@ -295,6 +288,26 @@ def _refuse_foreign(path: Path) -> None:
 
 
 _Schema = tuple[set[tuple[str, str]], list[str] | None, set[str]]
+
+
+def _schema_at(path: Path, busy_timeout: float) -> _Schema | None:
+    """:func:`_schema_of` a file opened read-only; None when it is not SQLite at all.
+
+    It waits for a held lock as long as the caller would (the daemon's wait is short): a lock
+    held past it is :class:`~hostler.errors.StoreBusyError`, never a silent wait.
+    """
+    try:
+        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=busy_timeout)
+        try:
+            return _schema_of(conn)
+        finally:
+            conn.close()
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            raise translate(str(exc), str(path)) from None
+        return None
+    except sqlite3.DatabaseError:
+        return None
 
 
 def _schema_of(conn: sqlite3.Connection) -> _Schema | None:

@@ -125,6 +125,17 @@ def upgrade_to_head(engine: sa.Engine, *, where: str, reader: sa.Engine | None =
                     "writes only into an empty database or its own log: choose another file"
                 )
         if current is not None and current not in shipped_revisions():
+            columns = (
+                {c["name"] for c in sa.inspect(conn).get_columns("events")}
+                if sa.inspect(conn).has_table("events")
+                else set()
+            )
+            if not columns >= EVENTS_COLUMNS:  # another alembic project's database
+                raise StoreForeignError(
+                    f"{where}: another application's database (schema revision {current!r}, "
+                    "no hostler events table); hostler writes only into an empty database or "
+                    "its own log: choose another"
+                )
             raise schema_too_new(where, current)
         from alembic import command  # noqa: PLC0415 - alembic is imported only to migrate
 
