@@ -158,6 +158,9 @@ def test_postgresql_down_keeps_what_runs_refuses_new_starts_and_catches_up(
             assert refused.status_code == 503, refused.text
             assert refused.json()["error"]["code"] == "store-unavailable"
             assert refused.headers["retry-after"] == "5"
+            # the log refused the start: the engine did not fail, it was not started
+            states = {e["key"]: e["state"] for e in serve.get("/api/engines")["engines"]}
+            assert states["llamacpp:beta:0"] == "stopped", states
             cluster.start()
             assert _chat(serve.base, "beta").status_code == 200
             assert serve.get("/api/engines")["last_seq"] > 0
@@ -167,6 +170,7 @@ def test_postgresql_down_keeps_what_runs_refuses_new_starts_and_catches_up(
             kill_leftovers(serve.data)
         listed = run_cli("events", "--db", url, "--host-name", "gpu1", "--json")
         rows = [json.loads(line) for line in listed.stdout.splitlines()]
+        assert not [r for r in rows if r["type"] == "engine.failed"], "a log outage is no failure"
         finished = [r for r in rows if r["type"] == "queue.released"]
         assert len(finished) >= 6  # alpha ×5 (3 while the server was down) and beta
         seqs = [r["seq"] for r in rows]

@@ -263,6 +263,8 @@ class EngineStarter:
             reserved = await self._account.reserve(token, launch)
         except CapacityDeniedError:
             raise  # recorded in the ledger's log, with its inputs; not the engine's fault
+        except StoreError:
+            raise  # a log or ledger that cannot be read or written: not taken, not the engine's
         except HostlerError as exc:
             await self._journal.observe("start", cause=cause)
             await self._stopper.fail(exc)
