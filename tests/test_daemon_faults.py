@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from hostler import EventStore
 from hostler.engines.reconcile import DAEMON_STREAM
 from hostler.testing.tiny_gguf import write_tiny_llama
 
@@ -156,6 +157,15 @@ def test_a_broken_plugin_or_a_typo_fails_its_engine_and_the_adopted_ones_keep_an
         assert engines(data)[GOOD][1] == pid and alive(pid)  # adopted, still owned
         ends = [t for _, t, _ in events(data, DAEMON_STREAM)]
         assert ends == ["daemon.started", "daemon.gap", "daemon.started"]
+        with EventStore.open(data / "events.db") as store:  # the gap is the new daemon's first word
+            rows = [(r.seq, r.type) for r in store.read_all()]
+        gap_seq = next(seq for seq, kind in rows if kind == "daemon.gap")
+        first_start = next(seq for seq, kind in rows if kind == "daemon.started")
+        with EventStore.open(data / "events.db") as store:
+            (gap,) = store.read_all(types=["daemon.gap"])
+        # "events after seq N may be missing": N is the dead daemon's, not the new one's plugins
+        told = [kind for seq, kind in rows if first_start < seq <= gap.payload["last_seq"]]
+        assert "plugin.loaded" not in told and gap.payload["last_seq"] == gap_seq - 1, rows
     finally:
         second.send_signal(signal.SIGTERM)
         second.wait(30)

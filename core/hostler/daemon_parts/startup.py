@@ -119,6 +119,9 @@ class StartUp:
         def record(event: Event) -> None:
             store.append(PLUGIN_STREAM, [event], expected_version=None)
 
+        # SF4 first: "events after seq N may be missing" names the dead daemon's last event,
+        # not this daemon's own plugin and device records
+        await io.run_patiently(_record_gap, store, self._clock.wall())
         plugins = await io.run_patiently(lambda: PluginHost(record=record).load())
         eviction = _eviction_of(config.eviction, plugins)  # PM17: an unknown name stops here
         # RD6: an unknown option stops here, in a model's table or an engine's defaults
@@ -146,7 +149,6 @@ class StartUp:
             except HostlerError as exc:
                 adapters[engine.key] = stop_only_adapter()
                 unstartable[engine.key] = type(exc)(f"{engine.key}: {exc.message}")
-        await io.run_patiently(_record_gap, store, self._clock.wall())
 
         async def replay_and_reconcile() -> list[Outcome]:
             world = await io.run(replay, store)
