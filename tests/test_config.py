@@ -101,7 +101,7 @@ BAD = [
         '[daemon]\nledger = "postgresql+psycopg://postgres@127.0.0.1:5544/hostler"\n',
         "daemon.ledger",
         "a file path, not a URL (postgresql+psycopg://...): this setting names a file or folder "
-        "of this host (the memory ledger is per host: a file)",
+        "of this host",
     ),
     (
         '[[models]]\nid = "m"\npath = "https://huggingface.co/x/m.gguf"\n',

@@ -38,7 +38,7 @@ from hostler.drivers.host_ledger import LedgerLocation, default_ledger_location
 from hostler.engines.logs import DEFAULT_LOG_KEEP, DEFAULT_LOG_MAX_BYTES
 from hostler.errors import HostlerError, UsageError
 from hostler.fleet import host_name_problem
-from hostler.paths import EVENTS_FILE, default_data_dir, user_path
+from hostler.paths import EVENTS_FILE, default_data_dir, masked, user_path
 from hostler.plugin import ENGINE_NAME_MAX, engine_name_problem, flag_key_problem, flag_of
 from hostler.policies.eviction import DEFAULT_EVICTION_POLICY, valid_policy_name
 from hostler.policies.offer import Source
@@ -106,7 +106,7 @@ def _no_nul(value: str) -> str:
     if _URL.match(value):
         raise ValueError(
             f"a file path, not a URL ({value.split('://', 1)[0]}://...): this setting names a "
-            "file or folder of this host (the memory ledger is per host: a file)"
+            "file or folder of this host"
         )
     return value
 
@@ -785,7 +785,8 @@ def _first_problem(file: Path, exc: ValidationError) -> str:
         hint = f"; did you mean {close[0]!r}?" if close else ""
         known = ", ".join(sorted(_KNOWN.get(scope, set())))
         return f"{file}: {key}: unknown setting{hint} (known here: {known})"[:500]
-    got = repr(error.get("input"))
+    given = error.get("input")
+    got = repr(masked(given) if isinstance(given, str) else given)
     if len(got) > 60:
         got = got[:57] + "..."
     message = str(error["msg"]).replace("Input should be", "should be")

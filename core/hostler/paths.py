@@ -19,6 +19,7 @@ __all__ = [
     "default_log_path",
     "env_path",
     "home_dir",
+    "masked",
     "private_dir",
     "private_file",
     "user_path",
@@ -33,6 +34,15 @@ _PATH_MAX = 4096
 
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+_USER_PASSWORD = re.compile(r"(://[^/@:?#]*:)[^/@?#]*@")
+_QUERY_SECRET = re.compile(r"([?&](?:password|sslpassword)=)[^&#]*", re.IGNORECASE)
+
+
+def masked(text: str) -> str:
+    """``text`` as a message may echo it: a URL's password (``user:PW@``, ``?password=``) hidden."""
+    if not _URL.match(text):
+        return text
+    return _QUERY_SECRET.sub(r"\1***", _USER_PASSWORD.sub(r"\1***@", text))
 
 
 def user_path(
@@ -98,7 +108,7 @@ def env_path(name: str, *, resolve: bool = False) -> Path | None:
         return user_path(text, resolve=resolve)
     except ValueError as exc:
         raise SettingError(
-            f"{name}={text[:200]!r}: {exc}; fix the path or unset the variable"
+            f"{name}={masked(text)[:200]!r}: {exc}; fix the path or unset the variable"
         ) from None
 
 

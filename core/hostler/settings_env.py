@@ -31,7 +31,7 @@ from hostler.config import (
 )
 from hostler.errors import HostlerError, SettingError
 from hostler.fleet import host_name_problem
-from hostler.paths import user_path
+from hostler.paths import masked, user_path
 from hostler.policies.eviction import valid_policy_name
 
 __all__ = ["ENV_VARIABLES", "EnvOverrides", "apply_overrides", "read_overrides", "valid_token"]
@@ -125,7 +125,7 @@ def apply_overrides(config: DaemonConfig, env: EnvOverrides) -> DaemonConfig:
 
 
 def _refuse(name: str, value: str, wanted: str) -> SettingError:
-    return SettingError(f"{name}={value[:60]!r}: {wanted}; fix it or unset the variable")
+    return SettingError(f"{name}={masked(value)[:60]!r}: {wanted}; fix it or unset the variable")
 
 
 def _path(name: str, value: str) -> Path | None:

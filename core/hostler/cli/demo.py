@@ -21,7 +21,7 @@ from hostler.errors import StoreNotEmptyError, UsageError
 from hostler.machines import Engine, Lease, Reservation, StopReason
 from hostler.paths import default_data_dir
 from hostler.replay import commit, replay
-from hostler.store.connect import sqlite_path_of
+from hostler.store.connect import display_name, sqlite_path_of
 from hostler.store.log import EventStore
 
 __all__ = ["run", "run_story"]
@@ -60,8 +60,10 @@ def run(args: argparse.Namespace) -> int:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             run_live(store, path.parent, model, Say())
             print()
-        shown = store.name
-        print(f"demo event log: {shown}\n")
+        shown = display_name(url or path)
+        if args.host_name is not None:  # the commands below must run as printed
+            shown = f"{shown} --host-name {args.host_name}"
+        print(f"demo event log: {store.name}\n")
         for line in TableWriter().lines(event_row(r) for r in store.read_all()):
             print(line)
         print()

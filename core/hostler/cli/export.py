@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -23,6 +24,7 @@ from hostler.cli.common import (
 from hostler.cli.options import path_argument
 from hostler.cli.timeparse import parse_moment
 from hostler.errors import ExportFormatError, UsageError
+from hostler.paths import masked
 from hostler.postmortem.exchange import (
     MAX_LINE_BYTES,
     decode_line,
@@ -197,7 +199,8 @@ def run_import(args: argparse.Namespace) -> int:
         lock_made = path is not None and not Path(f"{path}.lock").exists()
         try:
             with EventStore.open(target, owner=True, host=args.host_name) as store:
-                written = store.import_rows(lines.rows())
+                _refuse_fleet_without_host(store, args.host_name)
+                written = store.import_rows(_as_host(lines.rows(), args.host_name))
                 name = store.name
             # a cache beside this path was made from another log: it must never answer for
             # this one (the link itself, if it is one, never what it points at)
@@ -216,6 +219,41 @@ def run_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _refuse_fleet_without_host(store: EventStore, host: str | None) -> None:
+    """A fleet's database takes an import into one host's part: its own log is hidden."""
+    hosts = [] if host else store.fleet_hosts()
+    if hosts:
+        raise UsageError(
+            f"{store.name}: a fleet's log: import into one host's part with --host-name "
+            f"(hosts: {', '.join(hosts[:20])})"
+        )
+
+
+def _as_host(rows: Iterator[RawRow], host: str | None) -> Iterator[RawRow]:
+    """The rows, refused where their metadata names another host than the one imported into.
+
+    Every event names its host (docs/fleet.md): a host's export goes back into that host's
+    part, never into another's under the wrong name.
+    """
+    for row in rows:
+        named = _host_of(row[6])
+        if named is not None and named != host:
+            raise ExportFormatError(
+                f"seq {row[0]}: recorded on host {named!r}, not {host!r}; import it with "
+                f"--host-name {named} (nothing was imported)"
+            )
+        yield row
+
+
+def _host_of(metadata: object) -> str | None:
+    try:
+        value = json.loads(metadata) if isinstance(metadata, str) else metadata
+    except ValueError:
+        return None
+    host = value.get("host") if isinstance(value, dict) else None
+    return host if isinstance(host, str) else None
+
+
 @contextlib.contextmanager
 def _source(name: str) -> Iterator[IO[bytes]]:
     if name == "-":
@@ -225,7 +263,7 @@ def _source(name: str) -> Iterator[IO[bytes]]:
         stream = path_argument(name).open("rb")
     except (OSError, argparse.ArgumentTypeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise UsageError(f"{name}: cannot read ({why})") from None
+        raise UsageError(f"{masked(name)}: cannot read ({why})") from None
     with stream:
         yield stream
 

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from hostler.address import DEFAULT_URL
 from hostler.fleet import host_name_problem
-from hostler.paths import user_path
+from hostler.paths import masked, user_path
 
 __all__ = [
     "DEFAULT_URL",
@@ -52,11 +52,11 @@ _MAX_PATH = 4096
 def _given_path(text: str, *, resolve: bool = False) -> Path:
     """``text`` as :func:`hostler.paths.user_path` makes it, or argparse's one-line refusal."""
     if not text or len(text) > _MAX_PATH:
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a usable path")
+        raise argparse.ArgumentTypeError(f"{masked(text)[:40]!r} is not a usable path")
     try:
         return user_path(text, resolve=resolve)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text[:200]!r}: {exc}") from None
+        raise argparse.ArgumentTypeError(f"{masked(text)[:200]!r}: {exc}") from None
 
 
 def path_argument(text: str) -> Path:

@@ -175,7 +175,7 @@ class RoomDriver:
                 reachable=step.plan.reachable,
                 decision=decision,
             )
-            await self._record(planned)  # SF2: a decision the log cannot take is not taken
+            await self._decide(planned)  # SF2: a decision the log cannot take is not taken
             if step.action == "refuse":
                 return step.refusal
             search = step.search
@@ -222,11 +222,15 @@ class RoomDriver:
         if entry.draining:  # another eviction drains it already: join it
             await entry.drained.wait()
             return not entry.up
+        started = self._clock.wall()
+        # SF2: recorded before it is begun; a log that cannot take it refuses it at once
+        await self._decide(PoolDrainStarted(started, key, for_key, wait))
+        if entry.draining:  # another drain began while this one was recorded: join it
+            await entry.drained.wait()
+            return not entry.up
         entry.draining = True
         entry.drained = anyio.Event()
         try:
-            started = self._clock.wall()
-            await self._record(PoolDrainStarted(started, key, for_key, wait))
             while True:
                 step = drain_step(
                     busy=self._table.busy(key, entry, queued=False),
@@ -284,7 +288,16 @@ class RoomDriver:
             except Exception:  # a caller's progress display never breaks a drain
                 log.exception("hostler: a drain progress listener raised")
 
+    async def _decide(self, event: Event) -> None:
+        """Record a decision before it is carried out (one try at the store's short wait).
+
+        A log that cannot take it refuses the decision: StoreError (503, with Retry-After).
+        """
+        store = self._store
+        await self._io.run(lambda: store.append(POOL_STREAM, [event], expected_version=None))
+
     async def _record(self, event: Event) -> None:
+        """Record what has happened (a drain's end): patiently, it is history now."""
         store = self._store
         await self._io.run_patiently(
             lambda: store.append(POOL_STREAM, [event], expected_version=None)
