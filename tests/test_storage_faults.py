@@ -396,3 +396,16 @@ def test_a_log_held_locked_at_start_is_refused_at_once_not_waited_on_in_silence(
     finally:
         holder.rollback()
         holder.close()
+
+
+def test_a_start_with_the_database_away_names_the_engines_it_leaves(tmp_path: Path) -> None:
+    """As a corrupt log's refusal does (SF3): the engines of this data directory that still
+    run, unsupervised, while no daemon can start."""
+    from hostler.config import DaemonConfig
+    from hostler.daemon_parts.ownership import open_owned_log
+    from hostler.errors import StoreUnavailableError
+
+    config = DaemonConfig(data_dir=tmp_path / "data", log="postgresql+psycopg://u@127.0.0.1:1/x")
+    with pytest.raises(StoreUnavailableError) as refused:
+        open_owned_log(config)
+    assert refused.value.message.endswith("; no engine of this data directory is running")

@@ -195,3 +195,23 @@ def test_another_applications_alembic_database_is_foreign_not_too_new(pg_url: st
     engine.dispose()
     with pytest.raises(StoreForeignError, match="another application's database"):
         EventStore.open(pg_url)
+
+
+def test_one_unreadable_host_does_not_hide_the_rest_of_the_fleet(pg_url: str) -> None:
+    """`hostler state` of a fleet failed whole when one host's part could not be read."""
+    import sqlalchemy as sa
+
+    from _support import run_cli
+
+    with EventStore.open(pg_url, owner=True, host="gpu1") as one:
+        one.append("s/a", [Note("on gpu1")], expected_version=0)
+    engine = sa.create_engine(pg_url)
+    with engine.begin() as conn:  # a part hostler cannot read: not its table
+        conn.exec_driver_sql('CREATE SCHEMA "hostler_host_bad"')
+        conn.exec_driver_sql('CREATE TABLE "hostler_host_bad".events (x int)')
+    engine.dispose()
+    shown = run_cli("state", "--db", pg_url)
+    assert shown.returncode == 1
+    assert "HOST bad\nerror [store.foreign]" in shown.stdout
+    assert "HOST gpu1\n" in shown.stdout and "1 events" in shown.stdout.split("HOST gpu1")[1]
+    assert shown.stderr.count("\n") == 1 and "[store.foreign]" in shown.stderr

@@ -337,6 +337,7 @@ class ChaosRun:
         self._check_memory()
         if stop:
             self._stop_and_check()
+        self._caught_up(tail)
         tail.stop.set()
         tail.join(30)
         self._check_log(tail.seen)
@@ -370,6 +371,20 @@ class ChaosRun:
         return round(time.monotonic() - began, 2)
 
     # -- invariants ----------------------------------------------------------------------
+
+    def _caught_up(self, tail: _Tail) -> None:
+        """The reader reached the log's end: its check covers the whole run, not a start."""
+        with EventStore.open(self.log_target) as store:
+            last = store.last_seq()
+        deadline = time.monotonic() + 30
+        while (max(tail.seen) if tail.seen else 0) < last:
+            if time.monotonic() > deadline or not tail.is_alive():
+                self.report.violations.append(
+                    f"the reader stopped at seq {max(tail.seen, default=0)} of {last} "
+                    f"({tail.errors} read errors)"
+                )
+                return
+            time.sleep(0.05)
 
     def _check_memory(self) -> None:
         """Each running engine holds one reservation; none is held for an engine not running."""
@@ -447,7 +462,7 @@ class ChaosRun:
                 self.report.violations.append(f"{outcome.action}: no answer within its deadline")
             elif outcome.status is None and not self._during(self.down, outcome):
                 self.report.violations.append(f"{outcome.action}: {reason} while the daemon was up")
-            elif outcome.status is not None and outcome.status >= 500 and reason in ("", "?"):
+            elif outcome.status is not None and outcome.status >= 400 and reason in ("", "?"):
                 self.report.violations.append(f"{outcome.action}: {outcome.status} without a code")
             elif outcome.status == 500:  # a bug's answer ("internal"), never a fault's
                 self.report.violations.append(f"{outcome.action}: 500 {reason}")

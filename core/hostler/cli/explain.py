@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from datetime import UTC, datetime
 
 from hostler.cli.common import DamageReport, fleet_hosts_of, open_existing_log
 from hostler.cli.timeparse import parse_moment
-from hostler.errors import UsageError
+from hostler.errors import StoreError, UsageError
 from hostler.postmortem.explain import explain, findings_json, resolve_target
 
 __all__ = ["run"]
@@ -28,7 +29,12 @@ def run(args: argparse.Namespace) -> int:
         return status
     statuses, documents, texts = [], {}, []
     for host in hosts:  # a fleet: each host's story of the target, by host
-        status, document, lines = _explain(args, host, since, until)
+        try:
+            status, document, lines = _explain(args, host, since, until)
+        except StoreError as exc:  # one host's part unreadable: the others are still told
+            status, document = 1, {"error": {"code": exc.code, "message": exc.message}}
+            lines = [f"error [{exc.code}]: {exc.message}"]
+            print(f"hostler: {lines[0]}", file=sys.stderr)
         statuses.append(status)
         documents[host] = document
         texts.append("\n".join([f"HOST {host}", *lines]))

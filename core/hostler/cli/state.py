@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
 from hostler.cli.common import DamageReport, fleet_hosts_of, open_existing_log
 from hostler.cli.tables import size
 from hostler.cli.timeparse import parse_moment
-from hostler.errors import UsageError
+from hostler.errors import StoreError, UsageError
 from hostler.postmortem.runtime_state import RuntimeState
 from hostler.postmortem.snapshots import SnapshotCache, as_of, seq_at
 from hostler.replay import World
@@ -66,7 +67,12 @@ def run(args: argparse.Namespace) -> int:
         return status
     statuses, documents, texts = [], {}, []
     for host in hosts:
-        status, document, text = _fold(args, moment, host)
+        try:
+            status, document, text = _fold(args, moment, host)
+        except StoreError as exc:  # one host's part unreadable: the others are still told
+            status, document, text = 1, {"error": {"code": exc.code, "message": exc.message}}, ""
+            text = f"error [{exc.code}]: {exc.message}"
+            print(f"hostler: {text}", file=sys.stderr)
         statuses.append(status)
         documents[host] = document
         texts.append(f"HOST {host}\n{text}")

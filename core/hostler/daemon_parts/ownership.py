@@ -8,7 +8,7 @@ from pathlib import Path
 from hostler.config import DaemonConfig
 from hostler.drivers.offloop import DAEMON_BUSY_TIMEOUT
 from hostler.engines.process import token_holders
-from hostler.errors import StoreCorruptError
+from hostler.errors import StoreCorruptError, StoreUnavailableError
 from hostler.paths import private_dir, private_file
 from hostler.store.log import EventStore
 
@@ -41,8 +41,8 @@ def open_owned_log(config: DaemonConfig) -> EventStore:
             busy_timeout=DAEMON_BUSY_TIMEOUT,
             max_bytes=config.log_max_bytes,
         )
-    except StoreCorruptError as exc:
-        raise StoreCorruptError(exc.message + orphans_note(config.data_dir)) from None
+    except (StoreCorruptError, StoreUnavailableError) as exc:
+        raise type(exc)(exc.message + orphans_note(config.data_dir)) from None
     try:  # a damaged page start-up would not read is found now, not mid-run
         store.check_integrity()
     except StoreCorruptError as exc:

@@ -106,7 +106,7 @@ class Writer(Protocol):
 _BY_SQLSTATE: tuple[tuple[str, type[StoreError], str], ...] = (
     ("08", StoreUnavailableError, "the database server cannot be reached"),
     ("57P", StoreUnavailableError, "the database server is stopping or starting"),
-    ("55P03", StoreBusyError, "the log's write lock stayed held by another writer"),
+    ("55P03", StoreBusyError, "a lock on the log stayed held by another session"),
     ("40P01", StoreBusyError, "a deadlock with another writer"),
     ("53100", StoreFullError, "the database server's disk is full"),
 )
