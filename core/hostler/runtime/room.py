@@ -32,7 +32,7 @@ from hostler.machines.engine import StopReason
 from hostler.policies.eviction import EvictionPolicy
 from hostler.policies.pool import PoolEntry, drain_bound, drain_step
 from hostler.policies.room import RoomSearch, Standing, room_step, start_share
-from hostler.runtime.table import EngineTable
+from hostler.runtime.table import EngineTable, Entry
 from hostler.store.log import EventStore
 
 __all__ = ["DrainProgress", "RoomDriver", "StopNotice"]
@@ -225,7 +225,7 @@ class RoomDriver:
         started = self._clock.wall()
         # SF2: recorded before it is begun; a log that cannot take it refuses it at once
         await self._decide(PoolDrainStarted(started, key, for_key, wait))
-        if entry.draining:  # another drain began while this one was recorded: join it
+        if _draining(entry):  # another drain began while this one was recorded: join it
             await entry.drained.wait()
             return not entry.up
         entry.draining = True
@@ -302,6 +302,11 @@ class RoomDriver:
         await self._io.run_patiently(
             lambda: store.append(POOL_STREAM, [event], expected_version=None)
         )
+
+
+def _draining(entry: Entry) -> bool:
+    """Whether ``entry`` drains now (read again after an await, which may have changed it)."""
+    return bool(entry.draining)
 
 
 def _observed(candidates: Iterable[PoolEntry]) -> dict[str, dict[str, Any]]:
