@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from hostler.cli.options import log_argument
 from hostler.errors import (
@@ -24,11 +25,14 @@ from hostler.store.connect import sqlite_path_of
 from hostler.store.log import EventStore
 
 __all__ = [
+    "Answer",
     "DamageReport",
+    "answer_by_host",
     "atomic_output",
     "fleet_hosts_of",
     "log_target",
     "open_existing_log",
+    "refuse_fleet_without_host",
     "take_log_argument",
 ]
 
@@ -78,14 +82,60 @@ def open_existing_log(args: argparse.Namespace, *, host: str | None = None) -> E
         )
     store = EventStore.open(target, host=host)
     if path is None and host is None and store.last_seq() == 0:
-        hosts = store.fleet_hosts()
-        if hosts:  # the database's own log is empty: its hosts hold the story
+        try:  # the database's own log is empty: its hosts hold the story
+            refuse_fleet_without_host(store, None, "its events are its hosts'")
+        except UsageError:
             store.close()
-            raise UsageError(
-                f"{store.name}: a fleet's log: its events are its hosts'; add --host-name "
-                f"(hosts: {', '.join(hosts[:20])})"
-            )
+            raise
     return store
+
+
+def refuse_fleet_without_host(store: EventStore, host: str | None, why: str) -> None:
+    """A fleet's database is read or filled one host at a time: no host, its hosts named.
+
+    Raises:
+        UsageError: ``host`` is None and the database has hosts (docs/fleet.md).
+    """
+    hosts = [] if host is not None else store.fleet_hosts()
+    if hosts:
+        raise UsageError(
+            f"{store.name}: a fleet's log: {why}; add --host-name (hosts: {', '.join(hosts[:20])})"
+        )
+
+
+#: One log's answer to a reading command: its exit status, its JSON document, its text.
+Answer = tuple[int, dict[str, Any], str]
+
+
+def answer_by_host(
+    args: argparse.Namespace, answer: Callable[[str | None], Answer], *, sort_keys: bool
+) -> int:
+    """Print ``answer`` for the log, or for each host of a fleet's log, by host.
+
+    A fleet prints ``HOST name`` blocks (JSON: ``{"hosts": {...}}``); one host's unreadable
+    part is said in its block, and the rest are still told.
+    """
+    hosts = fleet_hosts_of(args)
+    if not hosts:
+        status, document, text = answer(None)
+        print(json.dumps(document, indent=2, sort_keys=sort_keys) if args.json else text)
+        return status
+    statuses, documents, texts = [], {}, []
+    for host in hosts:
+        try:
+            status, document, text = answer(host)
+        except StoreError as exc:
+            status, document = 1, {"error": {"code": exc.code, "message": exc.message}}
+            text = f"error [{exc.code}]: {exc.message}"
+            print(f"hostler: {text}", file=sys.stderr)
+        statuses.append(status)
+        documents[host] = document
+        texts.append(f"HOST {host}\n{text}")
+    if args.json:
+        print(json.dumps({"hosts": documents}, indent=2, sort_keys=sort_keys))
+    else:
+        print("\n\n".join(texts))
+    return max(statuses)
 
 
 def fleet_hosts_of(args: argparse.Namespace) -> list[str]:

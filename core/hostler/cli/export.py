@@ -19,6 +19,7 @@ from hostler.cli.common import (
     atomic_output,
     log_target,
     open_existing_log,
+    refuse_fleet_without_host,
     take_log_argument,
 )
 from hostler.cli.options import path_argument
@@ -199,7 +200,7 @@ def run_import(args: argparse.Namespace) -> int:
         lock_made = path is not None and not Path(f"{path}.lock").exists()
         try:
             with EventStore.open(target, owner=True, host=args.host_name) as store:
-                _refuse_fleet_without_host(store, args.host_name)
+                refuse_fleet_without_host(store, args.host_name, "import into one host's part")
                 written = store.import_rows(_as_host(lines.rows(), args.host_name))
                 name = store.name
             # a cache beside this path was made from another log: it must never answer for
@@ -217,16 +218,6 @@ def run_import(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
-
-
-def _refuse_fleet_without_host(store: EventStore, host: str | None) -> None:
-    """A fleet's database takes an import into one host's part: its own log is hidden."""
-    hosts = [] if host else store.fleet_hosts()
-    if hosts:
-        raise UsageError(
-            f"{store.name}: a fleet's log: import into one host's part with --host-name "
-            f"(hosts: {', '.join(hosts[:20])})"
-        )
 
 
 def _as_host(rows: Iterator[RawRow], host: str | None) -> Iterator[RawRow]:

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from hostler.cli.common import DamageReport, fleet_hosts_of, open_existing_log
+from hostler.cli.common import Answer, DamageReport, answer_by_host, open_existing_log
 from hostler.cli.tables import size
 from hostler.cli.timeparse import parse_moment
-from hostler.errors import StoreError, UsageError
+from hostler.errors import UsageError
 from hostler.postmortem.runtime_state import RuntimeState
 from hostler.postmortem.snapshots import SnapshotCache, as_of, seq_at
 from hostler.replay import World
@@ -60,32 +58,10 @@ def _target_seq(store: EventStore, moment: int | datetime | None) -> int | None:
 def run(args: argparse.Namespace) -> int:
     """Fold (from the nearest snapshot) and print: one log, or each host of a fleet's."""
     moment = _moment(args)
-    hosts = fleet_hosts_of(args)
-    if not hosts:
-        status, document, text = _fold(args, moment, None)
-        print(json.dumps(document, indent=2, sort_keys=True) if args.json else text)
-        return status
-    statuses, documents, texts = [], {}, []
-    for host in hosts:
-        try:
-            status, document, text = _fold(args, moment, host)
-        except StoreError as exc:  # one host's part unreadable: the others are still told
-            status, document, text = 1, {"error": {"code": exc.code, "message": exc.message}}, ""
-            text = f"error [{exc.code}]: {exc.message}"
-            print(f"hostler: {text}", file=sys.stderr)
-        statuses.append(status)
-        documents[host] = document
-        texts.append(f"HOST {host}\n{text}")
-    if args.json:
-        print(json.dumps({"hosts": documents}, indent=2, sort_keys=True))
-    else:
-        print("\n\n".join(texts))
-    return max(statuses)
+    return answer_by_host(args, lambda host: _fold(args, moment, host), sort_keys=True)
 
 
-def _fold(
-    args: argparse.Namespace, moment: int | datetime | None, host: str | None
-) -> tuple[int, dict[str, Any], str]:
+def _fold(args: argparse.Namespace, moment: int | datetime | None, host: str | None) -> Answer:
     """One log's (or one host's) state: the exit status, the JSON document, the text."""
     with open_existing_log(args, host=host) as store:
         seq = _target_seq(store, moment)

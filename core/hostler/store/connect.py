@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from hostler.errors import StoreDriverError, StoreForeignError, StorePathError, StoreUrlError
-from hostler.paths import user_path
+from hostler.paths import masked, user_path
 from hostler.store.migrate import (
     EVENTS_COLUMNS,
     SQLITE_OBJECTS,
@@ -78,10 +78,6 @@ def parse_url(text: str) -> sa.URL:
         ) from None
 
 
-#: Query parameters of a URL that are secrets (libpq reads a password from the query too).
-_SECRET_PARAMETERS = frozenset({"password", "sslpassword", "passfile"})
-
-
 def display_name(target: str | os.PathLike[str]) -> str:
     """How a log is named in messages: its path, or its URL without a password anywhere."""
     text = os.fspath(target)
@@ -91,11 +87,8 @@ def display_name(target: str | os.PathLike[str]) -> str:
 
 
 def shown_url(url: sa.URL) -> str:
-    """A URL as messages show it: the password, in the user part or the query, as ``***``."""
-    hidden = {k: "***" for k in url.query if k.lower() in _SECRET_PARAMETERS}
-    if hidden:
-        url = url.update_query_dict(hidden)
-    return url.render_as_string(hide_password=True).replace("=%2A%2A%2A", "=***")
+    """A URL as messages show it, its passwords hidden by :func:`hostler.paths.masked`."""
+    return masked(url.render_as_string(hide_password=False))
 
 
 def check_server_url(text: str) -> sa.URL:
@@ -107,14 +100,18 @@ def check_server_url(text: str) -> sa.URL:
     try:
         url.get_dialect()
     except sa.exc.NoSuchModuleError:
-        raise StoreUrlError(
-            f"{shown_url(url)}: SQLAlchemy knows no database kind "
-            f"{url.drivername!r}; use a file path, sqlite:///PATH or a server URL such as "
-            "postgresql+psycopg://USER@HOST/DB"
-        ) from None
+        raise _unknown_kind(url) from None
     except ImportError:
         pass  # the kind is known, its driver missing: said at open, naming the package
     return url
+
+
+def _unknown_kind(url: sa.URL) -> StoreUrlError:
+    """The refusal of a URL whose database kind SQLAlchemy does not know."""
+    return StoreUrlError(
+        f"{shown_url(url)}: SQLAlchemy knows no database kind {url.drivername!r}; use a file "
+        "path, sqlite:///PATH or a server URL such as postgresql://USER@HOST/DB"
+    )
 
 
 def sqlite_path_of(target: str | os.PathLike[str]) -> Path | None:
@@ -190,10 +187,7 @@ def _server_engine(url: sa.URL) -> sa.Engine:
     try:
         return sa.create_engine(url, pool_pre_ping=True)
     except sa.exc.NoSuchModuleError:
-        raise StoreUrlError(
-            f"{shown}: SQLAlchemy knows no database kind {url.drivername!r}; use a file "
-            "path, sqlite:///PATH or a server URL such as postgresql://USER@HOST/DB"
-        ) from None
+        raise _unknown_kind(url) from None
     except ImportError as exc:
         missing = exc.name or url.drivername
         package = missing
