@@ -286,6 +286,14 @@ EDGE = [
         "installed; install it next to hostler (pip install 'asyncpg') or name another driver "
         "in the URL",
     ),
+    (  # the daemon and every reading command read HOSTLER_DB the same way
+        ["events"],
+        {"HOSTLER_DB": "foo://u:SECRET@bar/x"},
+        "usage.setting",
+        2,
+        "HOSTLER_DB: foo://u:***@bar/x: SQLAlchemy knows no database kind 'foo'; use a file "
+        "path, sqlite:///PATH or a server URL such as postgresql://USER@HOST/DB",
+    ),
     (
         ["state", "--db", "foo://bar"],
         {},

@@ -12,11 +12,12 @@ import os
 import re
 from pathlib import Path
 
-from hostler.errors import SettingError, StorePathError
+from hostler.errors import HostlerError, SettingError, StorePathError
 
 __all__ = [
     "default_data_dir",
     "default_log_path",
+    "env_log",
     "env_path",
     "home_dir",
     "masked",
@@ -109,6 +110,34 @@ def env_path(name: str, *, resolve: bool = False) -> Path | None:
     except ValueError as exc:
         raise SettingError(
             f"{name}={masked(text)[:200]!r}: {exc}; fix the path or unset the variable"
+        ) from None
+
+
+def env_log(value: str) -> str | None:
+    """``HOSTLER_DB`` as every command and the daemon read it; None when blank.
+
+    A database URL (its kind checked) or a file path (expanded, resolved).
+
+    Raises:
+        SettingError: Neither, in one line naming the variable.
+    """
+    text = value.strip()
+    if not text:
+        return None
+    if "://" in text:
+        # sqlalchemy only when a URL is given (the CLI starts without it)
+        from hostler.store.connect import check_server_url  # noqa: PLC0415
+
+        try:
+            check_server_url(text)
+        except HostlerError as exc:
+            raise SettingError(f"HOSTLER_DB: {exc.message}") from None
+        return text
+    try:
+        return str(user_path(text, resolve=True))
+    except ValueError as exc:
+        raise SettingError(
+            f"HOSTLER_DB={masked(text)[:200]!r}: {exc}; fix the path or unset the variable"
         ) from None
 
 

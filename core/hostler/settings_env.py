@@ -29,9 +29,9 @@ from hostler.config import (
     DaemonConfig,
     SpilloverSetting,
 )
-from hostler.errors import HostlerError, SettingError
+from hostler.errors import SettingError
 from hostler.fleet import host_name_problem
-from hostler.paths import masked, user_path
+from hostler.paths import env_log, masked, user_path
 from hostler.policies.eviction import valid_policy_name
 
 __all__ = ["ENV_VARIABLES", "EnvOverrides", "apply_overrides", "read_overrides", "valid_token"]
@@ -100,7 +100,7 @@ def read_overrides(environ: Mapping[str, str]) -> EnvOverrides:
         arbiter=_choice("HOSTLER_ARBITER", raw["HOSTLER_ARBITER"], ("auto", "swap", "coexist")),  # type: ignore[arg-type]
         eviction=_eviction(raw["HOSTLER_EVICTION"]),
         models_dir=_path("HOSTLER_MODELS_DIR", raw["HOSTLER_MODELS_DIR"]),
-        db=_db(raw["HOSTLER_DB"]),
+        db=env_log(raw["HOSTLER_DB"]),
         host_name=_host_name(raw["HOSTLER_HOST_NAME"]),
     )
 
@@ -135,22 +135,6 @@ def _path(name: str, value: str) -> Path | None:
         return user_path(value, resolve=True)
     except ValueError as exc:
         raise _refuse(name, value, str(exc)) from None
-
-
-def _db(value: str) -> str | None:
-    """``HOSTLER_DB``: a database URL, or a file path (expanded, made absolute)."""
-    if not value:
-        return None
-    if "://" in value:
-        from hostler.store.connect import check_server_url  # noqa: PLC0415 - URLs only
-
-        try:
-            check_server_url(value)
-        except HostlerError as exc:
-            raise SettingError(f"HOSTLER_DB: {exc.message}") from None
-        return value
-    path = _path("HOSTLER_DB", value)
-    return None if path is None else str(path)
 
 
 def _host_name(value: str) -> str | None:

@@ -12,15 +12,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from hostler.cli.options import log_argument
 from hostler.errors import (
     OutputError,
-    SettingError,
     StoreDamagedRowError,
     StoreError,
     UsageError,
 )
-from hostler.paths import default_log_path
+from hostler.paths import default_log_path, env_log
 from hostler.store.connect import sqlite_path_of
 from hostler.store.log import EventStore
 
@@ -56,13 +54,7 @@ def log_target(args: argparse.Namespace) -> str:
     """The log a command uses: ``--db``, else ``$HOSTLER_DB``, else ``DATA_DIR/events.db``."""
     if args.db:
         return str(args.db)
-    from_env = os.environ.get("HOSTLER_DB", "")
-    if from_env:
-        try:
-            return log_argument(from_env)
-        except argparse.ArgumentTypeError as exc:
-            raise SettingError(f"HOSTLER_DB: {exc}; fix it or unset the variable") from None
-    return str(default_log_path(args.data_dir))
+    return env_log(os.environ.get("HOSTLER_DB", "")) or str(default_log_path(args.data_dir))
 
 
 def open_existing_log(args: argparse.Namespace, *, host: str | None = None) -> EventStore:
