@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 import sqlalchemy as sa
@@ -273,6 +273,14 @@ class CoreWriter:
             return UniqueViolation(str(orig))
         return translate(str(orig), self._name, getattr(orig, "sqlstate", None))
 
+    @contextlib.contextmanager
+    def _guarded(self) -> Iterator[None]:
+        """A database failure inside, named (:func:`translate`) or a :class:`UniqueViolation`."""
+        try:
+            yield
+        except sa.exc.DBAPIError as exc:
+            raise self._guard(exc) from exc
+
     def _connection(self) -> sa.Connection:
         assert self._conn is not None  # noqa: S101 - begin() came first
         return self._conn
@@ -313,10 +321,8 @@ class CoreWriter:
 
     def savepoint(self) -> None:
         """See :class:`Writer`."""
-        try:
+        with self._guarded():
             self._savepoint = self._connection().begin_nested()
-        except sa.exc.DBAPIError as exc:
-            raise self._guard(exc) from exc
 
     def release(self) -> None:
         """See :class:`Writer`."""
@@ -341,10 +347,8 @@ class CoreWriter:
     def stream_version(self, stream_id: str) -> int:
         """See :class:`Writer`."""
         conn = self._connection()
-        try:
+        with self._guarded():
             return int(conn.execute(self._version, {"stream_id": stream_id}).scalar_one())
-        except sa.exc.DBAPIError as exc:
-            raise self._guard(exc) from exc
 
     def insert(self, rows: Sequence[Row]) -> tuple[int, ...]:
         """See :class:`Writer`."""
@@ -360,10 +364,8 @@ class CoreWriter:
             }
             for stream_id, version, type_name, schema_version, payload, _, meta, _, at in rows
         ]
-        try:
+        with self._guarded():
             return tuple(self._connection().execute(self._insert, values).scalars().all())
-        except sa.exc.DBAPIError as exc:
-            raise self._guard(exc) from exc
 
     def stream_rows(self, stream_id: str, after_version: int) -> list[StoredRow]:
         """See :class:`Writer`."""
@@ -372,17 +374,13 @@ class CoreWriter:
             .where(events.c.stream_id == stream_id, events.c.version > after_version)
             .order_by(events.c.version)
         )
-        try:
+        with self._guarded():
             return [tuple(row) for row in self._connection().execute(stmt)]
-        except sa.exc.DBAPIError as exc:
-            raise self._guard(exc) from exc
 
     def row_count(self) -> int:
         """See :class:`Writer`."""
-        try:
+        with self._guarded():
             return int(self._connection().execute(_COUNT).scalar_one())
-        except sa.exc.DBAPIError as exc:
-            raise self._guard(exc) from exc
 
     def insert_exact(self, row: Sequence[Any]) -> None:
         """See :class:`Writer`: payload and metadata go in as the text they were stored as."""
@@ -405,13 +403,11 @@ class CoreWriter:
         conn = self._connection()
         if conn.dialect.name != "postgresql":
             return
-        try:
+        with self._guarded():
             conn.exec_driver_sql(
                 "SELECT setval(pg_get_serial_sequence('events', 'seq'), "
                 "(SELECT coalesce(max(seq), 0) + 1 FROM events), false)"
             )
-        except sa.exc.DBAPIError as exc:
-            raise self._guard(exc) from exc
 
     def close(self) -> None:
         """See :class:`Writer`."""
