@@ -434,3 +434,32 @@ def test_an_engine_group_whose_leader_died_is_alive_while_a_member_runs() -> Non
         assert engine_alive(Held(KEY, GIB, "a", pid=leader.pid, create_time=started))
     finally:
         os.killpg(leader.pid, signal.SIGKILL)
+
+
+def test_a_running_engine_whose_wall_clock_start_reads_off_keeps_its_reservation(
+    tmp_path: Path,
+) -> None:
+    """Issue 22's chaos seed 1301: a reservation was released as ``engine-gone`` while its
+    engine ran. The ledger compared the wall-clock start within 0.05 s, and psutil's start
+    time moves with the whole-second boot time when the clock is adjusted. The bound record
+    now keeps the ticks since boot, compared exactly."""
+    import psutil
+
+    from hostler.drivers.host_ledger import engine_alive
+    from hostler.probes.host import started_since_boot
+
+    me = psutil.Process(os.getpid())
+    ticks = started_since_boot(me.pid)
+    assert ticks is not None  # Linux: /proc gives them
+    off = Held("llamacpp:m:0", GIB, "owner", pid=me.pid, create_time=me.create_time() - 1.0)
+    assert not engine_alive(off)  # by the wall clock alone, a second off is another process
+    exact = Held(
+        "llamacpp:m:0", GIB, "owner", pid=me.pid, create_time=me.create_time() - 1.0,
+        since_boot=ticks,
+    )  # fmt: skip
+    assert engine_alive(exact)
+    reused = Held(
+        "llamacpp:m:0", GIB, "owner", pid=me.pid, create_time=me.create_time(),
+        since_boot=ticks - 5.0,
+    )  # fmt: skip
+    assert not engine_alive(reused)  # the ticks prove another process holds the pid

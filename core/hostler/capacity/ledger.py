@@ -78,6 +78,8 @@ class Held:
     create_time: float | None = None
     measured: int | None = None
     admitted: int | None = None
+    #: The bound process's start in ticks since boot (exact; None: compare ``create_time``).
+    since_boot: float | None = None
 
     @property
     def slot(self) -> tuple[str, str]:
@@ -172,7 +174,10 @@ class LedgerState:
             prior = self.reservations.get((event.owner, event.key))
             if prior is not None:
                 self.reservations[prior.slot] = replace(
-                    prior, pid=event.pid, create_time=event.create_time
+                    prior,
+                    pid=event.pid,
+                    create_time=event.create_time,
+                    since_boot=event.since_boot,
                 )
         elif isinstance(event, LedgerAdopted | LedgerCarried):
             self._hold(event)

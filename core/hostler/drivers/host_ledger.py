@@ -293,7 +293,7 @@ def engine_alive(held: Held) -> bool:
         # names a group. So a process that has the pid now with another start proves the
         # engine's group gone (the pid was free to reuse), whatever group it leads; without
         # one, a group of that id is the engine's leftovers.
-        leader = _holder(held.pid, held.create_time, None, tolerance=0.05)
+        leader = _holder(held.pid, held.create_time, held.since_boot, tolerance=0.05)
         if leader != "none":
             return leader == "same"
         return group_alive(held.pid)
@@ -450,14 +450,17 @@ class HostLedger:
         )
         return decision
 
-    def bind(self, key: str, pid: int, create_time: float) -> bool:
-        """Name the engine process this daemon's reservation for ``key`` pays for (OW2)."""
+    def bind(self, key: str, pid: int, create_time: float, since_boot: float | None = None) -> bool:
+        """Name the engine process this daemon's reservation for ``key`` pays for (OW2).
+
+        ``since_boot``: its start in ticks since boot, what liveness is judged by when known.
+        """
 
         def events(state: LedgerState) -> tuple[list[Event], bool]:
             held = state.held(self.owner, key)
             if held is None:
                 return [], False
-            return [LedgerBound(key, self.owner, pid, create_time)], True
+            return [LedgerBound(key, self.owner, pid, create_time, since_boot)], True
 
         bound: bool = self._decide(events)
         return bound

@@ -93,7 +93,9 @@ class EngineAccount:
             return
         try:
             await self._io.run_patiently(
-                lambda: ledger.bind(self.key, identity.pid, identity.create_time)
+                lambda: ledger.bind(
+                    self.key, identity.pid, identity.create_time, identity.since_boot
+                )
             )
         except StoreError as exc:
             # the reservation still names the launch token, which finds the engine (OW2)

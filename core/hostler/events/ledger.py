@@ -54,15 +54,26 @@ def _reserved_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
-@event_type("ledger.bound")
+@event_type("ledger.bound", schema_version=2)
 @dataclass(frozen=True, slots=True)
 class LedgerBound(Event):
-    """The engine process a reservation pays for exists: its pid and start time."""
+    """The engine process a reservation pays for exists: its pid and start time.
+
+    ``since_boot`` (v2): its start in the kernel's ticks since boot, exact where the wall-clock
+    ``create_time`` moves with a clock adjustment (None: not known, compare the wall clock).
+    """
 
     key: str
     owner: str
     pid: int
     create_time: float
+    since_boot: float | None = None
+
+
+@upcaster("ledger.bound", from_version=1)
+def _bound_v1(payload: dict[str, Any]) -> dict[str, Any]:
+    """v1 had no ticks since boot: the wall-clock start is all there is."""
+    return {**payload, "since_boot": None}
 
 
 @event_type("ledger.adopted")
